@@ -1,0 +1,112 @@
+// The backend ops interface: the few operations the layers need, each on tensors that live
+// on the backend's device. A layer calls these and knows nothing of the device; an op knows
+// nothing of models (it sees rows, columns, heads and index arrays).
+//
+// Conventions, shared by every backend (the CPU backend is the reference):
+// - Activations ("act") are 2-D [N, W] row-major tensors of the backend's compute dtype
+//   (compute_dtype(T)); weights may be any float dtype; index arrays are i32.
+// - Ops run in order on the backend's stream; to_host() waits for them.
+// - An index of -1 in a control array means "skip this token" where stated.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace linnet {
+
+// How the attention ops find heads inside a fused q|k|v row and the cache.
+//   qkv row: q heads [0, q_heads·head_dim), then k heads, then v heads.
+//   cache_k / cache_v: [cache_rows, kv_heads, max_seq, head_dim].
+//   A flat slot s is page s / page_size, offset s % page_size; page p is cache row
+//   p / (max_seq/page_size) at positions (p % (max_seq/page_size))·page_size + offset.
+struct AttentionDims {
+  int64_t q_heads = 0;
+  int64_t kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_seq = 0;
+  int64_t page_size = 0;
+  int64_t pages_per_row() const { return max_seq / page_size; }
+  int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual Device device() const = 0;
+  // Dtype of activations and the KV cache when weights are in `weights`.
+  virtual DType compute_dtype(DType weights) const = 0;
+
+  // ---- memory ----
+  virtual Tensor empty(const Shape& shape, DType dtype) = 0;
+  virtual Tensor upload(const Tensor& host) = 0;  // copy onto the device (may alias on cpu)
+  virtual Tensor to_host(const Tensor& t) = 0;    // host copy; waits for pending work
+  virtual void fill_zero(Tensor& t) = 0;
+  virtual void synchronize() = 0;
+  // dst = src converted to dst's dtype (same element count).
+  virtual void convert(const Tensor& src, Tensor& dst) = 0;
+
+  // ---- ops ----
+  // out[n] = weight[ids[n]]; weight [V, W], ids [N], out [N, W].
+  virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
+  // out[N, Out] = x[N, In] · w[Out, In]ᵀ (+ bias[Out]); f32 accumulation.
+  virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
+  // out = x / sqrt(mean(x²) + eps) · w, per row; x, out [N, W], w [W].
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
+  // residual += delta; out = rms_norm(residual) (the add between blocks, fused).
+  virtual void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+                            Tensor& out) = 0;
+  // x += y.
+  virtual void add(Tensor& x, const Tensor& y) = 0;
+  // Rotate heads [head_begin, head_begin + heads) of each row of x [N, ·] (head_dim = 2·inv_freq
+  // size), in place, by angle positions[n]·inv_freq[i] computed in f32; dim i pairs with i + D/2
+  // (Hugging Face's rotate_half layout).
+  virtual void rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
+                    const Tensor& inv_freq) = 0;
+  // out[N, I] = silu(gate_up[:, :I]) · gate_up[:, I:].
+  virtual void swiglu(const Tensor& gate_up, Tensor& out) = 0;
+  // Token n with slots[n] >= 0 stores its k and v heads of qkv [N, qkv_width] at that slot.
+  virtual void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
+                        Tensor& cache_k, Tensor& cache_v) = 0;
+  // Causal attention among fresh tokens: token n (run_start[n] >= 0) attends tokens
+  // run_start[n] … n of qkv. out [N, q_heads·head_dim]; skipped rows are left as they are.
+  virtual void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start,
+                                Tensor& out) = 0;
+  // Attention over the cache: token n (rows[n] >= 0) attends positions 0 … positions[n] of
+  // logical row rows[n], found through table [R, Pages] (entries are pages). Skipped rows are
+  // left as they are.
+  virtual void attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
+                               const Tensor& positions, const Tensor& table, const Tensor& cache_k,
+                               const Tensor& cache_v, Tensor& out) = 0;
+  // out[m] = src[index[m]], or a zero row where index[m] < 0. src [N, W], out [M, W].
+  virtual void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) = 0;
+  // dst[:, col_begin : col_begin + cols] = src[:, 0 : cols]; src [R, Ws], dst [R, W].
+  virtual void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) = 0;
+
+  // ---- over a vocab shard: logits [N, Vs] (any float dtype); only columns < valid are
+  // real (the rest pad the last shard); global index = vocab_offset + column ----
+  // Per row: max, Σ exp(logit − max), and the target's logit (0 where the target is
+  // outside this shard or negative). targets [N] i32 global ids; outputs [N] f32.
+  virtual void logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+                           const Tensor& targets, Tensor& max, Tensor& sumexp,
+                           Tensor& target_logit) = 0;
+  // Per row: the largest logit and its global index (lowest on ties). value f32, index i32.
+  virtual void argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
+                      Tensor& index) = 0;
+  // Per row b: argmax_k logits[b,k]/temperature − log(−log u(k, b, step)) (see core/philox.h).
+  virtual void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
+                          uint64_t key1, int32_t step, float temperature, Tensor& value,
+                          Tensor& index) = 0;
+};
+
+std::unique_ptr<Backend> make_cpu_backend();
+// Number of usable CUDA devices: 0 without a GPU or in a build without CUDA.
+int cuda_device_count();
+// The CUDA backend on the given device; throws linnet::Error without CUDA.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+// "cpu", "cuda", or "auto" (cuda when a GPU is found, else cpu).
+std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank = 0);
+
+}  // namespace linnet

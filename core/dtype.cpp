@@ -1,0 +1,149 @@
+#include "core/dtype.h"
+
+#include <cmath>
+
+#include "core/error.h"
+
+namespace linnet {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::bf16:
+    case DType::f16: return 2;
+    case DType::f32:
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+  }
+  return 0;
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::f32: return "f32";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  return "?";
+}
+
+DType parse_dtype(std::string_view s) {
+  if (s == "bf16" || s == "BF16" || s == "bfloat16") return DType::bf16;
+  if (s == "f16" || s == "F16" || s == "float16") return DType::f16;
+  if (s == "f32" || s == "F32" || s == "float32") return DType::f32;
+  if (s == "i32" || s == "I32" || s == "int32") return DType::i32;
+  if (s == "i64" || s == "I64" || s == "int64") return DType::i64;
+  throw Error(str("unknown dtype '", s, "' (expected bf16, f16, f32, i32 or i64)"));
+}
+
+bool is_float(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
+
+uint16_t f32_to_f16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t abs = u & 0x7fffffffu;
+  if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // overflow → inf
+  if (abs < 0x38800000u) {                                               // subnormal or zero
+    if (abs < 0x33000000u) return static_cast<uint16_t>(sign);           // below half the smallest
+    const uint32_t exp = abs >> 23;
+    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126 - exp;  // so the result counts units of 2^-24
+    uint32_t half = mant >> shift;
+    const uint32_t rem = mant & ((1u << shift) - 1);
+    const uint32_t mid = 1u << (shift - 1);
+    if (rem > mid || (rem == mid && (half & 1u))) ++half;
+    return static_cast<uint16_t>(sign | half);
+  }
+  uint32_t h = ((abs - 0x38000000u) >> 13);
+  const uint32_t rem = abs & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float f16_to_f32(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t mant = h & 0x3ffu;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {
+      float f = std::ldexp(static_cast<float>(mant), -24);
+      return sign ? -f : f;
+    }
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+float round_to(DType t, float x) {
+  switch (t) {
+    case DType::bf16: return bf16_to_f32(f32_to_bf16(x));
+    case DType::f16: return f16_to_f32(f32_to_f16(x));
+    default: return x;
+  }
+}
+
+namespace {
+template <class Get, class Put>
+void each(size_t n, Get get, Put put) {
+  for (size_t i = 0; i < n; ++i) put(i, get(i));
+}
+double load(const void* p, DType t, size_t i) {
+  switch (t) {
+    case DType::bf16: return bf16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16_to_f32(static_cast<const uint16_t*>(p)[i]);
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::i32: return static_cast<const int32_t*>(p)[i];
+    case DType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+  }
+  return 0;
+}
+void store(void* p, DType t, size_t i, double v) {
+  switch (t) {
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = f32_to_bf16(static_cast<float>(v)); break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = f32_to_f16(static_cast<float>(v)); break;
+    case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+  }
+}
+}  // namespace
+
+void convert(const void* src, DType st, void* dst, DType dt, size_t n) {
+  if (st == dt) {
+    std::memcpy(dst, src, n * dtype_size(st));
+    return;
+  }
+  // Fast paths for the conversions that weights and logits take.
+  if (st == DType::bf16 && dt == DType::f32) {
+    auto s = static_cast<const uint16_t*>(src);
+    auto d = static_cast<float*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = bf16_to_f32(s[i]);
+    return;
+  }
+  if (st == DType::f32 && dt == DType::bf16) {
+    auto s = static_cast<const float*>(src);
+    auto d = static_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    return;
+  }
+  if (st == DType::i64 && dt == DType::i32) {
+    auto s = static_cast<const int64_t*>(src);
+    auto d = static_cast<int32_t*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = static_cast<int32_t>(s[i]);
+    return;
+  }
+  each(n, [&](size_t i) { return load(src, st, i); }, [&](size_t i, double v) { store(dst, dt, i, v); });
+}
+
+}  // namespace linnet

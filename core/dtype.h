@@ -1,0 +1,45 @@
+// Element types and their conversions. bf16 and f16 are stored as raw 16-bit words;
+// arithmetic happens in f32 (the CPU backend) after widening.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+namespace linnet {
+
+enum class DType : uint8_t { bf16, f16, f32, i32, i64 };
+
+size_t dtype_size(DType t);
+// The card's spelling: "bf16", "f16", "f32", "i32", "i64".
+const char* dtype_name(DType t);
+// Parses the card's spelling or safetensors' ("BF16", "F16", "F32", "I32", "I64").
+// Throws linnet::Error naming the text for anything else.
+DType parse_dtype(std::string_view text);
+bool is_float(DType t);
+
+// Round to nearest even; NaN stays NaN (quiet), infinities stay infinite.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+uint16_t f32_to_f16(float f);  // round to nearest even, overflow to infinity
+float f16_to_f32(uint16_t h);
+
+// Rounds a float through dtype t and back (identity for f32).
+float round_to(DType t, float x);
+
+// Element-wise conversion between any two dtypes (floats round, ints truncate toward zero).
+void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t count);
+
+}  // namespace linnet

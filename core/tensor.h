@@ -1,0 +1,85 @@
+// Tensor: a typed, shaped, contiguous view into shared storage (host memory, a memory-mapped
+// file, or device memory owned by a backend). Views share the storage; copying a Tensor
+// copies the handle, not the data.
+#pragma once
+#include <functional>
+#include <memory>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/shape.h"
+
+namespace linnet {
+
+enum class Device : uint8_t { cpu, cuda };
+const char* device_name(Device d);
+
+// A block of memory and how to release it.
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  Device device = Device::cpu;
+  std::function<void(void*)> release;  // empty: not owned
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (release && data) release(data);
+  }
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(std::shared_ptr<Storage> storage, size_t offset, Shape shape, DType dtype);
+
+  // New host tensor (uninitialised / zero-filled).
+  static Tensor empty(Shape shape, DType dtype);
+  static Tensor zeros(Shape shape, DType dtype);
+  // Host tensor holding a copy of values converted to dtype.
+  static Tensor from_floats(Shape shape, const std::vector<float>& values, DType dtype = DType::f32);
+  static Tensor from_ints(Shape shape, const std::vector<int64_t>& values, DType dtype = DType::i32);
+  static Tensor scalar_i32(int32_t v) { return from_ints({}, {v}, DType::i32); }
+  static Tensor scalar_f32(float v) { return from_floats({}, {v}, DType::f32); }
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int64_t dim(size_t i) const { return shape_[i]; }
+  size_t rank() const { return shape_.rank(); }
+  DType dtype() const { return dtype_; }
+  Device device() const { return storage_ ? storage_->device : Device::cpu; }
+  int64_t numel() const { return shape_.numel(); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+  void* data() { return static_cast<char*>(storage_->data) + offset_; }
+  const void* data() const { return static_cast<const char*>(storage_->data) + offset_; }
+  template <class E>
+  E* ptr() {
+    return static_cast<E*>(data());
+  }
+  template <class E>
+  const E* ptr() const {
+    return static_cast<const E*>(data());
+  }
+
+  // Rows [begin, end) of dimension 0: a view.
+  Tensor rows(int64_t begin, int64_t end) const;
+  // Same elements, other shape: a view.
+  Tensor reshape(Shape shape) const;
+
+  // Host-only helpers (throw for device tensors).
+  Tensor to(DType dtype) const;             // converted copy
+  std::vector<float> to_floats() const;     // any dtype, as f32
+  std::vector<int64_t> to_ints() const;     // any dtype, as i64
+  Tensor clone() const;                     // deep copy, same dtype
+
+  std::string describe() const;  // "Tensor[2, 3; bf16]"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  size_t offset_ = 0;
+  Shape shape_;
+  DType dtype_ = DType::f32;
+};
+
+}  // namespace linnet
