@@ -1,0 +1,16 @@
+// The `linnet` subcommands. Each takes its arguments (after the subcommand's name) and
+// returns the process exit code; errors are thrown as linnet::Error and reported by main.
+#pragma once
+#include <string>
+#include <vector>
+
+namespace linnet::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_inspect(const Args& args);
+int cmd_init(const Args& args);
+int cmd_import_llama2c(const Args& args);
+int cmd_run(const Args& args);
+
+}  // namespace linnet::cli
