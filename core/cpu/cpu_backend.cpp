@@ -141,8 +141,8 @@ void CpuBackend::swiglu(const Tensor& gate_up, Tensor& out) {
 }
 
 void CpuBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
-  const int64_t m = index.numel(), w = src.numel() / std::max<int64_t>(src.dim(0), 1);
-  cpu_expect(src.dtype() == out.dtype() && out.numel() == m * w, "gather_rows",
+  const int64_t m = index.numel(), w = src.rank() == 2 ? src.dim(1) : 0;
+  cpu_expect(src.rank() == 2 && src.dtype() == out.dtype() && out.numel() == m * w, "gather_rows",
              src.describe() + " → " + out.describe());
   const int32_t* idx = index.ptr<int32_t>();
   const size_t row = static_cast<size_t>(w) * dtype_size(src.dtype());
