@@ -19,6 +19,12 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 
 void CpuBackend::fill_zero(Tensor& t) { std::memset(t.data(), 0, t.nbytes()); }
 
+void CpuBackend::copy_from_host(const Tensor& host, Tensor& dst) {
+  cpu_expect(host.nbytes() == dst.nbytes() && host.dtype() == dst.dtype(), "copy_from_host",
+             host.describe() + " → " + dst.describe());
+  if (host.data() != dst.data()) std::memcpy(dst.data(), host.data(), host.nbytes());
+}
+
 void CpuBackend::convert(const Tensor& src, Tensor& dst) {
   cpu_expect(src.numel() == dst.numel(), "convert", src.describe() + " → " + dst.describe());
   linnet::convert(src.data(), src.dtype(), dst.data(), dst.dtype(), static_cast<size_t>(src.numel()));
