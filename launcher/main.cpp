@@ -21,6 +21,7 @@ const std::vector<Subcommand>& subcommands() {
   using namespace linnet::cli;
   static const std::vector<Subcommand> table = {
       {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
+      {"run", "call a sequence of entries on one loaded model", cmd_run},
   };
   return table;
 }

@@ -1,0 +1,40 @@
+// The launcher's view of the ranks: under mpirun (or srun) the world is split into replicas of
+// --tp shards (SPEC §7); alone, one rank is one shard. It owns the backend (GPU local_rank on
+// CUDA) and the shard group's communicator, reads inputs on a replica's rank 0 and
+// broadcasts them, and writes outputs on a replica's rank 0.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/backend.h"
+#include "parallel/communicator.h"
+
+namespace linnet::cli {
+
+class Ranks {
+ public:
+  Ranks(int tp, const std::string& backend_kind);
+  ~Ranks();
+
+  Backend& backend() { return *backend_; }
+  Communicator& shards() { return *shards_; }
+  int world_rank() const { return world_rank_; }
+  int replica() const { return replica_; }
+
+  // "{replica}" in a path becomes this rank's replica index.
+  std::string replica_path(std::string pattern) const;
+  std::map<std::string, Tensor> read_inputs(const std::string& path);
+  void write_outputs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& outputs);
+
+ private:
+  struct Mpi;
+  std::unique_ptr<Mpi> mpi_;
+  int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Communicator> shards_;
+};
+
+}  // namespace linnet::cli
