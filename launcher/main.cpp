@@ -20,6 +20,8 @@ struct Subcommand {
 const std::vector<Subcommand>& subcommands() {
   using namespace linnet::cli;
   static const std::vector<Subcommand> table = {
+      {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
+      {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
   };
   return table;
 }
