@@ -57,22 +57,35 @@ std::string join_ids(const std::vector<TokenId>& ids) {
   return s;
 }
 
-int bench(const Tokenizer& tok, const std::string& file, double seconds) {
+int bench(const Tokenizer& tok, const std::string& file, double seconds, bool per_line) {
   std::ifstream f(file, std::ios::binary);
   if (!f) throw Error(str("cannot open ", file));
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::string_view> lines;  // per_line: each line (without its newline) alone
+  for (std::size_t pos = 0; per_line && pos < text.size();) {
+    std::size_t eol = text.find('\n', pos);
+    if (eol == std::string::npos) eol = text.size();
+    lines.push_back(std::string_view(text).substr(pos, eol - pos));
+    pos = eol + 1;
+  }
   using clock = std::chrono::steady_clock;
   std::size_t tokens = 0, runs = 0;
   double best = 1e30;
   auto t_all = clock::now();
   do {
     auto t0 = clock::now();
-    tokens = tok.encode(text).size();
+    if (per_line) {
+      tokens = 0;
+      for (auto line : lines) tokens += tok.encode(line).size();
+    } else {
+      tokens = tok.encode(text).size();
+    }
     best = std::min(best, std::chrono::duration<double>(clock::now() - t0).count());
     ++runs;
   } while (std::chrono::duration<double>(clock::now() - t_all).count() < seconds);
-  std::printf("%s: %zu bytes -> %zu tokens; best of %zu runs %.3f s = %.2f MB/s (1 thread)\n",
-              tok.description().c_str(), text.size(), tokens, runs, best, double(text.size()) / best / 1e6);
+  std::printf("%s%s: %zu bytes -> %zu tokens; best of %zu runs %.3f s = %.2f MB/s (1 thread)\n",
+              tok.description().c_str(), per_line ? ", line by line" : "", text.size(), tokens, runs, best,
+              double(text.size()) / best / 1e6);
   return 0;
 }
 
@@ -86,12 +99,13 @@ int cmd_tokenize(const Args& args) {
       "jsonl", po::value<std::string>(), "file (or - for stdin): one JSON string or {\"text\": ...} per line; prints a JSON array per line")(
       "bos", po::bool_switch(), "prepend the BOS token")(
       "bench", po::value<std::string>(), "measure single-threaded encoding speed on this file")(
+      "bench-lines", po::bool_switch(), "with --bench: encode each line of the file on its own")(
       "bench-seconds", po::value<double>()->default_value(3.0), "minimum duration of --bench");
   po::variables_map vm;
   if (!parse(args, desc, vm, "usage: linnet tokenize --checkpoint DIR [--text TEXT | --jsonl FILE|-] [--bos]")) return 0;
   auto tok = load_tokenizer(vm["checkpoint"].as<std::string>());
   const bool bos = vm["bos"].as<bool>();
-  if (vm.count("bench")) return bench(*tok, vm["bench"].as<std::string>(), vm["bench-seconds"].as<double>());
+  if (vm.count("bench")) return bench(*tok, vm["bench"].as<std::string>(), vm["bench-seconds"].as<double>(), vm["bench-lines"].as<bool>());
   if (vm.count("text") == vm.count("jsonl")) throw Error("tokenize: give exactly one of --text and --jsonl");
   if (vm.count("text")) {
     std::printf("%s\n", join_ids(tok->encode(vm["text"].as<std::string>(), bos)).c_str());

@@ -38,7 +38,8 @@ VPY = os.path.join(VENV, "bin", "python")
 STORIES = os.path.abspath(os.path.join(ROOT, "..", "shared", "models", "stories15M", "tokenizer.model"))
 
 
-def ensure_venv():
+def ensure_venv(script=__file__):
+    """Re-runs `script` with the venv's Python (creating the venv first if needed)."""
     if os.path.abspath(sys.prefix) == os.path.abspath(VENV):
         return
     if not os.path.exists(VPY):
@@ -46,7 +47,7 @@ def ensure_venv():
         pip = [VPY, "-m", "pip", "install", "-q"]
         subprocess.check_call(pip + ["sentencepiece", "tokenizers", "tiktoken"])
         subprocess.check_call(pip + ["--no-deps", "openai-whisper"])
-    os.execv(VPY, [VPY, os.path.abspath(__file__)] + sys.argv[1:])
+    os.execv(VPY, [VPY, os.path.abspath(script)] + sys.argv[1:])
 
 
 LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|"
