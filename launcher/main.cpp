@@ -22,6 +22,8 @@ const std::vector<Subcommand>& subcommands() {
   static const std::vector<Subcommand> table = {
       {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
       {"run", "call a sequence of entries on one loaded model", cmd_run},
+      {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
+      {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
   };
   return table;
 }
