@@ -1,0 +1,156 @@
+#include "parallel/mpi_communicator.h"
+
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+namespace linnet {
+
+void mpi_check(int code, const char* call, const char* file, int line) {
+  if (code == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "MPI error %d", code);
+  throw Error(str(file, ":", line, ": ", call, " failed: ", text));
+}
+
+namespace {
+
+int count_of(int64_t n, const Tensor& t, const char* what) {
+  if (n > INT_MAX)
+    throw Error(str("mpi ", what, " of ", t.describe(), ": ", n, " elements exceed MPI's int count"));
+  return static_cast<int>(n);
+}
+
+MPI_Datatype reduce_type(DType d) {
+  switch (d) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    default: return MPI_DATATYPE_NULL;  // bf16 / f16: widened to f32 first
+  }
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, Backend* backend) : comm_(comm), backend_(backend) {
+  LINNET_CHECK(comm != MPI_COMM_NULL, "MpiCommunicator over MPI_COMM_NULL");
+  LINNET_MPI_CHECK(MPI_Comm_rank(comm_, &rank_));
+  LINNET_MPI_CHECK(MPI_Comm_size(comm_, &size_));
+}
+
+void MpiCommunicator::need_backend(const Tensor& t, const char* what) const {
+  if (!backend_)
+    throw Error(str("mpi ", what, " of device tensor ", t.describe(), " (on ", device_name(t.device()),
+                    "): the communicator has no backend to stage it through the host"));
+}
+
+Tensor MpiCommunicator::stage_in(const Tensor& t, const char* what) {
+  if (t.device() == Device::cpu) return t;
+  need_backend(t, what);
+  Tensor host = backend_->to_host(t);
+  LINNET_CHECK(host.device() == Device::cpu && host.numel() == t.numel() && host.dtype() == t.dtype(),
+               "backend ", backend_->name(), " to_host of ", t.describe(), " gave ", host.describe());
+  return host;
+}
+
+void MpiCommunicator::stage_out(const Tensor& host, Tensor& t) {
+  if (t.device() == Device::cpu) {
+    if (host.data() != t.data()) std::memcpy(t.data(), host.data(), t.nbytes());
+    return;
+  }
+  backend_->copy_from_host(host, t);
+}
+
+void MpiCommunicator::all_reduce_host(Tensor& t, MPI_Op op, const char* what) {
+  const int n = count_of(t.numel(), t, what);
+  if (n == 0) return;
+  const MPI_Datatype type = reduce_type(t.dtype());
+  if (type != MPI_DATATYPE_NULL) {
+    LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data(), n, type, op, comm_));
+    return;
+  }
+  LINNET_CHECK(t.dtype() == DType::bf16 || t.dtype() == DType::f16, "mpi ", what, " of ", t.describe());
+  std::vector<float> wide(static_cast<size_t>(n));
+  convert(t.data(), t.dtype(), wide.data(), DType::f32, wide.size());
+  LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide.data(), n, MPI_FLOAT, op, comm_));
+  convert(wide.data(), DType::f32, t.data(), t.dtype(), wide.size());
+}
+
+void MpiCommunicator::all_reduce(Tensor& t, MPI_Op op, const char* what) {
+  if (!t.defined()) throw Error(str("mpi ", what, " of an undefined tensor"));
+  Tensor host = stage_in(t, what);
+  all_reduce_host(host, op, what);
+  stage_out(host, t);
+}
+
+void MpiCommunicator::all_reduce_sum(Tensor& t) { all_reduce(t, MPI_SUM, "all_reduce_sum"); }
+void MpiCommunicator::all_reduce_max(Tensor& t) { all_reduce(t, MPI_MAX, "all_reduce_max"); }
+
+void MpiCommunicator::all_gather(const Tensor& local, Tensor& out) {
+  LINNET_CHECK(local.defined() && out.defined() && local.dtype() == out.dtype() &&
+                   out.numel() == local.numel() * size_,
+               "mpi all_gather of ", local.describe(), " into ", out.describe(), " over ", size_, " ranks");
+  const int bytes = count_of(static_cast<int64_t>(local.nbytes()), local, "all_gather (bytes)");
+  count_of(static_cast<int64_t>(out.nbytes()), out, "all_gather (bytes)");
+  if (bytes == 0) return;
+  const Tensor host_local = stage_in(local, "all_gather");
+  if (out.device() != Device::cpu) need_backend(out, "all_gather");
+  Tensor host_out = out.device() == Device::cpu ? out : Tensor::empty(out.shape(), out.dtype());
+  LINNET_MPI_CHECK(
+      MPI_Allgather(host_local.data(), bytes, MPI_BYTE, host_out.data(), bytes, MPI_BYTE, comm_));
+  stage_out(host_out, out);
+}
+
+void MpiCommunicator::broadcast(Tensor& t, int root) {
+  if (root < 0 || root >= size_) throw Error(str("mpi broadcast from root ", root, " of ", size_, " ranks"));
+  LINNET_CHECK(t.defined(), "mpi broadcast of an undefined tensor");
+  const int bytes = count_of(static_cast<int64_t>(t.nbytes()), t, "broadcast (bytes)");
+  if (bytes == 0) return;
+  // Only the root's values matter: the others receive into a fresh host buffer.
+  Tensor host = t;
+  if (t.device() != Device::cpu) {
+    need_backend(t, "broadcast");
+    host = rank_ == root ? stage_in(t, "broadcast") : Tensor::empty(t.shape(), t.dtype());
+  }
+  LINNET_MPI_CHECK(MPI_Bcast(host.data(), bytes, MPI_BYTE, root, comm_));
+  stage_out(host, t);
+}
+
+void MpiCommunicator::barrier() { LINNET_MPI_CHECK(MPI_Barrier(comm_)); }
+
+void MpiCommunicator::max_with_index(Tensor& value, Tensor& index) {
+  LINNET_CHECK(value.defined() && index.defined() && value.dtype() == DType::f32 && index.dtype() == DType::i32 &&
+                   value.numel() == index.numel(),
+               "mpi max_with_index of ", value.describe(), " and ", index.describe());
+  static_assert(sizeof(int) == sizeof(int32_t), "MPI_FLOAT_INT pairs a float with an int");
+  const int n = count_of(value.numel(), value, "max_with_index");
+  if (n == 0) return;
+  Tensor hv = stage_in(value, "max_with_index"), hi = stage_in(index, "max_with_index");
+  // MPI_MAXLOC over (value, index): the largest value, and on equal values the lowest index.
+  struct Pair {
+    float value;
+    int index;
+  };
+  std::vector<Pair> pairs(static_cast<size_t>(n));
+  const float* v = hv.ptr<float>();
+  int32_t* ix = hi.ptr<int32_t>();
+  for (int i = 0; i < n; ++i) pairs[i] = {v[i], ix[i]};
+  LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, pairs.data(), n, MPI_FLOAT_INT, MPI_MAXLOC, comm_));
+  float* vo = hv.ptr<float>();
+  for (int i = 0; i < n; ++i) {
+    vo[i] = pairs[i].value;
+    ix[i] = pairs[i].index;
+  }
+  stage_out(hv, value);
+  stage_out(hi, index);
+}
+
+bool MpiCommunicator::all_ok(bool ok) {
+  int flag = ok ? 1 : 0;
+  LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_LAND, comm_));
+  return flag != 0;
+}
+
+}  // namespace linnet

@@ -1,0 +1,59 @@
+// NcclCommunicator: the Communicator for ranks on distinct GPUs (SPEC §7, docs/parallel.md).
+//
+// - Device tensors: ncclAllReduce (sum, max; f32, bf16, f16, i32, i64 reduced in their own
+//   dtype), ncclAllGather and ncclBroadcast (raw bytes, any dtype), enqueued on `stream`.
+// - Host tensors, max_with_index, all_ok and barrier go through an inner MpiCommunicator over
+//   the same MPI communicator (device tensors given to max_with_index are staged through
+//   `backend`, whose to_host waits for the stream).
+//
+// `stream` must be the CUDA backend's stream (CudaBackend::stream()): the collectives are
+// then ordered after the kernels that produced their inputs and before those that read their
+// results, with no extra synchronisation; like the backend's ops they return before the work
+// is done. `cuda_device` is this rank's GPU (MpiRuntime::local_rank()). Two ranks on one GPU
+// are refused by NCCL: use MpiCommunicator (staging through the host) for that.
+//
+// The constructor is collective over `comm` (rank 0's unique id is broadcast by MPI) and
+// throws linnet::Error on every rank when any rank fails to set up NCCL. NCCL and CUDA errors
+// throw linnet::Error naming the call, file and line.
+//
+// This header needs no CUDA or NCCL headers; it declares the class only in builds with both
+// NCCL and MPI (LINNET_HAVE_NCCL, LINNET_HAVE_MPI).
+#pragma once
+#if defined(LINNET_HAVE_NCCL) && defined(LINNET_HAVE_MPI)
+#include "parallel/mpi_communicator.h"
+
+struct ncclComm;     // ncclComm_t is ncclComm*
+struct CUstream_st;  // cudaStream_t is CUstream_st*
+
+namespace linnet {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* stream, Backend* backend);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return mpi_.rank(); }
+  int size() const override { return mpi_.size(); }
+  std::string name() const override { return "nccl"; }
+
+  void all_reduce_sum(Tensor& t) override;
+  void all_reduce_max(Tensor& t) override;
+  void all_gather(const Tensor& local, Tensor& out) override;
+  void broadcast(Tensor& t, int root) override;
+  void barrier() override { mpi_.barrier(); }
+  void max_with_index(Tensor& value, Tensor& index) override { mpi_.max_with_index(value, index); }
+  bool all_ok(bool ok) override { return mpi_.all_ok(ok); }
+
+ private:
+  void all_reduce(Tensor& t, bool sum);
+
+  MpiCommunicator mpi_;
+  int device_;
+  CUstream_st* stream_;
+  ncclComm* nccl_ = nullptr;
+};
+
+}  // namespace linnet
+#endif

@@ -1,0 +1,435 @@
+// mpi_comm_check: run under `mpirun -np N`; checks every MpiCommunicator collective, the
+// device staging path, MpiRuntime's groups, and (on 1-4 ranks) a tensor-parallel tiny model
+// against the same model on one rank. Exits 0 when all pass; on the first mismatch a rank
+// prints it and ends the job through abort_all (non-zero). tests/mpi_communicator_test.cpp
+// runs it.
+//
+//   mpi_comm_check [--fail-on-rank R]   rank R throws mid-run (between collectives the others
+//                                        are already waiting in): the job must end non-zero.
+//                  [--skip-model]       leave out the model check
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "checkpoint/random_weights.h"
+#include "core/backend.h"
+#include "layers/model.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_runtime.h"
+
+using namespace linnet;
+
+namespace {
+
+int g_checks = 0;
+
+template <class... A>
+void expect(bool cond, const A&... what) {
+  ++g_checks;
+  if (!cond) throw Error(str("check failed: ", what...));
+}
+
+// ---- a fake device: host memory tagged Device::cuda, reachable only through to_host and
+// copy_from_host (which are counted, so the staging path is seen to be taken) ----
+class FakeDeviceBackend final : public Backend {
+ public:
+  int to_host_calls = 0, copy_from_host_calls = 0;
+
+  std::string name() const override { return "fake-device"; }
+  Device device() const override { return Device::cuda; }
+  DType compute_dtype(DType w) const override { return w; }
+  Tensor empty(const Shape& shape, DType dtype) override {
+    auto s = std::make_shared<Storage>();
+    s->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+    s->data = new char[s->bytes + 1];
+    s->device = Device::cuda;
+    s->release = [](void* p) { delete[] static_cast<char*>(p); };
+    return Tensor(s, 0, shape, dtype);
+  }
+  Tensor upload(const Tensor& host) override {
+    Tensor t = empty(host.shape(), host.dtype());
+    std::memcpy(t.data(), host.data(), host.nbytes());
+    return t;
+  }
+  Tensor to_host(const Tensor& t) override {
+    ++to_host_calls;
+    Tensor h = Tensor::empty(t.shape(), t.dtype());
+    std::memcpy(h.data(), t.data(), t.nbytes());
+    return h;
+  }
+  void copy_from_host(const Tensor& host, Tensor& dst) override {
+    ++copy_from_host_calls;
+    LINNET_CHECK(host.device() == Device::cpu && dst.device() == Device::cuda && host.nbytes() == dst.nbytes());
+    std::memcpy(dst.data(), host.data(), host.nbytes());
+  }
+  void fill_zero(Tensor& t) override { std::memset(t.data(), 0, t.nbytes()); }
+  void synchronize() override {}
+  [[noreturn]] void no() { throw Error("fake device backend: op not implemented"); }
+  void convert(const Tensor&, Tensor&) override { no(); }
+  void embedding(const Tensor&, const Tensor&, Tensor&) override { no(); }
+  void matmul(const Tensor&, const Tensor&, const Tensor*, Tensor&) override { no(); }
+  void rms_norm(const Tensor&, const Tensor&, float, Tensor&) override { no(); }
+  void add_rms_norm(Tensor&, const Tensor&, const Tensor&, float, Tensor&) override { no(); }
+  void add(Tensor&, const Tensor&) override { no(); }
+  void rope(Tensor&, int64_t, int64_t, const Tensor&, const Tensor&) override { no(); }
+  void swiglu(const Tensor&, Tensor&) override { no(); }
+  void kv_write(const Tensor&, const AttentionDims&, const Tensor&, Tensor&, Tensor&) override { no(); }
+  void attention_packed(const Tensor&, const AttentionDims&, const Tensor&, Tensor&) override { no(); }
+  void attention_cache(const Tensor&, const AttentionDims&, const Tensor&, const Tensor&, const Tensor&,
+                       const Tensor&, const Tensor&, Tensor&) override {
+    no();
+  }
+  void gather_rows(const Tensor&, const Tensor&, Tensor&) override { no(); }
+  void copy_columns(const Tensor&, Tensor&, int64_t, int64_t) override { no(); }
+  void logit_stats(const Tensor&, int64_t, int64_t, const Tensor&, Tensor&, Tensor&, Tensor&) override { no(); }
+  void argmax(const Tensor&, int64_t, int64_t, Tensor&, Tensor&) override { no(); }
+  void gumbel_max(const Tensor&, int64_t, int64_t, uint64_t, uint64_t, int32_t, float, Tensor&, Tensor&) override {
+    no();
+  }
+};
+
+// Values every rank can compute for every rank r: multiples of 1/4 in [-8, 8], exact in
+// bf16/f16 and in their sums over up to 4 ranks.
+float value_of(int r, int64_t i, uint32_t seed) {
+  std::mt19937 gen(seed * 1000003u + static_cast<uint32_t>(i) * 7919u + static_cast<uint32_t>(r) * 104729u);
+  return static_cast<float>(static_cast<int>(gen() % 65) - 32) / 4.0f;
+}
+
+Tensor data_of(int r, int64_t n, DType d, uint32_t seed) {
+  std::vector<float> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[i] = value_of(r, i, seed);
+  return Tensor::from_floats({n}, v, d);
+}
+
+// What a value of value_of() reads back as after a trip through dtype d.
+float as_stored(DType d, float x) { return d == DType::i32 || d == DType::i64 ? std::trunc(x) : x; }
+
+std::vector<float> floats(const Tensor& t, Backend* be) {
+  return t.device() == Device::cpu ? t.to_floats() : be->to_host(t).to_floats();
+}
+
+// ---- the collectives ----
+void check_collectives(Communicator& comm, Backend* device) {
+  const int rank = comm.rank(), size = comm.size();
+  const int64_t n = 1000;
+  auto place = [&](const Tensor& h) { return device ? device->upload(h) : h.clone(); };
+  const char* where = device ? " (staged)" : "";
+
+  // all_reduce_sum, same seed on every rank: x·N. f32 with random floats too.
+  for (DType d : {DType::f32, DType::bf16, DType::f16}) {
+    Tensor x = place(data_of(0, n, d, 11));
+    comm.all_reduce_sum(x);
+    auto got = floats(x, device);
+    for (int64_t i = 0; i < n; ++i)
+      expect(got[i] == value_of(0, i, 11) * size, "all_reduce_sum ", dtype_name(d), where, " [", i, "] = ", got[i],
+             ", want ", value_of(0, i, 11) * size);
+  }
+  {
+    std::mt19937 gen(5);
+    std::normal_distribution<float> nd;
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& e : v) e = nd(gen);
+    Tensor x = place(Tensor::from_floats({10, 100}, v));
+    comm.all_reduce_sum(x);
+    auto got = floats(x, device);
+    for (int64_t i = 0; i < n; ++i)
+      expect(std::fabs(got[i] - v[i] * size) <= 1e-5f * std::fabs(v[i] * size) + 1e-6f, "all_reduce_sum f32 random",
+             where, " [", i, "]");
+  }
+  // Integer sums, and a view (rows of a larger tensor) reduced in place without touching the rest.
+  {
+    Tensor x = Tensor::from_ints({4}, {1, -2, 3, 1000000000000LL}, DType::i64);
+    if (device) x = device->upload(x);
+    comm.all_reduce_sum(x);
+    Tensor h = device ? device->to_host(x) : x;
+    expect(h.ptr<int64_t>()[3] == 1000000000000LL * size && h.ptr<int64_t>()[1] == -2 * size, "all_reduce_sum i64",
+           where);
+    Tensor big = Tensor::from_floats({3, 2}, {1, 2, 3, 4, 5, 6});
+    Tensor mid = big.rows(1, 2);
+    comm.all_reduce_sum(mid);
+    auto b = big.to_floats();
+    expect(b[0] == 1 && b[1] == 2 && b[2] == 3.0f * size && b[3] == 4.0f * size && b[4] == 5 && b[5] == 6,
+           "all_reduce_sum of a row view");
+  }
+  // all_reduce_max on rank-dependent data.
+  for (DType d : {DType::f32, DType::bf16}) {
+    Tensor x = place(data_of(rank, n, d, 12));
+    comm.all_reduce_max(x);
+    auto got = floats(x, device);
+    for (int64_t i = 0; i < n; ++i) {
+      float want = value_of(0, i, 12);
+      for (int r = 1; r < size; ++r) want = std::max(want, value_of(r, i, 12));
+      expect(got[i] == want, "all_reduce_max ", dtype_name(d), where, " [", i, "] = ", got[i], ", want ", want);
+    }
+  }
+  // all_gather: rank order.
+  for (DType d : {DType::f32, DType::bf16, DType::i32}) {
+    Tensor local = place(data_of(rank, 6, d, 13).reshape({2, 3}));
+    Tensor out = device ? device->empty({size, 2, 3}, d) : Tensor::zeros({size, 2, 3}, d);
+    comm.all_gather(local, out);
+    auto got = floats(out, device);
+    for (int r = 0; r < size; ++r)
+      for (int64_t i = 0; i < 6; ++i)
+        expect(got[r * 6 + i] == as_stored(d, value_of(r, i, 13)),
+               "all_gather ", dtype_name(d), where, " rank ", r, " [", i, "]");
+  }
+  // broadcast from the last rank (≠ 0 with several ranks); the others start with garbage.
+  const int root = size - 1;
+  for (DType d : {DType::f32, DType::bf16, DType::i32, DType::i64}) {
+    Tensor x = place(rank == root ? data_of(root, 50, d, 14) : Tensor::from_floats({50}, std::vector<float>(50, -99), d));
+    comm.broadcast(x, root);
+    auto got = floats(x, device);
+    for (int64_t i = 0; i < 50; ++i) {
+      const float want = as_stored(d, value_of(root, i, 14));
+      expect(got[i] == want, "broadcast ", dtype_name(d), " from ", root, where, " [", i, "] = ", got[i], ", want ", want);
+    }
+  }
+  bool threw = false;
+  try {
+    Tensor x = Tensor::zeros({2}, DType::f32);
+    comm.broadcast(x, size);
+  } catch (const Error&) {
+    threw = true;
+  }
+  expect(threw, "broadcast from root ", size, " of ", size, " ranks must throw");
+
+  // max_with_index. Element i:
+  //   i % 4 == 0: every rank has the same value; indices are larger on lower ranks, so the
+  //               lowest index (the tie's winner) sits on the last rank;
+  //   i % 4 == 1: rank (i/4) % size has the largest value (with a larger index than others);
+  //   i % 4 == 2: -inf everywhere but on rank 0 (a shard of padding only beats nothing);
+  //   i % 4 == 3: random values, index = rank·1000 + i; ties resolved to the lowest index.
+  {
+    const int64_t m = 64;
+    std::vector<float> v(m);
+    std::vector<int64_t> ix(m);
+    auto val = [&](int r, int64_t i) -> float {
+      switch (i % 4) {
+        case 0: return 1.5f;
+        case 1: return r == (i / 4) % size ? 10.0f : -1.0f;
+        case 2: return r == 0 ? -3.0f : -INFINITY;
+        default: return value_of(r, i, 15);
+      }
+    };
+    auto idx = [&](int r, int64_t i) -> int32_t {
+      switch (i % 4) {
+        case 0: return (size - 1 - r) * 100 + static_cast<int32_t>(i);
+        case 1: return (r == (i / 4) % size ? 50000 : 0) + static_cast<int32_t>(i);
+        default: return r * 1000 + static_cast<int32_t>(i);
+      }
+    };
+    for (int64_t i = 0; i < m; ++i) {
+      v[i] = val(rank, i);
+      ix[i] = idx(rank, i);
+    }
+    Tensor value = Tensor::from_floats({m}, v), index = Tensor::from_ints({m}, ix, DType::i32);
+    if (device) {
+      value = device->upload(value);
+      index = device->upload(index);
+    }
+    comm.max_with_index(value, index);
+    auto gv = floats(value, device);
+    Tensor hi = device ? device->to_host(index) : index;
+    for (int64_t i = 0; i < m; ++i) {
+      float wv = val(0, i);
+      int32_t wi = idx(0, i);
+      for (int r = 1; r < size; ++r) {
+        const float x = val(r, i);
+        if (x > wv || (x == wv && idx(r, i) < wi)) {
+          wv = x;
+          wi = idx(r, i);
+        }
+      }
+      expect(gv[i] == wv && hi.ptr<int32_t>()[i] == wi, "max_with_index", where, " [", i, "] = (", gv[i], ", ",
+             hi.ptr<int32_t>()[i], "), want (", wv, ", ", wi, ")");
+    }
+  }
+  // all_ok.
+  expect(comm.all_ok(true), "all_ok(true) everywhere");
+  expect(comm.all_ok(rank != size - 1) == false, "all_ok with the last rank false");
+  expect(comm.all_ok(rank == 0) == (size == 1), "all_ok with only rank 0 true");
+  comm.barrier();
+}
+
+// ---- groups ----
+void check_groups(MpiRuntime& mpi) {
+  const int w = mpi.world_size(), wr = mpi.world_rank();
+  for (int tp = 1; tp <= w; ++tp) {
+    if (w % tp != 0) {
+      bool threw = false;
+      try {
+        mpi.make_groups(tp);
+      } catch (const Error& e) {
+        threw = std::string(e.what()).find("does not divide") != std::string::npos;
+      }
+      expect(threw, "make_groups(", tp, ") on ", w, " ranks must throw on every rank");
+      continue;
+    }
+    Groups g = mpi.make_groups(tp);
+    expect(g.tp == tp && g.replicas == w / tp && g.replica == wr / tp && g.shard == wr % tp, "make_groups(", tp,
+           ") numbering");
+    MpiCommunicator shards(g.shard_comm), peers(g.replica_comm);
+    expect(shards.size() == tp && shards.rank() == g.shard, "shard_comm of tp ", tp);
+    expect(peers.size() == w / tp && peers.rank() == g.replica, "replica_comm of tp ", tp);
+    // Sums stay inside a replica: Σ world ranks of replica r = tp·r·tp + tp(tp−1)/2.
+    Tensor x = Tensor::from_ints({1}, {wr}, DType::i64);
+    shards.all_reduce_sum(x);
+    const int64_t r = g.replica, want = int64_t(tp) * r * tp + int64_t(tp) * (tp - 1) / 2;
+    expect(x.ptr<int64_t>()[0] == want, "sum inside replica ", r, " of tp ", tp, " = ", x.ptr<int64_t>()[0], ", want ",
+           want);
+    Tensor y = Tensor::from_ints({1}, {wr}, DType::i64);
+    peers.all_reduce_sum(y);
+    const int64_t reps = w / tp, want_y = reps * g.shard + int64_t(tp) * reps * (reps - 1) / 2;
+    expect(y.ptr<int64_t>()[0] == want_y, "sum across replicas for shard ", g.shard, " of tp ", tp);
+    check_collectives(shards, nullptr);
+  }
+  {
+    Groups whole = mpi.make_groups(0);
+    expect(whole.tp == w && whole.replicas == 1, "make_groups(0) is the whole world");
+  }
+  bool threw = false;
+  try {
+    mpi.make_groups(-2);
+  } catch (const Error&) {
+    threw = true;
+  }
+  expect(threw, "make_groups(-2) must throw");
+  expect(mpi.local_rank() >= 0 && mpi.local_rank() < std::max(mpi.local_size(), w), "local_rank ", mpi.local_rank());
+}
+
+// ---- a tensor-parallel tiny model equals the one-rank model ----
+ModelConfig model_config(int shards) {
+  ModelConfig c;
+  c.vocab = 97;  // divides by none of 2, 3, 4: the last vocab shard is padded
+  c.heads = 2 * shards;
+  c.kv_heads = shards;
+  c.hidden = 8 * c.heads;
+  c.inner = 12 * shards;
+  c.layers = 2;
+  c.max_position = 32;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000;
+  c.dtype = DType::f32;
+  return c;
+}
+
+double rel_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_floats(), y = b.to_floats();
+  if (x.size() != y.size()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    den += double(y[i]) * y[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+void check_model(Communicator& comm) {
+  const int shards = comm.size();
+  const ModelConfig c = model_config(shards);
+  RunOptions o;
+  o.batch = 2;
+  o.max_seq = 16;
+  o.page_size = 8;
+  auto cpu = make_cpu_backend();
+  o.shards = shards;
+  Generics g = bind_generics(c, o);
+  RandomWeights w(3);
+  Model tp(c, g, w, *cpu, comm);
+  o.shards = 1;
+  Generics g1 = bind_generics(c, o);
+  SingleCommunicator single;
+  RandomWeights w1(3);
+  Model one(c, g1, w1, *cpu, single);
+
+  std::vector<int64_t> toks;
+  for (int i = 0; i < 2 * 7; ++i) toks.push_back((i * 37 + 5) % c.vocab);
+  Tensor t = Tensor::from_ints({2, 7}, toks, DType::i32);
+  const double e = rel_diff(tp.forward(t), one.forward(t));
+  expect(e < 1e-5, "forward on ", shards, " shards vs one rank: relative difference ", e);
+  Tensor nt = tp.next_token(t), n1 = one.next_token(t);
+  expect(rel_diff(nt, n1) < 1e-5, "next_token on ", shards, " shards");
+  std::vector<int64_t> pos, seg, tgt;
+  for (int i = 0; i < 7; ++i) {
+    pos.push_back(i);
+    seg.push_back(0);
+    tgt.push_back(i == 6 ? -1 : toks[i + 1]);
+  }
+  Tensor tk = Tensor::from_ints({7}, std::vector<int64_t>(toks.begin(), toks.begin() + 7), DType::i32);
+  Tensor lp = tp.log_probs_packed(tk, Tensor::from_ints({7}, pos, DType::i32), Tensor::from_ints({7}, seg, DType::i32),
+                                  Tensor::from_ints({7}, tgt, DType::i64));
+  Tensor lp1 = one.log_probs_packed(tk, Tensor::from_ints({7}, pos, DType::i32),
+                                    Tensor::from_ints({7}, seg, DType::i32), Tensor::from_ints({7}, tgt, DType::i64));
+  expect(rel_diff(lp, lp1) < 1e-5, "log_probs_packed on ", shards, " shards: ", rel_diff(lp, lp1));
+  // Greedy generation goes through the vocab-shard argmax (max_with_index).
+  Tensor start = Tensor::from_ints({2, 1}, {3, 11}, DType::i32);
+  Tensor gen = tp.generate(start, 0, 6), gen1 = one.generate(start, 0, 6);
+  expect(gen.to_ints() == gen1.to_ints(), "generate on ", shards, " shards picks the one-rank tokens");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int fail_on_rank = -1;
+  bool model = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--fail-on-rank" && i + 1 < argc)
+      fail_on_rank = std::atoi(argv[++i]);
+    else if (a == "--skip-model")
+      model = false;
+    else {
+      std::fprintf(stderr, "usage: mpi_comm_check [--fail-on-rank R] [--skip-model]\n");
+      return 2;
+    }
+  }
+  // MpiRuntime lives outside the try: were it destroyed by the unwinding, MPI_Finalize would
+  // wait for ranks stuck in a collective, and abort_all would come too late.
+  std::unique_ptr<MpiRuntime> runtime;
+  try {
+    runtime = std::make_unique<MpiRuntime>();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "mpi_comm_check: %s\n", e.what());
+    return 4;
+  }
+  MpiRuntime& mpi = *runtime;
+  try {
+    auto device = std::make_unique<FakeDeviceBackend>();
+    MpiCommunicator world(MPI_COMM_WORLD, device.get());
+    expect(world.name() == "mpi" && world.rank() == mpi.world_rank() && world.size() == mpi.world_size(), "world");
+    if (fail_on_rank >= 0) {
+      // The other ranks go on into a collective that can never complete.
+      if (world.rank() == fail_on_rank) throw Error(str("deliberate failure on rank ", fail_on_rank));
+      Tensor x = Tensor::zeros({4}, DType::f32);
+      world.all_reduce_sum(x);
+      world.barrier();
+      throw Error("the collective finished although a rank had failed");
+    }
+    check_collectives(world, nullptr);
+    check_collectives(world, device.get());
+    expect(device->to_host_calls > 0 && device->copy_from_host_calls > 0, "device tensors were staged");
+    {  // A device tensor without a backend is an error, not a crash.
+      MpiCommunicator bare(MPI_COMM_WORLD);
+      Tensor x = device->empty({2}, DType::f32);
+      bool threw = false;
+      try {
+        bare.all_reduce_sum(x);
+      } catch (const Error&) {
+        threw = true;
+      }
+      expect(threw, "device tensor without a backend must throw");
+    }
+    check_groups(mpi);
+    if (model && world.size() <= 4) check_model(world);
+    if (!world.all_ok(true)) throw Error("ranks disagree at the end");
+    if (world.rank() == 0)
+      std::printf("mpi_comm_check: %d checks passed on each of %d ranks\n", g_checks, world.size());
+    return 0;
+  } catch (const std::exception& e) {
+    abort_all(e.what(), 3);
+  }
+}
