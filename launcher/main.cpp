@@ -1,13 +1,26 @@
-// linnet: one command, several subcommands (see `linnet help`).
+// linnet: one command, several subcommands (see `linnet help`). Under mpirun every rank runs
+// the same subcommand; an error on any rank ends the whole job with its message.
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <cstring>
 #include <functional>
-#include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "launcher/commands.h"
+#include "launcher/world.h"
+#ifdef LINNET_HAVE_MPI
+#include "parallel/mpi_runtime.h"
+#endif
+
+namespace linnet::cli {
+namespace {
+const MpiRuntime* g_runtime = nullptr;
+}
+const MpiRuntime* mpi_runtime() { return g_runtime; }
+void set_mpi_runtime(const MpiRuntime* rt) { g_runtime = rt; }
+}  // namespace linnet::cli
 
 namespace {
 
@@ -21,6 +34,8 @@ const std::vector<Subcommand>& subcommands() {
   using namespace linnet::cli;
   static const std::vector<Subcommand> table = {
       {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
+      {"init", "write a random-weight Hugging Face checkpoint", cmd_init},
+      {"import-llama2c", "convert a llama2.c checkpoint to a Hugging Face checkpoint", cmd_import_llama2c},
       {"run", "call a sequence of entries on one loaded model", cmd_run},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
@@ -41,16 +56,33 @@ int main(int argc, char** argv) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  for (const auto& s : subcommands()) {
-    if (std::strcmp(argv[1], s.name) != 0) continue;
-    try {
-      return s.run(linnet::cli::Args(argv + 2, argv + argc));
-    } catch (const std::exception& e) {
-      spdlog::error("{}", e.what());
-      return 1;
-    }
+  const Subcommand* cmd = nullptr;
+  for (const auto& s : subcommands())
+    if (!std::strcmp(argv[1], s.name)) cmd = &s;
+  if (!cmd) {
+    std::fprintf(stderr, "linnet: unknown subcommand '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
   }
-  std::fprintf(stderr, "linnet: unknown subcommand '%s'\n\n", argv[1]);
-  usage(stderr);
-  return 2;
+  int world_size = 1;
+#ifdef LINNET_HAVE_MPI
+  std::unique_ptr<linnet::MpiRuntime> runtime;  // outlives the handler below (see world.h)
+  if (linnet::MpiRuntime::launched_by_mpi()) {
+    runtime = std::make_unique<linnet::MpiRuntime>();
+    linnet::cli::set_mpi_runtime(runtime.get());
+    world_size = runtime->world_size();
+    spdlog::set_pattern("[%H:%M:%S.%e] [rank " + std::to_string(runtime->world_rank()) + "] [%^%l%$] %v");
+  }
+#endif
+  try {
+    return cmd->run(linnet::cli::Args(argv + 2, argv + argc));
+  } catch (const std::exception& e) {
+#ifdef LINNET_HAVE_MPI
+    // Another rank may be waiting in a collective for this one: end them all, never hang.
+    if (world_size > 1) linnet::abort_all(std::string("error: ") + e.what(), 1);
+#endif
+    spdlog::error("{}", e.what());
+    return 1;
+  }
+  (void)world_size;
 }

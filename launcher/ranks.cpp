@@ -2,13 +2,41 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/safetensors.h"
+#include "launcher/world.h"
+#ifdef LINNET_HAVE_MPI
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_runtime.h"
+#endif
 
 namespace linnet::cli {
 
-struct Ranks::Mpi {};
+struct Ranks::Mpi {
+#ifdef LINNET_HAVE_MPI
+  Groups groups;
+#endif
+};
 
 Ranks::Ranks(int tp, const std::string& backend_kind) {
+#ifdef LINNET_HAVE_MPI
+  if (const MpiRuntime* rt = mpi_runtime()) {
+    world_rank_ = rt->world_rank();
+    world_size_ = rt->world_size();
+    mpi_ = std::make_unique<Mpi>();
+    mpi_->groups = rt->make_groups(tp);  // --tp K not dividing the world: an error on every rank
+    replica_ = mpi_->groups.replica;
+    replicas_ = mpi_->groups.replicas;
+    backend_ = make_backend(backend_kind, rt->local_rank());  // GPU local_rank on CUDA
+    // Host tensors, or device tensors staged through the host (ranks sharing one GPU).
+    shards_ = std::make_unique<MpiCommunicator>(mpi_->groups.shard_comm, backend_.get());
+    spdlog::info("backend {}, replica {} of {}, shard {} of {} ({} communicator)", backend_->name(), replica_,
+                 replicas_, shards_->rank(), shards_->size(), shards_->name());
+    return;
+  }
+#endif
   if (tp > 1) throw Error(str("--tp ", tp, " needs ", tp, " ranks, but this run has 1 (start it with mpirun)"));
   backend_ = make_backend(backend_kind, 0);
   shards_ = std::make_unique<SingleCommunicator>();
@@ -23,16 +51,44 @@ std::string Ranks::replica_path(std::string pattern) const {
   return pattern;
 }
 
+// Shard 0 of the replica reads the file; the others get its tensors by broadcast: first a
+// JSON list of (name, dtype, shape), then each tensor's bytes.
 std::map<std::string, Tensor> Ranks::read_inputs(const std::string& path) {
-  SafetensorsFile file(path);
+  Communicator& comm = *shards_;
   std::map<std::string, Tensor> out;
-  for (const auto& name : file.names()) out[name] = file.read(name);
+  std::string header;
+  if (comm.rank() == 0) {
+    SafetensorsFile file(path);
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& name : file.names()) {
+      out[name] = file.read(name);
+      list.push_back({name, dtype_name(out[name].dtype()), out[name].shape().dims()});
+    }
+    header = list.dump();
+  }
+  if (comm.size() == 1) return out;
+  Tensor len = Tensor::from_ints({1}, {static_cast<int64_t>(header.size())}, DType::i64);
+  comm.broadcast(len, 0);
+  const int64_t n = len.to_ints()[0];
+  Tensor bytes = Tensor::zeros({(n + 3) / 4}, DType::i32);
+  std::memcpy(bytes.data(), header.data(), header.size());
+  comm.broadcast(bytes, 0);
+  const auto list = nlohmann::json::parse(std::string(static_cast<const char*>(bytes.data()), static_cast<size_t>(n)));
+  for (const auto& e : list) {
+    const std::string name = e[0].get<std::string>();
+    if (comm.rank() != 0) out[name] = Tensor::empty(Shape(e[2].get<std::vector<int64_t>>()), parse_dtype(e[1].get<std::string>()));
+    comm.broadcast(out[name], 0);
+  }
   return out;
 }
 
 void Ranks::write_outputs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& outputs) {
-  if (shards_->rank() != 0) return;
+  // Each replica's shard 0 writes its own file when the path names {replica}; otherwise only
+  // world rank 0 writes (every rank of a replica holds the same full outputs).
+  const bool per_replica = path != replica_path_template_;
+  if (shards_->rank() != 0 || (!per_replica && world_rank_ != 0)) return;
   save_safetensors(path, outputs);
+  spdlog::info("wrote {} outputs to {}", outputs.size(), path);
 }
 
 }  // namespace linnet::cli

@@ -26,6 +26,8 @@ class Ranks {
 
   // "{replica}" in a path becomes this rank's replica index.
   std::string replica_path(std::string pattern) const;
+  // The --outputs pattern as given, before replica_path (to know whether it names {replica}).
+  void set_outputs_pattern(std::string p) { replica_path_template_ = std::move(p); }
   std::map<std::string, Tensor> read_inputs(const std::string& path);
   void write_outputs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& outputs);
 
@@ -33,6 +35,7 @@ class Ranks {
   struct Mpi;
   std::unique_ptr<Mpi> mpi_;
   int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1;
+  std::string replica_path_template_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> shards_;
 };

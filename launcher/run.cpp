@@ -88,7 +88,9 @@ std::vector<Call> read_calls(const std::string& path, const std::map<std::string
         throw Error(str(where, ": argument '", name, "' must name an input tensor, or be a number or an array"));
       }
     }
-    for (const auto& [name, v] : c.value("generics", json::object()).items()) {
+    const json generics = c.value("generics", json::object());
+    if (!generics.is_object()) throw Error(str(where, ": \"generics\" must be an object"));
+    for (const auto& [name, v] : generics.items()) {
       if (!v.is_number_integer()) throw Error(str(where, ": generic ", name, " must be an integer"));
       call.generics[name] = v.get<int64_t>();
     }
@@ -136,7 +138,10 @@ int cmd_run(const Args& args) {
     for (size_t i = 0; i < call.outputs.size(); ++i) outputs.emplace_back(call.outputs[i], results[i]);
     spdlog::info("{}: done", call.entry);
   }
-  if (vm.count("outputs")) ranks.write_outputs(ranks.replica_path(vm["outputs"].as<std::string>()), outputs);
+  if (vm.count("outputs")) {
+    ranks.set_outputs_pattern(vm["outputs"].as<std::string>());
+    ranks.write_outputs(ranks.replica_path(vm["outputs"].as<std::string>()), outputs);
+  }
   return 0;
 }
 

@@ -1,0 +1,53 @@
+// linnet init / linnet import-llama2c: make a Hugging Face checkpoint directory.
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/hf_config.h"
+#include "checkpoint/presets.h"
+#include "checkpoint/write_checkpoint.h"
+#include "core/error.h"
+#include "launcher/options.h"
+
+namespace linnet::cli {
+
+int cmd_init(const Args& args) {
+  std::string presets;
+  for (const auto& n : preset_names()) presets += (presets.empty() ? "" : ", ") + n;
+  po::options_description desc("linnet init");
+  desc.add_options()
+      ("out", po::value<std::string>()->required(), "checkpoint directory to write")
+      ("preset", po::value<std::string>(), ("a named configuration: " + presets).c_str())
+      ("config", po::value<std::string>(), "a Hugging Face config.json (or a directory holding one)")
+      ("dtype", po::value<std::string>(), "bf16, f16 or f32 (default: the config's torch_dtype)")
+      ("layers", po::value<int64_t>(), "override num_hidden_layers (smaller benchmarks of real shapes)")
+      ("seed", po::value<uint64_t>()->default_value(0), "random seed: the same seed writes the same weights");
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "linnet init --out DIR (--preset NAME | --config config.json) [--dtype T] [--seed N]"))
+    return 0;
+  if (vm.count("preset") == vm.count("config")) throw Error("linnet init: give exactly one of --preset and --config");
+  ModelConfig c = vm.count("preset") ? preset_config(vm["preset"].as<std::string>())
+                                     : load_hf_config(vm["config"].as<std::string>());
+  if (vm.count("layers")) {
+    if (vm["layers"].as<int64_t>() < 1) throw Error("--layers must be at least 1");
+    c.layers = vm["layers"].as<int64_t>();
+  }
+  const DType dtype = vm.count("dtype") ? parse_dtype(vm["dtype"].as<std::string>()) : c.dtype;
+  if (!is_float(dtype)) throw Error("--dtype must be bf16, f16 or f32");
+  const std::string out = vm["out"].as<std::string>();
+  write_random_checkpoint(c, out, dtype, vm["seed"].as<uint64_t>());
+  spdlog::info("wrote {} ({} layers, hidden {}, vocab {}, {})", out, c.layers, c.hidden, c.vocab, dtype_name(dtype));
+  return 0;
+}
+
+int cmd_import_llama2c(const Args& args) {
+  po::options_description desc("linnet import-llama2c");
+  desc.add_options()
+      ("input", po::value<std::string>()->required(), "llama2.c checkpoint (e.g. stories15M.bin)")
+      ("out", po::value<std::string>()->required(), "Hugging Face checkpoint directory to write");
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "linnet import-llama2c --input MODEL.bin --out DIR")) return 0;
+  const ModelConfig c = import_llama2c(vm["input"].as<std::string>(), vm["out"].as<std::string>());
+  spdlog::info("wrote {} ({} layers, hidden {}, vocab {}, f32)", vm["out"].as<std::string>(), c.layers, c.hidden, c.vocab);
+  return 0;
+}
+
+}  // namespace linnet::cli
