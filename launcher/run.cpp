@@ -2,6 +2,7 @@
 // CALLS.json format). Every rank runs the same calls; rank 0 writes the outputs.
 #include <spdlog/spdlog.h>
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -106,6 +107,21 @@ std::vector<Call> read_calls(const std::string& path, const std::map<std::string
   return calls;
 }
 
+void print_output(const std::string& name, const Tensor& t) {
+  std::printf("%s %s\n", name.c_str(), t.describe().c_str());
+  if (is_float(t.dtype())) {
+    const auto v = t.to_floats();
+    const size_t show = std::min<size_t>(v.size(), 8);
+    for (size_t i = 0; i < show; ++i) std::printf("%s%.6g", i ? " " : "", v[i]);
+    std::printf(v.size() > show ? " …\n" : "\n");
+    return;
+  }
+  const auto v = t.to_ints();
+  const int64_t cols = t.rank() ? t.dim(t.rank() - 1) : 1;
+  for (size_t i = 0; i < v.size(); ++i)
+    std::printf("%lld%s", static_cast<long long>(v[i]), (i + 1) % cols == 0 ? "\n" : " ");
+}
+
 }  // namespace
 
 int cmd_run(const Args& args) {
@@ -116,7 +132,8 @@ int cmd_run(const Args& args) {
       ("inputs", po::value<std::string>(), "IN.safetensors: tensors the calls name ({replica} is replaced)")
       ("outputs", po::value<std::string>(), "OUT.safetensors: the calls' named results ({replica} is replaced)")
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
-      ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+      ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)")
+      ("print", "print each named output on stdout (rank 0): integer tensors in full, one row a line");
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm,
@@ -138,6 +155,8 @@ int cmd_run(const Args& args) {
     for (size_t i = 0; i < call.outputs.size(); ++i) outputs.emplace_back(call.outputs[i], results[i]);
     spdlog::info("{}: done", call.entry);
   }
+  if (vm.count("print") && ranks.world_rank() == 0)
+    for (const auto& [name, t] : outputs) print_output(name, t);
   if (vm.count("outputs")) {
     ranks.set_outputs_pattern(vm["outputs"].as<std::string>());
     ranks.write_outputs(ranks.replica_path(vm["outputs"].as<std::string>()), outputs);
