@@ -12,6 +12,9 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   if (!is_float(stored))
     throw Error(str(dir_.file_of(p.hf_name).path(), ": tensor '", p.hf_name, "' has dtype ", dtype_name(stored),
                     ", expected a float dtype (bf16, f16 or f32)"));
+  if (stored != declared_)
+    throw Error(str(dir_.file_of(p.hf_name).path(), ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored),
+                    ", but config.json's torch_dtype says ", dtype_name(declared_)));
   if (p.split == Split::mirrored) return dir_.read(p.hf_name);
   const auto [begin, end] = p.shard_range(shard);
   if (p.split == Split::columns) return dir_.read_cols(p.hf_name, begin, end);
@@ -31,7 +34,7 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   if (m.generics.shards != comm.size())
     throw Error(str("Shards=", m.generics.shards, " but the shard group has ", comm.size(), " ranks"));
   CheckpointDir files(dir);
-  CheckpointWeights weights(files);
+  CheckpointWeights weights(files, m.config.dtype);
   m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
   return m;
 }

@@ -11,11 +11,14 @@ namespace linnet {
 
 class CheckpointWeights final : public WeightSource {
  public:
-  explicit CheckpointWeights(const CheckpointDir& dir) : dir_(dir) {}
+  // `declared`: config.json's torch_dtype; a tensor stored in another dtype is an error (a
+  // checkpoint whose files disagree with its config is broken, and would load lossy).
+  CheckpointWeights(const CheckpointDir& dir, DType declared) : dir_(dir), declared_(declared) {}
   Tensor read(const ParamSpec& p, int64_t shard) override;
 
  private:
   const CheckpointDir& dir_;
+  DType declared_;
 };
 
 // Everything a rank needs to run a checkpoint: its config, the bound generics, and the model.

@@ -1,0 +1,134 @@
+// The `linnet` command: inspect's card against the seed, llama2.c import, and stories15M.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint/checkpoint_weights.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/write_checkpoint.h"
+#include "model_fixtures.h"
+
+using namespace linnet;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Output {
+  int code;
+  std::string out;
+};
+Output linnet_cmd(const std::string& args) {
+  const std::string cmd = std::string(LINNET_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int status = pclose(p);
+  return {WEXITSTATUS(status), out};
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("linnet_launcher_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+const fs::path kShared = fs::path(LINNET_SOURCE_DIR) / "../shared";
+
+}  // namespace
+
+TEST(Inspect, ReproducesTheSeedCardForLlama3_8B) {
+  const fs::path d = fresh_dir("inspect");
+  fs::copy_file(kShared / "configs/llama-3-8b.json", d / "config.json");
+  const Output r = linnet_cmd("inspect --checkpoint " + d.string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const std::string seed = slurp(kShared / "seed/000_d12d2afe00e6155e.txt");
+  const auto from_entries = [](const std::string& s) { return s.substr(s.find("\nEntries\n") + 1); };
+  EXPECT_EQ(from_entries(r.out), from_entries(seed));  // byte for byte, to the end
+}
+
+TEST(Inspect, ShardsSectionGivesPerRankSizes) {
+  const fs::path d = fresh_dir("inspect_shards");
+  fs::copy_file(kShared / "configs/llama-3-8b.json", d / "config.json");
+  const Output r = linnet_cmd("inspect --checkpoint " + d.string() + " --shards 2 --batch 4");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("layers[*].attention.q_proj.weight\trows\t[2048, 4096]\t16777216 ×32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lm_head.weight\trows\t[64128, 4096]\t525336576"), std::string::npos);
+  // KV cache: 2 × 32 layers × [4, 4, 8192, 128] × 2 bytes = 2 GiB per rank.
+  EXPECT_NE(r.out.find("KV cache per rank\t2147483648 (2.00 GiB)"), std::string::npos) << r.out;
+  const Output bad = linnet_cmd("inspect --checkpoint " + d.string() + " --shards 3");
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("Heads=32 does not divide by Shards=3"), std::string::npos) << bad.out;
+}
+
+// A synthetic llama2.c file: q/k rows are permuted from Meta's interleaved pairs to
+// rotate_half halves; everything else is copied in order.
+TEST(ImportLlama2c, PermutesQueryAndKeyRows) {
+  const fs::path d = fresh_dir("llama2c");
+  const int32_t dim = 8, hidden = 12, layers = 1, heads = 2, kv_heads = 1, vocab = 5, seq = 4;
+  const int64_t hd = dim / heads, kv_dim = kv_heads * hd;
+  std::vector<float> data;
+  auto block = [&](int64_t n) {
+    const size_t start = data.size();
+    for (int64_t i = 0; i < n; ++i) data.push_back(static_cast<float>(data.size()));
+    return start;
+  };
+  block(vocab * dim);
+  block(dim);
+  const size_t wq = block(dim * dim), wk = block(kv_dim * dim);
+  block(kv_dim * dim + dim * dim + dim + 3 * hidden * dim + dim + seq * hd);
+  {
+    std::ofstream out(d / "tiny.bin", std::ios::binary);
+    const int32_t h[7] = {dim, hidden, layers, heads, kv_heads, vocab, seq};
+    out.write(reinterpret_cast<const char*>(h), sizeof h);
+    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
+  }
+  const Output r = linnet_cmd("import-llama2c --input " + (d / "tiny.bin").string() + " --out " + (d / "hf").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  SafetensorsFile f((d / "hf/model.safetensors").string());
+  EXPECT_FALSE(f.has("lm_head.weight"));  // positive vocab: tied
+  const auto q = f.read("model.layers.0.self_attn.q_proj.weight").to_floats();
+  const auto k = f.read("model.layers.0.self_attn.k_proj.weight").to_floats();
+  for (int64_t head = 0; head < heads; ++head)
+    for (int64_t t = 0; t < 2; ++t)
+      for (int64_t i = 0; i < hd / 2; ++i)
+        for (int64_t c = 0; c < dim; ++c) {
+          const int64_t hf_row = head * hd + t * hd / 2 + i, meta_row = head * hd + 2 * i + t;
+          ASSERT_EQ(q[hf_row * dim + c], data[wq + meta_row * dim + c]);
+          if (head < kv_heads) {
+            ASSERT_EQ(k[hf_row * dim + c], data[wk + meta_row * dim + c]);
+          }
+        }
+  EXPECT_EQ(f.read("model.norm.weight").to_floats()[0], data[data.size() - seq * hd - dim]);
+  // A file whose size disagrees with its header is refused.
+  fs::resize_file(d / "tiny.bin", fs::file_size(d / "tiny.bin") - 4);
+  const Output bad = linnet_cmd("import-llama2c --input " + (d / "tiny.bin").string() + " --out " + (d / "hf2").string());
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.out.find("does not match its header"), std::string::npos) << bad.out;
+}
+
+TEST(Stories15M, GreedyContinuationOfOnceUponATime) {
+  const fs::path bin = kShared / "models/stories15M/stories15M.bin";
+  if (!fs::exists(bin)) GTEST_SKIP() << "no " << bin;
+  const fs::path d = fs::temp_directory_path() / "linnet_stories15M";
+  if (!fs::exists(d / "model.safetensors")) import_llama2c(bin.string(), d.string());
+  auto be = make_cpu_backend();
+  SingleCommunicator comm;
+  RunOptions o;
+  LoadedModel m = load_model(d.string(), o, *be, comm);
+  m.model->prefill(Tensor::from_ints({1, 4}, {1, 9038, 2501, 263}), 0);
+  const Tensor out = m.model->generate(Tensor::from_ints({1, 1}, {931}), 4, 10);
+  EXPECT_EQ(out.to_ints(), (std::vector<int64_t>{29892, 727, 471, 263, 2217, 7826, 4257, 365, 2354, 29889}));
+}
