@@ -71,17 +71,19 @@ int main(int argc, char** argv) {
     runtime = std::make_unique<linnet::MpiRuntime>();
     linnet::cli::set_mpi_runtime(runtime.get());
     world_size = runtime->world_size();
-    spdlog::set_pattern("[%H:%M:%S.%e] [rank " + std::to_string(runtime->world_rank()) + "] [%^%l%$] %v");
+    spdlog::set_pattern("[%H:%M:%S.%e] [rank " + std::to_string(runtime->world_rank()) + "] [%l] %v");
   }
 #endif
   try {
     return cmd->run(linnet::cli::Args(argv + 2, argv + argc));
   } catch (const std::exception& e) {
-#ifdef LINNET_HAVE_MPI
-    // Another rank may be waiting in a collective for this one: end them all, never hang.
-    if (world_size > 1) linnet::abort_all(std::string("error: ") + e.what(), 1);
-#endif
     spdlog::error("{}", e.what());
+#ifdef LINNET_HAVE_MPI
+    // Every rank checks the same inputs alike, so usually all fail together and may exit
+    // cleanly; if some rank is instead waiting in a collective for this one, end them all.
+    if (world_size > 1 && !linnet::all_ranks_arrive(3.0))
+      linnet::abort_all(std::string("error: ") + e.what(), 1);
+#endif
     return 1;
   }
   (void)world_size;

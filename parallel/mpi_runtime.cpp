@@ -1,3 +1,4 @@
+#include <unistd.h>
 #include "parallel/mpi_runtime.h"
 
 #include <cstdio>
@@ -118,6 +119,19 @@ Groups MpiRuntime::make_groups(int tp) const {
   LINNET_MPI_CHECK(MPI_Comm_set_errhandler(g.shard_comm, MPI_ERRORS_RETURN));
   LINNET_MPI_CHECK(MPI_Comm_set_errhandler(g.replica_comm, MPI_ERRORS_RETURN));
   return g;
+}
+
+bool all_ranks_arrive(double seconds) {
+  if (!mpi_active()) return true;
+  MPI_Request req;
+  if (MPI_Ibarrier(MPI_COMM_WORLD, &req) != MPI_SUCCESS) return false;
+  const double until = MPI_Wtime() + seconds;
+  int done = 0;
+  while (!done && MPI_Wtime() < until) {
+    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+    if (!done) usleep(2000);
+  }
+  return done != 0;  // an unfinished request is left to MPI_Abort
 }
 
 [[noreturn]] void abort_all(const std::string& message, int code) {

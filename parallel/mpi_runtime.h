@@ -90,6 +90,11 @@ class MpiRuntime {
 // (exit status `code`, 1 if code is 0). The one place linnet ends a process itself: for a
 // failure one rank alone sees, where the others might wait forever in a collective. Without
 // MPI initialised (or after MPI_Finalize) it calls std::_Exit(code) instead.
+// After an error: whether every rank of the world reaches this point within `seconds`
+// (a non-blocking barrier, polled). When all ranks failed alike (they validate the same
+// inputs identically) each can then report and exit cleanly; otherwise call abort_all.
+bool all_ranks_arrive(double seconds);
+
 [[noreturn]] void abort_all(const std::string& message, int code = 1);
 
 }  // namespace linnet
