@@ -20,6 +20,7 @@ struct Subcommand {
 const std::vector<Subcommand>& subcommands() {
   using namespace linnet::cli;
   static const std::vector<Subcommand> table = {
+      {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
   };
   return table;
 }

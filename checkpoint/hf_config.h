@@ -1,0 +1,17 @@
+// Hugging Face config.json → the model's configuration, validated (SPEC §1, §2).
+#pragma once
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+
+#include "layers/model_config.h"
+
+namespace linnet {
+
+// Parses and validates; `source` (a path) prefixes every error message.
+ModelConfig parse_hf_config(const nlohmann::json& j, const std::string& source);
+// A config.json path, or a directory holding one.
+ModelConfig load_hf_config(const std::string& path);
+// The config.json that parse_hf_config reads back as `c`.
+nlohmann::json to_hf_config(const ModelConfig& c);
+
+}  // namespace linnet

@@ -1,0 +1,157 @@
+// Attention on the CPU: causal attention among a call's fresh tokens (packed runs), and
+// attention over the KV cache through a page table. Softmax in f32 with the running max
+// subtracted; one (token, head) pair per task.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/cpu/cpu_backend.h"
+
+namespace linnet {
+
+namespace {
+
+// Where a flat slot lives: (cache row, position).
+struct CacheAddress {
+  int64_t row, pos;
+};
+CacheAddress slot_address(int64_t slot, const AttentionDims& d) {
+  const int64_t page = slot / d.page_size, ppr = d.pages_per_row();
+  return {page / ppr, (page % ppr) * d.page_size + slot % d.page_size};
+}
+
+// Softmax-weighted sum of values: scores[j] are overwritten by probabilities.
+void softmax_combine(std::vector<float>& scores, int64_t count, const std::vector<const float*>& values,
+                     int64_t d, float* out) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < count; ++j) mx = std::max(mx, scores[j]);
+  double sum = 0;
+  for (int64_t j = 0; j < count; ++j) {
+    scores[j] = std::exp(scores[j] - mx);
+    sum += scores[j];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  std::fill(out, out + d, 0.0f);
+  for (int64_t j = 0; j < count; ++j) {
+    const float p = scores[j] * inv;
+    const float* v = values[j];
+    for (int64_t i = 0; i < d; ++i) out[i] += p * v[i];
+  }
+}
+
+float dot(const float* a, const float* b, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void check_dims(const Tensor& qkv, const AttentionDims& d, const Tensor& out, const char* op) {
+  cpu_expect_f32(qkv, op, "qkv");
+  cpu_expect_f32(out, op, "out");
+  cpu_expect(d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, op, "q_heads must divide by kv_heads");
+  cpu_expect(qkv.dim(1) == d.qkv_width() && out.dim(0) == qkv.dim(0) &&
+                 out.dim(1) == d.q_heads * d.head_dim,
+             op, qkv.describe() + " → " + out.describe());
+}
+
+}  // namespace
+
+void CpuBackend::kv_write(const Tensor& qkv, const AttentionDims& d, const Tensor& slots,
+                          Tensor& cache_k, Tensor& cache_v) {
+  cpu_expect_f32(qkv, "kv_write", "qkv");
+  cpu_expect_f32(cache_k, "kv_write", "cache_k");
+  cpu_expect_f32(cache_v, "kv_write", "cache_v");
+  const int64_t n = qkv.dim(0), w = d.qkv_width(), dh = d.head_dim;
+  const int64_t rows = cache_k.dim(0);
+  const int32_t* slot = slots.ptr<int32_t>();
+  for (int64_t t = 0; t < n; ++t) {
+    if (slot[t] < 0) continue;
+    cpu_expect(slot[t] < rows * d.max_seq, "kv_write", str("slot ", slot[t], " outside the cache"));
+    const CacheAddress a = slot_address(slot[t], d);
+    for (int64_t g = 0; g < d.kv_heads; ++g) {
+      const float* k = qkv.ptr<float>() + t * w + (d.q_heads + g) * dh;
+      const float* v = k + d.kv_heads * dh;
+      const int64_t off = ((a.row * d.kv_heads + g) * d.max_seq + a.pos) * dh;
+      std::copy(k, k + dh, cache_k.ptr<float>() + off);
+      std::copy(v, v + dh, cache_v.ptr<float>() + off);
+    }
+  }
+}
+
+void CpuBackend::attention_packed(const Tensor& qkv, const AttentionDims& d, const Tensor& run_start,
+                                  Tensor& out) {
+  check_dims(qkv, d, out, "attention_packed");
+  const int64_t n = qkv.dim(0), w = d.qkv_width(), dh = d.head_dim, group = d.q_heads / d.kv_heads;
+  const int32_t* start = run_start.ptr<int32_t>();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const float* base = qkv.ptr<float>();
+#pragma omp parallel
+  {
+    std::vector<float> scores;
+    std::vector<const float*> values;
+#pragma omp for schedule(dynamic, 4)
+    for (int64_t task = 0; task < n * d.q_heads; ++task) {
+      const int64_t t = task / d.q_heads, h = task % d.q_heads, g = h / group;
+      if (start[t] < 0) continue;
+      const int64_t count = t - start[t] + 1;
+      scores.resize(static_cast<size_t>(count));
+      values.resize(static_cast<size_t>(count));
+      const float* q = base + t * w + h * dh;
+      for (int64_t j = 0; j < count; ++j) {
+        const float* row = base + (start[t] + j) * w;
+        scores[j] = dot(q, row + (d.q_heads + g) * dh, dh) * scale;
+        values[j] = row + (d.q_heads + d.kv_heads + g) * dh;
+      }
+      softmax_combine(scores, count, values, dh, out.ptr<float>() + t * d.q_heads * dh + h * dh);
+    }
+  }
+}
+
+void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, const Tensor& rows,
+                                 const Tensor& positions, const Tensor& table, const Tensor& cache_k,
+                                 const Tensor& cache_v, Tensor& out) {
+  check_dims(qkv, d, out, "attention_cache");
+  cpu_expect_f32(cache_k, "attention_cache", "cache_k");
+  cpu_expect_f32(cache_v, "attention_cache", "cache_v");
+  const int64_t n = qkv.dim(0), w = d.qkv_width(), dh = d.head_dim, group = d.q_heads / d.kv_heads;
+  const int64_t pages = table.dim(1), cache_rows = cache_k.dim(0);
+  const int32_t* row = rows.ptr<int32_t>();
+  const int32_t* pos = positions.ptr<int32_t>();
+  const int32_t* tab = table.ptr<int32_t>();
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  for (int64_t t = 0; t < n; ++t) {
+    if (row[t] < 0) continue;
+    cpu_expect(row[t] < table.dim(0) && pos[t] >= 0 && pos[t] / d.page_size < pages,
+               "attention_cache", str("token ", t, " (row ", row[t], ", position ", pos[t],
+                                      ") is outside the table ", table.describe()));
+    for (int64_t p = 0; p <= pos[t] / d.page_size; ++p) {
+      const int32_t page = tab[row[t] * pages + p];
+      cpu_expect(page >= 0 && page < cache_rows * d.pages_per_row(), "attention_cache",
+                 str("table[", row[t], ", ", p, "] = ", page, " is not a page"));
+    }
+  }
+#pragma omp parallel
+  {
+    std::vector<float> scores;
+    std::vector<const float*> values;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < n * d.q_heads; ++task) {
+      const int64_t t = task / d.q_heads, h = task % d.q_heads, g = h / group;
+      if (row[t] < 0) continue;
+      const int64_t count = pos[t] + 1;
+      scores.resize(static_cast<size_t>(count));
+      values.resize(static_cast<size_t>(count));
+      const float* q = qkv.ptr<float>() + t * w + h * dh;
+      for (int64_t j = 0; j < count; ++j) {
+        const int64_t page = tab[row[t] * pages + j / d.page_size];
+        const CacheAddress a = slot_address(page * d.page_size + j % d.page_size, d);
+        const int64_t off = ((a.row * d.kv_heads + g) * d.max_seq + a.pos) * dh;
+        scores[j] = dot(q, cache_k.ptr<float>() + off, dh) * scale;
+        values[j] = cache_v.ptr<float>() + off;
+      }
+      softmax_combine(scores, count, values, dh, out.ptr<float>() + t * d.q_heads * dh + h * dh);
+    }
+  }
+}
+
+}  // namespace linnet

@@ -1,0 +1,170 @@
+#include "core/cpu/cpu_backend.h"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+
+namespace linnet {
+
+void cpu_expect(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw Error(str("cpu backend ", op, ": ", what));
+}
+
+void cpu_expect_f32(const Tensor& t, const char* op, const char* arg) {
+  cpu_expect(t.dtype() == DType::f32, op, str(arg, " must be f32, got ", t.describe()));
+}
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+void CpuBackend::fill_zero(Tensor& t) { std::memset(t.data(), 0, t.nbytes()); }
+
+void CpuBackend::convert(const Tensor& src, Tensor& dst) {
+  cpu_expect(src.numel() == dst.numel(), "convert", src.describe() + " → " + dst.describe());
+  linnet::convert(src.data(), src.dtype(), dst.data(), dst.dtype(), static_cast<size_t>(src.numel()));
+}
+
+void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  cpu_expect_f32(out, "embedding", "out");
+  const int64_t n = ids.numel(), w = weight.dim(1), v = weight.dim(0);
+  cpu_expect(out.numel() == n * w, "embedding", "out " + out.describe());
+  const int32_t* id = ids.ptr<int32_t>();
+  const size_t row_bytes = static_cast<size_t>(w) * dtype_size(weight.dtype());
+  for (int64_t i = 0; i < n; ++i) {
+    cpu_expect(id[i] >= 0 && id[i] < v, "embedding", str("id ", id[i], " outside [0, ", v, ")"));
+    linnet::convert(static_cast<const char*>(weight.data()) + id[i] * row_bytes, weight.dtype(),
+                    out.ptr<float>() + i * w, DType::f32, static_cast<size_t>(w));
+  }
+}
+
+void CpuBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  cpu_expect_f32(x, "matmul", "x");
+  cpu_expect_f32(w, "matmul", "w");
+  cpu_expect_f32(out, "matmul", "out");
+  const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
+  cpu_expect(w.dim(1) == in && out.dim(0) == n && out.dim(1) == o, "matmul",
+             str(x.describe(), " · ", w.describe(), "ᵀ → ", out.describe()));
+  if (n == 0) return;
+  if (n == 1) {
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, o, in, 1.0f, w.ptr<float>(), in, x.ptr<float>(), 1,
+                0.0f, out.ptr<float>(), 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o, in, 1.0f, x.ptr<float>(), in,
+                w.ptr<float>(), in, 0.0f, out.ptr<float>(), o);
+  }
+  if (bias) {
+    cpu_expect_f32(*bias, "matmul", "bias");
+    cpu_expect(bias->numel() == o, "matmul", "bias " + bias->describe());
+    const float* b = bias->ptr<float>();
+    float* y = out.ptr<float>();
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < o; ++c) y[r * o + c] += b[c];
+  }
+}
+
+namespace {
+// out = x · rsqrt(mean(x²) + eps) · w for one row, accumulated in double like a careful
+// reference would; f32 storage.
+void norm_row(const float* x, const float* w, float eps, int64_t n, float* out) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = (x[i] * inv) * w[i];
+}
+}  // namespace
+
+void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  cpu_expect_f32(x, "rms_norm", "x");
+  cpu_expect_f32(w, "rms_norm", "w");
+  cpu_expect_f32(out, "rms_norm", "out");
+  const int64_t n = x.dim(0), h = x.dim(1);
+  cpu_expect(w.numel() == h && out.numel() == x.numel(), "rms_norm", x.describe());
+  for (int64_t r = 0; r < n; ++r) norm_row(x.ptr<float>() + r * h, w.ptr<float>(), eps, h, out.ptr<float>() + r * h);
+}
+
+void CpuBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+                              Tensor& out) {
+  add(residual, delta);
+  rms_norm(residual, w, eps, out);
+}
+
+void CpuBackend::add(Tensor& x, const Tensor& y) {
+  cpu_expect_f32(x, "add", "x");
+  cpu_expect_f32(y, "add", "y");
+  cpu_expect(x.numel() == y.numel(), "add", x.describe() + " + " + y.describe());
+  float* a = x.ptr<float>();
+  const float* b = y.ptr<float>();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) a[i] += b[i];
+}
+
+void CpuBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
+                      const Tensor& inv_freq) {
+  cpu_expect_f32(x, "rope", "x");
+  cpu_expect_f32(inv_freq, "rope", "inv_freq");
+  const int64_t n = x.dim(0), width = x.dim(1), half = inv_freq.numel(), d = 2 * half;
+  cpu_expect((head_begin + heads) * d <= width && positions.numel() == n, "rope",
+             str("heads [", head_begin, ", ", head_begin + heads, ") of ", x.describe()));
+  const int32_t* pos = positions.ptr<int32_t>();
+  const float* f = inv_freq.ptr<float>();
+  float* base = x.ptr<float>();
+#pragma omp parallel for if (n > 16)
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // Angle in f32, as Hugging Face forms it; cos/sin of that f32 value.
+      const float ang = static_cast<float>(pos[t]) * f[i];
+      const float c = static_cast<float>(std::cos(static_cast<double>(ang)));
+      const float s = static_cast<float>(std::sin(static_cast<double>(ang)));
+      for (int64_t h = head_begin; h < head_begin + heads; ++h) {
+        float* v = base + t * width + h * d;
+        const float a = v[i], b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void CpuBackend::swiglu(const Tensor& gate_up, Tensor& out) {
+  cpu_expect_f32(gate_up, "swiglu", "gate_up");
+  cpu_expect_f32(out, "swiglu", "out");
+  const int64_t n = gate_up.dim(0), inner = out.dim(1);
+  cpu_expect(gate_up.dim(1) == 2 * inner && out.dim(0) == n, "swiglu",
+             gate_up.describe() + " → " + out.describe());
+  const float* g = gate_up.ptr<float>();
+  float* o = out.ptr<float>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < inner; ++i) {
+      const float a = g[r * 2 * inner + i], b = g[r * 2 * inner + inner + i];
+      o[r * inner + i] = a / (1.0f + std::exp(-a)) * b;
+    }
+}
+
+void CpuBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
+  const int64_t m = index.numel(), w = src.numel() / std::max<int64_t>(src.dim(0), 1);
+  cpu_expect(src.dtype() == out.dtype() && out.numel() == m * w, "gather_rows",
+             src.describe() + " → " + out.describe());
+  const int32_t* idx = index.ptr<int32_t>();
+  const size_t row = static_cast<size_t>(w) * dtype_size(src.dtype());
+  for (int64_t i = 0; i < m; ++i) {
+    char* dst = static_cast<char*>(out.data()) + i * row;
+    if (idx[i] < 0) {
+      std::memset(dst, 0, row);
+    } else {
+      cpu_expect(idx[i] < src.dim(0), "gather_rows", str("index ", idx[i], " of ", src.describe()));
+      std::memcpy(dst, static_cast<const char*>(src.data()) + idx[i] * row, row);
+    }
+  }
+}
+
+void CpuBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
+  const int64_t r = src.dim(0), ws = src.dim(1), w = dst.dim(1);
+  cpu_expect(src.dtype() == dst.dtype() && dst.dim(0) == r && cols <= ws && col_begin + cols <= w,
+             "copy_columns", src.describe() + " → " + dst.describe());
+  const size_t e = dtype_size(src.dtype());
+  for (int64_t i = 0; i < r; ++i)
+    std::memcpy(static_cast<char*>(dst.data()) + (i * w + col_begin) * e,
+                static_cast<const char*>(src.data()) + i * ws * e, static_cast<size_t>(cols) * e);
+}
+
+}  // namespace linnet

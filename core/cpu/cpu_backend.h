@@ -1,0 +1,54 @@
+// The CPU backend: the reference every other backend is tested against. Computes in f32
+// whatever the checkpoint's dtype (weights are widened at load: compute_dtype is f32),
+// OpenBLAS for the matrix products, OpenMP across cores for the rest.
+#pragma once
+#include "core/backend.h"
+
+namespace linnet {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+  Device device() const override { return Device::cpu; }
+  DType compute_dtype(DType) const override { return DType::f32; }
+
+  Tensor empty(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype); }
+  Tensor upload(const Tensor& host) override { return host; }
+  Tensor to_host(const Tensor& t) override { return t; }
+  void fill_zero(Tensor& t) override;
+  void synchronize() override {}
+  void convert(const Tensor& src, Tensor& dst) override;
+
+  void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+                    Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
+            const Tensor& inv_freq) override;
+  void swiglu(const Tensor& gate_up, Tensor& out) override;
+  void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots, Tensor& cache_k,
+                Tensor& cache_v) override;
+  void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start,
+                        Tensor& out) override;
+  void attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
+                       const Tensor& positions, const Tensor& table, const Tensor& cache_k,
+                       const Tensor& cache_v, Tensor& out) override;
+  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
+  void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) override;
+
+  void logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset, const Tensor& targets,
+                   Tensor& max, Tensor& sumexp, Tensor& target_logit) override;
+  void argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
+              Tensor& index) override;
+  void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
+                  uint64_t key1, int32_t step, float temperature, Tensor& value,
+                  Tensor& index) override;
+};
+
+// Shared by the CPU ops: argument checks that name the op.
+void cpu_expect(bool ok, const char* op, const std::string& what);
+void cpu_expect_f32(const Tensor& t, const char* op, const char* arg);
+
+}  // namespace linnet

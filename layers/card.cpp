@@ -1,0 +1,224 @@
+#include "layers/card.h"
+
+#include "core/error.h"
+
+namespace linnet::card {
+
+namespace {
+
+Arg tensor(std::string name, std::vector<std::string> dims, std::string dtype) {
+  return Arg{std::move(name), std::move(dims), std::move(dtype), true};
+}
+Arg scalar(std::string name, std::string dtype) { return Arg{std::move(name), {}, std::move(dtype), false}; }
+Arg result(std::vector<std::string> dims, std::string dtype) { return tensor("", std::move(dims), std::move(dtype)); }
+
+Function entry_fn(std::string name, std::string generics, std::vector<Arg> args, std::vector<Arg> results) {
+  return Function{"pub entry", std::move(name), std::move(generics), std::move(args), std::move(results)};
+}
+
+// Inputs shared by the packed entries.
+std::vector<Arg> packed_args() {
+  return {tensor("tokens", {"P"}, "i32"), tensor("positions", {"P"}, "i32"), tensor("segments", {"P"}, "i32")};
+}
+
+std::vector<Function> make_entries() {
+  const Arg token = tensor("token", {"Batch", "1"}, "i32");
+  const Arg tokens_b1 = tensor("tokens", {"Batch", "1"}, "i32");
+  const Arg pos = scalar("pos", "i32");
+  const Arg vocab_rows = result({"Batch", "Vocab"}, "T");
+  auto packed_plus = [](std::vector<Arg> more) {
+    std::vector<Arg> a = packed_args();
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+  };
+  // prefill_packed / step_packed take rows between tokens and positions.
+  std::vector<Arg> packed_rows = {tensor("tokens", {"P"}, "i32"), tensor("rows", {"P"}, "i32"),
+                                  tensor("positions", {"P"}, "i32"), tensor("segments", {"P"}, "i32"),
+                                  tensor("last", {"Batch"}, "i32")};
+  std::vector<Arg> step_packed = packed_rows;
+  step_packed.push_back(tensor("step_tokens", {"Batch", "1"}, "i32"));
+  step_packed.push_back(tensor("step_positions", {"Batch"}, "i32"));
+  std::vector<Arg> paged = {tensor("tokens", {"P"}, "i32"), tensor("positions", {"P"}, "i32"),
+                            tensor("rows", {"P"}, "i32"), tensor("slots", {"P"}, "i32"),
+                            tensor("last", {"Rows"}, "i32")};
+  std::vector<Arg> prefill_paged = paged;
+  prefill_paged.push_back(tensor("table", {"Rows", "Pages"}, "i32"));
+  std::vector<Arg> step_paged = paged;
+  step_paged.push_back(tensor("step_tokens", {"Rows", "1"}, "i32"));
+  step_paged.push_back(tensor("step_positions", {"Rows"}, "i32"));
+  step_paged.push_back(tensor("table", {"Rows", "Pages"}, "i32"));
+
+  return {
+      entry_fn("forward", "B: Dim, S: Dim", {tensor("tokens", {"B", "S"}, "i32")}, {result({"B", "S", "Vocab"}, "T")}),
+      entry_fn("next_token", "B: Dim, S: Dim", {tensor("tokens", {"B", "S"}, "i32")}, {result({"B", "Vocab"}, "T")}),
+      entry_fn("decode", "", {token, pos}, {vocab_rows}),
+      entry_fn("prefill", "S: Dim", {tensor("tokens", {"Batch", "S"}, "i32"), pos}, {vocab_rows}),
+      entry_fn("decode_rows", "", {tokens_b1, tensor("positions", {"Batch"}, "i32")}, {vocab_rows}),
+      entry_fn("prefill_slots", "M: Dim, S: Dim",
+               {tensor("tokens", {"M", "S"}, "i32"), tensor("slots", {"M"}, "i32"), tensor("lengths", {"M"}, "i32")},
+               {result({"M", "Vocab"}, "T")}),
+      entry_fn("loss_packed", "P: Dim",
+               packed_plus({tensor("targets", {"P"}, "i64"), tensor("weights", {"P"}, "f32")}),
+               {scalar("", "f32")}),
+      entry_fn("log_probs_packed", "P: Dim", packed_plus({tensor("targets", {"P"}, "i64")}),
+               {result({"P"}, "f32")}),
+      entry_fn("hidden_packed", "P: Dim", packed_args(), {result({"P", "H"}, "T")}),
+      entry_fn("prefill_packed", "P: Dim", packed_rows, {vocab_rows}),
+      entry_fn("step_packed", "P: Dim", step_packed, {result({"2 * Batch", "Vocab"}, "T")}),
+      entry_fn("decode_paged", "Rows: Dim, Pages: Dim",
+               {tensor("tokens", {"Rows", "1"}, "i32"), tensor("positions", {"Rows"}, "i32"),
+                tensor("table", {"Rows", "Pages"}, "i32")},
+               {result({"Rows", "Vocab"}, "T")}),
+      entry_fn("prefill_paged", "P: Dim, Rows: Dim, Pages: Dim", prefill_paged, {result({"Rows", "Vocab"}, "T")}),
+      entry_fn("step_paged", "P: Dim, Rows: Dim, Pages: Dim", step_paged, {result({"2 * Rows", "Vocab"}, "T")}),
+      entry_fn("generate", "Steps: Dim", {token, pos}, {result({"Batch", "Steps"}, "i32")}),
+      entry_fn("sample", "Steps: Dim",
+               {token, pos, tensor("key", {"2"}, "i64"), scalar("temperature", "f32")},
+               {result({"Batch", "Steps"}, "i32")}),
+      entry_fn("generate_until", "MaxNew: Dim", {token, pos, scalar("eos", "i32")},
+               {result({"Batch", "MaxNew"}, "i32"), scalar("", "i32")}),
+  };
+}
+
+Function fn(std::string kind, std::string name, std::string generics, std::vector<Arg> args, Arg res) {
+  return Function{std::move(kind), std::move(name), std::move(generics), std::move(args), {std::move(res)}};
+}
+
+// The functions GroupedQueryAttention and DecoderLayer share: x is the hidden state.
+std::vector<Function> layer_functions() {
+  auto x = [](std::vector<std::string> dims) { return tensor("x", std::move(dims), "T"); };
+  auto h = [](std::vector<std::string> dims) { dims.push_back("H"); return result(std::move(dims), "T"); };
+  auto xd = [](std::vector<std::string> dims) { dims.push_back("H"); return tensor("x", std::move(dims), "T"); };
+  const Arg pos = scalar("pos", "i32");
+  const Arg positions_p = tensor("positions", {"P"}, "i32"), segments_p = tensor("segments", {"P"}, "i32");
+  const Arg rows_p = tensor("rows", {"P"}, "i32"), slots_p = tensor("slots", {"P"}, "i32");
+  const Arg table = tensor("table", {"Rows", "Pages"}, "i32");
+  (void)x;
+  return {
+      fn("pub fn", "forward", "B: Dim, S: Dim", {xd({"B", "S"})}, h({"B", "S"})),
+      fn("pub fn", "decode", "", {xd({"Batch", "1"}), pos}, h({"Batch", "1"})),
+      fn("pub fn", "prefill", "S: Dim", {xd({"Batch", "S"}), pos}, h({"Batch", "S"})),
+      fn("pub fn", "decode_rows", "", {xd({"Batch", "1"}), tensor("positions", {"Batch"}, "i32")}, h({"Batch", "1"})),
+      fn("pub fn", "prefill_slots", "M: Dim, S: Dim", {xd({"M", "S"}), tensor("slots", {"M"}, "i32")}, h({"M", "S"})),
+      fn("pub fn", "prefill_packed", "P: Dim", {xd({"1", "P"}), rows_p, positions_p, segments_p}, h({"1", "P"})),
+      fn("pub fn", "packed", "P: Dim", {xd({"1", "P"}), positions_p, segments_p}, h({"1", "P"})),
+      fn("pub fn", "step_packed", "P: Dim",
+         {xd({"1", "Batch + P"}), rows_p, positions_p, segments_p, tensor("step_positions", {"Batch"}, "i32")},
+         h({"1", "Batch + P"})),
+      fn("pub fn", "decode_paged", "Rows: Dim, Pages: Dim",
+         {xd({"Rows", "1"}), tensor("positions", {"Rows"}, "i32"), table}, h({"Rows", "1"})),
+      fn("pub fn", "prefill_paged", "P: Dim, Rows: Dim, Pages: Dim", {xd({"1", "P"}), positions_p, rows_p, slots_p, table},
+         h({"1", "P"})),
+      fn("pub fn", "step_paged", "P: Dim, Rows: Dim, Pages: Dim",
+         {xd({"1", "P + Rows"}), positions_p, rows_p, slots_p, tensor("step_positions", {"Rows"}, "i32"), table},
+         h({"1", "P + Rows"})),
+  };
+}
+
+// A block with one generic-shaped forward: forward<*S: Shape>(name: Tensor[*S(, In); dtype]) -> ...
+Function shaped_forward(std::string arg, std::string in_dim, std::string in_type, std::string out_dim) {
+  std::vector<std::string> in = {"*S"};
+  if (!in_dim.empty()) in.push_back(in_dim);
+  return fn("pub fn", "forward", "*S: Shape", {tensor(std::move(arg), in, std::move(in_type))},
+            result({"*S", std::move(out_dim)}, "T"));
+}
+
+std::vector<Block> make_blocks() {
+  const std::string layer_generics =
+      "H: Dim, Heads: Dim, KvHeads: Dim, Inner: Dim, Batch: Dim, MaxSeq: Dim, T: Float, Shards: Dim = 1, PageSize: Dim = 64";
+  std::vector<Function> model_fns;
+  for (const auto& e : entries()) {
+    model_fns.push_back(e);
+    if (e.name == "hidden_packed")
+      model_fns.push_back(fn("fn", "packed_states", "P: Dim", packed_args(), result({"P", "H"}, "T")));
+  }
+  model_fns.push_back(fn("fn", "step", "", {tensor("token", {"Batch", "1"}, "i32"), scalar("pos", "i32")},
+                         result({"Batch", "Vocab"}, "T")));
+  model_fns.push_back(fn("fn", "logits", "R: Dim", {tensor("x", {"R", "H"}, "T")}, result({"R", "Vocab"}, "T")));
+  model_fns.push_back(fn("fn", "hidden", "B: Dim, S: Dim", {tensor("tokens", {"B", "S"}, "i32")}, result({"B", "S", "H"}, "T")));
+  model_fns.push_back(fn("fn", "hidden_states", "B: Dim, S: Dim", {tensor("tokens", {"B", "S"}, "i32")},
+                         result({"B", "S", "H"}, "T")));
+
+  return {
+      {"DecoderLayer",
+       "llama::DecoderLayer<" + layer_generics + ">",
+       {"sub attention_norm: RmsNorm<H, T>",
+        "sub attention: GroupedQueryAttention<H, Heads, KvHeads, Batch, MaxSeq, T, Shards, PageSize>",
+        "sub mlp_norm: RmsNorm<H, T>", "sub mlp: SwiGlu<H, Inner / Shards, T>"},
+       layer_functions()},
+      {"Embedding",
+       "std.nn.embedding::Embedding<Vocab: Dim, H: Dim, T: Float = bf16>",
+       {"param weight: Tensor[Vocab, H; T]"},
+       {fn("pub fn", "forward", "*S: Shape", {tensor("ids", {"*S"}, "i32")}, result({"*S", "H"}, "T"))}},
+      {"GroupedQueryAttention",
+       "llama.attention::GroupedQueryAttention<H: Dim, Heads: Dim, KvHeads: Dim, Batch: Dim, MaxSeq: Dim, T: Float, "
+       "Shards: Dim = 1, PageSize: Dim = 64>",
+       {"sub q_proj: Linear<H, (Heads / Shards) * (H / Heads), T>",
+        "sub k_proj: Linear<H, (KvHeads / Shards) * (H / Heads), T>",
+        "sub v_proj: Linear<H, (KvHeads / Shards) * (H / Heads), T>",
+        "sub o_proj: Linear<(Heads / Shards) * (H / Heads), H, T>",
+        "state cache_k: Tensor[Batch, KvHeads / Shards, MaxSeq, H / Heads; T]",
+        "state cache_v: Tensor[Batch, KvHeads / Shards, MaxSeq, H / Heads; T]"},
+       layer_functions()},
+      {"Linear",
+       "std.nn.linear::Linear<In: Dim, Out: Dim, T: Float = bf16>",
+       {"param weight: Tensor[Out, In; T]", "param bias: Tensor[Out; T]?"},
+       {shaped_forward("x", "In", "T", "Out")}},
+      {"Model",
+       "llama::Model<Vocab: Dim, H: Dim, Heads: Dim, KvHeads: Dim, Inner: Dim, Layers: Dim, Batch: Dim, MaxSeq: Dim, "
+       "T: Float = bf16, Shards: Dim = 1, PageSize: Dim = 64>",
+       {"sub embedding: Embedding<Vocab, H, T>",
+        "sub layers: [DecoderLayer<H, Heads, KvHeads, Inner, Batch, MaxSeq, T, Shards, PageSize>; Layers]",
+        "sub norm: RmsNorm<H, T>", "sub lm_head: Linear<H, Vocab / Shards, T>"},
+       model_fns},
+      {"RmsNorm",
+       "std.nn.norm::RmsNorm<H: Dim, T: Float = bf16>",
+       {"param weight: Tensor[H; T]"},
+       {shaped_forward("x", "H", "T", "H")}},
+      {"SwiGlu",
+       "std.nn.mlp::SwiGlu<H: Dim, Inner: Dim, T: Float = bf16>",
+       {"sub gate: Linear<H, Inner, T>", "sub up: Linear<H, Inner, T>", "sub down: Linear<Inner, H, T>"},
+       {shaped_forward("x", "H", "T", "H")}},
+  };
+}
+
+}  // namespace
+
+const std::vector<Function>& entries() {
+  static const std::vector<Function> table = make_entries();
+  return table;
+}
+
+const Function& entry(std::string_view name) {
+  for (const auto& e : entries())
+    if (e.name == name) return e;
+  std::string all;
+  for (const auto& e : entries()) all += (all.empty() ? "" : ", ") + e.name;
+  throw Error(str("unknown entry '", name, "' (entries: ", all, ")"));
+}
+
+const std::vector<Block>& blocks() {
+  static const std::vector<Block> table = make_blocks();
+  return table;
+}
+
+std::string format_type(const Arg& a) {
+  if (!a.is_tensor) return a.dtype;
+  std::string s = "Tensor[";
+  for (size_t i = 0; i < a.dims.size(); ++i) s += (i ? ", " : "") + a.dims[i];
+  return s + "; " + a.dtype + "]";
+}
+
+std::string format_signature(const Function& f) {
+  std::string s = f.name;
+  if (!f.generics.empty()) s += "<" + f.generics + ">";
+  s += "(";
+  for (size_t i = 0; i < f.args.size(); ++i) s += (i ? ", " : "") + f.args[i].name + ": " + format_type(f.args[i]);
+  s += ") -> ";
+  if (f.results.size() == 1) return s + format_type(f.results[0]);
+  s += "(";
+  for (size_t i = 0; i < f.results.size(); ++i) s += (i ? ", " : "") + format_type(f.results[i]);
+  return s + ")";
+}
+
+}  // namespace linnet::card

@@ -1,0 +1,45 @@
+// The model card as data: every entry's signature and every block's members and functions.
+// `linnet inspect` prints it; entry validation (layers/validate.h) and the launcher read the
+// same table, so the card, the checks and the command line cannot drift apart.
+#pragma once
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace linnet::card {
+
+// One argument or result: a tensor `Tensor[dims; dtype]` or, with no dims, a scalar `dtype`.
+// Dims are generics' names ("Batch", "S"), literals ("1") or expressions ("2 * Batch").
+struct Arg {
+  std::string name;  // empty for a result
+  std::vector<std::string> dims;
+  std::string dtype;  // "i32", "i64", "f32" or "T"
+  bool is_tensor = true;
+};
+
+struct Function {
+  std::string kind;      // "pub entry", "pub fn" or "fn"
+  std::string name;
+  std::string generics;  // "B: Dim, S: Dim", or empty
+  std::vector<Arg> args;
+  std::vector<Arg> results;  // more than one prints as a tuple
+};
+
+struct Block {
+  std::string name;       // "Linear"
+  std::string header;     // "std.nn.linear::Linear<In: Dim, Out: Dim, T: Float = bf16>"
+  std::vector<std::string> members;  // "param weight: Tensor[Out, In; T]"
+  std::vector<Function> functions;
+};
+
+// The Model's 17 entries, in the card's order.
+const std::vector<Function>& entries();
+// Throws linnet::Error for a name that is not an entry.
+const Function& entry(std::string_view name);
+// Every block, in the card's (alphabetical) order.
+const std::vector<Block>& blocks();
+
+std::string format_type(const Arg& a);        // "Tensor[B, S; i32]" or "i32"
+std::string format_signature(const Function& f);  // "forward<B: Dim, S: Dim>(tokens: ...) -> ..."
+
+}  // namespace linnet::card

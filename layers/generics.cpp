@@ -1,0 +1,41 @@
+#include "layers/generics.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace linnet {
+
+int64_t Generics::vocab_valid(int64_t s) const {
+  return std::clamp<int64_t>(vocab - vocab_begin(s), 0, vocab_per_shard());
+}
+
+Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
+  Generics g;
+  g.vocab = c.vocab;
+  g.hidden = c.hidden;
+  g.heads = c.heads;
+  g.kv_heads = c.kv_heads;
+  g.inner = c.inner;
+  g.layers = c.layers;
+  g.batch = o.batch;
+  g.max_seq = o.max_seq > 0 ? o.max_seq : c.max_position;
+  g.shards = o.shards;
+  g.page_size = o.page_size;
+  g.t = o.dtype.value_or(c.dtype);
+  if (!is_float(g.t)) throw Error(str("T must be a float dtype, got ", dtype_name(g.t)));
+  if (g.batch <= 0) throw Error(str("Batch must be positive, got ", g.batch));
+  if (o.max_seq < 0) throw Error(str("MaxSeq must be positive, got ", o.max_seq));
+  if (g.shards <= 0) throw Error(str("Shards must be positive, got ", g.shards));
+  if (g.page_size <= 0) throw Error(str("PageSize must be positive, got ", g.page_size));
+  if (g.max_seq % g.page_size != 0)
+    throw Error(str("MaxSeq=", g.max_seq, " does not divide by PageSize=", g.page_size));
+  if (g.max_seq > (int64_t{1} << 30) || g.batch * g.max_seq > (int64_t{1} << 31) - 1)
+    throw Error(str("Batch=", g.batch, " × MaxSeq=", g.max_seq, " cache slots exceed the i32 slot range"));
+  for (auto [name, value] : {std::pair{"Heads", g.heads}, {"KvHeads", g.kv_heads}, {"Inner", g.inner}})
+    if (value % g.shards != 0)
+      throw Error(str(name, "=", value, " does not divide by Shards=", g.shards));
+  return g;
+}
+
+}  // namespace linnet

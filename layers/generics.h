@@ -1,0 +1,40 @@
+// The card's generics (SPEC §1): what a checkpoint binds plus the run options.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "layers/model_config.h"
+
+namespace linnet {
+
+struct RunOptions {
+  int64_t batch = 1;
+  int64_t max_seq = 0;  // 0: max_position_embeddings
+  int64_t shards = 1;
+  int64_t page_size = 64;
+  std::optional<DType> dtype;  // default: the checkpoint's torch_dtype
+};
+
+struct Generics {
+  int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, inner = 0, layers = 0;
+  int64_t batch = 1, max_seq = 0, shards = 1, page_size = 64;
+  DType t = DType::bf16;
+
+  int64_t head_dim() const { return hidden / heads; }
+  int64_t pages_per_row() const { return max_seq / page_size; }
+  int64_t num_pages() const { return batch * pages_per_row(); }
+  // Per shard (rank s of shards): heads, kv heads, inner rows, and lm_head rows. A vocab
+  // that does not divide is padded: each shard holds ⌈Vocab/Shards⌉ rows.
+  int64_t heads_per_shard() const { return heads / shards; }
+  int64_t kv_heads_per_shard() const { return kv_heads / shards; }
+  int64_t inner_per_shard() const { return inner / shards; }
+  int64_t vocab_per_shard() const { return (vocab + shards - 1) / shards; }
+  // Real (unpadded) vocab rows of shard s, and where they start.
+  int64_t vocab_begin(int64_t s) const { return s * vocab_per_shard(); }
+  int64_t vocab_valid(int64_t s) const;
+};
+
+// Binds and validates; errors name the rule (e.g. "Heads=6 does not divide by Shards=4").
+Generics bind_generics(const ModelConfig& config, const RunOptions& options);
+
+}  // namespace linnet

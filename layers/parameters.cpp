@@ -1,0 +1,56 @@
+#include "layers/parameters.h"
+
+#include <algorithm>
+
+namespace linnet {
+
+Shape ParamSpec::shard_shape() const {
+  Shape s = full;
+  if (split == Split::rows) s[0] = per_shard;
+  if (split == Split::columns) s[1] = per_shard;
+  return s;
+}
+
+std::pair<int64_t, int64_t> ParamSpec::shard_range(int64_t shard) const {
+  if (split == Split::mirrored) return {0, full[0]};
+  const int64_t extent = split == Split::rows ? full[0] : full[1];
+  const int64_t begin = std::min(shard * per_shard, extent);
+  return {begin, std::min(begin + per_shard, extent)};
+}
+
+std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) {
+  const int64_t h = g.hidden, d = g.head_dim(), s = g.shards;
+  std::vector<ParamSpec> p;
+  auto add = [&](std::string hf, std::string card, Shape full, Split split, int64_t per_shard, bool bias = false) {
+    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias});
+  };
+  add("model.embed_tokens.weight", "embedding.weight", {g.vocab, h}, Split::mirrored, 0);
+  for (int64_t i = 0; i < g.layers; ++i) {
+    const std::string hf = "model.layers." + std::to_string(i) + ".";
+    const std::string card = "layers[" + std::to_string(i) + "].";
+    add(hf + "input_layernorm.weight", card + "attention_norm.weight", {h}, Split::mirrored, 0);
+    const std::pair<const char*, int64_t> qkv[] = {{"q_proj", g.heads}, {"k_proj", g.kv_heads}, {"v_proj", g.kv_heads}};
+    for (auto [name, heads] : qkv) {
+      const std::string w = std::string("self_attn.") + name, cw = std::string("attention.") + name;
+      add(hf + w + ".weight", card + cw + ".weight", {heads * d, h}, Split::rows, heads / s * d);
+      if (c.qkv_bias) add(hf + w + ".bias", card + cw + ".bias", {heads * d}, Split::rows, heads / s * d, true);
+    }
+    add(hf + "self_attn.o_proj.weight", card + "attention.o_proj.weight", {h, g.heads * d}, Split::columns,
+        g.heads / s * d);
+    if (c.o_bias) add(hf + "self_attn.o_proj.bias", card + "attention.o_proj.bias", {h}, Split::mirrored, 0, true);
+    add(hf + "post_attention_layernorm.weight", card + "mlp_norm.weight", {h}, Split::mirrored, 0);
+    for (const char* name : {"gate", "up"}) {
+      const std::string w = std::string("mlp.") + name + "_proj", cw = std::string("mlp.") + name;
+      add(hf + w + ".weight", card + cw + ".weight", {g.inner, h}, Split::rows, g.inner / s);
+      if (c.mlp_bias) add(hf + w + ".bias", card + cw + ".bias", {g.inner}, Split::rows, g.inner / s, true);
+    }
+    add(hf + "mlp.down_proj.weight", card + "mlp.down.weight", {h, g.inner}, Split::columns, g.inner / s);
+    if (c.mlp_bias) add(hf + "mlp.down_proj.bias", card + "mlp.down.bias", {h}, Split::mirrored, 0, true);
+  }
+  add("model.norm.weight", "norm.weight", {h}, Split::mirrored, 0);
+  add(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", "lm_head.weight", {g.vocab, h},
+      Split::rows, g.vocab_per_shard());
+  return p;
+}
+
+}  // namespace linnet

@@ -1,0 +1,34 @@
+// Every parameter of the model as one table: its Hugging Face name, its place on the card,
+// its full shape and how it is split across shards (SPEC §2). The loader reads each rank's
+// slice from it and `linnet inspect` prints per-rank sizes from it.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/shape.h"
+#include "layers/generics.h"
+
+namespace linnet {
+
+// ggml's vocabulary: mirrored on every rank, split by output rows (column-parallel linear),
+// or split by input columns (row-parallel linear, followed by an all-reduce).
+enum class Split { mirrored, rows, columns };
+
+struct ParamSpec {
+  std::string hf_name;    // "model.layers.0.self_attn.q_proj.weight"
+  std::string card_name;  // "layers[0].attention.q_proj.weight"
+  Shape full;             // as stored in the checkpoint
+  Split split = Split::mirrored;
+  // For rows/columns: the split dimension's extent on one shard (lm_head: ⌈Vocab/Shards⌉,
+  // the last shard's tail padded with zeros).
+  int64_t per_shard = 0;
+  bool optional_bias = false;
+
+  // Shape on shard s, and the range [begin, end) of the split dimension it reads.
+  Shape shard_shape() const;
+  std::pair<int64_t, int64_t> shard_range(int64_t shard) const;
+};
+
+std::vector<ParamSpec> parameter_specs(const ModelConfig& config, const Generics& g);
+
+}  // namespace linnet

@@ -1,0 +1,167 @@
+// The CPU backend against plain float64 definitions written out here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "core/backend.h"
+#include "core/philox.h"
+
+using namespace linnet;
+
+namespace {
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+double rel_err(const std::vector<float>& a, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num += (a[i] - ref[i]) * (a[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+}  // namespace
+
+TEST(CpuBackend, MatmulWithBias) {
+  auto be = make_cpu_backend();
+  for (int64_t n : {1, 5}) {
+    const int64_t in = 37, out = 23;
+    auto xv = randn(n * in, 1), wv = randn(out * in, 2), bv = randn(out, 3);
+    Tensor x = Tensor::from_floats({n, in}, xv), w = Tensor::from_floats({out, in}, wv),
+           b = Tensor::from_floats({out}, bv), y = Tensor::empty({n, out}, DType::f32);
+    be->matmul(x, w, &b, y);
+    std::vector<double> ref(n * out);
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t c = 0; c < out; ++c) {
+        double s = bv[c];
+        for (int64_t k = 0; k < in; ++k) s += double(xv[r * in + k]) * wv[c * in + k];
+        ref[r * out + c] = s;
+      }
+    EXPECT_LT(rel_err(y.to_floats(), ref), 1e-6) << n;
+  }
+}
+
+TEST(CpuBackend, RmsNormAndFusedAdd) {
+  auto be = make_cpu_backend();
+  const int64_t n = 3, h = 16;
+  auto xv = randn(n * h, 4), dv = randn(n * h, 5), wv = randn(h, 6);
+  Tensor res = Tensor::from_floats({n, h}, xv), delta = Tensor::from_floats({n, h}, dv),
+         w = Tensor::from_floats({h}, wv), out = Tensor::empty({n, h}, DType::f32);
+  be->add_rms_norm(res, delta, w, 1e-5f, out);
+  std::vector<double> ref(n * h);
+  for (int64_t r = 0; r < n; ++r) {
+    double ss = 0;
+    for (int64_t i = 0; i < h; ++i) ss += std::pow(double(xv[r * h + i]) + dv[r * h + i], 2);
+    const double inv = 1 / std::sqrt(ss / h + 1e-5);
+    for (int64_t i = 0; i < h; ++i) ref[r * h + i] = (double(xv[r * h + i]) + dv[r * h + i]) * inv * wv[i];
+  }
+  EXPECT_LT(rel_err(out.to_floats(), ref), 1e-6);
+}
+
+TEST(CpuBackend, RopeRotatesHalves) {
+  auto be = make_cpu_backend();
+  const int64_t d = 8, heads = 2;
+  auto xv = randn(2 * 3 * d, 7);  // 2 tokens, 3 heads; rotate heads 1..2
+  Tensor x = Tensor::from_floats({2, 3 * d}, xv);
+  Tensor pos = Tensor::from_ints({2}, {0, 5});
+  std::vector<float> f = {1.0f, 0.1f, 0.01f, 0.001f};
+  be->rope(x, 1, heads, pos, Tensor::from_floats({4}, f));
+  auto y = x.to_floats();
+  for (int t = 0; t < 2; ++t)
+    for (int h = 0; h < 3; ++h)
+      for (int i = 0; i < 4; ++i) {
+        const float* v = &xv[t * 3 * d + h * d];
+        const double ang = h == 0 ? 0.0 : double(float(t == 0 ? 0 : 5) * f[i]);
+        EXPECT_NEAR(y[t * 3 * d + h * d + i], v[i] * std::cos(ang) - v[i + 4] * std::sin(ang), 1e-5);
+        EXPECT_NEAR(y[t * 3 * d + h * d + i + 4], v[i + 4] * std::cos(ang) + v[i] * std::sin(ang), 1e-5);
+      }
+}
+
+// Packed attention over a run equals cache attention after writing the run into a
+// shuffled page table, and both equal the float64 definition.
+TEST(CpuBackend, AttentionPackedEqualsCacheEqualsReference) {
+  auto be = make_cpu_backend();
+  AttentionDims d{4, 2, 8, 16, 4};  // 4 q heads, 2 kv heads, head dim 8, MaxSeq 16, pages of 4
+  const int64_t n = 7, w = d.qkv_width();
+  auto qv = randn(n * w, 8);
+  Tensor qkv = Tensor::from_floats({n, w}, qv);
+  std::vector<int64_t> start(n, 0);
+  Tensor out_p = Tensor::zeros({n, d.q_heads * d.head_dim}, DType::f32);
+  be->attention_packed(qkv, d, Tensor::from_ints({n}, start), out_p);
+
+  // Two cache rows: 8 pages; logical row 1 uses physical pages 6, 1 (shuffled).
+  Tensor ck = Tensor::zeros({2, d.kv_heads, d.max_seq, d.head_dim}, DType::f32), cv = ck.clone();
+  std::vector<int64_t> table = {0, 2, 3, 4, 6, 1, 5, 7}, slots(n), rows(n, 1), pos(n);
+  for (int64_t t = 0; t < n; ++t) {
+    pos[t] = t;
+    slots[t] = table[4 + t / 4] * 4 + t % 4;
+  }
+  be->kv_write(qkv, d, Tensor::from_ints({n}, slots), ck, cv);
+  Tensor out_c = Tensor::zeros({n, d.q_heads * d.head_dim}, DType::f32);
+  be->attention_cache(qkv, d, Tensor::from_ints({n}, rows), Tensor::from_ints({n}, pos),
+                      Tensor::from_ints({2, 4}, table), ck, cv, out_c);
+
+  std::vector<double> ref(n * d.q_heads * d.head_dim);
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < d.q_heads; ++h) {
+      const int64_t g = h / 2;
+      std::vector<double> s(t + 1);
+      double mx = -1e300, sum = 0;
+      for (int64_t j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int64_t i = 0; i < d.head_dim; ++i)
+          dot += double(qv[t * w + h * 8 + i]) * qv[j * w + (4 + g) * 8 + i];
+        s[j] = dot / std::sqrt(8.0);
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& x : s) sum += (x = std::exp(x - mx));
+      for (int64_t i = 0; i < d.head_dim; ++i) {
+        double acc = 0;
+        for (int64_t j = 0; j <= t; ++j) acc += s[j] / sum * qv[j * w + (6 + g) * 8 + i];
+        ref[t * 32 + h * 8 + i] = acc;
+      }
+    }
+  EXPECT_LT(rel_err(out_p.to_floats(), ref), 1e-6);
+  EXPECT_LT(rel_err(out_c.to_floats(), ref), 1e-6);
+}
+
+// Random123's known-answer vectors for philox4x32-10.
+TEST(Philox, KnownAnswers) {
+  using philox::U32x4;
+  auto a = philox::philox4x32_10(U32x4{{0, 0, 0, 0}}, 0, 0);
+  EXPECT_EQ(a.v[0], 0x6627e8d5u);
+  EXPECT_EQ(a.v[1], 0xe169c58du);
+  EXPECT_EQ(a.v[2], 0xbc57ac4cu);
+  EXPECT_EQ(a.v[3], 0x9b00dbd8u);
+  auto b = philox::philox4x32_10(U32x4{{0xffffffffu, 0xffffffffu, 0xffffffffu, 0xffffffffu}},
+                                 0xffffffffu, 0xffffffffu);
+  EXPECT_EQ(b.v[0], 0x408f276du);
+  EXPECT_EQ(b.v[3], 0x6d5451fdu);
+  auto c = philox::philox4x32_10(U32x4{{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                 0xa4093822u, 0x299f31d0u);
+  EXPECT_EQ(c.v[0], 0xd16cfe09u);
+  EXPECT_EQ(c.v[1], 0x94fdccebu);
+  EXPECT_EQ(c.v[2], 0x5001e420u);
+  EXPECT_EQ(c.v[3], 0x24126ea1u);
+  // u stays strictly inside (0, 1) even at the extremes of the 24-bit draw.
+  EXPECT_LT((double((1u << 24) - 1) + 0.5) / 16777216.0, 1.0);
+}
+
+TEST(CpuBackend, VocabShardOps) {
+  auto be = make_cpu_backend();
+  // Two rows of a shard of 5 columns, 4 of them real, at global offset 10.
+  Tensor logits = Tensor::from_floats({2, 5}, {1, 3, 3, 0, 99, -1, -2, -3, -4, 99});
+  Tensor v = Tensor::empty({2}, DType::f32), i = Tensor::empty({2}, DType::i32);
+  be->argmax(logits, 4, 10, v, i);
+  EXPECT_EQ(i.to_ints(), (std::vector<int64_t>{11, 10}));  // tie at 11/12: lowest index
+  Tensor mx = Tensor::empty({2}, DType::f32), se = mx.clone(), tl = mx.clone();
+  be->logit_stats(logits, 4, 10, Tensor::from_ints({2}, {12, 3}), mx, se, tl);
+  EXPECT_FLOAT_EQ(mx.to_floats()[0], 3);
+  EXPECT_NEAR(se.to_floats()[0], std::exp(-2.0) + 2 + std::exp(-3.0), 1e-6);
+  EXPECT_EQ(tl.to_floats(), (std::vector<float>{3, 0}));
+}
