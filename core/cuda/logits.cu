@@ -82,7 +82,7 @@ __global__ void argmax_kernel(const void* logits, int dt, int64_t Vs, int64_t va
     }
     if (lane == 0) {
       out_value[n] = bv;
-      out_index[n] = bi == LLONG_MAX ? -1 : static_cast<int32_t>(vocab_offset + bi);
+      out_index[n] = static_cast<int32_t>(vocab_offset + (bi == LLONG_MAX ? 0 : bi));
     }
   }
 }
