@@ -6,7 +6,8 @@
 // poisoned with NaN (so unwritten elements show), runs twice (the two must agree bit for bit:
 // a difference is a race), and is compared by ‖out − ref‖ / ‖ref‖ against a per-op bound;
 // indices (argmax, Gumbel-max) must match exactly. Each comparison prints one line
-//   OPERR <op> <case> <dtypes> err <e> bound <b> <ok|FAIL>
+//   OPERR | <op> | <case> | <dtypes> | <output> | <err> | <bound> | <ok|FAIL>
+// (err is the normalized error, or the count of differing elements for exact checks)
 // that scripts/gpu-check gathers into its summary. Without a GPU every test is skipped.
 #include <gtest/gtest.h>
 
@@ -138,7 +139,7 @@ void check_op(const std::string& op, const std::string& case_name, const std::st
       const double err = e.exact ? double(mismatches) : std::sqrt(num / std::max(den, 1e-300));
       const bool ok = bad == 0 && unwritten == 0 && touched == 0 &&
                       (e.exact ? mismatches == 0 : err <= e.bound);
-      std::printf("OPERR %-17s %-42s %-18s %-12s err %.2e bound %.0e %s\n", op.c_str(),
+      std::printf("OPERR | %-16s | %-44s | %-18s | %-12s | %.2e | %.0e | %s\n", op.c_str(),
                   case_name.c_str(), types.c_str(), e.name.c_str(), err, e.exact ? 0.0 : e.bound,
                   ok ? "ok" : "FAIL");
       std::fflush(stdout);
@@ -386,7 +387,7 @@ TEST(BackendOps, Convert) {
         be->convert(src, dst);
         Tensor got = be->to_host(dst);
         const bool ok = same_bytes(got, ref_h);
-        std::printf("OPERR %-17s %-42s %-18s %-12s err %.2e bound %.0e %s\n", "convert", "n=4097",
+        std::printf("OPERR | %-16s | %-44s | %-18s | %-12s | %.2e | %.0e | %s\n", "convert", "n=4097",
                     str(dtype_name(from), "->", dtype_name(to)).c_str(), "dst", ok ? 0.0 : 1.0, 0.0,
                     ok ? "ok" : "FAIL");
         EXPECT_TRUE(ok) << "convert " << dtype_name(from) << " -> " << dtype_name(to)
