@@ -43,6 +43,12 @@ class Backend {
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual Tensor upload(const Tensor& host) = 0;  // copy onto the device (may alias on cpu)
   virtual Tensor to_host(const Tensor& t) = 0;    // host copy; waits for pending work
+  // dst (on this device) = host (same dtype and element count): the way back for staged collectives.
+  virtual void copy_from_host(const Tensor& host, Tensor& dst) {
+    (void)host;
+    (void)dst;
+    throw Error(str("backend ", name(), " cannot copy from the host"));
+  }
   virtual void fill_zero(Tensor& t) = 0;
   virtual void synchronize() = 0;
   // dst = src converted to dst's dtype (same element count).

@@ -19,6 +19,12 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 
 void CpuBackend::fill_zero(Tensor& t) { std::memset(t.data(), 0, t.nbytes()); }
 
+void CpuBackend::copy_from_host(const Tensor& host, Tensor& dst) {
+  cpu_expect(host.nbytes() == dst.nbytes() && host.dtype() == dst.dtype(), "copy_from_host",
+             host.describe() + " → " + dst.describe());
+  if (host.data() != dst.data()) std::memcpy(dst.data(), host.data(), host.nbytes());
+}
+
 void CpuBackend::convert(const Tensor& src, Tensor& dst) {
   cpu_expect(src.numel() == dst.numel(), "convert", src.describe() + " → " + dst.describe());
   linnet::convert(src.data(), src.dtype(), dst.data(), dst.dtype(), static_cast<size_t>(src.numel()));
@@ -141,8 +147,8 @@ void CpuBackend::swiglu(const Tensor& gate_up, Tensor& out) {
 }
 
 void CpuBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
-  const int64_t m = index.numel(), w = src.numel() / std::max<int64_t>(src.dim(0), 1);
-  cpu_expect(src.dtype() == out.dtype() && out.numel() == m * w, "gather_rows",
+  const int64_t m = index.numel(), w = src.rank() == 2 ? src.dim(1) : 0;
+  cpu_expect(src.rank() == 2 && src.dtype() == out.dtype() && out.numel() == m * w, "gather_rows",
              src.describe() + " → " + out.describe());
   const int32_t* idx = index.ptr<int32_t>();
   const size_t row = static_cast<size_t>(w) * dtype_size(src.dtype());

@@ -15,6 +15,7 @@ class CpuBackend final : public Backend {
   Tensor empty(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
   Tensor to_host(const Tensor& t) override { return t; }
+  void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
   void synchronize() override {}
   void convert(const Tensor& src, Tensor& dst) override;

@@ -1,0 +1,121 @@
+// CheckpointDir: finds a checkpoint's weight files (in the order transformers looks for
+// them) and maps each tensor name to the file holding it.
+#include "checkpoint/checkpoint_dir.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
+
+namespace linnet {
+
+namespace fs = std::filesystem;
+
+CheckpointDir::CheckpointDir(const std::string& dir) : dir_(dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw Error(str(dir, ": not a directory"));
+  const fs::path root(dir);
+  if (const fs::path single = root / "model.safetensors"; fs::exists(single, ec)) {
+    const SafetensorsFile& f = open(single.string());
+    for (const std::string& n : f.names()) where_[n] = &f;
+    return;
+  }
+  if (const fs::path index = root / "model.safetensors.index.json"; fs::exists(index, ec)) {
+    load_index(index.string());
+    return;
+  }
+  // No manifest: every *.safetensors file, in name order so errors are reproducible.
+  std::vector<fs::path> paths;
+  for (fs::directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().extension() == ".safetensors" && it->is_regular_file(ec)) paths.push_back(it->path());
+  if (ec) throw Error(str(dir, ": cannot list directory: ", ec.message()));
+  std::sort(paths.begin(), paths.end());
+  for (const fs::path& p : paths) {
+    const SafetensorsFile& f = open(p.string());
+    for (const std::string& n : f.names()) {
+      auto [it, fresh] = where_.emplace(n, &f);
+      if (!fresh) throw Error(str(dir, ": tensor '", n, "' is in both ", it->second->path(), " and ", f.path()));
+    }
+  }
+}
+
+const SafetensorsFile& CheckpointDir::open(const std::string& path) {
+  files_.push_back(std::make_unique<SafetensorsFile>(path));
+  return *files_.back();
+}
+
+void CheckpointDir::load_index(const std::string& index_path) {
+  std::ifstream in(index_path, std::ios::binary);
+  if (!in) throw Error(str(index_path, ": cannot open"));
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw Error(str(index_path, ": read error"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str(index_path, ": malformed JSON: ", e.what()));
+  }
+  // Only weight_map matters; "metadata" (total_size, and sometimes non-standard extras) is
+  // advisory and the shard headers are authoritative.
+  if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
+    throw Error(str(index_path, ": no \"weight_map\" object"));
+  std::map<std::string, const SafetensorsFile*> by_name;  // shard file name → opened file
+  for (const auto& [tensor, file] : j["weight_map"].items()) {
+    if (!file.is_string()) throw Error(str(index_path, ": weight_map entry for tensor '", tensor, "' is not a file name"));
+    const std::string shard = file.get<std::string>();
+    auto it = by_name.find(shard);
+    if (it == by_name.end()) {
+      const fs::path p = fs::path(dir_) / shard;
+      std::error_code ec;
+      if (!fs::exists(p, ec))
+        throw Error(str(index_path, ": weight_map names file '", shard, "' (for tensor '", tensor, "'), but ",
+                        p.string(), " does not exist"));
+      it = by_name.emplace(shard, &open(p.string())).first;
+    }
+    if (!it->second->has(tensor))
+      throw Error(str(index_path, ": tensor '", tensor, "' is listed in ", it->second->path(),
+                      ", but that file has no such tensor"));
+    where_[tensor] = it->second;
+  }
+}
+
+std::vector<std::string> CheckpointDir::names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : where_) out.push_back(kv.first);
+  return out;
+}
+
+const SafetensorsFile& CheckpointDir::file_of(const std::string& name) const {
+  auto it = where_.find(name);
+  if (it == where_.end()) throw Error(str(dir_, ": checkpoint has no tensor '", name, "'"));
+  return *it->second;
+}
+
+const TensorInfo& CheckpointDir::info(const std::string& name) const { return file_of(name).info(name); }
+Tensor CheckpointDir::view(const std::string& name) const { return file_of(name).view(name); }
+Tensor CheckpointDir::read(const std::string& name) const { return file_of(name).read(name); }
+Tensor CheckpointDir::read_rows(const std::string& name, int64_t begin, int64_t end) const {
+  return file_of(name).read_rows(name, begin, end);
+}
+Tensor CheckpointDir::read_cols(const std::string& name, int64_t begin, int64_t end) const {
+  return file_of(name).read_cols(name, begin, end);
+}
+
+void CheckpointDir::expect(const std::string& name, const Shape& shape) const {
+  const SafetensorsFile& f = file_of(name);
+  const TensorInfo& ti = f.info(name);
+  if (ti.shape != shape)
+    throw Error(str(f.path(), ": tensor '", name, "' has shape ", ti.shape.to_string(), ", expected ", shape.to_string()));
+}
+
+void CheckpointDir::expect(const std::string& name, const Shape& shape, DType dtype) const {
+  expect(name, shape);
+  const SafetensorsFile& f = file_of(name);
+  const DType actual = f.info(name).dtype;
+  if (actual != dtype)
+    throw Error(str(f.path(), ": tensor '", name, "' has dtype ", dtype_name(actual), ", expected ", dtype_name(dtype)));
+}
+
+}  // namespace linnet

@@ -1,0 +1,190 @@
+#include "layers/model.h"
+
+#include <cstring>
+#include <unordered_map>
+
+#include "layers/rope.h"
+
+namespace linnet {
+
+namespace {
+
+// Stacks host tensors' rows (q|k|v, gate|up) into one.
+Tensor stack_rows(const std::vector<Tensor>& parts) {
+  int64_t rows = 0;
+  for (const auto& p : parts) rows += p.dim(0);
+  Shape s = parts[0].shape();
+  s[0] = rows;
+  Tensor out = Tensor::empty(s, parts[0].dtype());
+  char* dst = static_cast<char*>(out.data());
+  for (const auto& p : parts) {
+    LINNET_CHECK(p.dtype() == out.dtype(), "stacking ", p.describe(), " onto ", out.describe());
+    std::memcpy(dst, p.data(), p.nbytes());
+    dst += p.nbytes();
+  }
+  return out;
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
+             Communicator& comm)
+    : config_(config), g_(g), be_(backend), comm_(comm), ctx_{backend, comm}, act_(backend.compute_dtype(g.t)) {
+  LINNET_CHECK(comm.size() == g.shards, "communicator of ", comm.size(), " ranks for Shards=", g.shards);
+  const int64_t shard = comm.rank();
+  std::unordered_map<std::string, ParamSpec> specs;
+  for (auto& p : parameter_specs(config, g)) specs.emplace(p.card_name, p);
+  // A parameter's slice on this shard, rounded to T (the run's dtype), in the compute dtype.
+  auto host = [&](const std::string& card_name) {
+    Tensor t = weights.read(specs.at(card_name), shard);
+    if (t.dtype() != g.t) t = t.to(g.t);
+    return t.dtype() == act_ ? t : t.to(act_);
+  };
+  auto param = [&](const std::string& card_name) { return be_.upload(host(card_name)); };
+  auto stacked = [&](std::vector<std::string> names) {
+    std::vector<Tensor> parts;
+    for (auto& n : names) parts.push_back(host(n));
+    return be_.upload(stack_rows(parts));
+  };
+
+  embedding_.weight = param("embedding.weight");
+  norm_ = RmsNorm{param("norm.weight"), static_cast<float>(config.rms_norm_eps)};
+  lm_head_.weight = param("lm_head.weight");
+
+  std::vector<float> freq = rope_inv_freq(config);
+  Tensor inv_freq = be_.upload(Tensor::from_floats({static_cast<int64_t>(freq.size())}, freq));
+  const int64_t d = g.head_dim(), qh = g.heads_per_shard(), kvh = g.kv_heads_per_shard(), inner = g.inner_per_shard();
+  layers_.resize(static_cast<size_t>(g.layers));
+  for (int64_t i = 0; i < g.layers; ++i) {
+    const std::string p = "layers[" + std::to_string(i) + "].";
+    DecoderLayer& L = layers_[static_cast<size_t>(i)];
+    const float eps = static_cast<float>(config.rms_norm_eps);
+    L.attention_norm = RmsNorm{param(p + "attention_norm.weight"), eps};
+    L.mlp_norm = RmsNorm{param(p + "mlp_norm.weight"), eps};
+
+    GroupedQueryAttention& A = L.attention;
+    A.dims = AttentionDims{qh, kvh, d, g.max_seq, g.page_size};
+    const std::string a = p + "attention.";
+    A.qkv_proj.weight = stacked({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"});
+    if (config.qkv_bias) A.qkv_proj.bias = stacked({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"});
+    // The card's q_proj/k_proj/v_proj are views of the stacked product's rows.
+    const int64_t rq = qh * d, rk = kvh * d;
+    A.q_proj.weight = A.qkv_proj.weight.rows(0, rq);
+    A.k_proj.weight = A.qkv_proj.weight.rows(rq, rq + rk);
+    A.v_proj.weight = A.qkv_proj.weight.rows(rq + rk, rq + 2 * rk);
+    if (config.qkv_bias) {
+      A.q_proj.bias = A.qkv_proj.bias.rows(0, rq);
+      A.k_proj.bias = A.qkv_proj.bias.rows(rq, rq + rk);
+      A.v_proj.bias = A.qkv_proj.bias.rows(rq + rk, rq + 2 * rk);
+    }
+    A.o_proj.weight = param(a + "o_proj.weight");
+    if (config.o_bias) A.o_proj.bias = param(a + "o_proj.bias");
+    A.inv_freq = inv_freq;
+    A.cache_k = be_.empty({g.batch, kvh, g.max_seq, d}, act_);
+    A.cache_v = be_.empty({g.batch, kvh, g.max_seq, d}, act_);
+    be_.fill_zero(A.cache_k);
+    be_.fill_zero(A.cache_v);
+
+    SwiGlu& M = L.mlp;
+    const std::string m = p + "mlp.";
+    M.gate_up.weight = stacked({m + "gate.weight", m + "up.weight"});
+    if (config.mlp_bias) M.gate_up.bias = stacked({m + "gate.bias", m + "up.bias"});
+    M.gate.weight = M.gate_up.weight.rows(0, inner);
+    M.up.weight = M.gate_up.weight.rows(inner, 2 * inner);
+    if (config.mlp_bias) {
+      M.gate.bias = M.gate_up.bias.rows(0, inner);
+      M.up.bias = M.gate_up.bias.rows(inner, 2 * inner);
+    }
+    M.down.weight = param(m + "down.weight");
+    if (config.mlp_bias) M.down.bias = param(m + "down.bias");
+  }
+
+  std::vector<int32_t> table(static_cast<size_t>(g.num_pages()));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);  // row r, page j → r·PPR + j
+  identity_table_ = be_.upload(Tensor::from_ints({g.batch, g.pages_per_row()}, {table.begin(), table.end()}));
+}
+
+Tensor Model::upload_ints(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i32);
+  if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * sizeof(int32_t));
+  return be_.upload(t);
+}
+
+Tensor Model::run(const TokenPlan& plan, const Tensor* table) {
+  DevicePlan dp;
+  dp.n = static_cast<int64_t>(plan.size());
+  dp.ids = upload_ints(plan.ids);
+  dp.positions = upload_ints(plan.positions);
+  dp.run_start = upload_ints(plan.run_start);
+  dp.cache_row = upload_ints(plan.cache_row);
+  dp.slots = upload_ints(plan.slots);
+  dp.table = table ? be_.upload(*table) : identity_table_;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    dp.any_packed |= plan.run_start[i] >= 0;
+    dp.any_cache |= plan.cache_row[i] >= 0;
+    dp.any_write |= plan.slots[i] >= 0;
+  }
+  Tensor x = be_.empty({dp.n, g_.hidden}, act_);
+  if (dp.n == 0) return x;
+  embedding_.forward(ctx_, dp.ids, x);
+  for (const auto& layer : layers_) layer.forward(ctx_, x, dp);
+  return x;
+}
+
+Tensor Model::final_hidden(const Tensor& x, const std::vector<int32_t>& select) {
+  Tensor rows = be_.empty({static_cast<int64_t>(select.size()), g_.hidden}, act_);
+  be_.gather_rows(x, upload_ints(select), rows);  // −1 → a zero row, which stays zero
+  Tensor h = be_.empty(rows.shape(), act_);
+  norm_.forward(ctx_, rows, h);
+  return h;
+}
+
+Tensor Model::shard_logits(const Tensor& h, DType dt) {
+  Tensor local = be_.empty({h.dim(0), lm_head_.out_features()}, act_);
+  lm_head_.forward(ctx_, h, local);  // column-parallel: this shard's vocab rows
+  if (dt == act_) return local;
+  Tensor converted = be_.empty(local.shape(), dt);
+  be_.convert(local, converted);
+  return converted;
+}
+
+Tensor Model::logits(const Tensor& x, const std::vector<int32_t>& select) {
+  const int64_t r = static_cast<int64_t>(select.size());
+  Tensor local = shard_logits(final_hidden(x, select), g_.t);
+  if (g_.shards == 1) return be_.to_host(local);
+  // All-gather the vocab shards, then lay them side by side, dropping lm_head's padding.
+  Tensor gathered = be_.empty({g_.shards, r, local.dim(1)}, g_.t);
+  comm_.all_gather(local, gathered);
+  Tensor full = be_.empty({r, g_.vocab}, g_.t);
+  for (int64_t s = 0; s < g_.shards; ++s) {
+    Tensor part = gathered.rows(s, s + 1).reshape({r, local.dim(1)});
+    be_.copy_columns(part, full, g_.vocab_begin(s), g_.vocab_valid(s));
+  }
+  return be_.to_host(full);
+}
+
+std::vector<int32_t> Model::choose(const Tensor& x, const std::vector<int32_t>& select, float temperature,
+                                   uint64_t key0, uint64_t key1, int32_t step) {
+  const int64_t r = static_cast<int64_t>(select.size()), s = comm_.rank();
+  // Logits rounded to T, as the entries return them, so generate picks what decode shows.
+  Tensor local = shard_logits(final_hidden(x, select), g_.t);
+  Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
+  if (temperature > 0)
+    be_.gumbel_max(local, g_.vocab_valid(s), g_.vocab_begin(s), key0, key1, step, temperature, value, index);
+  else
+    be_.argmax(local, g_.vocab_valid(s), g_.vocab_begin(s), value, index);
+  Tensor hv = be_.to_host(value), hi = be_.to_host(index);
+  comm_.max_with_index(hv, hi);  // each shard's best → the global best, lowest index on ties
+  return {hi.ptr<int32_t>(), hi.ptr<int32_t>() + r};
+}
+
+std::vector<Tensor> Model::cache_snapshot() {
+  std::vector<Tensor> out;
+  for (auto& L : layers_) {
+    out.push_back(be_.to_host(L.attention.cache_k).clone());
+    out.push_back(be_.to_host(L.attention.cache_v).clone());
+  }
+  return out;
+}
+
+}  // namespace linnet

@@ -1,0 +1,97 @@
+// llama::Model: the card's root block and its 17 entries (SPEC §4). Entries take and return
+// host tensors; each checks its inputs against the card before it touches the KV cache.
+// This rank holds shard `shard` of Shards (SPEC §2); the communicator joins the shards.
+#pragma once
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "layers/decoder_layer.h"
+#include "layers/embedding.h"
+#include "layers/generics.h"
+#include "layers/validate.h"
+#include "layers/weight_source.h"
+
+namespace linnet {
+
+class Model {
+ public:
+  Model(const ModelConfig& config, const Generics& generics, WeightSource& weights, Backend& backend,
+        Communicator& comm);
+
+  const ModelConfig& config() const { return config_; }
+  const Generics& generics() const { return g_; }
+  int64_t shard() const { return comm_.rank(); }
+
+  // ---- the entries ----
+  Tensor forward(const Tensor& tokens);
+  Tensor next_token(const Tensor& tokens);
+  Tensor decode(const Tensor& token, int32_t pos);
+  Tensor prefill(const Tensor& tokens, int32_t pos);
+  Tensor decode_rows(const Tensor& tokens, const Tensor& positions);
+  Tensor prefill_slots(const Tensor& tokens, const Tensor& slots, const Tensor& lengths);
+  float loss_packed(const Tensor& tokens, const Tensor& positions, const Tensor& segments, const Tensor& targets,
+                    const Tensor& weights);
+  Tensor log_probs_packed(const Tensor& tokens, const Tensor& positions, const Tensor& segments,
+                          const Tensor& targets);
+  Tensor hidden_packed(const Tensor& tokens, const Tensor& positions, const Tensor& segments);
+  Tensor prefill_packed(const Tensor& tokens, const Tensor& rows, const Tensor& positions, const Tensor& segments,
+                        const Tensor& last);
+  Tensor step_packed(const Tensor& tokens, const Tensor& rows, const Tensor& positions, const Tensor& segments,
+                     const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions);
+  Tensor decode_paged(const Tensor& tokens, const Tensor& positions, const Tensor& table);
+  Tensor prefill_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
+                       const Tensor& last, const Tensor& table);
+  Tensor step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
+                    const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions, const Tensor& table);
+  Tensor generate(const Tensor& token, int32_t pos, int64_t steps);
+  Tensor sample(const Tensor& token, int32_t pos, const Tensor& key, float temperature, int64_t steps);
+  std::pair<Tensor, int32_t> generate_until(const Tensor& token, int32_t pos, int32_t eos, int64_t max_new);
+
+  // Any entry by name (the launcher's way in): inputs by argument name, scalars as 0-d
+  // tensors; `given` binds Steps/MaxNew. Returns the results in the card's order.
+  std::vector<Tensor> call(const std::string& entry, const EntryArgs& args,
+                           const std::map<std::string, int64_t>& given = {});
+
+  // Host copy of every layer's cache_k and cache_v, for tests of "state unchanged".
+  std::vector<Tensor> cache_snapshot();
+
+ private:
+  // The layers over a plan: the residual stream [N, H] after the last layer.
+  Tensor run(const TokenPlan& plan, const Tensor* table);
+  // Final norm of the selected rows of x (index −1: a zero row) → [R, H] on the device.
+  Tensor final_hidden(const Tensor& x, const std::vector<int32_t>& select);
+  // lm_head over normed rows → this shard's logits [R, Vocab/Shards] in dtype `dt`.
+  Tensor shard_logits(const Tensor& h, DType dt);
+  // Full logits [R, Vocab] in T on the host (all-gather across shards).
+  Tensor logits(const Tensor& x, const std::vector<int32_t>& select);
+  // Greedy (temperature 0) or Gumbel-max choice per row of x's selected rows.
+  std::vector<int32_t> choose(const Tensor& x, const std::vector<int32_t>& select, float temperature,
+                              uint64_t key0, uint64_t key1, int32_t step);
+  // One token per cache row r at positions[r] (negative: idle), attending over the cache
+  // through `table` (the contiguous cache when null); inputs already checked.
+  Tensor rows_step(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const Tensor* table);
+  // Per-token log p(target) (0 for a negative target) over the packed tokens, in chunks,
+  // each shard on its own vocab rows; with weights, targets of weight 0 are not checked.
+  Tensor packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights);
+  Tensor stepping(const Tensor& token, int32_t pos, int64_t steps, float temperature, uint64_t key0, uint64_t key1,
+                  std::optional<int32_t> eos, int32_t* steps_taken);
+  Tensor upload_ints(const std::vector<int32_t>& v);
+
+  ModelConfig config_;
+  Generics g_;
+  Backend& be_;
+  Communicator& comm_;
+  Context ctx_;
+  DType act_;  // the backend's compute dtype
+
+  Embedding embedding_;
+  std::vector<DecoderLayer> layers_;
+  RmsNorm norm_;
+  Linear lm_head_;         // [Vocab/Shards (padded), H], column-parallel
+  Tensor identity_table_;  // [Batch, MaxSeq/PageSize] on the device: the contiguous cache
+};
+
+}  // namespace linnet

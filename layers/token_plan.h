@@ -1,0 +1,36 @@
+// One call's tokens as the layers see them. Every entry reduces to this: which tokens run,
+// at which positions, how each attends (among the call's own packed runs, or over a cache
+// row through the page table) and where its K/V go. An idle row simply has no token here.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace linnet {
+
+struct TokenPlan {
+  std::vector<int32_t> ids;        // token ids
+  std::vector<int32_t> positions;  // RoPE position of each token
+  std::vector<int32_t> run_start;  // packed attention: index of the run's first token, else -1
+  std::vector<int32_t> cache_row;  // cache attention: logical row of the table, else -1
+  std::vector<int32_t> slots;      // flat cache slot for this token's K/V, else -1
+
+  size_t size() const { return ids.size(); }
+  void add(int32_t id, int32_t position, int32_t start, int32_t row, int32_t slot) {
+    ids.push_back(id);
+    positions.push_back(position);
+    run_start.push_back(start);
+    cache_row.push_back(row);
+    slots.push_back(slot);
+  }
+};
+
+// The plan on the backend's device.
+struct DevicePlan {
+  int64_t n = 0;
+  Tensor ids, positions, run_start, cache_row, slots, table;
+  bool any_packed = false, any_cache = false, any_write = false;
+};
+
+}  // namespace linnet

@@ -1,0 +1,48 @@
+// The collectives that stitch shards together (SPEC §2, §7). A layer sees only this
+// interface: the single-rank version does nothing, MPI's works on host tensors (staging
+// device tensors through the host), NCCL's on device tensors.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace linnet {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string name() const = 0;
+
+  // In place, element-wise over the group; tensors are f32 (or the compute dtype for sums).
+  virtual void all_reduce_sum(Tensor& t) = 0;
+  virtual void all_reduce_max(Tensor& t) = 0;
+  // out [size, …local's shape…] = every rank's local, in rank order.
+  virtual void all_gather(const Tensor& local, Tensor& out) = 0;
+  virtual void broadcast(Tensor& t, int root) = 0;
+  virtual void barrier() = 0;
+  // Per element: the largest value over the group and its index, the lowest index on ties
+  // (argmax and Gumbel-max over vocab shards). value f32 [N], index i32 [N].
+  virtual void max_with_index(Tensor& value, Tensor& index) = 0;
+  // Whether every rank says `ok` (a failure one rank alone sees ends all of them cleanly).
+  virtual bool all_ok(bool ok) = 0;
+};
+
+// One rank: every collective is the identity.
+class SingleCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "single"; }
+  void all_reduce_sum(Tensor&) override {}
+  void all_reduce_max(Tensor&) override {}
+  void all_gather(const Tensor& local, Tensor& out) override;
+  void broadcast(Tensor&, int) override {}
+  void barrier() override {}
+  void max_with_index(Tensor&, Tensor&) override {}
+  bool all_ok(bool ok) override { return ok; }
+};
+
+}  // namespace linnet

@@ -1,0 +1,55 @@
+// Tiny models for the tests: random weights from a config, on the CPU backend.
+#pragma once
+#include <cmath>
+#include <memory>
+
+#include "checkpoint/random_weights.h"
+#include "core/backend.h"
+#include "layers/model.h"
+
+namespace linnet::testing {
+
+// A tiny GQA config: 4 heads over 2 KV heads, head dim 8, 2 layers.
+inline ModelConfig tiny_config() {
+  ModelConfig c;
+  c.vocab = 97;
+  c.hidden = 32;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.inner = 48;
+  c.layers = 2;
+  c.max_position = 64;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 10000;
+  c.dtype = DType::f32;
+  return c;
+}
+
+struct TinyModel {
+  ModelConfig config;
+  Generics g;
+  std::unique_ptr<Backend> backend = make_cpu_backend();
+  SingleCommunicator comm;
+  std::unique_ptr<Model> model;
+
+  explicit TinyModel(ModelConfig c = tiny_config(), RunOptions o = {4, 32, 1, 8, std::nullopt}, uint64_t seed = 7)
+      : config(c), g(bind_generics(c, o)) {
+    RandomWeights w(seed);
+    model = std::make_unique<Model>(config, g, w, *backend, comm);
+  }
+  Model* operator->() { return model.get(); }
+};
+
+inline Tensor ids(Shape s, std::vector<int64_t> v) { return Tensor::from_ints(std::move(s), v, DType::i32); }
+
+inline double rel_diff(const Tensor& a, const Tensor& b) {
+  auto x = a.to_floats(), y = b.to_floats();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (double(x[i]) - y[i]) * (double(x[i]) - y[i]);
+    den += double(y[i]) * y[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+}  // namespace linnet::testing

@@ -1,0 +1,490 @@
+#!/usr/bin/env python3
+"""Make golden reference fixtures for linnet from Hugging Face transformers.
+
+For each case, writes tests/fixtures/golden/<case>/{config.json, model.safetensors,
+golden.safetensors} plus tests/fixtures/golden/manifest.json.  See README.md beside
+this file for the tensor list.
+
+Run it with `python3 tools/golden/make_golden.py`: when not already inside
+tools/golden/.venv it creates that virtual environment, installs the pinned packages
+from PyPI (requirements.txt beside this file) and re-runs itself there.
+
+Everything is deterministic: the weights and inputs come from seeded generators, and
+torch runs on one CPU thread, so re-running reproduces the same files.
+"""
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+VENV = os.path.join(HERE, ".venv")
+VENV_PY = os.path.join(VENV, "bin", "python")
+OUT = os.path.join(ROOT, "tests", "fixtures", "golden")
+
+
+def ensure_venv():
+    """Re-exec inside tools/golden/.venv, creating and filling it when needed."""
+    if os.path.abspath(sys.prefix) == os.path.abspath(VENV):
+        return
+    if not os.path.exists(VENV_PY):
+        print(f"[golden] creating {VENV}", flush=True)
+        subprocess.check_call([sys.executable, "-m", "venv", VENV])
+    try:
+        subprocess.check_call([VENV_PY, "-c", "import torch, transformers, safetensors, numpy"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except subprocess.CalledProcessError:
+        print("[golden] installing packages (torch is large; this can take minutes)", flush=True)
+        subprocess.check_call([VENV_PY, "-m", "pip", "install", "-q", "--upgrade", "pip"])
+        subprocess.check_call([VENV_PY, "-m", "pip", "install", "-r",
+                               os.path.join(HERE, "requirements.txt")])
+    os.execv(VENV_PY, [VENV_PY, os.path.abspath(__file__)] + sys.argv[1:])
+
+
+# --------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------
+
+BASE = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_act": "silu",
+    "attention_bias": False,
+    "mlp_bias": False,
+    "hidden_size": 64,
+    "intermediate_size": 96,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "vocab_size": 256,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 10000.0,
+    "rope_scaling": None,
+    "tie_word_embeddings": False,
+    "torch_dtype": "float32",
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+}
+
+# Input sizes: B rows of S tokens for forward; packed runs as (length, start position);
+# greedy prompt of S0 tokens then STEPS new tokens.
+SHORT = {"S": 12, "runs": [(5, 0), (7, 0), (4, 0), (6, 3)], "S0": 5}
+# scaled-RoPE cases: positions well past original_max_position_embeddings = 16
+LONG = {"S": 24, "runs": [(5, 0), (20, 0), (4, 0), (8, 14)], "S0": 24}
+B = 2
+STEPS = 8
+
+
+def case(name, note, inputs=SHORT, **over):
+    cfg = dict(BASE)
+    cfg.update(over)
+    return {"name": name, "note": note, "config": cfg, "inputs": inputs}
+
+
+CASES = [
+    case("mha", "multi-head attention, KvHeads = Heads = 4"),
+    case("gqa", "grouped-query attention, Heads 8, KvHeads 2 (group of 4), head dim 8",
+         num_attention_heads=8, num_key_value_heads=2),
+    case("rope_llama3", "llama3 RoPE scaling, factor 8, original_max_position_embeddings 16; "
+         "positions up to 31", inputs=LONG, rope_theta=500000.0,
+         rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                       "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+    case("rope_linear", "linear RoPE scaling, factor 4 (positions divided by 4); "
+         "positions up to 31", inputs=LONG,
+         rope_scaling={"rope_type": "linear", "factor": 4.0}),
+    case("tied", "tie_word_embeddings: no lm_head.weight, logits use the embedding",
+         tie_word_embeddings=True),
+    case("qwen2_bias", "Qwen2ForCausalLM: q/k/v biases, no o_proj bias, GQA 4/2, eps 1e-6",
+         architectures=["Qwen2ForCausalLM"], model_type="qwen2",
+         num_key_value_heads=2, rms_norm_eps=1e-06, rope_theta=1000000.0,
+         use_sliding_window=False, sliding_window=None, max_window_layers=2,
+         attention_bias=None, mlp_bias=None),
+    case("llama_biases", "attention_bias and mlp_bias: biases on q/k/v/o and gate/up/down",
+         attention_bias=True, mlp_bias=True),
+    case("eps_1e6", "rms_norm_eps 1e-6", rms_norm_eps=1e-06),
+    case("bf16", "torch_dtype bfloat16: weights stored as bf16; reference is the f32 model "
+         "on the same bf16-valued weights", torch_dtype="bfloat16"),
+    case("odd_sizes", "head dim 48 (hidden 96, 2 heads), vocab 331 (odd prime, not a power "
+         "of two, > 256, pads at any Shards > 1), intermediate 72 (not a multiple of 64)",
+         hidden_size=96, num_attention_heads=2, num_key_value_heads=2, head_dim=48,
+         vocab_size=331, intermediate_size=72),
+]
+
+
+def hf_config_dict(cfg):
+    """config.json as written: classic Hugging Face keys (torch_dtype, rope_scaling)."""
+    out = {}
+    for k, v in cfg.items():
+        if v is None and k in ("attention_bias", "mlp_bias"):
+            continue  # Qwen2 configs have no such flags
+        out[k] = v
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# Generation of weights, inputs, references
+# --------------------------------------------------------------------------------------
+
+def main():
+    import numpy as np
+    import torch
+    import transformers
+    from safetensors.torch import save_file, load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    os.makedirs(OUT, exist_ok=True)
+
+    manifest = {
+        "generator": "tools/golden/make_golden.py",
+        "reference": "transformers AutoModelForCausalLM (LlamaForCausalLM / Qwen2ForCausalLM), "
+                     "float32, attn_implementation=eager, CPU",
+        "versions": {"transformers": transformers.__version__, "torch": torch.__version__,
+                     "safetensors": __import__("safetensors").__version__,
+                     "numpy": np.__version__, "python": sys.version.split()[0]},
+        "error_metric": "||out - ref||_2 / ||ref||_2 over all elements",
+        "bounds": {"float32": 1e-4, "bfloat16": 2e-2},
+        "cases": [],
+    }
+
+    for ci, c in enumerate(CASES):
+        name, cfg, inp = c["name"], c["config"], c["inputs"]
+        print(f"[golden] {name}", flush=True)
+        d = os.path.join(OUT, name)
+        os.makedirs(d, exist_ok=True)
+        seed = 1000 + ci
+        torch.manual_seed(seed)
+        rng = np.random.default_rng(seed)
+
+        # ---- config.json (classic HF format) -----------------------------------------
+        cfg_json = hf_config_dict(cfg)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg_json, f, indent=2)
+            f.write("\n")
+
+        # ---- random checkpoint ----------------------------------------------------------
+        hf_cfg = AutoConfig.from_pretrained(d)
+        model = AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32)
+        gen = torch.Generator().manual_seed(seed)
+        state = {}
+        for pname, p in model.named_parameters():
+            if pname.endswith("norm.weight"):
+                t = 1.0 + 0.1 * torch.randn(p.shape, generator=gen)
+            elif pname.endswith(".bias"):
+                t = 0.05 * torch.randn(p.shape, generator=gen)
+            elif "embed_tokens" in pname:
+                t = 0.2 * torch.randn(p.shape, generator=gen)
+            elif "lm_head" in pname:
+                t = 0.1 * torch.randn(p.shape, generator=gen)
+            elif any(s in pname for s in ("q_proj", "k_proj")):
+                t = 0.1 * torch.randn(p.shape, generator=gen)
+            else:  # v/o/gate/up/down
+                t = 0.08 * torch.randn(p.shape, generator=gen)
+            state[pname] = t.contiguous()
+        if cfg["tie_word_embeddings"]:
+            state.pop("lm_head.weight", None)
+        store_dtype = torch.bfloat16 if cfg["torch_dtype"] == "bfloat16" else torch.float32
+        state = {k: v.to(store_dtype).contiguous() for k, v in sorted(state.items())}
+        save_file(state, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+
+        # ---- reference model: loaded back from the fixture folder, in float32 -------------
+        ref, info = AutoModelForCausalLM.from_pretrained(
+            d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+        ref.eval()
+        missing = [k for k in info["missing_keys"] if not (cfg["tie_word_embeddings"] and k == "lm_head.weight")]
+        assert not missing and not info["unexpected_keys"] and not info["mismatched_keys"], info
+        sd = ref.state_dict()
+        for k, v in state.items():
+            assert torch.equal(sd[k], v.to(torch.float32)), f"{name}: {k} not loaded as saved"
+        if cfg["tie_word_embeddings"]:
+            assert torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"])
+        else:
+            assert "lm_head.weight" in state
+        check_config(ref, cfg)
+        ref.generation_config.eos_token_id = None  # greedy never stops early
+        ref.generation_config.pad_token_id = 0
+
+        V, H = cfg["vocab_size"], cfg["hidden_size"]
+        S, S0, runs = inp["S"], inp["S0"], inp["runs"]
+        assert S0 + STEPS <= cfg["max_position_embeddings"]
+
+        g = {}
+        with torch.no_grad():
+            # ---- forward -----------------------------------------------------------------
+            toks = torch.from_numpy(rng.integers(0, V, size=(B, S))).long()
+            logits = ref(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
+            assert logits.shape == (B, S, V)
+            g["forward_tokens"] = toks.int()
+            g["forward_logits"] = logits
+
+            # ---- packed ------------------------------------------------------------------
+            p_tok, p_pos, p_seg, p_tgt, p_lp, p_hid, p_logits = [], [], [], [], [], [], []
+            for si, (ln, start) in enumerate(runs):
+                t = torch.from_numpy(rng.integers(0, V, size=(1, ln))).long()
+                if si == 1:  # run 1 is a prefix of forward row 0: cross-checked below
+                    t = toks[:1, :ln].clone() if ln <= S else t
+                pos = torch.arange(start, start + ln).unsqueeze(0)
+                assert start + ln <= cfg["max_position_embeddings"]
+                out = ref.model(input_ids=t, position_ids=pos)
+                hid = out.last_hidden_state[0].float()
+                lg = ref.lm_head(out.last_hidden_state)[0].float()
+                lsm = torch.log_softmax(lg, dim=-1)
+                tgt = torch.full((ln,), -100, dtype=torch.long)
+                tgt[:-1] = t[0, 1:]
+                lp = torch.zeros(ln)
+                lp[:-1] = lsm[torch.arange(ln - 1), tgt[:-1]]
+                p_tok.append(t[0]); p_pos.append(pos[0]); p_seg.append(torch.full((ln,), si))
+                p_tgt.append(tgt); p_lp.append(lp); p_hid.append(hid); p_logits.append(lg)
+            tokens = torch.cat(p_tok); positions = torch.cat(p_pos); segments = torch.cat(p_seg)
+            targets = torch.cat(p_tgt); log_probs = torch.cat(p_lp); hidden = torch.cat(p_hid)
+            packed_logits = torch.cat(p_logits)
+            P = tokens.numel()
+            weights = (targets >= 0).float()
+            valid = torch.nonzero(targets >= 0).flatten()
+            weights[valid[1]] = 0.5
+            weights[valid[len(valid) // 2]] = 0.0
+            wsum = weights.sum()
+            # loss in float64 from the f32 log-probs, stored f32
+            loss = (weights.double() * -log_probs.double()).sum() / wsum.double()
+            g["packed_tokens"] = tokens.int()
+            g["packed_positions"] = positions.int()
+            g["packed_segments"] = segments.int()
+            g["packed_targets"] = targets.long()
+            g["packed_weights"] = weights
+            g["log_probs"] = log_probs
+            g["loss"] = loss.float().reshape(())
+            g["hidden"] = hidden
+
+            # ---- greedy ------------------------------------------------------------------
+            prompt = toks[:, :S0].clone() if S0 <= S else \
+                torch.from_numpy(rng.integers(0, V, size=(B, S0))).long()
+            outg = ref.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt),
+                                do_sample=False, max_new_tokens=STEPS, min_new_tokens=0,
+                                eos_token_id=None, pad_token_id=0)
+            greedy = outg[:, S0:]
+            assert greedy.shape == (B, STEPS), greedy.shape
+            g["greedy_prompt"] = prompt.int()
+            g["greedy_tokens"] = greedy.int()
+            # top-1 minus top-2 logit at each greedy step (f32 reference): where it is
+            # smaller than a run's logit error, that run may legitimately pick the other
+            # token (and diverge afterwards).
+            g["greedy_top2_gap"] = greedy_gaps(ref, prompt, greedy).float()
+
+            # ---- independent checks ------------------------------------------------------
+            checks = independent_checks(ref, cfg, g, packed_logits, runs, S0)
+
+        g = {k: v.contiguous() for k, v in g.items()}
+        save_file(g, os.path.join(d, "golden.safetensors"), metadata={"format": "pt"})
+        back = load_file(os.path.join(d, "golden.safetensors"))
+        for k, v in g.items():
+            assert back[k].dtype == v.dtype and torch.equal(back[k], v), k
+
+        gaps = g["greedy_top2_gap"]
+        size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+        manifest["cases"].append({
+            "name": name,
+            "note": c["note"],
+            "architecture": cfg["architectures"][0],
+            "torch_dtype": cfg["torch_dtype"],
+            "vocab_size": V, "hidden_size": H,
+            "num_attention_heads": cfg["num_attention_heads"],
+            "num_key_value_heads": cfg["num_key_value_heads"],
+            "head_dim": H // cfg["num_attention_heads"],
+            "intermediate_size": cfg["intermediate_size"],
+            "num_hidden_layers": cfg["num_hidden_layers"],
+            "max_position_embeddings": cfg["max_position_embeddings"],
+            "rms_norm_eps": cfg["rms_norm_eps"],
+            "rope_theta": cfg["rope_theta"],
+            "rope_scaling": cfg["rope_scaling"],
+            "tie_word_embeddings": cfg["tie_word_embeddings"],
+            "biases": sorted({k.split(".")[-2] for k in state if k.endswith(".bias")}),
+            "shapes": {"B": B, "S": S, "P": P, "runs_len_start": runs, "S0": S0, "Steps": STEPS},
+            "greedy_min_top2_gap": round(float(gaps.min()), 6),
+            "checks": checks,
+            "bytes": size,
+        })
+        print(f"[golden]   ok: {size} bytes, P={P}, loss={float(loss):.6f}, "
+              f"min greedy top-2 gap {float(gaps.min()):.4g}", flush=True)
+
+    manifest["total_bytes"] = sum(c["bytes"] for c in manifest["cases"])
+    with open(os.path.join(OUT, "manifest.json"), "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
+    print(f"[golden] wrote {len(CASES)} cases, {manifest['total_bytes']} bytes in all", flush=True)
+
+
+def check_config(ref, cfg):
+    """HF must have read config.json the way the C++ side will (classic keys)."""
+    import numpy as np
+    import torch
+    c = ref.config
+    assert c.hidden_size == cfg["hidden_size"] and c.vocab_size == cfg["vocab_size"]
+    assert c.num_key_value_heads == cfg["num_key_value_heads"]
+    assert abs(c.rms_norm_eps - cfg["rms_norm_eps"]) == 0, (c.rms_norm_eps, cfg["rms_norm_eps"])
+    assert bool(c.tie_word_embeddings) == cfg["tie_word_embeddings"]
+    D = cfg["hidden_size"] // cfg["num_attention_heads"]
+    assert getattr(c, "head_dim", D) == D
+    # RoPE inverse frequencies computed here from the classic keys, independently of HF.
+    theta = cfg["rope_theta"]
+    inv = 1.0 / theta ** (np.arange(0, D, 2, dtype=np.float64) / D)
+    rs = cfg["rope_scaling"]
+    if rs is None:
+        pass
+    elif rs["rope_type"] == "linear":
+        inv = inv / rs["factor"]
+    elif rs["rope_type"] == "llama3":
+        f, lo, hi, old = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"], \
+            rs["original_max_position_embeddings"]
+        wl = 2 * np.pi / inv
+        out = np.where(wl > old / lo, inv / f, inv)
+        smooth = (old / wl - lo) / (hi - lo)
+        mid = (wl >= old / hi) & (wl <= old / lo)
+        out = np.where(mid, (1 - smooth) * inv / f + smooth * inv, out)
+        inv = out
+    else:
+        raise ValueError(rs)
+    hf_inv = ref.model.rotary_emb.inv_freq.double().numpy()
+    assert np.allclose(hf_inv, inv, rtol=1e-6, atol=0), (hf_inv, inv)
+    assert ref.model.rotary_emb.attention_scaling == 1.0
+
+
+def own_forward(ref, cfg, tokens, positions, segments):
+    """A from-scratch Llama forward over a packed batch (float64), independent of HF's
+    modelling code: same weights, block-diagonal causal mask by segment.  Returns
+    (hidden after final norm, logits)."""
+    import torch
+    sd = {k: v.double() for k, v in ref.state_dict().items()}
+    H, nh, nkv = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    D = H // nh
+    eps = cfg["rms_norm_eps"]
+    P = tokens.numel()
+    inv = ref.model.rotary_emb.inv_freq.double()
+    ang = positions.double()[:, None] * inv[None, :]
+    cos, sin = torch.cos(torch.cat([ang, ang], -1)), torch.sin(torch.cat([ang, ang], -1))
+
+    def rope(x):  # x [heads, P, D]; rotate_half pairs i with i + D/2
+        x1, x2 = x[..., : D // 2], x[..., D // 2:]
+        return x * cos + torch.cat([-x2, x1], -1) * sin
+
+    def rms(x, w):
+        return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+    def lin(x, pre):
+        y = x @ sd[pre + ".weight"].T
+        return y + sd[pre + ".bias"] if pre + ".bias" in sd else y
+
+    i = torch.arange(P)
+    allowed = (segments[:, None] == segments[None, :]) & (positions[None, :] <= positions[:, None]) \
+        & (i[None, :] <= i[:, None])
+    x = sd["model.embed_tokens.weight"][tokens.long()]
+    for l in range(cfg["num_hidden_layers"]):
+        pre = f"model.layers.{l}."
+        h = rms(x, sd[pre + "input_layernorm.weight"])
+        q = lin(h, pre + "self_attn.q_proj").view(P, nh, D).transpose(0, 1)
+        k = lin(h, pre + "self_attn.k_proj").view(P, nkv, D).transpose(0, 1)
+        v = lin(h, pre + "self_attn.v_proj").view(P, nkv, D).transpose(0, 1)
+        q, k = rope(q), rope(k)
+        k = k.repeat_interleave(nh // nkv, 0)
+        v = v.repeat_interleave(nh // nkv, 0)
+        s = q @ k.transpose(1, 2) / D ** 0.5
+        s = s.masked_fill(~allowed, float("-inf"))
+        a = torch.softmax(s, -1) @ v
+        x = x + lin(a.transpose(0, 1).reshape(P, H), pre + "self_attn.o_proj")
+        h = rms(x, sd[pre + "post_attention_layernorm.weight"])
+        gte = lin(h, pre + "mlp.gate_proj")
+        x = x + lin(torch.nn.functional.silu(gte) * lin(h, pre + "mlp.up_proj"), pre + "mlp.down_proj")
+    hid = rms(x, sd["model.norm.weight"])
+    return hid, hid @ sd["lm_head.weight"].T
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm())
+
+
+def independent_checks(ref, cfg, g, packed_logits, runs, S0):
+    """Cross-check the references by other routes; returns the measured differences."""
+    import torch
+    res = {}
+    V = cfg["vocab_size"]
+    tok, pos, seg = g["packed_tokens"], g["packed_positions"], g["packed_segments"]
+    tgt, w, lp = g["packed_targets"], g["packed_weights"], g["log_probs"]
+
+    # 1. greedy step 1 = argmax of forward logits at the prompt's last position (prompt is
+    #    a prefix of forward_tokens), and greedy = a plain argmax loop over full forwards.
+    S = g["forward_tokens"].shape[1]
+    if S0 <= S:
+        assert torch.equal(g["forward_logits"][:, S0 - 1].argmax(-1), g["greedy_tokens"][:, 0].long())
+    seq = g["greedy_prompt"].long()
+    for _ in range(STEPS):
+        nxt = ref(input_ids=seq).logits[:, -1].argmax(-1, keepdim=True)
+        seq = torch.cat([seq, nxt], 1)
+    assert torch.equal(seq[:, S0:], g["greedy_tokens"].long()), "greedy != argmax loop"
+
+    # 2. packed run 1 (a prefix of forward row 0, positions 0..) = forward logits there.
+    off1 = runs[0][0]
+    ln1 = runs[1][0]
+    res["packed_run1_vs_forward"] = rel(packed_logits[off1:off1 + ln1], g["forward_logits"][0, :ln1])
+    assert torch.equal(tok[off1:off1 + ln1], g["forward_tokens"][0, :ln1])
+    assert res["packed_run1_vs_forward"] < 1e-5, res
+
+    # 3. whole pack at once through HF with a 4-D block-diagonal mask and position_ids.
+    P = tok.numel()
+    allowed = (seg[:, None] == seg[None, :]) & (torch.arange(P)[None, :] <= torch.arange(P)[:, None])
+    mask4 = torch.zeros(1, 1, P, P).masked_fill(~allowed, torch.finfo(torch.float32).min)
+    try:
+        out = ref(input_ids=tok.long()[None], position_ids=pos.long()[None], attention_mask=mask4)
+        res["packed_4d_mask_vs_runs"] = rel(out.logits[0], packed_logits)
+        assert res["packed_4d_mask_vs_runs"] < 1e-5, res
+    except (TypeError, ValueError, RuntimeError) as e:  # mask API differs across versions
+        res["packed_4d_mask_vs_runs"] = f"skipped: {type(e).__name__}"
+
+    # 4. own float64 implementation vs HF: hidden and logits, rope layout, biases, GQA.
+    hid64, lg64 = own_forward(ref, cfg, tok, pos, seg)
+    res["own_f64_hidden"] = rel(g["hidden"], hid64)
+    res["own_f64_logits"] = rel(packed_logits, lg64)
+    assert res["own_f64_hidden"] < 1e-5 and res["own_f64_logits"] < 1e-5, res
+
+    # 5. log_probs from the f64 logits; loss = weighted mean of -log_probs.
+    lsm = torch.log_softmax(lg64, -1)
+    lp64 = torch.where(tgt >= 0, lsm[torch.arange(P), tgt.clamp(min=0)], torch.zeros((), dtype=torch.float64))
+    res["own_f64_log_probs"] = rel(lp, lp64)
+    assert res["own_f64_log_probs"] < 1e-5, res
+    assert torch.all(lp[tgt < 0] == 0) and torch.all(lp[tgt >= 0] < 0)
+    assert torch.all(w[tgt < 0] == 0) and (w == 0.5).sum() == 1 and ((w == 0) & (tgt >= 0)).sum() == 1
+    loss64 = (w.double() * -lp64).sum() / w.double().sum()
+    res["own_f64_loss"] = abs(float(g["loss"]) - float(loss64)) / abs(float(loss64))
+    assert res["own_f64_loss"] < 1e-5, res
+    # HF's own cross-entropy on the same f32 logits, weights 0/1 → mean CE of weight-1 tokens
+    ce = torch.nn.functional.cross_entropy(packed_logits, torch.where(w == 1, tgt, -100))
+    ones = (w == 1)
+    assert abs(float(ce) - float(-lp[ones].mean())) < 1e-5
+
+    # 6. packing rules of SPEC §4 hold for the fixture itself
+    for s in seg.unique():
+        idx = torch.nonzero(seg == s).flatten()
+        assert torch.equal(idx, torch.arange(int(idx[0]), int(idx[-1]) + 1)), "run not contiguous"
+        assert torch.all(pos[idx][1:] > pos[idx][:-1]), "positions not increasing"
+    assert any(int(p) > 0 for p in pos[torch.nonzero(torch.diff(seg, prepend=torch.tensor([-1])) != 0).flatten()]), \
+        "no run starts at a nonzero position"
+    assert int(tok.max()) < V and int(tok.min()) >= 0
+    return {k: (round(v, 12) if isinstance(v, float) else v) for k, v in res.items()}
+
+
+def greedy_gaps(ref, prompt, greedy):
+    import torch
+    seq = torch.cat([prompt.long(), greedy.long()], 1)
+    with torch.no_grad():
+        lg = ref(input_ids=seq).logits[:, prompt.shape[1] - 1:-1]
+    top2 = lg.topk(2, -1).values
+    return top2[..., 0] - top2[..., 1]
+
+
+if __name__ == "__main__":
+    ensure_venv()
+    main()
