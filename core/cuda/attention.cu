@@ -1,0 +1,382 @@
+// Attention kernels: packed causal attention among fresh tokens (flash-attention style tiles
+// in shared memory, online softmax in f32) and attention over the paged KV cache
+// (flash-decoding: the sequence is split, each split keeps a partial max/sum/accumulator,
+// a second kernel combines them).
+//
+// Layout shared by both: a warp owns one query (one q head of one token). A tile of kBK = 32
+// keys sits in shared memory as f32 (K rows padded to D + 1 floats so that lane j reading
+// row j is free of bank conflicts); lane j scores key j, the warp takes the tile's max and sum,
+// and each lane accumulates output dims lane, lane + 32, … (DCH = ceil(D / 32) of them).
+#include <algorithm>
+#include <climits>
+
+#include "core/cuda/cuda_common.cuh"
+#include "core/cuda/kernels.cuh"
+
+namespace linnet::cuda {
+namespace {
+
+constexpr int kBK = 32;     // keys per tile
+constexpr int kBQ = 16;     // queries per block in attention_packed
+constexpr int kWarps = 4;   // warps per block in attention_packed
+constexpr int kRowsPerWarp = kBQ / kWarps;
+
+// One warp folds one tile into its query's running (m, l, acc). q: the query in shared memory,
+// already scaled; valid: whether this lane's key (row `lane` of the tile) counts. Keys that
+// don't count contribute nothing, whatever their K/V rows hold.
+template <int DCH>
+__device__ __forceinline__ void attend_tile(const float* q, const float* ks, const float* vs,
+                                            float* p_sh, int D, bool valid, float& m, float& l,
+                                            float (&acc)[DCH]) {
+  const int lane = threadIdx.x & 31;
+  float s = -INFINITY;
+  if (valid) {
+    const float* k = ks + lane * (D + 1);
+    float dot = 0.f;
+    for (int d = 0; d < D; ++d) dot = fmaf(q[d], k[d], dot);
+    s = dot;
+  }
+  const float m_new = fmaxf(m, warp_max(s));
+  if (m_new == -INFINITY) return;  // warp-uniform: nothing valid so far
+  const float p = valid ? expf(s - m_new) : 0.f;
+  const float alpha = expf(m - m_new);  // 0 when m was -inf
+  l = l * alpha + warp_sum(p);
+  m = m_new;
+#pragma unroll
+  for (int c = 0; c < DCH; ++c) acc[c] *= alpha;
+  p_sh[lane] = p;
+  __syncwarp();
+  for (int j = 0; j < kBK; ++j) {
+    const float pj = p_sh[j];
+    if (pj == 0.f) continue;  // warp-uniform (a broadcast read); also skips masked keys
+    const float* v = vs + j * D;
+#pragma unroll
+    for (int c = 0; c < DCH; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) acc[c] = fmaf(pj, v[d], acc[c]);
+    }
+  }
+  __syncwarp();
+}
+
+// ---- packed --------------------------------------------------------------------------------
+// grid (ceil(N / kBQ), q_heads), block kWarps·32. Block: queries q0 … q0 + kBQ − 1 of one head.
+template <class T, int DCH>
+__global__ void __launch_bounds__(kWarps * 32)
+    attention_packed_kernel(const T* __restrict__ qkv, int64_t N, int q_heads, int kv_heads,
+                            int D, float scale, const int32_t* __restrict__ run_start,
+                            T* __restrict__ out) {
+  extern __shared__ float smem[];
+  float* q_sh = smem;                   // [kBQ][D]
+  float* k_sh = q_sh + kBQ * D;         // [kBK][D + 1]
+  float* v_sh = k_sh + kBK * (D + 1);   // [kBK][D]
+  float* p_sh = v_sh + kBK * D;         // [kWarps][kBK]
+  __shared__ long long s_lo, s_hi;
+
+  const int h = blockIdx.y;
+  const int kvh = h / (q_heads / kv_heads);
+  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kBQ;
+  const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * D;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+  for (int i = threadIdx.x; i < kBQ * D; i += blockDim.x) {
+    const int r = i / D, d = i - r * D;
+    const int64_t n = q0 + r;
+    q_sh[i] = n < N ? to_f(qkv[n * width + static_cast<int64_t>(h) * D + d]) * scale : 0.f;
+  }
+  if (threadIdx.x == 0) {
+    long long lo = LLONG_MAX, hi = -1;
+    for (int r = 0; r < kBQ; ++r) {
+      const int64_t n = q0 + r;
+      if (n >= N || run_start[n] < 0) continue;
+      lo = min(lo, static_cast<long long>(run_start[n]));
+      hi = max(hi, static_cast<long long>(n));
+    }
+    s_lo = lo;
+    s_hi = hi;
+  }
+  __syncthreads();
+  const int64_t lo = s_lo, hi = s_hi;
+  if (hi < lo) return;  // block-uniform: no active query
+
+  int64_t start[kRowsPerWarp], qn[kRowsPerWarp];
+  float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][DCH];
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    qn[r] = q0 + warp * kRowsPerWarp + r;
+    start[r] = qn[r] < N ? run_start[qn[r]] : -1;
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+#pragma unroll
+    for (int c = 0; c < DCH; ++c) acc[r][c] = 0.f;
+  }
+
+  const int64_t k_off = static_cast<int64_t>(q_heads + kvh) * D;
+  const int64_t v_off = static_cast<int64_t>(q_heads + kv_heads + kvh) * D;
+  for (int64_t k0 = lo; k0 <= hi; k0 += kBK) {
+    for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
+      const int j = i / D, d = i - j * D;
+      const int64_t k = k0 + j;
+      float kx = 0.f, vx = 0.f;
+      if (k <= hi) {
+        kx = to_f(qkv[k * width + k_off + d]);
+        vx = to_f(qkv[k * width + v_off + d]);
+      }
+      k_sh[j * (D + 1) + d] = kx;
+      v_sh[j * D + d] = vx;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      if (start[r] < 0 || k0 > qn[r] || k0 + kBK - 1 < start[r]) continue;  // warp-uniform
+      const int64_t k = k0 + lane;
+      const bool valid = k >= start[r] && k <= qn[r];
+      attend_tile<DCH>(q_sh + (warp * kRowsPerWarp + r) * D, k_sh, v_sh, p_sh + warp * kBK, D,
+                       valid, m[r], l[r], acc[r]);
+    }
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    if (start[r] < 0) continue;
+    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    T* o = out + qn[r] * static_cast<int64_t>(q_heads) * D + static_cast<int64_t>(h) * D;
+#pragma unroll
+    for (int c = 0; c < DCH; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) o[d] = from_f<T>(acc[r][c] * inv);
+    }
+  }
+}
+
+// ---- cache ---------------------------------------------------------------------------------
+// grid (N, q_heads / G, splits), block G·32: warp w is q head blockIdx.y·G + w; the G heads
+// share one kv head, so each K/V tile is read once for them. Writes, per (token, head, split),
+// D accumulator values, then the running max and sum: partials [N, q_heads, splits, D + 2].
+template <class T, int DCH>
+__global__ void __launch_bounds__(256)
+    attention_cache_kernel(const T* __restrict__ qkv, int q_heads, int kv_heads, int D,
+                           float scale, int64_t max_seq, int64_t page_size, int64_t cache_rows,
+                           const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
+                           const int32_t* __restrict__ table, int64_t R, int64_t pages,
+                           const T* __restrict__ cache_k, const T* __restrict__ cache_v,
+                           int split_len, float* __restrict__ part) {
+  extern __shared__ float smem[];
+  const int G = blockDim.x >> 5;
+  float* q_sh = smem;                   // [G][D]
+  float* k_sh = q_sh + G * D;           // [kBK][D + 1]
+  float* v_sh = k_sh + kBK * (D + 1);   // [kBK][D]
+  float* p_sh = v_sh + kBK * D;         // [G][kBK]
+
+  const int64_t n = blockIdx.x;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int h0 = blockIdx.y * G;
+  const int kvh = h0 / (q_heads / kv_heads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = h0 + warp;
+
+  const int64_t row = rows[n];
+  if (row < 0 || row >= R) return;  // skipped token (the combine skips it too)
+  const int64_t len = static_cast<int64_t>(positions[n]) + 1;
+  const int64_t t_begin = static_cast<int64_t>(split) * split_len;
+  const int64_t t_end = min(len, t_begin + split_len);
+  float* my_part = part + ((n * q_heads + h) * splits + split) * static_cast<int64_t>(D + 2);
+  if (t_begin >= t_end) {  // block-uniform
+    if (lane == 0) {
+      my_part[D] = -INFINITY;
+      my_part[D + 1] = 0.f;
+    }
+    return;
+  }
+
+  const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * D;
+  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
+    const int w = i / D, d = i - w * D;
+    q_sh[i] = to_f(qkv[n * width + static_cast<int64_t>(h0 + w) * D + d]) * scale;
+  }
+
+  const int64_t ppr = max_seq / page_size;
+  const int64_t num_pages = cache_rows * ppr;
+  const int32_t* trow = table + row * pages;
+  float m = -INFINITY, l = 0.f, acc[DCH];
+#pragma unroll
+  for (int c = 0; c < DCH; ++c) acc[c] = 0.f;
+
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kBK) {
+    for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
+      const int j = i / D, d = i - j * D;
+      const int64_t t = t0 + j;
+      float kx = 0.f, vx = 0.f;
+      if (t < t_end) {
+        const int64_t pj = t / page_size;
+        const int64_t page = pj < pages ? trow[pj] : -1;
+        if (page >= 0 && page < num_pages) {
+          const int64_t crow = page / ppr;
+          const int64_t phys = (page - crow * ppr) * page_size + (t - pj * page_size);
+          const int64_t at = ((crow * kv_heads + kvh) * max_seq + phys) * D + d;
+          kx = to_f(cache_k[at]);
+          vx = to_f(cache_v[at]);
+        }
+      }
+      k_sh[j * (D + 1) + d] = kx;
+      v_sh[j * D + d] = vx;
+    }
+    __syncthreads();
+    const int64_t t = t0 + lane;
+    bool valid = t < t_end;
+    if (valid) {
+      const int64_t pj = t / page_size;
+      const int64_t page = pj < pages ? trow[pj] : -1;
+      valid = page >= 0 && page < num_pages;
+    }
+    attend_tile<DCH>(q_sh + warp * D, k_sh, v_sh, p_sh + warp * kBK, D, valid, m, l, acc);
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int c = 0; c < DCH; ++c) {
+    const int d = lane + 32 * c;
+    if (d < D) my_part[d] = acc[c];
+  }
+  if (lane == 0) {
+    my_part[D] = m;
+    my_part[D + 1] = l;
+  }
+}
+
+// grid (N, q_heads), block 128: out = Σ_s e^{m_s − M} acc_s / Σ_s e^{m_s − M} l_s.
+template <class T>
+__global__ void attention_combine_kernel(const float* __restrict__ part, int splits, int q_heads,
+                                         int D, const int32_t* __restrict__ rows, int64_t R,
+                                         T* __restrict__ out) {
+  const int h = blockIdx.y;
+  const int64_t n = blockIdx.x;
+  const int64_t row = rows[n];
+  if (row < 0 || row >= R) return;
+  const float* base = part + (n * q_heads + h) * static_cast<int64_t>(splits) * (D + 2);
+  float M = -INFINITY;
+  for (int s = 0; s < splits; ++s) M = fmaxf(M, base[s * (D + 2) + D]);
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float num = 0.f, den = 0.f;
+    if (M != -INFINITY) {
+      for (int s = 0; s < splits; ++s) {
+        const float* p = base + s * static_cast<int64_t>(D + 2);
+        if (p[D] == -INFINITY) continue;
+        const float w = expf(p[D] - M);
+        num += w * p[d];
+        den += w * p[D + 1];
+      }
+    }
+    out[n * q_heads * static_cast<int64_t>(D) + static_cast<int64_t>(h) * D + d] =
+        from_f<T>(den > 0.f ? num / den : 0.f);
+  }
+}
+
+int chunks_for(int D) {
+  if (D <= 0 || D > 128)
+    throw Error(str("cuda attention: head_dim ", D, " is not supported (1 … 128)"));
+  return (D + 31) / 32;
+}
+
+// Calls f.template operator()<T, DCH>() for the run-time dtype and head-dim chunk count.
+template <class F>
+void dispatch(int dt, int D, F&& f) {
+  const int dch = chunks_for(D);
+  auto by_dch = [&](auto tag) {
+    using T = decltype(tag);
+    switch (dch) {
+      case 1: f.template operator()<T, 1>(); break;
+      case 2: f.template operator()<T, 2>(); break;
+      case 3: f.template operator()<T, 3>(); break;
+      default: f.template operator()<T, 4>(); break;
+    }
+  };
+  switch (dt) {
+    case kF32: by_dch(float{}); break;
+    case kBF16: by_dch(__nv_bfloat16{}); break;
+    case kF16: by_dch(__half{}); break;
+    default: throw Error(str("cuda attention: unsupported activation dtype ",
+                             dtype_name(static_cast<DType>(dt))));
+  }
+}
+
+// Heads per cache-attention block: the largest divisor of the GQA group that is at most 8.
+int heads_per_block(const AttnGeom& g) {
+  const int group = g.q_heads / g.kv_heads;
+  int G = 1;
+  for (int d = 1; d <= 8 && d <= group; ++d)
+    if (group % d == 0) G = d;
+  return G;
+}
+
+void check_geom(const AttnGeom& g) {
+  if (g.q_heads <= 0 || g.kv_heads <= 0 || g.q_heads % g.kv_heads != 0)
+    throw Error(str("cuda attention: q_heads ", g.q_heads, " is not a positive multiple of kv_heads ",
+                    g.kv_heads));
+  chunks_for(g.head_dim);
+}
+
+}  // namespace
+
+void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom& g,
+                             const int32_t* run_start, void* out, cudaStream_t s) {
+  check_geom(g);
+  if (N == 0) return;
+  const int D = g.head_dim;
+  const float scale = 1.f / sqrtf(static_cast<float>(D));
+  const size_t smem = sizeof(float) * (kBQ * D + kBK * (2 * D + 1) + kWarps * kBK);
+  const dim3 grid(static_cast<unsigned>((N + kBQ - 1) / kBQ), static_cast<unsigned>(g.q_heads));
+  dispatch(dt, D, [&]<class T, int DCH>() {
+    attention_packed_kernel<T, DCH><<<grid, kWarps * 32, smem, s>>>(
+        static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, D, scale, run_start,
+        static_cast<T*>(out));
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+int attention_cache_splits(int64_t N, const AttnGeom& g, int* split_len) {
+  check_geom(g);
+  const int64_t blocks_per_split = std::max<int64_t>(1, N * (g.q_heads / heads_per_block(g)));
+  const int64_t target_blocks = 1024;  // a few waves on a 132-SM part
+  int64_t want = (target_blocks + blocks_per_split - 1) / blocks_per_split;
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(128, (g.max_seq + 63) / 64));
+  want = std::max<int64_t>(1, std::min(want, most));
+  int64_t len = (g.max_seq + want - 1) / want;
+  len = (len + kBK - 1) / kBK * kBK;
+  if (len < kBK) len = kBK;
+  *split_len = static_cast<int>(len);
+  return static_cast<int>((g.max_seq + len - 1) / len);
+}
+
+int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits) {
+  return N * g.q_heads * static_cast<int64_t>(splits) * (g.head_dim + 2);
+}
+
+void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
+                            const int32_t* rows, const int32_t* positions, const int32_t* table,
+                            int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
+                            void* out, float* workspace, int splits, int split_len,
+                            cudaStream_t s) {
+  check_geom(g);
+  if (N == 0) return;
+  const int D = g.head_dim;
+  const int G = heads_per_block(g);
+  const float scale = 1.f / sqrtf(static_cast<float>(D));
+  const size_t smem = sizeof(float) * (G * D + kBK * (2 * D + 1) + G * kBK);
+  const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads / G),
+                  static_cast<unsigned>(splits));
+  dispatch(dt, D, [&]<class T, int DCH>() {
+    attention_cache_kernel<T, DCH><<<grid, G * 32, smem, s>>>(
+        static_cast<const T*>(qkv), g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size,
+        g.cache_rows, rows, positions, table, R, pages, static_cast<const T*>(cache_k),
+        static_cast<const T*>(cache_v), split_len, workspace);
+    LINNET_CUDA_LAUNCH_CHECK();
+    attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)),
+                                  128, 0, s>>>(workspace, splits, g.q_heads, D, rows, R,
+                                               static_cast<T*>(out));
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace linnet::cuda

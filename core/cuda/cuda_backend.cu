@@ -1,0 +1,633 @@
+// CudaBackend: memory, argument checks, cuBLAS matmul, and dispatch to the kernels in
+// elementwise.cu, attention.cu and logits.cu. No logging here (spdlog/fmt can't be included
+// in .cu files under C++20): failures throw linnet::Error.
+#include "core/cuda/cuda_backend.cuh"
+
+#include <algorithm>
+#include <climits>
+
+#include "core/cuda/cuda_common.cuh"
+#include "core/cuda/kernels.cuh"
+
+namespace linnet {
+namespace cuda {
+
+// ---- errors --------------------------------------------------------------------------------
+void cuda_failed(cudaError_t err, const char* expr, const char* file, int line) {
+  throw Error(str("CUDA error ", static_cast<int>(err), " (", cudaGetErrorName(err), ": ",
+                  cudaGetErrorString(err), ") in ", expr, " at ", file, ":", line));
+}
+
+void cublas_failed(cublasStatus_t st, const char* expr, const char* file, int line) {
+  throw Error(str("cuBLAS error ", static_cast<int>(st), " (", cublasGetStatusName(st), ": ",
+                  cublasGetStatusString(st), ") in ", expr, " at ", file, ":", line));
+}
+
+#ifdef LINNET_HAVE_NCCL
+void nccl_failed(ncclResult_t r, const char* expr, const char* file, int line) {
+  throw Error(str("NCCL error ", static_cast<int>(r), " (", ncclGetErrorString(r), ") in ", expr,
+                  " at ", file, ":", line));
+}
+#endif
+
+// ---- memory pool ---------------------------------------------------------------------------
+size_t MemoryPool::bucket(size_t bytes) {
+  constexpr size_t kMin = 512, kMiB = size_t{1} << 20;
+  if (bytes <= kMin) return kMin;
+  if (bytes <= kMiB) {  // powers of two
+    size_t b = kMin;
+    while (b < bytes) b <<= 1;
+    return b;
+  }
+  if (bytes <= 256 * kMiB) {  // eight steps per power of two: at most 12.5% slack
+    size_t p = kMiB;
+    while (p * 2 < bytes) p <<= 1;
+    const size_t step = p / 8;
+    return (bytes + step - 1) / step * step;
+  }
+  const size_t step = 2 * kMiB;  // large, long-lived blocks (weights, the KV cache)
+  return (bytes + step - 1) / step * step;
+}
+
+void* MemoryPool::allocate(size_t b) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.find(b);
+    if (it != free_.end() && !it->second.empty()) {
+      void* p = it->second.back();
+      it->second.pop_back();
+      cached_ -= b;
+      in_use_ += b;
+      return p;
+    }
+  }
+  void* p = nullptr;
+  cudaError_t err = cudaMalloc(&p, b);
+  if (err == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // clear it, give back the cache and try once more
+    free_cached();
+    err = cudaMalloc(&p, b);
+  }
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t in_use, cached;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      in_use = in_use_;
+      cached = cached_;
+    }
+    throw Error(str("cuda: cannot allocate ", b, " bytes on device ", device_, " (",
+                    cudaGetErrorString(err), "; ", in_use, " bytes in use by linnet, ", cached,
+                    " cached)"));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  in_use_ += b;
+  ++mallocs_;
+  return p;
+}
+
+void MemoryPool::release(void* p, size_t b) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_[b].push_back(p);
+  in_use_ -= b;
+  cached_ += b;
+}
+
+void MemoryPool::free_cached() {
+  std::unordered_map<size_t, std::vector<void*>> blocks;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks.swap(free_);
+    cached_ = 0;
+  }
+  if (blocks.empty()) return;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaSetDevice(device_);
+  for (auto& [size, list] : blocks)
+    for (void* p : list) cudaFree(p);  // errors ignored: nothing useful to do with them here
+  cudaSetDevice(prev);
+  cudaGetLastError();
+}
+
+MemoryPool::~MemoryPool() { free_cached(); }
+
+size_t MemoryPool::bytes_in_use() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return in_use_;
+}
+size_t MemoryPool::bytes_cached() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return cached_;
+}
+size_t MemoryPool::mallocs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mallocs_;
+}
+
+// ---- argument checks -----------------------------------------------------------------------
+namespace {
+
+int dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
+
+void need(bool ok, const char* op, const std::string& what) {
+  if (!ok) throw Error(str("cuda ", op, ": ", what));
+}
+
+void on_device(const char* op, const char* name, const Tensor& t) {
+  need(t.defined(), op, str(name, " is undefined"));
+  need(t.device() == Device::cuda, op, str(name, " ", t.describe(), " is not on the cuda device"));
+}
+
+void rank_is(const char* op, const char* name, const Tensor& t, size_t r) {
+  on_device(op, name, t);
+  need(t.rank() == r, op, str(name, " ", t.describe(), " should have rank ", r));
+}
+
+void dtype_is(const char* op, const char* name, const Tensor& t, DType d) {
+  need(t.dtype() == d, op, str(name, " ", t.describe(), " should be ", dtype_name(d)));
+}
+
+void float_type(const char* op, const char* name, const Tensor& t) {
+  need(is_float(t.dtype()), op, str(name, " ", t.describe(), " should have a float dtype"));
+}
+
+void act_type(const char* op, const char* name, const Tensor& t) {
+  need(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16, op,
+       str(name, " ", t.describe(), " should be f32, bf16 or f16"));
+}
+
+// An i32 index vector of n entries.
+void index_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
+  on_device(op, name, t);
+  dtype_is(op, name, t, DType::i32);
+  need(t.numel() == n, op, str(name, " ", t.describe(), " should hold ", n, " entries"));
+}
+
+void check_dims(const char* op, const AttentionDims& d) {
+  need(d.q_heads > 0 && d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, op,
+       str("q_heads ", d.q_heads, " should be a positive multiple of kv_heads ", d.kv_heads));
+  need(d.head_dim > 0 && d.head_dim <= 128, op,
+       str("head_dim ", d.head_dim, " is not supported (1 … 128)"));
+}
+
+void check_cache(const char* op, const AttentionDims& d, const Tensor& qkv, const Tensor& ck,
+                 const Tensor& cv) {
+  need(d.page_size > 0 && d.max_seq > 0 && d.max_seq % d.page_size == 0, op,
+       str("max_seq ", d.max_seq, " should be a positive multiple of page_size ", d.page_size));
+  rank_is(op, "cache_k", ck, 4);
+  rank_is(op, "cache_v", cv, 4);
+  need(ck.shape() == cv.shape(), op, str("cache_k ", ck.describe(), " and cache_v ",
+                                         cv.describe(), " differ"));
+  need(ck.dim(1) == d.kv_heads && ck.dim(2) == d.max_seq && ck.dim(3) == d.head_dim, op,
+       str("cache ", ck.describe(), " should be [rows, ", d.kv_heads, ", ", d.max_seq, ", ",
+           d.head_dim, "]"));
+  need(ck.dtype() == qkv.dtype() && cv.dtype() == qkv.dtype(), op,
+       str("cache dtype ", dtype_name(ck.dtype()), " should match qkv ", qkv.describe()));
+}
+
+cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
+  cuda::AttnGeom g;
+  g.q_heads = static_cast<int>(d.q_heads);
+  g.kv_heads = static_cast<int>(d.kv_heads);
+  g.head_dim = static_cast<int>(d.head_dim);
+  g.max_seq = d.max_seq;
+  g.page_size = d.page_size;
+  g.cache_rows = cache_rows;
+  return g;
+}
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: return CUDA_R_32F;
+  }
+}
+
+int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
+
+}  // namespace
+
+// ---- the backend ---------------------------------------------------------------------------
+CudaBackend::CudaBackend(int device) : device_(device) {
+  LINNET_CUDA_CHECK(cudaSetDevice(device_));
+  LINNET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  LINNET_CUBLAS_CHECK(cublasCreate(&cublas_));
+  LINNET_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+  // No reduced-precision split-K reductions: accumulation stays f32 end to end.
+  LINNET_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  cublas_workspace_bytes_ = size_t{32} << 20;
+  LINNET_CUDA_CHECK(cudaMalloc(&cublas_workspace_, cublas_workspace_bytes_));
+  LINNET_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, cublas_workspace_bytes_));
+  pool_ = std::make_shared<MemoryPool>(device_);
+}
+
+CudaBackend::~CudaBackend() {
+  cudaSetDevice(device_);
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (cublas_) cublasDestroy(cublas_);
+  if (cublas_workspace_) cudaFree(cublas_workspace_);
+  if (stream_) cudaStreamDestroy(stream_);
+  cudaGetLastError();
+  // pool_ lives on while tensors hold blocks of it.
+}
+
+void CudaBackend::activate() const { LINNET_CUDA_CHECK(cudaSetDevice(device_)); }
+
+std::string CudaBackend::name() const { return str("cuda:", device_); }
+
+DType CudaBackend::compute_dtype(DType weights) const {
+  if (weights == DType::bf16 || weights == DType::f16) return weights;
+  return DType::f32;
+}
+
+Tensor CudaBackend::empty(const Shape& shape, DType dtype) {
+  for (auto d : shape.dims())
+    if (d < 0) throw Error(str("cuda empty: negative dimension in ", shape.to_string()));
+  activate();
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  const size_t b = MemoryPool::bucket(bytes);
+  auto st = std::make_shared<Storage>();
+  st->data = pool_->allocate(b);
+  st->bytes = bytes;
+  st->device = Device::cuda;
+  std::shared_ptr<MemoryPool> pool = pool_;
+  st->release = [pool, b](void* p) { pool->release(p, b); };
+  return Tensor(std::move(st), 0, shape, dtype);
+}
+
+Tensor CudaBackend::upload(const Tensor& host) {
+  need(host.defined(), "upload", "tensor is undefined");
+  Tensor t = empty(host.shape(), host.dtype());
+  if (t.nbytes() == 0) return t;
+  const cudaMemcpyKind kind =
+      host.device() == Device::cuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice;
+  LINNET_CUDA_CHECK(cudaMemcpyAsync(t.data(), host.data(), t.nbytes(), kind, stream_));
+  return t;
+}
+
+Tensor CudaBackend::to_host(const Tensor& t) {
+  need(t.defined(), "to_host", "tensor is undefined");
+  if (t.device() == Device::cpu) return t.clone();
+  activate();
+  Tensor h = Tensor::empty(t.shape(), t.dtype());
+  if (t.nbytes() > 0)
+    LINNET_CUDA_CHECK(cudaMemcpyAsync(h.data(), t.data(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+  LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return h;
+}
+
+void CudaBackend::fill_zero(Tensor& t) {
+  on_device("fill_zero", "t", t);
+  activate();
+  if (t.nbytes() > 0) LINNET_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_));
+}
+
+void CudaBackend::synchronize() {
+  activate();
+  LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void CudaBackend::convert(const Tensor& src, Tensor& dst) {
+  on_device("convert", "src", src);
+  on_device("convert", "dst", dst);
+  need(src.numel() == dst.numel(), "convert",
+       str("src ", src.describe(), " and dst ", dst.describe(), " differ in size"));
+  activate();
+  if (src.numel() == 0) return;
+  if (src.dtype() == dst.dtype()) {
+    if (src.data() != dst.data())
+      LINNET_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
+                                        cudaMemcpyDeviceToDevice, stream_));
+    return;
+  }
+  cuda::launch_convert(src.data(), dt(src), dst.data(), dt(dst), src.numel(), stream_);
+}
+
+void CudaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  const char* op = "embedding";
+  rank_is(op, "weight", weight, 2);
+  float_type(op, "weight", weight);
+  rank_is(op, "out", out, 2);
+  float_type(op, "out", out);
+  index_vec(op, "ids", ids, out.dim(0));
+  need(out.dim(1) == weight.dim(1), op,
+       str("out ", out.describe(), " and weight ", weight.describe(), " differ in width"));
+  activate();
+  cuda::launch_embedding(weight.data(), dt(weight), weight.dim(0), ids.ptr<int32_t>(), out.data(),
+                         dt(out), out.dim(0), out.dim(1), stream_);
+}
+
+void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  const char* op = "matmul";
+  rank_is(op, "x", x, 2);
+  rank_is(op, "w", w, 2);
+  rank_is(op, "out", out, 2);
+  float_type(op, "x", x);
+  float_type(op, "w", w);
+  float_type(op, "out", out);
+  const int64_t N = x.dim(0), In = x.dim(1), Out = w.dim(0);
+  need(w.dim(1) == In, op, str("x ", x.describe(), " and w ", w.describe(), " differ in In"));
+  need(out.dim(0) == N && out.dim(1) == Out, op,
+       str("out ", out.describe(), " should be [", N, ", ", Out, "]"));
+  if (bias) {
+    on_device(op, "bias", *bias);
+    float_type(op, "bias", *bias);
+    need(bias->numel() == Out, op, str("bias ", bias->describe(), " should hold ", Out, " entries"));
+  }
+  need(N < INT_MAX && In < INT_MAX && Out < INT_MAX, op, "dimensions exceed cuBLAS' int range");
+  activate();
+  if (N == 0 || Out == 0) return;
+
+  // cublasGemmEx wants A and B of one type: mixed inputs meet in f32 (exact widening).
+  const DType g = x.dtype() == w.dtype() ? x.dtype() : DType::f32;
+  Tensor xg = x, wg = w;
+  if (x.dtype() != g) {
+    xg = empty(x.shape(), g);
+    convert(x, xg);
+  }
+  if (w.dtype() != g) {
+    wg = empty(w.shape(), g);
+    convert(w, wg);
+  }
+  // C may be A's type or f32 (f32 inputs: f32 only); otherwise go through an f32 buffer.
+  const bool direct = out.dtype() == g || out.dtype() == DType::f32;
+  Tensor og = direct ? out : empty(out.shape(), DType::f32);
+  float alpha = 1.f, beta = 0.f;
+  if (bias) {  // C = bias, then C = x·wᵀ + C: one rounding of the f32 sum
+    cuda::launch_bias_rows(bias->data(), dt(*bias), og.data(), dt(og), N, Out, stream_);
+    beta = 1.f;
+  }
+  if (In == 0) {
+    if (!bias) LINNET_CUDA_CHECK(cudaMemsetAsync(og.data(), 0, og.nbytes(), stream_));
+  } else {
+    // Row-major out[N, Out] is column-major outᵀ (Out × N) = wᵀ-as-stored (Out × In) · xᵀ.
+    LINNET_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(Out),
+                                     static_cast<int>(N), static_cast<int>(In), &alpha, wg.data(),
+                                     cuda_type(g), static_cast<int>(In), xg.data(), cuda_type(g),
+                                     static_cast<int>(In), &beta, og.data(), cuda_type(og.dtype()),
+                                     static_cast<int>(Out), CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT));
+  }
+  if (!direct) convert(og, out);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+  const char* op = "rms_norm";
+  rank_is(op, "x", x, 2);
+  act_type(op, "x", x);
+  rank_is(op, "out", out, 2);
+  on_device(op, "w", w);
+  float_type(op, "w", w);
+  need(out.shape() == x.shape() && out.dtype() == x.dtype(), op,
+       str("out ", out.describe(), " should match x ", x.describe()));
+  need(w.numel() == x.dim(1), op, str("w ", w.describe(), " should hold ", x.dim(1), " entries"));
+  activate();
+  cuda::launch_rms_norm(dt(x), const_cast<void*>(x.data()), nullptr, w.data(), dt(w), eps,
+                        out.data(), x.dim(0), x.dim(1), stream_);
+}
+
+void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+                               Tensor& out) {
+  const char* op = "add_rms_norm";
+  rank_is(op, "residual", residual, 2);
+  act_type(op, "residual", residual);
+  on_device(op, "delta", delta);
+  rank_is(op, "out", out, 2);
+  on_device(op, "w", w);
+  float_type(op, "w", w);
+  need(delta.shape() == residual.shape() && delta.dtype() == residual.dtype(), op,
+       str("delta ", delta.describe(), " should match residual ", residual.describe()));
+  need(out.shape() == residual.shape() && out.dtype() == residual.dtype(), op,
+       str("out ", out.describe(), " should match residual ", residual.describe()));
+  need(w.numel() == residual.dim(1), op,
+       str("w ", w.describe(), " should hold ", residual.dim(1), " entries"));
+  activate();
+  cuda::launch_rms_norm(dt(residual), residual.data(), delta.data(), w.data(), dt(w), eps,
+                        out.data(), residual.dim(0), residual.dim(1), stream_);
+}
+
+void CudaBackend::add(Tensor& x, const Tensor& y) {
+  const char* op = "add";
+  on_device(op, "x", x);
+  on_device(op, "y", y);
+  act_type(op, "x", x);
+  need(x.numel() == y.numel() && x.dtype() == y.dtype(), op,
+       str("y ", y.describe(), " should match x ", x.describe()));
+  activate();
+  cuda::launch_add(dt(x), x.data(), y.data(), x.numel(), stream_);
+}
+
+void CudaBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
+                       const Tensor& inv_freq) {
+  const char* op = "rope";
+  rank_is(op, "x", x, 2);
+  act_type(op, "x", x);
+  on_device(op, "inv_freq", inv_freq);
+  float_type(op, "inv_freq", inv_freq);
+  index_vec(op, "positions", positions, x.dim(0));
+  const int64_t D = 2 * inv_freq.numel();
+  need(D > 0 && head_begin >= 0 && heads >= 0 && (head_begin + heads) * D <= x.dim(1), op,
+       str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", D, " do not fit x ",
+           x.describe()));
+  activate();
+  cuda::launch_rope(dt(x), x.data(), x.dim(0), x.dim(1), head_begin, heads, D,
+                    positions.ptr<int32_t>(), inv_freq.data(), dt(inv_freq), stream_);
+}
+
+void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
+  const char* op = "swiglu";
+  rank_is(op, "gate_up", gate_up, 2);
+  rank_is(op, "out", out, 2);
+  act_type(op, "gate_up", gate_up);
+  need(out.dtype() == gate_up.dtype() && out.dim(0) == gate_up.dim(0) &&
+           gate_up.dim(1) == 2 * out.dim(1),
+       op, str("gate_up ", gate_up.describe(), " and out ", out.describe(), " disagree"));
+  activate();
+  cuda::launch_swiglu(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), stream_);
+}
+
+void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
+                           Tensor& cache_k, Tensor& cache_v) {
+  const char* op = "kv_write";
+  check_dims(op, dims);
+  rank_is(op, "qkv", qkv, 2);
+  act_type(op, "qkv", qkv);
+  need(qkv.dim(1) == dims.qkv_width(), op,
+       str("qkv ", qkv.describe(), " should have width ", dims.qkv_width()));
+  index_vec(op, "slots", slots, qkv.dim(0));
+  check_cache(op, dims, qkv, cache_k, cache_v);
+  activate();
+  cuda::launch_kv_write(dt(qkv), qkv.data(), qkv.dim(0), geom(dims, cache_k.dim(0)),
+                        slots.ptr<int32_t>(), cache_k.data(), cache_v.data(), stream_);
+}
+
+void CudaBackend::attention_packed(const Tensor& qkv, const AttentionDims& dims,
+                                   const Tensor& run_start, Tensor& out) {
+  const char* op = "attention_packed";
+  check_dims(op, dims);
+  rank_is(op, "qkv", qkv, 2);
+  act_type(op, "qkv", qkv);
+  need(qkv.dim(1) == dims.qkv_width(), op,
+       str("qkv ", qkv.describe(), " should have width ", dims.qkv_width()));
+  index_vec(op, "run_start", run_start, qkv.dim(0));
+  rank_is(op, "out", out, 2);
+  need(out.dtype() == qkv.dtype() && out.dim(0) == qkv.dim(0) &&
+           out.dim(1) == dims.q_heads * dims.head_dim,
+       op, str("out ", out.describe(), " should be [", qkv.dim(0), ", ",
+               dims.q_heads * dims.head_dim, "; ", dtype_name(qkv.dtype()), "]"));
+  activate();
+  cuda::launch_attention_packed(dt(qkv), qkv.data(), qkv.dim(0), geom(dims, 0),
+                                run_start.ptr<int32_t>(), out.data(), stream_);
+}
+
+void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
+                                  const Tensor& positions, const Tensor& table,
+                                  const Tensor& cache_k, const Tensor& cache_v, Tensor& out) {
+  const char* op = "attention_cache";
+  check_dims(op, dims);
+  rank_is(op, "qkv", qkv, 2);
+  act_type(op, "qkv", qkv);
+  need(qkv.dim(1) == dims.qkv_width(), op,
+       str("qkv ", qkv.describe(), " should have width ", dims.qkv_width()));
+  const int64_t N = qkv.dim(0);
+  index_vec(op, "rows", rows, N);
+  index_vec(op, "positions", positions, N);
+  rank_is(op, "table", table, 2);
+  dtype_is(op, "table", table, DType::i32);
+  check_cache(op, dims, qkv, cache_k, cache_v);
+  rank_is(op, "out", out, 2);
+  need(out.dtype() == qkv.dtype() && out.dim(0) == N && out.dim(1) == dims.q_heads * dims.head_dim,
+       op, str("out ", out.describe(), " should be [", N, ", ", dims.q_heads * dims.head_dim, "; ",
+               dtype_name(qkv.dtype()), "]"));
+  activate();
+  if (N == 0) return;
+  const cuda::AttnGeom g = geom(dims, cache_k.dim(0));
+  int split_len = 0;
+  const int splits = cuda::attention_cache_splits(N, g, &split_len);
+  Tensor ws = empty({cuda::attention_cache_workspace(N, g, splits)}, DType::f32);
+  cuda::launch_attention_cache(dt(qkv), qkv.data(), N, g, rows.ptr<int32_t>(),
+                               positions.ptr<int32_t>(), table.ptr<int32_t>(), table.dim(0),
+                               table.dim(1), cache_k.data(), cache_v.data(), out.data(),
+                               ws.ptr<float>(), splits, split_len, stream_);
+}
+
+void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
+  const char* op = "gather_rows";
+  on_device(op, "src", src);
+  on_device(op, "out", out);
+  need(src.rank() >= 1 && out.rank() == src.rank() && out.dtype() == src.dtype(), op,
+       str("out ", out.describe(), " and src ", src.describe(), " disagree"));
+  for (size_t i = 1; i < src.rank(); ++i)
+    need(out.dim(i) == src.dim(i), op,
+         str("out ", out.describe(), " and src ", src.describe(), " differ in row shape"));
+  index_vec(op, "index", index, rows_of(out));
+  activate();
+  const int64_t row_bytes = src.dim(0) ? static_cast<int64_t>(src.nbytes()) / src.dim(0)
+                                       : (out.dim(0) ? static_cast<int64_t>(out.nbytes()) / out.dim(0) : 0);
+  cuda::launch_gather_rows(src.data(), src.dim(0), index.ptr<int32_t>(), out.data(), out.dim(0),
+                           row_bytes, stream_);
+}
+
+void CudaBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
+  const char* op = "copy_columns";
+  rank_is(op, "src", src, 2);
+  rank_is(op, "dst", dst, 2);
+  need(src.dim(0) == dst.dim(0), op, str("src ", src.describe(), " and dst ", dst.describe(),
+                                         " differ in rows"));
+  need(cols >= 0 && cols <= src.dim(1) && col_begin >= 0 && col_begin + cols <= dst.dim(1), op,
+       str("columns [", col_begin, ", ", col_begin + cols, ") from ", src.describe(), " into ",
+           dst.describe()));
+  activate();
+  const int64_t R = src.dim(0);
+  if (R == 0 || cols == 0) return;
+  if (src.dtype() == dst.dtype()) {
+    const size_t es = dtype_size(src.dtype());
+    LINNET_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.data()) + col_begin * es,
+                                        dst.dim(1) * es, src.data(), src.dim(1) * es, cols * es,
+                                        R, cudaMemcpyDeviceToDevice, stream_));
+  } else {
+    cuda::launch_copy_columns(src.data(), dt(src), src.dim(1), dst.data(), dt(dst), dst.dim(1), R,
+                              col_begin, cols, stream_);
+  }
+}
+
+namespace {
+void check_logits(const char* op, const Tensor& logits, int64_t valid, int64_t vocab_offset) {
+  rank_is(op, "logits", logits, 2);
+  float_type(op, "logits", logits);
+  need(valid >= 0 && valid <= logits.dim(1), op,
+       str("valid ", valid, " is outside [0, ", logits.dim(1), "]"));
+  need(vocab_offset >= 0 && vocab_offset + valid <= INT_MAX, op,
+       str("vocab_offset ", vocab_offset, " is out of range"));
+}
+void f32_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
+  on_device(op, name, t);
+  dtype_is(op, name, t, DType::f32);
+  need(t.numel() == n, op, str(name, " ", t.describe(), " should hold ", n, " entries"));
+}
+}  // namespace
+
+void CudaBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+                              const Tensor& targets, Tensor& max, Tensor& sumexp,
+                              Tensor& target_logit) {
+  const char* op = "logit_stats";
+  check_logits(op, logits, valid, vocab_offset);
+  const int64_t N = logits.dim(0);
+  index_vec(op, "targets", targets, N);
+  f32_vec(op, "max", max, N);
+  f32_vec(op, "sumexp", sumexp, N);
+  f32_vec(op, "target_logit", target_logit, N);
+  activate();
+  cuda::launch_logit_stats(logits.data(), dt(logits), N, logits.dim(1), valid, vocab_offset,
+                           targets.ptr<int32_t>(), max.ptr<float>(), sumexp.ptr<float>(),
+                           target_logit.ptr<float>(), stream_);
+}
+
+void CudaBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
+                         Tensor& index) {
+  const char* op = "argmax";
+  check_logits(op, logits, valid, vocab_offset);
+  const int64_t N = logits.dim(0);
+  f32_vec(op, "value", value, N);
+  index_vec(op, "index", index, N);
+  activate();
+  cuda::launch_argmax(logits.data(), dt(logits), N, logits.dim(1), valid, vocab_offset, false, 0,
+                      0, 0, 1.f, value.ptr<float>(), index.ptr<int32_t>(), stream_);
+}
+
+void CudaBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+                             uint64_t key0, uint64_t key1, int32_t step, float temperature,
+                             Tensor& value, Tensor& index) {
+  const char* op = "gumbel_max";
+  check_logits(op, logits, valid, vocab_offset);
+  need(temperature > 0.f, op, str("temperature ", temperature, " should be > 0"));
+  const int64_t N = logits.dim(0);
+  f32_vec(op, "value", value, N);
+  index_vec(op, "index", index, N);
+  activate();
+  cuda::launch_argmax(logits.data(), dt(logits), N, logits.dim(1), valid, vocab_offset, true, key0,
+                      key1, step, temperature, value.ptr<float>(), index.ptr<int32_t>(), stream_);
+}
+
+}  // namespace cuda
+
+// ---- factories (declared in core/backend.h) ------------------------------------------------
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: clear the sticky-free error, report none
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int n = cuda_device_count();
+  if (device < 0 || device >= n)
+    throw Error(str("cuda backend: device ", device, " is not among the ", n, " visible CUDA devices"));
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+
+}  // namespace linnet

@@ -1,0 +1,106 @@
+// The CUDA backend: one device, one stream, one cuBLAS handle, a caching allocator.
+// Code that needs the stream (a NCCL communicator, say) includes this from a .cu file.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace linnet::cuda {
+
+// Size-bucketed free lists of device blocks. A block released by a Tensor's Storage goes back
+// to its bucket (no CUDA call); it is reused by the next allocation of that bucket, which is
+// safe because all of a backend's work runs in order on its one stream. cudaMalloc happens
+// only when a bucket is empty, so a steady-state decode step, which asks for the same sizes
+// every time, allocates nothing. When cudaMalloc fails, cached blocks are freed and it is
+// tried once more.
+class MemoryPool {
+ public:
+  explicit MemoryPool(int device) : device_(device) {}
+  ~MemoryPool();
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  // The bucket size a request of `bytes` is served from.
+  static size_t bucket(size_t bytes);
+  void* allocate(size_t bucket_bytes);
+  void release(void* p, size_t bucket_bytes);
+  void free_cached();  // returns every cached block to the driver
+
+  size_t bytes_in_use() const;
+  size_t bytes_cached() const;
+  size_t mallocs() const;  // cudaMalloc calls so far
+
+ private:
+  int device_;
+  mutable std::mutex mu_;
+  std::unordered_map<size_t, std::vector<void*>> free_;
+  size_t in_use_ = 0, cached_ = 0, mallocs_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override;
+  Device device() const override { return Device::cuda; }
+  DType compute_dtype(DType weights) const override;
+
+  Tensor empty(const Shape& shape, DType dtype) override;
+  Tensor upload(const Tensor& host) override;
+  Tensor to_host(const Tensor& t) override;
+  void fill_zero(Tensor& t) override;
+  void synchronize() override;
+  void convert(const Tensor& src, Tensor& dst) override;
+
+  void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
+  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
+  void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+                    Tensor& out) override;
+  void add(Tensor& x, const Tensor& y) override;
+  void rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
+            const Tensor& inv_freq) override;
+  void swiglu(const Tensor& gate_up, Tensor& out) override;
+  void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
+                Tensor& cache_k, Tensor& cache_v) override;
+  void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start,
+                        Tensor& out) override;
+  void attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
+                       const Tensor& positions, const Tensor& table, const Tensor& cache_k,
+                       const Tensor& cache_v, Tensor& out) override;
+  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
+  void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) override;
+  void logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+                   const Tensor& targets, Tensor& max, Tensor& sumexp,
+                   Tensor& target_logit) override;
+  void argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
+              Tensor& index) override;
+  void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
+                  uint64_t key1, int32_t step, float temperature, Tensor& value,
+                  Tensor& index) override;
+
+  cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
+  const MemoryPool& pool() const { return *pool_; }
+
+ private:
+  void activate() const;  // makes this backend's device current on the calling thread
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  void* cublas_workspace_ = nullptr;
+  size_t cublas_workspace_bytes_ = 0;
+  std::shared_ptr<MemoryPool> pool_;
+};
+
+}  // namespace linnet::cuda

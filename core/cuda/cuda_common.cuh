@@ -1,0 +1,142 @@
+// Shared pieces of the CUDA backend: error checks that throw linnet::Error, element loads
+// and stores by dtype, warp reductions. Only .cu files include this (it pulls in CUDA headers).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+#ifdef LINNET_HAVE_NCCL
+#include <nccl.h>
+#endif
+
+namespace linnet::cuda {
+
+[[noreturn]] void cuda_failed(cudaError_t err, const char* expr, const char* file, int line);
+[[noreturn]] void cublas_failed(cublasStatus_t st, const char* expr, const char* file, int line);
+#ifdef LINNET_HAVE_NCCL
+[[noreturn]] void nccl_failed(ncclResult_t r, const char* expr, const char* file, int line);
+#endif
+
+}  // namespace linnet::cuda
+
+#define LINNET_CUDA_CHECK(expr)                                                       \
+  do {                                                                                \
+    const cudaError_t linnet_err_ = (expr);                                           \
+    if (linnet_err_ != cudaSuccess)                                                   \
+      ::linnet::cuda::cuda_failed(linnet_err_, #expr, __FILE__, __LINE__);            \
+  } while (0)
+
+// After a kernel launch: a bad configuration shows here, at the launch site.
+#define LINNET_CUDA_LAUNCH_CHECK() LINNET_CUDA_CHECK(cudaGetLastError())
+
+#define LINNET_CUBLAS_CHECK(expr)                                                     \
+  do {                                                                                \
+    const cublasStatus_t linnet_st_ = (expr);                                         \
+    if (linnet_st_ != CUBLAS_STATUS_SUCCESS)                                          \
+      ::linnet::cuda::cublas_failed(linnet_st_, #expr, __FILE__, __LINE__);           \
+  } while (0)
+
+#ifdef LINNET_HAVE_NCCL
+#define LINNET_NCCL_CHECK(expr)                                                       \
+  do {                                                                                \
+    const ncclResult_t linnet_nr_ = (expr);                                           \
+    if (linnet_nr_ != ncclSuccess)                                                    \
+      ::linnet::cuda::nccl_failed(linnet_nr_, #expr, __FILE__, __LINE__);             \
+  } while (0)
+#endif
+
+namespace linnet::cuda {
+
+// ---- element access ----------------------------------------------------------------------
+// Activation kernels are templated on the element type (float, __nv_bfloat16, __half);
+// rarely-hot paths (weights of norms, logits, conversions) switch on the dtype at run time.
+
+__device__ __forceinline__ float to_f(float x) { return x; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+
+template <class T>
+__device__ __forceinline__ T from_f(float x);
+template <>
+__device__ __forceinline__ float from_f<float>(float x) { return x; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
+
+// Run-time dtype codes (the DType enum's values), usable in device code.
+constexpr int kBF16 = static_cast<int>(DType::bf16);
+constexpr int kF16 = static_cast<int>(DType::f16);
+constexpr int kF32 = static_cast<int>(DType::f32);
+constexpr int kI32 = static_cast<int>(DType::i32);
+constexpr int kI64 = static_cast<int>(DType::i64);
+
+__device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
+  switch (dt) {
+    case kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case kF16: return __half2float(static_cast<const __half*>(p)[i]);
+    case kF32: return static_cast<const float*>(p)[i];
+    case kI32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    default: return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+  }
+}
+
+__device__ __forceinline__ void store_any(void* p, int dt, int64_t i, float v) {
+  switch (dt) {
+    case kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    case kF32: static_cast<float*>(p)[i] = v; break;
+    case kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    default: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+// ---- reductions ----------------------------------------------------------------------------
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024). Every thread gets the sum.
+// `scratch` holds 32 floats; the call ends with a barrier so scratch may be reused.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? scratch[lane] : 0.f;
+  t = warp_sum(t);
+  __syncthreads();
+  return t;
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+  v = warp_max(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float t = lane < nwarps ? scratch[lane] : -INFINITY;
+  t = warp_max(t);
+  __syncthreads();
+  return t;
+}
+
+inline unsigned blocks_for(int64_t n, int threads) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 65535LL * 1024) b = 65535LL * 1024;  // grid-stride loops cover the rest
+  return static_cast<unsigned>(b);
+}
+
+}  // namespace linnet::cuda

@@ -1,0 +1,282 @@
+// Row-wise and element-wise kernels: conversion, embedding, RMS norm (plain and fused with the
+// residual add), add, RoPE, SwiGLU, the matmul bias, row gathers, column copies, KV writes.
+#include <cmath>
+
+#include "core/cuda/cuda_common.cuh"
+#include "core/cuda/kernels.cuh"
+
+namespace linnet::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Calls f.template operator()<T>() for an activation dtype.
+template <class F>
+void by_act(int dt, const char* op, F&& f) {
+  switch (dt) {
+    case kF32: f.template operator()<float>(); break;
+    case kBF16: f.template operator()<__nv_bfloat16>(); break;
+    case kF16: f.template operator()<__half>(); break;
+    default:
+      throw Error(str("cuda ", op, ": unsupported activation dtype ",
+                      dtype_name(static_cast<DType>(dt))));
+  }
+}
+
+__global__ void convert_kernel(const void* src, int sdt, void* dst, int ddt, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (ddt == kI32 && sdt == kI64)
+      static_cast<int32_t*>(dst)[i] = static_cast<int32_t>(static_cast<const int64_t*>(src)[i]);
+    else if (ddt == kI64 && sdt == kI32)
+      static_cast<int64_t*>(dst)[i] = static_cast<const int32_t*>(src)[i];
+    else
+      store_any(dst, ddt, i, load_any(src, sdt, i));
+  }
+}
+
+__global__ void embedding_kernel(const void* weight, int wdt, int64_t V, const int32_t* ids,
+                                 void* out, int odt, int64_t W) {
+  const int64_t n = blockIdx.x;
+  const int64_t id = ids[n];
+  for (int64_t w = threadIdx.x; w < W; w += blockDim.x) {
+    const float v = (id >= 0 && id < V) ? load_any(weight, wdt, id * W + w) : 0.f;
+    store_any(out, odt, n * W + w, v);
+  }
+}
+
+// One block per row. With delta: x += delta (rounded to T and stored), then the norm of the
+// rounded sum. Sum of squares in f32.
+template <class T>
+__global__ void rms_norm_kernel(T* x, const T* delta, const void* w, int wdt, float eps, T* out,
+                                int64_t W) {
+  __shared__ float scratch[32];
+  const int64_t base = blockIdx.x * W;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < W; i += blockDim.x) {
+    float v = to_f(x[base + i]);
+    if (delta) {
+      const T r = from_f<T>(v + to_f(delta[base + i]));
+      x[base + i] = r;
+      v = to_f(r);
+    }
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss, scratch);
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(W) + eps);
+  for (int64_t i = threadIdx.x; i < W; i += blockDim.x)
+    out[base + i] = from_f<T>(to_f(x[base + i]) * inv * load_any(w, wdt, i));
+}
+
+template <class T>
+__global__ void add_kernel(T* x, const T* y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = from_f<T>(to_f(x[i]) + to_f(y[i]));
+}
+
+// One thread per (token, head, pair i < D/2). The angle is an f32 product, as the CPU forms it;
+// cos and sin are taken in double and rounded, so they are the correctly rounded f32 values
+// (no fast-math approximation, whatever the size of the angle).
+template <class T>
+__global__ void rope_kernel(T* x, int64_t N, int64_t W, int64_t head_begin, int64_t heads,
+                            int64_t D, const int32_t* positions, const void* inv_freq, int ifdt) {
+  const int64_t half = D / 2;
+  const int64_t total = N * heads * half;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half;
+    const int64_t h = (idx / half) % heads;
+    const int64_t n = idx / (half * heads);
+    const float ang = static_cast<float>(positions[n]) * load_any(inv_freq, ifdt, i);
+    double sd, cd;
+    sincos(static_cast<double>(ang), &sd, &cd);
+    const float s = static_cast<float>(sd), c = static_cast<float>(cd);
+    T* p = x + n * W + (head_begin + h) * D;
+    const float x1 = to_f(p[i]), x2 = to_f(p[i + half]);
+    p[i] = from_f<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
+    p[i + half] = from_f<T>(__fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s)));
+  }
+}
+
+template <class T>
+__global__ void swiglu_kernel(const T* gu, T* out, int64_t N, int64_t I) {
+  const int64_t total = N * I;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / I, i = idx - n * I;
+    const float g = to_f(gu[n * 2 * I + i]);
+    const float u = to_f(gu[n * 2 * I + I + i]);
+    const float silu = g / (1.f + expf(-g));
+    out[idx] = from_f<T>(silu * u);
+  }
+}
+
+__global__ void bias_rows_kernel(const void* bias, int bdt, void* out, int odt, int64_t N,
+                                 int64_t O) {
+  const int64_t total = N * O;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    store_any(out, odt, idx, load_any(bias, bdt, idx % O));
+}
+
+// Copies in units of U (the widest of 16, 8, 4, 2, 1 bytes that divides the row).
+template <class U>
+__global__ void gather_rows_kernel(const U* src, int64_t src_rows, const int32_t* index, U* out,
+                                   int64_t units) {
+  const int64_t m = blockIdx.x;
+  const int64_t r = index[m];
+  const bool ok = r >= 0 && r < src_rows;
+  for (int64_t i = threadIdx.x; i < units; i += blockDim.x) {
+    if (ok) {
+      out[m * units + i] = src[r * units + i];
+    } else {
+      U z;
+      memset(&z, 0, sizeof(U));
+      out[m * units + i] = z;
+    }
+  }
+}
+
+__global__ void copy_columns_kernel(const void* src, int sdt, int64_t sw, void* dst, int ddt,
+                                    int64_t dw, int64_t R, int64_t col_begin, int64_t cols) {
+  const int64_t total = R * cols;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / cols, c = idx - r * cols;
+    store_any(dst, ddt, r * dw + col_begin + c, load_any(src, sdt, r * sw + c));
+  }
+}
+
+// One thread per (token, kv head, dim); k and v together.
+template <class T>
+__global__ void kv_write_kernel(const T* qkv, int64_t N, int q_heads, int kv_heads, int D,
+                                int64_t max_seq, int64_t page_size, int64_t cache_rows,
+                                const int32_t* slots, T* ck, T* cv) {
+  const int64_t per_token = static_cast<int64_t>(kv_heads) * D;
+  const int64_t total = N * per_token;
+  const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * D;
+  const int64_t ppr = max_seq / page_size;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / per_token, e = idx - n * per_token;
+    const int64_t slot = slots[n];
+    if (slot < 0) continue;
+    const int64_t page = slot / page_size;
+    const int64_t crow = page / ppr;
+    if (crow >= cache_rows) continue;  // out of range: the caller validates; never write past
+    const int64_t pos = (page - crow * ppr) * page_size + slot % page_size;
+    const int64_t j = e / D, d = e - j * D;
+    const int64_t at = ((crow * kv_heads + j) * max_seq + pos) * D + d;
+    ck[at] = qkv[n * width + static_cast<int64_t>(q_heads) * D + e];
+    cv[at] = qkv[n * width + static_cast<int64_t>(q_heads + kv_heads) * D + e];
+  }
+}
+
+}  // namespace
+
+void launch_convert(const void* src, int sdt, void* dst, int ddt, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  convert_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(src, sdt, dst, ddt, n);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_embedding(const void* weight, int wdt, int64_t V, const int32_t* ids, void* out,
+                      int odt, int64_t N, int64_t W, cudaStream_t s) {
+  if (N == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(weight, wdt, V, ids, out, odt, W);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rms_norm(int dt, void* x, const void* delta, const void* w, int wdt, float eps,
+                     void* out, int64_t N, int64_t W, cudaStream_t s) {
+  if (N == 0) return;
+  const int threads = W >= 2048 ? 512 : (W >= 512 ? 256 : 128);
+  by_act(dt, "rms_norm", [&]<class T>() {
+    rms_norm_kernel<T><<<static_cast<unsigned>(N), threads, 0, s>>>(
+        static_cast<T*>(x), static_cast<const T*>(delta), w, wdt, eps, static_cast<T*>(out), W);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_add(int dt, void* x, const void* y, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  by_act(dt, "add", [&]<class T>() {
+    add_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x),
+                                                              static_cast<const T*>(y), n);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rope(int dt, void* x, int64_t N, int64_t W, int64_t head_begin, int64_t heads,
+                 int64_t D, const int32_t* positions, const void* inv_freq, int ifdt,
+                 cudaStream_t s) {
+  const int64_t total = N * heads * (D / 2);
+  if (total == 0) return;
+  by_act(dt, "rope", [&]<class T>() {
+    rope_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, s>>>(
+        static_cast<T*>(x), N, W, head_begin, heads, D, positions, inv_freq, ifdt);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s) {
+  if (N * I == 0) return;
+  by_act(dt, "swiglu", [&]<class T>() {
+    swiglu_kernel<T><<<blocks_for(N * I, kThreads), kThreads, 0, s>>>(
+        static_cast<const T*>(gate_up), static_cast<T*>(out), N, I);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_bias_rows(const void* bias, int bdt, void* out, int odt, int64_t N, int64_t O,
+                      cudaStream_t s) {
+  if (N * O == 0) return;
+  bias_rows_kernel<<<blocks_for(N * O, kThreads), kThreads, 0, s>>>(bias, bdt, out, odt, N, O);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_gather_rows(const void* src, int64_t src_rows, const int32_t* index, void* out,
+                        int64_t M, int64_t row_bytes, cudaStream_t s) {
+  if (M == 0 || row_bytes == 0) return;
+  const auto aligned = [&](int64_t a) {
+    return row_bytes % a == 0 && reinterpret_cast<uintptr_t>(src) % a == 0 &&
+           reinterpret_cast<uintptr_t>(out) % a == 0;
+  };
+  const unsigned grid = static_cast<unsigned>(M);
+  if (aligned(16))
+    gather_rows_kernel<<<grid, 128, 0, s>>>(static_cast<const uint4*>(src), src_rows, index,
+                                            static_cast<uint4*>(out), row_bytes / 16);
+  else if (aligned(4))
+    gather_rows_kernel<<<grid, 128, 0, s>>>(static_cast<const uint32_t*>(src), src_rows, index,
+                                            static_cast<uint32_t*>(out), row_bytes / 4);
+  else if (aligned(2))
+    gather_rows_kernel<<<grid, 128, 0, s>>>(static_cast<const uint16_t*>(src), src_rows, index,
+                                            static_cast<uint16_t*>(out), row_bytes / 2);
+  else
+    gather_rows_kernel<<<grid, 128, 0, s>>>(static_cast<const uint8_t*>(src), src_rows, index,
+                                            static_cast<uint8_t*>(out), row_bytes);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_copy_columns(const void* src, int sdt, int64_t sw, void* dst, int ddt, int64_t dw,
+                         int64_t R, int64_t col_begin, int64_t cols, cudaStream_t s) {
+  if (R * cols == 0) return;
+  copy_columns_kernel<<<blocks_for(R * cols, kThreads), kThreads, 0, s>>>(
+      src, sdt, sw, dst, ddt, dw, R, col_begin, cols);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, const int32_t* slots,
+                     void* cache_k, void* cache_v, cudaStream_t s) {
+  const int64_t total = N * g.kv_heads * g.head_dim;
+  if (total == 0) return;
+  by_act(dt, "kv_write", [&]<class T>() {
+    kv_write_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, s>>>(
+        static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, g.head_dim, g.max_seq, g.page_size,
+        g.cache_rows, slots, static_cast<T*>(cache_k), static_cast<T*>(cache_v));
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace linnet::cuda

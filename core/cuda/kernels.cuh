@@ -1,0 +1,68 @@
+// Host-side launchers of the CUDA backend's kernels. Pointers are device pointers; dtype
+// arguments are DType values as int (see cuda_common.cuh). Every launcher checks the launch
+// and throws linnet::Error on failure.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace linnet::cuda {
+
+// ---- elementwise.cu ----
+void launch_convert(const void* src, int src_dt, void* dst, int dst_dt, int64_t n, cudaStream_t s);
+// out[n, :] = weight[ids[n], :] converted; ids outside [0, V) give a zero row.
+void launch_embedding(const void* weight, int w_dt, int64_t V, const int32_t* ids, void* out,
+                      int out_dt, int64_t N, int64_t W, cudaStream_t s);
+// delta == nullptr: out = rms_norm(x)·w. Otherwise x (the residual) += delta first, in place.
+void launch_rms_norm(int act_dt, void* x, const void* delta, const void* w, int w_dt, float eps,
+                     void* out, int64_t N, int64_t W, cudaStream_t s);
+void launch_add(int dt, void* x, const void* y, int64_t n, cudaStream_t s);
+void launch_rope(int dt, void* x, int64_t N, int64_t W, int64_t head_begin, int64_t heads,
+                 int64_t D, const int32_t* positions, const void* inv_freq, int if_dt,
+                 cudaStream_t s);
+void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s);
+// out[n, o] = bias[o] (the matmul's bias, added through beta = 1).
+void launch_bias_rows(const void* bias, int b_dt, void* out, int out_dt, int64_t N, int64_t O,
+                      cudaStream_t s);
+// out[m] = src[index[m]] (row_bytes each) or zeros where index[m] < 0 or >= src_rows.
+void launch_gather_rows(const void* src, int64_t src_rows, const int32_t* index, void* out,
+                        int64_t M, int64_t row_bytes, cudaStream_t s);
+// dst[:, col_begin + c] = convert(src[:, c]) for c < cols (dtypes differ).
+void launch_copy_columns(const void* src, int src_dt, int64_t src_w, void* dst, int dst_dt,
+                         int64_t dst_w, int64_t R, int64_t col_begin, int64_t cols,
+                         cudaStream_t s);
+
+struct AttnGeom {
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int64_t max_seq = 0;
+  int64_t page_size = 0;
+  int64_t cache_rows = 0;  // rows of cache_k / cache_v
+};
+
+void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, const int32_t* slots,
+                     void* cache_k, void* cache_v, cudaStream_t s);
+
+// ---- attention.cu ----
+void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom& g,
+                             const int32_t* run_start, void* out, cudaStream_t s);
+// How many sequence splits attention_cache uses, and the f32 workspace it needs (elements).
+int attention_cache_splits(int64_t N, const AttnGeom& g, int* split_len);
+int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits);
+void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
+                            const int32_t* rows, const int32_t* positions, const int32_t* table,
+                            int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
+                            void* out, float* workspace, int splits, int split_len,
+                            cudaStream_t s);
+
+// ---- logits.cu ----
+void launch_logit_stats(const void* logits, int dt, int64_t N, int64_t Vs, int64_t valid,
+                        int64_t vocab_offset, const int32_t* targets, float* max, float* sumexp,
+                        float* target_logit, cudaStream_t s);
+// gumbel == false: plain argmax. Otherwise score = logit/temperature + gumbel(key, k, row, step).
+void launch_argmax(const void* logits, int dt, int64_t N, int64_t Vs, int64_t valid,
+                   int64_t vocab_offset, bool gumbel, uint64_t key0, uint64_t key1, int32_t step,
+                   float temperature, float* value, int32_t* index, cudaStream_t s);
+
+}  // namespace linnet::cuda

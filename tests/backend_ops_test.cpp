@@ -1,0 +1,631 @@
+// Every op of core/backend.h on every backend other than the CPU, against the CPU backend
+// (in the spirit of llama.cpp's test-backend-ops). For each op: several shapes (odd sizes,
+// N = 1, ~1000-token attention, GQA 1/2/4, shuffled page tables, skipped rows) and dtypes
+// (f32 / bf16 activations, f32 / bf16 weights). The CPU computes in f32, so it is given the
+// f32 widening of exactly the values the device sees. Each device run starts from outputs
+// poisoned with NaN (so unwritten elements show), runs twice (the two must agree bit for bit:
+// a difference is a race), and is compared by ‖out − ref‖ / ‖ref‖ against a per-op bound;
+// indices (argmax, Gumbel-max) must match exactly. Each comparison prints one line
+//   OPERR | <op> | <case> | <dtypes> | <output> | <err> | <bound> | <ok|FAIL>
+// (err is the normalized error, or the count of differing elements for exact checks)
+// that scripts/gpu-check gathers into its summary. Without a GPU every test is skipped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+
+#include "core/backend.h"
+
+using namespace linnet;
+
+namespace {
+
+// Made once and kept for the whole process (never destroyed: tearing a device backend down
+// after the CUDA runtime has unloaded at exit is not worth the risk in a test binary).
+const std::vector<std::unique_ptr<Backend>>& device_backends() {
+  static auto* v = [] {
+    auto* list = new std::vector<std::unique_ptr<Backend>>;
+    if (cuda_device_count() > 0) list->push_back(make_cuda_backend(0));
+    return list;
+  }();
+  return *v;
+}
+
+#define NEED_DEVICE_BACKENDS(var)                                                            \
+  const auto& var = device_backends();                                                            \
+  if (var.empty()) GTEST_SKIP() << "no CUDA device is visible: nothing to compare with the " \
+                                   "CPU backend (run scripts/gpu-check on a GPU machine)"
+
+std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(g);
+  return v;
+}
+
+// Values representable in dtype t (so the CPU's f32 copy holds exactly what the device sees).
+std::vector<float> in_dtype(std::vector<float> v, DType t) {
+  for (auto& x : v) x = round_to(t, x);
+  return v;
+}
+
+std::string dts(DType a, DType w) { return str("act=", dtype_name(a), ",w=", dtype_name(w)); }
+
+// The bound for outputs held in dtype t (f32: tight; 16-bit: the storage rounding dominates).
+double bound_for(DType t, double f32_bound = 1e-5) { return t == DType::f32 ? f32_bound : 1e-2; }
+
+// A device (or CPU) tensor from host values; the CPU reference gets f32.
+Tensor put(Backend& be, bool ref, Shape s, const std::vector<float>& v, DType dt) {
+  return be.upload(Tensor::from_floats(std::move(s), v, ref ? DType::f32 : dt));
+}
+Tensor put_ints(Backend& be, Shape s, const std::vector<int64_t>& v) {
+  return be.upload(Tensor::from_ints(std::move(s), v, DType::i32));
+}
+// An output filled with NaN (floats) or 0x7f7f7f7f (ints) before the op runs.
+Tensor poison(Backend& be, bool ref, Shape s, DType dt) {
+  const DType t = ref && is_float(dt) ? DType::f32 : dt;
+  Tensor h = Tensor::empty(std::move(s), t);
+  if (is_float(t)) {
+    std::vector<float> nan(static_cast<size_t>(h.numel()), std::nanf(""));
+    h = Tensor::from_floats(h.shape(), nan, t);
+  } else {
+    std::memset(h.data(), 0x7f, h.nbytes());
+  }
+  return be.upload(h);
+}
+
+using Outputs = std::vector<Tensor>;                       // host copies
+using OpRun = std::function<Outputs(Backend&, bool ref)>;    // builds inputs, runs, returns outputs
+
+struct Expect {
+  Expect(std::string n, double b, bool ex = false, std::vector<uint8_t> rows = {})
+      : name(std::move(n)), bound(b), exact(ex), row_active(std::move(rows)) {}
+  std::string name;                 // output name
+  double bound;                     // on ‖out − ref‖ / ‖ref‖
+  bool exact;                       // exact equality instead
+  std::vector<uint8_t> row_active;  // empty: every row; else rows with 0 must stay poisoned
+};
+
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+// Runs `run` on the CPU and on each device backend and checks each output.
+void check_op(const std::string& op, const std::string& case_name, const std::string& types,
+              const OpRun& run, const std::vector<Expect>& expects) {
+  auto cpu = make_cpu_backend();
+  const Outputs ref = run(*cpu, true);
+  ASSERT_EQ(ref.size(), expects.size());
+  for (auto& be : device_backends()) {
+    const Outputs a = run(*be, false);
+    const Outputs b = run(*be, false);
+    ASSERT_EQ(a.size(), expects.size());
+    for (size_t o = 0; o < expects.size(); ++o) {
+      const Expect& e = expects[o];
+      const std::string where = str(op, " ", case_name, " ", types, " [", e.name, "] on ", be->name());
+      EXPECT_TRUE(same_bytes(a[o], b[o])) << where << ": two runs differ (a race?)";
+      const auto got = a[o].to_floats();
+      const auto want = ref[o].to_floats();
+      ASSERT_EQ(got.size(), want.size()) << where;
+      const int64_t rows = a[o].rank() ? a[o].dim(0) : 1;
+      const int64_t per_row = rows ? static_cast<int64_t>(got.size()) / rows : 0;
+      double num = 0, den = 0;
+      int64_t bad = 0, unwritten = 0, touched = 0, mismatches = 0;
+      for (int64_t r = 0; r < rows; ++r) {
+        const bool active = e.row_active.empty() || e.row_active[static_cast<size_t>(r)];
+        for (int64_t i = r * per_row; i < (r + 1) * per_row; ++i) {
+          const float g = got[static_cast<size_t>(i)], w = want[static_cast<size_t>(i)];
+          if (!active) {
+            if (!std::isnan(g)) ++touched;  // a skipped row must be left as it was
+            continue;
+          }
+          if (std::isnan(g) && !std::isnan(w)) ++unwritten;
+          if (!std::isfinite(g) && std::isfinite(w)) ++bad;
+          if (e.exact) {
+            if (!(g == w || (std::isnan(g) && std::isnan(w)))) ++mismatches;
+            continue;
+          }
+          if (!std::isfinite(g) || !std::isfinite(w)) continue;
+          num += (double(g) - w) * (double(g) - w);
+          den += double(w) * w;
+        }
+      }
+      const double err = e.exact ? double(mismatches) : std::sqrt(num / std::max(den, 1e-300));
+      const bool ok = bad == 0 && unwritten == 0 && touched == 0 &&
+                      (e.exact ? mismatches == 0 : err <= e.bound);
+      std::printf("OPERR | %-16s | %-44s | %-18s | %-12s | %.2e | %.0e | %s\n", op.c_str(),
+                  case_name.c_str(), types.c_str(), e.name.c_str(), err, e.exact ? 0.0 : e.bound,
+                  ok ? "ok" : "FAIL");
+      std::fflush(stdout);
+      EXPECT_EQ(unwritten, 0) << where << ": elements left unwritten (still NaN)";
+      EXPECT_EQ(bad, 0) << where << ": non-finite values where the CPU has finite ones";
+      EXPECT_EQ(touched, 0) << where << ": skipped rows were written";
+      if (e.exact)
+        EXPECT_EQ(mismatches, 0) << where << ": values differ from the CPU";
+      else
+        EXPECT_LE(err, e.bound) << where;
+    }
+  }
+}
+
+const DType kActs[] = {DType::f32, DType::bf16};
+
+}  // namespace
+
+// ---- matmul ----------------------------------------------------------------------------------
+TEST(BackendOps, Matmul) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Shape3 {
+    int64_t n, in, out;
+  };
+  const Shape3 shapes[] = {{1, 64, 48}, {7, 129, 33}, {33, 256, 513}, {128, 1024, 384}, {1, 4096, 1}};
+  struct Types {
+    DType x, w, out;
+  };
+  const Types types[] = {{DType::f32, DType::f32, DType::f32},   {DType::bf16, DType::bf16, DType::bf16},
+                         {DType::f32, DType::bf16, DType::f32},  {DType::bf16, DType::f32, DType::bf16},
+                         {DType::bf16, DType::bf16, DType::f32}};
+  uint32_t seed = 100;
+  for (const auto& s : shapes)
+    for (const auto& t : types)
+      for (bool with_bias : {false, true}) {
+        const auto xv = in_dtype(randn(s.n * s.in, ++seed), t.x);
+        const auto wv = in_dtype(randn(s.out * s.in, ++seed, 0.05f), t.w);
+        const auto bv = in_dtype(randn(s.out, ++seed), t.w);
+        OpRun run = [&](Backend& be, bool ref) -> Outputs {
+          Tensor x = put(be, ref, {s.n, s.in}, xv, t.x), w = put(be, ref, {s.out, s.in}, wv, t.w);
+          Tensor b = put(be, ref, {s.out}, bv, t.w);
+          Tensor y = poison(be, ref, {s.n, s.out}, t.out);
+          be.matmul(x, w, with_bias ? &b : nullptr, y);
+          return {be.to_host(y)};
+        };
+        // f32 out from bf16 inputs: products are exact in f32, so the bound stays tight.
+        check_op("matmul", str(s.n, "x", s.in, "->", s.out, with_bias ? " +bias" : ""),
+                 str("x=", dtype_name(t.x), ",w=", dtype_name(t.w), ",o=", dtype_name(t.out)), run,
+                 {{"out", bound_for(t.out, 2e-5)}});
+      }
+}
+
+// ---- embedding -------------------------------------------------------------------------------
+TEST(BackendOps, Embedding) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t vocab, width, n;
+  };
+  for (const Case c : {Case{50, 37, 1}, Case{1000, 256, 17}, Case{32000, 64, 5}})
+    for (DType act : kActs)
+      for (DType wt : {DType::f32, DType::bf16}) {
+        const auto wv = in_dtype(randn(c.vocab * c.width, 7 + c.n), wt);
+        std::vector<int64_t> ids(static_cast<size_t>(c.n));
+        std::mt19937 g(3);
+        for (auto& i : ids) i = std::uniform_int_distribution<int64_t>(0, c.vocab - 1)(g);
+        ids[0] = c.vocab - 1;
+        OpRun run = [&](Backend& be, bool ref) -> Outputs {
+          Tensor w = put(be, ref, {c.vocab, c.width}, wv, wt), id = put_ints(be, {c.n}, ids);
+          Tensor out = poison(be, ref, {c.n, c.width}, act);
+          be.embedding(w, id, out);
+          return {be.to_host(out)};
+        };
+        const bool exact = act == DType::f32 || act == wt;
+        check_op("embedding", str(c.vocab, "x", c.width, " n=", c.n), dts(act, wt), run,
+                 {{"out", 1e-2, exact}});
+      }
+}
+
+// ---- norms, add, swiglu -----------------------------------------------------------------------
+TEST(BackendOps, RmsNorm) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, w;
+  };
+  for (const Case c : {Case{1, 7}, Case{5, 64}, Case{3, 4096}, Case{64, 1000}})
+    for (DType act : kActs)
+      for (DType wt : {DType::f32, DType::bf16}) {
+        const auto xv = in_dtype(randn(c.n * c.w, 11, 3.0f), act);
+        const auto wv = in_dtype(randn(c.w, 12), wt);
+        OpRun run = [&](Backend& be, bool ref) -> Outputs {
+          Tensor x = put(be, ref, {c.n, c.w}, xv, act), w = put(be, ref, {c.w}, wv, wt);
+          Tensor out = poison(be, ref, {c.n, c.w}, act);
+          be.rms_norm(x, w, 1e-5f, out);
+          return {be.to_host(out)};
+        };
+        check_op("rms_norm", str(c.n, "x", c.w), dts(act, wt), run, {{"out", bound_for(act)}});
+      }
+}
+
+TEST(BackendOps, AddRmsNorm) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, w;
+  };
+  for (const Case c : {Case{1, 7}, Case{5, 64}, Case{3, 4096}, Case{64, 1000}})
+    for (DType act : kActs)
+      for (DType wt : {DType::f32, DType::bf16}) {
+        const auto xv = in_dtype(randn(c.n * c.w, 21, 2.0f), act);
+        const auto dv = in_dtype(randn(c.n * c.w, 22), act);
+        const auto wv = in_dtype(randn(c.w, 23), wt);
+        OpRun run = [&](Backend& be, bool ref) -> Outputs {
+          Tensor res = put(be, ref, {c.n, c.w}, xv, act), d = put(be, ref, {c.n, c.w}, dv, act);
+          Tensor w = put(be, ref, {c.w}, wv, wt), out = poison(be, ref, {c.n, c.w}, act);
+          be.add_rms_norm(res, d, w, 1e-6f, out);
+          return {be.to_host(res), be.to_host(out)};
+        };
+        check_op("add_rms_norm", str(c.n, "x", c.w), dts(act, wt), run,
+                 {{"residual", bound_for(act)}, {"out", bound_for(act)}});
+      }
+}
+
+TEST(BackendOps, Add) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {10, 100}, {3, 4099}})
+    for (DType act : kActs) {
+      const auto xv = in_dtype(randn(rows * cols, 31), act), yv = in_dtype(randn(rows * cols, 32), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {rows, cols}, xv, act), y = put(be, ref, {rows, cols}, yv, act);
+        be.add(x, y);
+        return {be.to_host(x)};
+      };
+      check_op("add", str(rows, "x", cols), dts(act, act), run, {{"x", bound_for(act, 1e-7)}});
+    }
+}
+
+TEST(BackendOps, Swiglu) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, inner;
+  };
+  for (const Case c : {Case{1, 11}, Case{9, 1024}, Case{130, 344}})
+    for (DType act : kActs) {
+      const auto gv = in_dtype(randn(c.n * 2 * c.inner, 41, 3.0f), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor gu = put(be, ref, {c.n, 2 * c.inner}, gv, act);
+        Tensor out = poison(be, ref, {c.n, c.inner}, act);
+        be.swiglu(gu, out);
+        return {be.to_host(out)};
+      };
+      check_op("swiglu", str(c.n, "x", c.inner), dts(act, act), run, {{"out", bound_for(act)}});
+    }
+}
+
+// ---- rope ------------------------------------------------------------------------------------
+TEST(BackendOps, Rope) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, total_heads, head_begin, heads, dim;
+    int64_t max_pos;
+  };
+  for (const Case c : {Case{1, 4, 0, 4, 64, 10}, Case{17, 12, 8, 4, 128, 8192},
+                       Case{300, 6, 2, 3, 80, 131072}, Case{5, 3, 0, 3, 32, 1 << 20}})
+    for (DType act : kActs) {
+      const int64_t W = c.total_heads * c.dim;
+      const auto xv = in_dtype(randn(c.n * W, 51), act);
+      std::vector<float> inv(static_cast<size_t>(c.dim / 2));
+      for (size_t i = 0; i < inv.size(); ++i)
+        inv[i] = static_cast<float>(1.0 / std::pow(500000.0, 2.0 * double(i) / double(c.dim)));
+      std::vector<int64_t> pos(static_cast<size_t>(c.n));
+      std::mt19937 g(5);
+      for (auto& p : pos) p = std::uniform_int_distribution<int64_t>(0, c.max_pos - 1)(g);
+      pos[0] = c.max_pos - 1;
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {c.n, W}, xv, act);
+        Tensor f = put(be, ref, {c.dim / 2}, inv, DType::f32), p = put_ints(be, {c.n}, pos);
+        be.rope(x, c.head_begin, c.heads, p, f);
+        return {be.to_host(x)};
+      };
+      check_op("rope", str(c.n, "x", c.total_heads, "h heads[", c.head_begin, "+", c.heads, "] D=",
+                           c.dim, " pos<", c.max_pos),
+               dts(act, DType::f32), run, {{"x", bound_for(act, 1e-6)}});
+    }
+}
+
+// ---- index ops -------------------------------------------------------------------------------
+TEST(BackendOps, GatherRows) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (DType dt : {DType::f32, DType::bf16, DType::i32})
+    for (int64_t w : {1, 3, 64, 1000}) {
+      const int64_t n = 9, m = 12;
+      std::vector<float> sv = in_dtype(randn(n * w, 61, 100.f), dt == DType::i32 ? DType::f32 : dt);
+      if (dt == DType::i32)
+        for (auto& x : sv) x = std::round(x);
+      std::vector<int64_t> idx = {3, -1, 0, 8, 8, 2, -1, 1, 4, 5, 6, 7};
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        const DType t = dt == DType::i32 ? DType::i32 : dt;
+        Tensor src = be.upload(Tensor::from_floats({n, w}, sv, ref && t != DType::i32 ? DType::f32 : t));
+        Tensor index = put_ints(be, {m}, idx);
+        Tensor out = poison(be, ref, {m, w}, t);
+        be.gather_rows(src, index, out);
+        return {be.to_host(out)};
+      };
+      check_op("gather_rows", str(n, "x", w, " -> ", m), dtype_name(dt), run, {{"out", 0, true}});
+    }
+}
+
+TEST(BackendOps, CopyColumns) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t rows, src_w, dst_w, col_begin, cols;
+  };
+  for (const Case c : {Case{1, 5, 9, 2, 5}, Case{7, 64, 200, 100, 33}, Case{300, 128, 384, 256, 128}})
+    for (DType act : kActs) {
+      const auto sv = in_dtype(randn(c.rows * c.src_w, 71), act);
+      const auto dv = in_dtype(randn(c.rows * c.dst_w, 72), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor s = put(be, ref, {c.rows, c.src_w}, sv, act), d = put(be, ref, {c.rows, c.dst_w}, dv, act);
+        be.copy_columns(s, d, c.col_begin, c.cols);
+        return {be.to_host(d)};
+      };
+      check_op("copy_columns", str(c.rows, "x", c.src_w, " -> cols ", c.col_begin, "+", c.cols, " of ", c.dst_w),
+               dtype_name(act), run, {{"dst", 0, true}});
+    }
+}
+
+TEST(BackendOps, Convert) {
+  NEED_DEVICE_BACKENDS(devs);
+  auto vals = randn(4097, 81, 10.f);
+  vals[0] = 70000.f;      // f16 overflow: infinity
+  vals[1] = 1e-6f;        // an f16 subnormal
+  vals[2] = -0.f;
+  vals[3] = 3.0e38f;      // finite in bf16, infinite in f16
+  const DType all[] = {DType::f32, DType::bf16, DType::f16};
+  for (DType from : all)
+    for (DType to : all) {
+      if (from == to) continue;
+      const auto v = in_dtype(vals, from);
+      auto cpu = make_cpu_backend();
+      // The CPU's conversion is the reference, done on the host from the same bits.
+      Tensor src_h = Tensor::from_floats({4097}, v, from);
+      Tensor ref_h = Tensor::empty({4097}, to);
+      cpu->convert(src_h, ref_h);
+      for (auto& be : device_backends()) {
+        Tensor src = be->upload(src_h), dst = poison(*be, false, {4097}, to);
+        be->convert(src, dst);
+        Tensor got = be->to_host(dst);
+        const bool ok = same_bytes(got, ref_h);
+        std::printf("OPERR | %-16s | %-44s | %-18s | %-12s | %.2e | %.0e | %s\n", "convert", "n=4097",
+                    str(dtype_name(from), "->", dtype_name(to)).c_str(), "dst", ok ? 0.0 : 1.0, 0.0,
+                    ok ? "ok" : "FAIL");
+        EXPECT_TRUE(ok) << "convert " << dtype_name(from) << " -> " << dtype_name(to)
+                        << " differs bitwise from the CPU";
+      }
+    }
+}
+
+// ---- kv_write --------------------------------------------------------------------------------
+namespace {
+struct CacheGeom {
+  int64_t q_heads, kv_heads, dim, max_seq, page_size, cache_rows;
+  AttentionDims dims() const {
+    AttentionDims d;
+    d.q_heads = q_heads;
+    d.kv_heads = kv_heads;
+    d.head_dim = dim;
+    d.max_seq = max_seq;
+    d.page_size = page_size;
+    return d;
+  }
+  int64_t cache_numel() const { return cache_rows * kv_heads * max_seq * dim; }
+  Shape cache_shape() const { return {cache_rows, kv_heads, max_seq, dim}; }
+  std::string describe() const {
+    return str("qh=", q_heads, " kvh=", kv_heads, " D=", dim, " seq=", max_seq, " page=", page_size,
+               " rows=", cache_rows);
+  }
+};
+}  // namespace
+
+TEST(BackendOps, KvWrite) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (const CacheGeom g : {CacheGeom{4, 4, 64, 64, 16, 2}, CacheGeom{8, 2, 128, 256, 64, 3},
+                            CacheGeom{6, 3, 80, 96, 32, 1}})
+    for (DType act : kActs) {
+      const AttentionDims d = g.dims();
+      const int64_t total_slots = g.cache_rows * g.max_seq;
+      std::vector<int64_t> slots(static_cast<size_t>(total_slots));
+      std::iota(slots.begin(), slots.end(), 0);
+      std::shuffle(slots.begin(), slots.end(), std::mt19937(9));
+      const int64_t n = std::min<int64_t>(37, total_slots);
+      slots.resize(static_cast<size_t>(n));
+      slots[1] = -1;  // skipped
+      slots[n - 1] = -1;
+      const auto qkv = in_dtype(randn(n * d.qkv_width(), 91), act);
+      const auto kc = in_dtype(randn(g.cache_numel(), 92), act);
+      const auto vc = in_dtype(randn(g.cache_numel(), 93), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, d.qkv_width()}, qkv, act), s = put_ints(be, {n}, slots);
+        Tensor ck = put(be, ref, g.cache_shape(), kc, act), cv = put(be, ref, g.cache_shape(), vc, act);
+        be.kv_write(x, d, s, ck, cv);
+        return {be.to_host(ck), be.to_host(cv)};
+      };
+      check_op("kv_write", g.describe(), dtype_name(act), run, {{"cache_k", 0, true}, {"cache_v", 0, true}});
+    }
+}
+
+// ---- attention_packed ------------------------------------------------------------------------
+TEST(BackendOps, AttentionPacked) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t q_heads, kv_heads, dim;
+    std::vector<int64_t> runs;  // lengths; a negative entry is that many skipped tokens
+  };
+  const std::vector<Case> cases = {
+      {4, 4, 64, {1}},
+      {8, 2, 32, {5, -3, 20, 1, 13}},
+      {4, 2, 128, {1000}},
+      {6, 6, 80, {100, 200, -7, 57}},
+      {4, 2, 48, {33, 31, 2}},
+      {8, 4, 96, {-1, 70, -2, 18}},
+      {4, 1, 64, {16, 16, 16, 17}},
+  };
+  for (const Case& c : cases)
+    for (DType act : kActs) {
+      AttentionDims d;
+      d.q_heads = c.q_heads;
+      d.kv_heads = c.kv_heads;
+      d.head_dim = c.dim;
+      d.max_seq = 4096;
+      d.page_size = 64;
+      std::vector<int64_t> start;
+      std::vector<uint8_t> active;
+      for (int64_t r : c.runs) {
+        const int64_t s = static_cast<int64_t>(start.size());
+        for (int64_t i = 0; i < std::abs(r); ++i) {
+          start.push_back(r > 0 ? s : -1);
+          active.push_back(r > 0);
+        }
+      }
+      const int64_t n = static_cast<int64_t>(start.size());
+      const auto qkv = in_dtype(randn(n * d.qkv_width(), 101 + static_cast<uint32_t>(n), 1.5f), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, d.qkv_width()}, qkv, act), rs = put_ints(be, {n}, start);
+        Tensor out = poison(be, ref, {n, d.q_heads * d.head_dim}, act);
+        be.attention_packed(x, d, rs, out);
+        return {be.to_host(out)};
+      };
+      std::string runs;
+      for (int64_t r : c.runs) runs += str(runs.empty() ? "" : ",", r);
+      check_op("attention_packed", str("qh=", c.q_heads, " kvh=", c.kv_heads, " D=", c.dim, " runs=", runs),
+               dtype_name(act), run, {{"out", bound_for(act), false, active}});
+    }
+}
+
+// ---- attention_cache -------------------------------------------------------------------------
+TEST(BackendOps, AttentionCache) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    CacheGeom g;
+    int64_t table_rows;
+    std::vector<std::pair<int64_t, int64_t>> tokens;  // (logical row, position); row -1: skipped
+  };
+  std::vector<Case> cases = {
+      {{8, 8, 64, 256, 16, 4}, 4, {{0, 0}, {1, 17}, {2, 255}, {-1, 0}, {3, 100}}},
+      {{8, 2, 128, 4096, 64, 2}, 2, {{0, 4095}, {1, 1000}, {0, 63}}},
+      {{4, 1, 96, 1024, 32, 3}, 3, {}},
+      {{4, 2, 32, 512, 16, 2}, 2, {{1, 511}, {0, 1}, {-1, 3}}},
+      {{6, 3, 48, 128, 64, 5}, 5, {{4, 127}, {0, 64}, {2, 5}}},
+      {{4, 4, 80, 2048, 128, 2}, 2, {{0, 2047}}},
+  };
+  for (int64_t p = 0; p < 300; ++p) cases[2].tokens.push_back({2, p});  // a prefill-like chunk
+  cases[2].tokens.push_back({0, 700});
+  cases[2].tokens.push_back({-1, 5});
+  for (const Case& c : cases)
+    for (DType act : kActs) {
+      const CacheGeom& g = c.g;
+      const AttentionDims d = g.dims();
+      const int64_t ppr = g.max_seq / g.page_size, num_pages = g.cache_rows * ppr;
+      // Shuffled pages; logical row 1 shares the first half of row 0's pages (a shared prefix).
+      std::vector<int64_t> perm(static_cast<size_t>(num_pages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), std::mt19937(static_cast<uint32_t>(num_pages)));
+      std::vector<int64_t> table(static_cast<size_t>(c.table_rows * ppr));
+      for (size_t i = 0; i < table.size(); ++i) table[i] = perm[i % perm.size()];
+      if (c.table_rows > 1)
+        for (int64_t j = 0; j < ppr / 2; ++j) table[static_cast<size_t>(ppr + j)] = table[static_cast<size_t>(j)];
+      const int64_t n = static_cast<int64_t>(c.tokens.size());
+      std::vector<int64_t> rows, pos;
+      std::vector<uint8_t> active;
+      for (auto [r, p] : c.tokens) {
+        rows.push_back(r);
+        pos.push_back(p);
+        active.push_back(r >= 0);
+      }
+      const auto qkv = in_dtype(randn(n * d.qkv_width(), 111, 1.5f), act);
+      const auto kc = in_dtype(randn(g.cache_numel(), 112, 1.5f), act);
+      const auto vc = in_dtype(randn(g.cache_numel(), 113), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, d.qkv_width()}, qkv, act);
+        Tensor r = put_ints(be, {n}, rows), p = put_ints(be, {n}, pos);
+        Tensor t = put_ints(be, {c.table_rows, ppr}, table);
+        Tensor ck = put(be, ref, g.cache_shape(), kc, act), cv = put(be, ref, g.cache_shape(), vc, act);
+        Tensor out = poison(be, ref, {n, d.q_heads * d.head_dim}, act);
+        be.attention_cache(x, d, r, p, t, ck, cv, out);
+        return {be.to_host(out)};
+      };
+      check_op("attention_cache", str(g.describe(), " n=", n), dtype_name(act), run,
+               {{"out", bound_for(act), false, active}});
+    }
+}
+
+// ---- vocab-shard ops -------------------------------------------------------------------------
+namespace {
+struct VocabCase {
+  int64_t n, width, valid, offset;
+};
+const VocabCase kVocabCases[] = {{1, 1000, 1000, 0}, {4, 32000, 32000, 0}, {3, 10667, 10666, 21334},
+                                 {8, 513, 500, 513}};
+
+// Logits with distinct values in valid columns and large values in the padding (which must
+// never be read); row 0 gets an exact tie for the maximum (lowest index must win).
+std::vector<float> vocab_logits(const VocabCase& c, DType dt, uint32_t seed) {
+  auto v = in_dtype(randn(c.n * c.width, seed, 4.0f), dt);
+  for (int64_t r = 0; r < c.n; ++r)
+    for (int64_t k = c.valid; k < c.width; ++k) v[static_cast<size_t>(r * c.width + k)] = 1e4f;
+  if (c.valid >= 4) {
+    v[static_cast<size_t>(c.valid - 1)] = 64.f;
+    v[2] = 64.f;
+  }
+  return v;
+}
+}  // namespace
+
+TEST(BackendOps, LogitStats) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (const VocabCase& c : kVocabCases)
+    for (DType dt : kActs) {
+      const auto lv = vocab_logits(c, dt, 121);
+      std::vector<int64_t> tg(static_cast<size_t>(c.n));
+      for (int64_t r = 0; r < c.n; ++r) tg[static_cast<size_t>(r)] = c.offset + (r * 7919) % (c.valid + 3);
+      tg[0] = -1;
+      if (c.n > 1) tg[1] = c.offset - 1;
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor l = put(be, ref, {c.n, c.width}, lv, dt), t = put_ints(be, {c.n}, tg);
+        Tensor mx = poison(be, ref, {c.n}, DType::f32), se = poison(be, ref, {c.n}, DType::f32),
+               tl = poison(be, ref, {c.n}, DType::f32);
+        be.logit_stats(l, c.valid, c.offset, t, mx, se, tl);
+        return {be.to_host(mx), be.to_host(se), be.to_host(tl)};
+      };
+      check_op("logit_stats", str(c.n, "x", c.width, " valid=", c.valid, " off=", c.offset), dtype_name(dt),
+               run, {{"max", 0, true}, {"sumexp", 1e-5}, {"target", 0, true}});
+    }
+}
+
+TEST(BackendOps, Argmax) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (const VocabCase& c : kVocabCases)
+    for (DType dt : kActs) {
+      const auto lv = vocab_logits(c, dt, 131);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor l = put(be, ref, {c.n, c.width}, lv, dt);
+        Tensor v = poison(be, ref, {c.n}, DType::f32), i = poison(be, ref, {c.n}, DType::i32);
+        be.argmax(l, c.valid, c.offset, v, i);
+        return {be.to_host(v), be.to_host(i)};
+      };
+      check_op("argmax", str(c.n, "x", c.width, " valid=", c.valid, " off=", c.offset), dtype_name(dt), run,
+               {{"value", 0, true}, {"index", 0, true}});
+    }
+}
+
+TEST(BackendOps, GumbelMax) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (const VocabCase& c : kVocabCases)
+    for (DType dt : kActs)
+      for (float temperature : {0.7f, 1.0f, 1.3f}) {
+        const auto lv = vocab_logits(c, dt, 141);
+        const uint64_t key0 = 0x0123456789abcdefULL, key1 = 0xfedcba9876543210ULL;
+        for (int32_t step : {0, 5}) {
+          OpRun run = [&](Backend& be, bool ref) -> Outputs {
+            Tensor l = put(be, ref, {c.n, c.width}, lv, dt);
+            Tensor v = poison(be, ref, {c.n}, DType::f32), i = poison(be, ref, {c.n}, DType::i32);
+            be.gumbel_max(l, c.valid, c.offset, key0, key1, step, temperature, v, i);
+            return {be.to_host(v), be.to_host(i)};
+          };
+          check_op("gumbel_max",
+                   str(c.n, "x", c.width, " valid=", c.valid, " off=", c.offset, " T=", temperature, " step=", step),
+                   dtype_name(dt), run, {{"value", 0, true}, {"index", 0, true}});
+        }
+      }
+}
