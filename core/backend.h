@@ -51,6 +51,10 @@ class Backend {
   }
   virtual void fill_zero(Tensor& t) = 0;
   virtual void synchronize() = 0;
+  // The device's stream (cudaStream_t) and index, for a device communicator ordered with
+  // the compute; null / −1 on the CPU.
+  virtual void* stream_handle() const { return nullptr; }
+  virtual int device_index() const { return -1; }
   // dst = src converted to dst's dtype (same element count).
   virtual void convert(const Tensor& src, Tensor& dst) = 0;
 

@@ -37,6 +37,7 @@ const std::vector<Subcommand>& subcommands() {
       {"init", "write a random-weight Hugging Face checkpoint", cmd_init},
       {"import-llama2c", "convert a llama2.c checkpoint to a Hugging Face checkpoint", cmd_import_llama2c},
       {"run", "call a sequence of entries on one loaded model", cmd_run},
+      {"bench", "time prefill and decode beside their measured floors", cmd_bench},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
   };

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -10,6 +11,7 @@
 #ifdef LINNET_HAVE_MPI
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
+#include "parallel/nccl_communicator.h"
 #endif
 
 namespace linnet::cli {
@@ -19,6 +21,27 @@ struct Ranks::Mpi {
   Groups groups;
 #endif
 };
+
+#ifdef LINNET_HAVE_MPI
+// NCCL between distinct GPUs; MPI otherwise: host tensors, or device tensors staged through
+// the host when ranks share a GPU (NCCL refuses that). LINNET_COMM=mpi|nccl overrides.
+std::unique_ptr<Communicator> Ranks::make_shard_communicator(const MpiRuntime& rt) {
+  const char* forced = std::getenv("LINNET_COMM");
+  const std::string choice = forced ? forced : "";
+  if (choice != "" && choice != "mpi" && choice != "nccl")
+    throw Error(str("LINNET_COMM='", choice, "': expected mpi or nccl"));
+  const bool on_gpu = backend_->device() == Device::cuda;
+  const bool distinct_gpus = on_gpu && rt.local_size() <= cuda_device_count();
+#ifdef LINNET_HAVE_NCCL
+  if (on_gpu && (choice == "nccl" || (choice.empty() && distinct_gpus)))
+    return std::make_unique<NcclCommunicator>(mpi_->groups.shard_comm, backend_->device_index(),
+                                              static_cast<CUstream_st*>(backend_->stream_handle()), backend_.get());
+#endif
+  if (choice == "nccl") throw Error("LINNET_COMM=nccl needs the CUDA backend and a build with NCCL");
+  (void)distinct_gpus;
+  return std::make_unique<MpiCommunicator>(mpi_->groups.shard_comm, backend_.get());
+}
+#endif
 
 Ranks::Ranks(int tp, const std::string& backend_kind) {
 #ifdef LINNET_HAVE_MPI
@@ -30,8 +53,7 @@ Ranks::Ranks(int tp, const std::string& backend_kind) {
     replica_ = mpi_->groups.replica;
     replicas_ = mpi_->groups.replicas;
     backend_ = make_backend(backend_kind, rt->local_rank());  // GPU local_rank on CUDA
-    // Host tensors, or device tensors staged through the host (ranks sharing one GPU).
-    shards_ = std::make_unique<MpiCommunicator>(mpi_->groups.shard_comm, backend_.get());
+    shards_ = make_shard_communicator(*rt);
     spdlog::info("backend {}, replica {} of {}, shard {} of {} ({} communicator)", backend_->name(), replica_,
                  replicas_, shards_->rank(), shards_->size(), shards_->name());
     return;

@@ -12,6 +12,10 @@
 #include "core/backend.h"
 #include "parallel/communicator.h"
 
+namespace linnet {
+class MpiRuntime;
+}
+
 namespace linnet::cli {
 
 class Ranks {
@@ -33,6 +37,7 @@ class Ranks {
 
  private:
   struct Mpi;
+  std::unique_ptr<Communicator> make_shard_communicator(const MpiRuntime& rt);
   std::unique_ptr<Mpi> mpi_;
   int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1;
   std::string replica_path_template_;

@@ -41,6 +41,7 @@ void softmax_combine(std::vector<float>& scores, int64_t count, const std::vecto
 
 float dot(const float* a, const float* b, int64_t n) {
   float s = 0;
+#pragma omp simd reduction(+ : s)
   for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }

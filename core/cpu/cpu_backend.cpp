@@ -7,9 +7,7 @@
 
 namespace linnet {
 
-void cpu_expect(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw Error(str("cpu backend ", op, ": ", what));
-}
+void cpu_fail(const char* op, const std::string& what) { throw Error(str("cpu backend ", op, ": ", what)); }
 
 void cpu_expect_f32(const Tensor& t, const char* op, const char* arg) {
   cpu_expect(t.dtype() == DType::f32, op, str(arg, " must be f32, got ", t.describe()));

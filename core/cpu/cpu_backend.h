@@ -48,8 +48,13 @@ class CpuBackend final : public Backend {
                   Tensor& index) override;
 };
 
-// Shared by the CPU ops: argument checks that name the op.
-void cpu_expect(bool ok, const char* op, const std::string& what);
+// Shared by the CPU ops: argument checks that name the op. The message is built only when
+// the check fails (ops run thousands of times a second).
+[[noreturn]] void cpu_fail(const char* op, const std::string& what);
+#define cpu_expect(ok, op, what)        \
+  do {                                  \
+    if (!(ok)) ::linnet::cpu_fail(op, what); \
+  } while (0)
 void cpu_expect_f32(const Tensor& t, const char* op, const char* arg);
 
 }  // namespace linnet

@@ -89,7 +89,8 @@ class CudaBackend final : public Backend {
                   Tensor& index) override;
 
   cudaStream_t stream() const { return stream_; }
-  int device_index() const { return device_; }
+  void* stream_handle() const override { return stream_; }
+  int device_index() const override { return device_; }
   const MemoryPool& pool() const { return *pool_; }
 
  private:

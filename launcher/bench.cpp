@@ -1,0 +1,170 @@
+// linnet bench: latency and throughput of prefill and decode at given shapes, each beside its
+// floor measured in the same run (bytes / copy bandwidth for decode, FLOPs / matmul rate for
+// prefill), with the collectives' share when Shards > 1. Not a test: numbers, not verdicts.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint_weights.h"
+#include "checkpoint/hf_config.h"
+#include "checkpoint/presets.h"
+#include "checkpoint/random_weights.h"
+#include "launcher/options.h"
+#include "launcher/ranks.h"
+#include "parallel/timed_communicator.h"
+
+namespace linnet::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+Stats stats(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// Times f (after `warmup` untimed runs), waiting for the backend around each run.
+template <class F>
+Stats time_it(Backend& be, int warmup, int repeats, F f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> t;
+  for (int i = 0; i < repeats; ++i) {
+    be.synchronize();
+    const auto t0 = Clock::now();
+    f();
+    be.synchronize();
+    t.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return stats(t);
+}
+
+// The two ceilings: device copy bandwidth (bytes read + written) and matmul rate.
+double copy_bandwidth(Backend& be, DType dt) {
+  const int64_t n = be.device() == Device::cpu ? (int64_t{64} << 20) : (int64_t{1} << 30);
+  Tensor a = be.empty({n}, dt), b = be.empty({n}, dt);
+  be.fill_zero(a);
+  const Stats s = time_it(be, 2, 5, [&] { be.convert(a, b); });
+  return 2.0 * static_cast<double>(a.nbytes()) / s.median;
+}
+double matmul_rate(Backend& be, DType dt) {
+  const int64_t n = be.device() == Device::cpu ? 1024 : 8192;
+  Tensor x = be.upload(Tensor::from_floats({n, n}, std::vector<float>(n * n, 0.5f), dt));
+  Tensor y = be.empty({n, n}, dt);
+  const Stats s = time_it(be, 2, 5, [&] { be.matmul(x, x, nullptr, y); });
+  return 2.0 * static_cast<double>(n) * n * n / s.median;
+}
+
+}  // namespace
+
+int cmd_bench(const Args& args) {
+  po::options_description desc("linnet bench");
+  desc.add_options()
+      ("checkpoint", po::value<std::string>(), "a checkpoint directory")
+      ("config", po::value<std::string>(), "a config.json (or a preset name) with --random-weights")
+      ("random-weights", "random weights generated for the config instead of a checkpoint")
+      ("layers", po::value<int64_t>(), "override the layer count (random weights)")
+      ("prompt", po::value<int64_t>()->default_value(128), "prefill length per row")
+      ("gen", po::value<int64_t>()->default_value(32), "decode steps timed per repeat")
+      ("warmup", po::value<int>()->default_value(1), "untimed repeats")
+      ("repeats", po::value<int>()->default_value(3), "timed repeats (median, min, max reported)")
+      ("json", po::value<std::string>(), "write the report as JSON here")
+      ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
+      ("tp", po::value<int>()->default_value(0), "ranks per model replica");
+  add_run_options(desc);
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "linnet bench (--checkpoint DIR | --config CFG --random-weights) [--batch B] [--prompt P] [--gen G]"))
+    return 0;
+  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>());
+  Backend& be = ranks.backend();
+  TimedCommunicator comm(ranks.shards(), be);
+  RunOptions o = run_options(vm);
+  if (!vm.count("shards")) o.shards = comm.size();
+  const int64_t prompt = vm["prompt"].as<int64_t>(), gen = vm["gen"].as<int64_t>();
+  if (o.max_seq == 0) o.max_seq = ((prompt + gen * (vm["warmup"].as<int>() + vm["repeats"].as<int>()) + 63) / 64) * 64;
+
+  ModelConfig config;
+  std::unique_ptr<Model> model;
+  std::string source;
+  if (vm.count("random-weights")) {
+    if (!vm.count("config")) throw Error("bench: --random-weights needs --config");
+    const std::string c = vm["config"].as<std::string>();
+    bool preset = false;
+    for (const auto& n : preset_names()) preset |= n == c;
+    config = preset ? preset_config(c) : load_hf_config(c);
+    if (vm.count("layers")) config.layers = vm["layers"].as<int64_t>();
+    RandomWeights w(0, config.dtype);
+    model = std::make_unique<Model>(config, bind_generics(config, o), w, be, comm);
+    source = c + " (random weights)";
+  } else {
+    if (!vm.count("checkpoint")) throw Error("bench: give --checkpoint DIR, or --config CFG --random-weights");
+    source = vm["checkpoint"].as<std::string>();
+    LoadedModel m = load_model(source, o, be, comm);
+    config = m.config;
+    model = std::move(m.model);
+  }
+  const Generics g = model->generics();
+  const DType act = be.compute_dtype(g.t);
+  const double bw = copy_bandwidth(be, act), rate = matmul_rate(be, act);
+  const int warmup = vm["warmup"].as<int>(), repeats = vm["repeats"].as<int>();
+
+  // Parameters this rank streams per decode step, and the FLOPs of a prefill.
+  int64_t params = 0, matmul_params = 0;
+  for (const auto& p : parameter_specs(config, g)) {
+    const int64_t n = p.shard_shape().numel();
+    if (p.card_name != "embedding.weight") params += n;  // the embedding reads only B rows
+    if (p.full.rank() == 2 && p.card_name != "embedding.weight") matmul_params += n;
+  }
+  const double wbytes = static_cast<double>(params) * dtype_size(act);
+  std::vector<int64_t> ids(static_cast<size_t>(g.batch * prompt));
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % g.vocab);
+  const Tensor prompt_t = Tensor::from_ints({g.batch, prompt}, ids);
+
+  comm.reset();
+  const Stats pre = time_it(be, warmup, repeats, [&] { model->prefill(prompt_t, 0); });
+  const double pre_comm = comm.seconds() / (warmup + repeats);
+  const double pre_flops = 2.0 * static_cast<double>(matmul_params) * g.batch * prompt;
+  int64_t pos = prompt;
+  Tensor step = Tensor::from_ints({g.batch, 1}, std::vector<int64_t>(g.batch, 1));
+  comm.reset();
+  const Stats dec = time_it(be, warmup, repeats, [&] {
+    for (int64_t i = 0; i < gen; ++i) model->decode(step, static_cast<int32_t>(pos++));
+  });
+  const double dec_comm = comm.seconds() / (warmup + repeats) / gen;
+  const double per_tok = dec.median / gen;
+  // Decode floor: the weights once, plus the K/V read at the mean position.
+  const double kv = 2.0 * g.layers * g.batch * g.kv_heads_per_shard() * g.head_dim() * (prompt + gen) * dtype_size(act);
+  const double dec_floor = (wbytes + kv) / bw, pre_floor = pre_flops / rate;
+
+  nlohmann::json report = {
+      {"model", source}, {"backend", be.name()}, {"dtype", dtype_name(g.t)}, {"shards", g.shards},
+      {"batch", g.batch}, {"prompt", prompt}, {"gen", gen}, {"repeats", repeats},
+      {"ceilings", {{"copy_bandwidth_GBps", bw / 1e9}, {"matmul_TFLOPs", rate / 1e12}}},
+      {"prefill", {{"median_s", pre.median}, {"min_s", pre.min}, {"max_s", pre.max},
+                   {"tokens_per_s", g.batch * prompt / pre.median}, {"collective_s", pre_comm},
+                   {"floor_s", pre_floor}, {"fraction_of_floor", pre_floor / pre.median}}},
+      {"decode", {{"ms_per_step", per_tok * 1e3}, {"min_ms", dec.min / gen * 1e3}, {"max_ms", dec.max / gen * 1e3},
+                  {"tokens_per_s", g.batch / per_tok}, {"collective_ms_per_step", dec_comm * 1e3},
+                  {"floor_ms", dec_floor * 1e3}, {"fraction_of_floor", dec_floor / per_tok}}}};
+  if (ranks.world_rank() == 0) {
+    std::printf("linnet bench: %s, backend %s, T %s, Shards %lld, Batch %lld\n", source.c_str(), be.name().c_str(),
+                dtype_name(g.t), static_cast<long long>(g.shards), static_cast<long long>(g.batch));
+    std::printf("ceilings: copy %.1f GB/s, matmul %.2f TFLOP/s (measured now)\n", bw / 1e9, rate / 1e12);
+    std::printf("%-8s %12s %14s %14s %12s %10s\n", "phase", "median", "throughput", "collectives", "floor", "of floor");
+    std::printf("%-8s %9.2f ms %10.0f tok/s %11.2f ms %9.2f ms %9.0f%%\n", "prefill", pre.median * 1e3,
+                g.batch * prompt / pre.median, pre_comm * 1e3, pre_floor * 1e3, 100 * pre_floor / pre.median);
+    std::printf("%-8s %9.3f ms %10.0f tok/s %11.3f ms %9.3f ms %9.0f%%\n", "decode", per_tok * 1e3, g.batch / per_tok,
+                dec_comm * 1e3, dec_floor * 1e3, 100 * dec_floor / per_tok);
+    if (vm.count("json")) std::ofstream(vm["json"].as<std::string>()) << report.dump(2) << "\n";
+  }
+  return 0;
+}
+
+}  // namespace linnet::cli
