@@ -1,5 +1,7 @@
 #include "core/tensor.h"
 
+#include <sys/mman.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -26,9 +28,15 @@ Tensor Tensor::empty(Shape shape, DType dtype) {
   auto st = std::make_shared<Storage>();
   st->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
   // 64-byte alignment suits SIMD loads; aligned_alloc wants a multiple of the alignment.
-  const size_t alloc = ((st->bytes + 63) / 64) * 64 + 64;
-  st->data = std::aligned_alloc(64, alloc);
+  // Large blocks (weights, caches) are 2 MiB aligned and asked to live on huge pages: a
+  // decode step streams every weight once, and 4 KiB pages would cost a TLB miss per page.
+  constexpr size_t kHuge = size_t{2} << 20;
+  const bool huge = st->bytes >= kHuge;
+  const size_t align = huge ? kHuge : 64;
+  const size_t alloc = ((st->bytes + align - 1) / align) * align + (huge ? 0 : 64);
+  st->data = std::aligned_alloc(align, alloc);
   if (!st->data) throw Error(str("out of host memory allocating ", st->bytes, " bytes"));
+  if (huge) madvise(st->data, alloc, MADV_HUGEPAGE);  // advice only: ignored where unsupported
   st->release = [](void* p) { std::free(p); };
   return Tensor(std::move(st), 0, std::move(shape), dtype);
 }
