@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -28,7 +29,15 @@ struct Subcommand {
   const char* name;
   const char* summary;
   std::function<int(const linnet::cli::Args&)> run;
+  bool on_every_rank = false;  // else, under mpirun, world rank 0 alone does it
 };
+
+// The launcher's rank from its environment, before (or without) MPI_Init.
+int launcher_rank() {
+  for (const char* v : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"})
+    if (const char* s = std::getenv(v)) return std::atoi(s);
+  return 0;
+}
 
 const std::vector<Subcommand>& subcommands() {
   using namespace linnet::cli;
@@ -36,8 +45,8 @@ const std::vector<Subcommand>& subcommands() {
       {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
       {"init", "write a random-weight Hugging Face checkpoint", cmd_init},
       {"import-llama2c", "convert a llama2.c checkpoint to a Hugging Face checkpoint", cmd_import_llama2c},
-      {"run", "call a sequence of entries on one loaded model", cmd_run},
-      {"bench", "time prefill and decode beside their measured floors", cmd_bench},
+      {"run", "call a sequence of entries on one loaded model", cmd_run, true},
+      {"bench", "time prefill and decode beside their measured floors", cmd_bench, true},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
   };
@@ -65,10 +74,13 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
+  // inspect, init, import-llama2c, tokenize, detokenize: one rank's work; the others (if
+  // started by mpirun) leave at once so files are written once and output printed once.
+  if (!cmd->on_every_rank && launcher_rank() != 0) return 0;
   int world_size = 1;
 #ifdef LINNET_HAVE_MPI
   std::unique_ptr<linnet::MpiRuntime> runtime;  // outlives the handler below (see world.h)
-  if (linnet::MpiRuntime::launched_by_mpi()) {
+  if (cmd->on_every_rank && linnet::MpiRuntime::launched_by_mpi()) {
     runtime = std::make_unique<linnet::MpiRuntime>();
     linnet::cli::set_mpi_runtime(runtime.get());
     world_size = runtime->world_size();

@@ -14,33 +14,40 @@ constexpr int64_t kNoSkip = std::numeric_limits<int64_t>::min();
 
 }  // namespace
 
+namespace {
+TokenPlan rows_as_runs(const std::vector<int64_t>& ids, int64_t s);
+}
+
 // ---- stateless ----
+
+namespace {
+// Rows of B×S tokens, each row its own run at positions 0…S-1: forward's and next_token's plan.
+TokenPlan rows_as_runs(const std::vector<int64_t>& ids, int64_t s) {
+  TokenPlan plan;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t at = static_cast<int64_t>(i) % s;
+    plan.add(static_cast<int32_t>(ids[i]), static_cast<int32_t>(at), static_cast<int32_t>(i - at), -1, -1);
+  }
+  return plan;
+}
+}  // namespace
 
 Tensor Model::forward(const Tensor& tokens) {
   EntryCheck c("forward", {{"tokens", tokens}}, g_);
   c.in_range("tokens", 0, g_.vocab, "Vocab", kNoSkip);
   const int64_t b = c.dim("B"), s = c.dim("S");
-  const auto ids = c.values("tokens");
-  TokenPlan plan;
-  std::vector<int32_t> select;
-  for (int64_t i = 0; i < b * s; ++i) {
-    plan.add(static_cast<int32_t>(ids[i]), static_cast<int32_t>(i % s), static_cast<int32_t>(i - i % s), -1, -1);
-    select.push_back(static_cast<int32_t>(i));
-  }
-  return logits(run(plan, nullptr), select).reshape({b, s, g_.vocab});
+  std::vector<int32_t> all(static_cast<size_t>(b * s));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr), all).reshape({b, s, g_.vocab});
 }
 
 Tensor Model::next_token(const Tensor& tokens) {
   EntryCheck c("next_token", {{"tokens", tokens}}, g_);
   c.in_range("tokens", 0, g_.vocab, "Vocab", kNoSkip);
   const int64_t b = c.dim("B"), s = c.dim("S");
-  const auto ids = c.values("tokens");
-  TokenPlan plan;
-  std::vector<int32_t> select;
-  for (int64_t i = 0; i < b * s; ++i)
-    plan.add(static_cast<int32_t>(ids[i]), static_cast<int32_t>(i % s), static_cast<int32_t>(i - i % s), -1, -1);
-  for (int64_t r = 0; r < b; ++r) select.push_back(static_cast<int32_t>(r * s + s - 1));
-  return logits(run(plan, nullptr), select);
+  std::vector<int32_t> last;
+  for (int64_t r = 0; r < b; ++r) last.push_back(static_cast<int32_t>(r * s + s - 1));
+  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr), last);
 }
 
 // ---- the contiguous cache ----

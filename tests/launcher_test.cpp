@@ -10,6 +10,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/write_checkpoint.h"
 #include "model_fixtures.h"
+#include "mpi_run.h"
 
 using namespace linnet;
 namespace fs = std::filesystem;
@@ -71,6 +72,17 @@ TEST(Inspect, ShardsSectionGivesPerRankSizes) {
   const Output bad = linnet_cmd("inspect --checkpoint " + d.string() + " --shards 3");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("Heads=32 does not divide by Shards=3"), std::string::npos) << bad.out;
+}
+
+TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
+  const fs::path d = fresh_dir("inspect_mpi");
+  fs::copy_file(kShared / "configs/llama-3-8b.json", d / "config.json");
+  const auto r = linnet::testing::mpi_run(2, LINNET_BINARY, {"inspect", "--checkpoint", d.string()}, 60);
+  if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  size_t count = 0;
+  for (size_t at = 0; (at = r.output.find("\nEntries\n", at)) != std::string::npos; ++at) ++count;
+  EXPECT_EQ(count, 1u) << r.output;
 }
 
 // A synthetic llama2.c file: q/k rows are permuted from Meta's interleaved pairs to

@@ -267,6 +267,18 @@ Tensor CudaBackend::upload(const Tensor& host) {
   return t;
 }
 
+void CudaBackend::copy_from_host(const Tensor& host, Tensor& dst) {
+  need(host.defined() && dst.defined() && host.dtype() == dst.dtype() && host.nbytes() == dst.nbytes(),
+       "copy_from_host", host.describe() + " → " + dst.describe());
+  need(dst.device() == Device::cuda, "copy_from_host", "destination must be a device tensor");
+  if (dst.nbytes() == 0) return;
+  activate();
+  // Pageable source: the call returns once the bytes are staged, so `host` may go after it.
+  LINNET_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host.data(), dst.nbytes(),
+                                    host.device() == Device::cuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                                    stream_));
+}
+
 Tensor CudaBackend::to_host(const Tensor& t) {
   need(t.defined(), "to_host", "tensor is undefined");
   if (t.device() == Device::cpu) return t.clone();

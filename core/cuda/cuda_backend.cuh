@@ -57,6 +57,7 @@ class CudaBackend final : public Backend {
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;
   Tensor to_host(const Tensor& t) override;
+  void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
   void synchronize() override;
   void convert(const Tensor& src, Tensor& dst) override;
