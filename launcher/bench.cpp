@@ -31,10 +31,15 @@ Stats stats(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-// Times f (after `warmup` untimed runs), waiting for the backend around each run.
+// Times f (after `warmup` untimed runs), waiting for the backend around each run. The
+// collectives' clock starts after the warm-up too (ranks may still be loading before it).
 template <class F>
-Stats time_it(Backend& be, int warmup, int repeats, F f) {
+Stats time_it(Backend& be, int warmup, int repeats, F f, TimedCommunicator* comm = nullptr) {
   for (int i = 0; i < warmup; ++i) f();
+  if (comm) {
+    comm->barrier();
+    comm->reset();
+  }
   std::vector<double> t;
   for (int i = 0; i < repeats; ++i) {
     be.synchronize();
@@ -127,17 +132,17 @@ int cmd_bench(const Args& args) {
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % g.vocab);
   const Tensor prompt_t = Tensor::from_ints({g.batch, prompt}, ids);
 
-  comm.reset();
-  const Stats pre = time_it(be, warmup, repeats, [&] { model->prefill(prompt_t, 0); });
-  const double pre_comm = comm.seconds() / (warmup + repeats);
+  const Stats pre = time_it(be, warmup, repeats, [&] { model->prefill(prompt_t, 0); }, &comm);
+  const double pre_comm = comm.seconds() / repeats;
   const double pre_flops = 2.0 * static_cast<double>(matmul_params) * g.batch * prompt;
   int64_t pos = prompt;
   Tensor step = Tensor::from_ints({g.batch, 1}, std::vector<int64_t>(g.batch, 1));
-  comm.reset();
-  const Stats dec = time_it(be, warmup, repeats, [&] {
-    for (int64_t i = 0; i < gen; ++i) model->decode(step, static_cast<int32_t>(pos++));
-  });
-  const double dec_comm = comm.seconds() / (warmup + repeats) / gen;
+  const Stats dec = time_it(
+      be, warmup, repeats, [&] {
+        for (int64_t i = 0; i < gen; ++i) model->decode(step, static_cast<int32_t>(pos++));
+      },
+      &comm);
+  const double dec_comm = comm.seconds() / repeats / gen;
   const double per_tok = dec.median / gen;
   // Decode floor: the weights once, plus the K/V read at the mean position.
   const double kv = 2.0 * g.layers * g.batch * g.kv_heads_per_shard() * g.head_dim() * (prompt + gen) * dtype_size(act);

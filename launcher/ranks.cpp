@@ -2,7 +2,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
 #include <cstdlib>
+#include <thread>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -53,6 +58,7 @@ Ranks::Ranks(int tp, const std::string& backend_kind) {
     replica_ = mpi_->groups.replica;
     replicas_ = mpi_->groups.replicas;
     backend_ = make_backend(backend_kind, rt->local_rank());  // GPU local_rank on CUDA
+    share_cores(rt->local_size());
     shards_ = make_shard_communicator(*rt);
     spdlog::info("backend {}, replica {} of {}, shard {} of {} ({} communicator)", backend_->name(), replica_,
                  replicas_, shards_->rank(), shards_->size(), shards_->name());
@@ -66,6 +72,17 @@ Ranks::Ranks(int tp, const std::string& backend_kind) {
 }
 
 Ranks::~Ranks() = default;
+
+// Ranks on one node share its cores: unless OMP_NUM_THREADS says otherwise, each takes its
+// share (OpenMP threads that outnumber cores spin against each other). A rank bound to
+// fewer cores (mpirun's default --bind-to core) keeps what it was given.
+void Ranks::share_cores(int local_ranks) {
+  if (std::getenv("OMP_NUM_THREADS") || local_ranks <= 1) return;
+  cpu_set_t set;
+  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  omp_set_num_threads(std::max(1, std::min(allowed, all / local_ranks)));
+}
 
 std::string Ranks::replica_path(std::string pattern) const {
   for (size_t at; (at = pattern.find("{replica}")) != std::string::npos;)

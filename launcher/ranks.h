@@ -38,6 +38,7 @@ class Ranks {
  private:
   struct Mpi;
   std::unique_ptr<Communicator> make_shard_communicator(const MpiRuntime& rt);
+  void share_cores(int local_ranks);
   std::unique_ptr<Mpi> mpi_;
   int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1;
   std::string replica_path_template_;
