@@ -10,6 +10,7 @@
 #include "checkpoint/safetensors.h"
 #include "checkpoint/write_checkpoint.h"
 #include "model_fixtures.h"
+#include "reference_llama.h"
 #include "mpi_run.h"
 
 using namespace linnet;
@@ -143,4 +144,43 @@ TEST(Stories15M, GreedyContinuationOfOnceUponATime) {
   m.model->prefill(Tensor::from_ints({1, 4}, {1, 9038, 2501, 263}), 0);
   const Tensor out = m.model->generate(Tensor::from_ints({1, 1}, {931}), 4, 10);
   EXPECT_EQ(out.to_ints(), (std::vector<int64_t>{29892, 727, 471, 263, 2217, 7826, 4257, 365, 2354, 29889}));
+}
+
+// The real model against the float64 reference written from the definition.
+TEST(Stories15M, ForwardMatchesFloat64Reference) {
+  const fs::path bin = kShared / "models/stories15M/stories15M.bin";
+  if (!fs::exists(bin)) GTEST_SKIP() << "no " << bin;
+  const fs::path d = fs::temp_directory_path() / "linnet_stories15M";
+  if (!fs::exists(d / "model.safetensors")) import_llama2c(bin.string(), d.string());
+  auto be = make_cpu_backend();
+  SingleCommunicator comm;
+  LoadedModel m = load_model(d.string(), RunOptions{}, *be, comm);
+  CheckpointDir files(d.string());
+  CheckpointWeights w(files, DType::f32);
+  linnet::testing::ReferenceLlama ref(m.config, w);
+  const std::vector<int64_t> toks = {1, 9038, 2501, 263, 931, 29892, 727, 471};
+  std::vector<int64_t> pos(toks.size());
+  for (size_t i = 0; i < pos.size(); ++i) pos[i] = static_cast<int64_t>(i);
+  const auto want = ref.run(toks, pos);
+  const Tensor got = m.model->forward(Tensor::from_ints({1, 8}, toks));
+  EXPECT_LT(linnet::testing::rel_diff(got, Tensor::from_floats(got.shape(), std::vector<float>(want.begin(), want.end()))),
+            1e-5);
+}
+
+// A failure one rank alone sees (only shard 0 reads --inputs) ends every rank, no hang.
+TEST(Launcher, MissingInputFileOnOneRankEndsTheJob) {
+  const fs::path d = fresh_dir("missing_input");
+  ModelConfig c = linnet::testing::tiny_config();
+  write_random_checkpoint(c, (d / "ckpt").string(), DType::f32, 1);
+  std::ofstream(d / "calls.json") << R"([{"entry": "forward", "args": {"tokens": "t"}}])";
+  const auto r = linnet::testing::mpi_run(
+      2, LINNET_BINARY,
+      {"run", "--checkpoint", (d / "ckpt").string(), "--calls", (d / "calls.json").string(), "--inputs",
+       (d / "nope.safetensors").string(), "--backend", "cpu"},
+      60);
+  if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_LT(r.seconds, 20);
+  EXPECT_NE(r.output.find("nope.safetensors"), std::string::npos) << r.output;
 }
