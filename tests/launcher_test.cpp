@@ -133,10 +133,8 @@ TEST(ImportLlama2c, PermutesQueryAndKeyRows) {
 }
 
 TEST(Stories15M, GreedyContinuationOfOnceUponATime) {
-  const fs::path bin = kShared / "models/stories15M/stories15M.bin";
-  if (!fs::exists(bin)) GTEST_SKIP() << "no " << bin;
-  const fs::path d = fs::temp_directory_path() / "linnet_stories15M";
-  if (!fs::exists(d / "model.safetensors")) import_llama2c(bin.string(), d.string());
+  const fs::path d = linnet::testing::stories15m_checkpoint();
+  if (d.empty()) GTEST_SKIP() << "no stories15M in ../shared/models";
   auto be = make_cpu_backend();
   SingleCommunicator comm;
   RunOptions o;
@@ -148,10 +146,8 @@ TEST(Stories15M, GreedyContinuationOfOnceUponATime) {
 
 // The real model against the float64 reference written from the definition.
 TEST(Stories15M, ForwardMatchesFloat64Reference) {
-  const fs::path bin = kShared / "models/stories15M/stories15M.bin";
-  if (!fs::exists(bin)) GTEST_SKIP() << "no " << bin;
-  const fs::path d = fs::temp_directory_path() / "linnet_stories15M";
-  if (!fs::exists(d / "model.safetensors")) import_llama2c(bin.string(), d.string());
+  const fs::path d = linnet::testing::stories15m_checkpoint();
+  if (d.empty()) GTEST_SKIP() << "no stories15M in ../shared/models";
   auto be = make_cpu_backend();
   SingleCommunicator comm;
   LoadedModel m = load_model(d.string(), RunOptions{}, *be, comm);

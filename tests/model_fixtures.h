@@ -1,9 +1,14 @@
 // Tiny models for the tests: random weights from a config, on the CPU backend.
 #pragma once
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
+#include <functional>
 #include <memory>
 
 #include "checkpoint/random_weights.h"
+#include "checkpoint/write_checkpoint.h"
 #include "core/backend.h"
 #include "layers/model.h"
 
@@ -50,6 +55,32 @@ inline double rel_diff(const Tensor& a, const Tensor& b) {
     den += double(y[i]) * y[i];
   }
   return std::sqrt(num / std::max(den, 1e-300));
+}
+
+// A checkpoint directory in this build's test cache (a fresh build, fresh data), made once by
+// `make` and shared by tests that ctest may run at the same time: written aside, then renamed
+// into place in one step.
+inline std::filesystem::path shared_checkpoint(const std::string& name,
+                                               const std::function<void(const std::string&)>& make) {
+  namespace fs = std::filesystem;
+  const fs::path cache = LINNET_TEST_CACHE;
+  fs::create_directories(cache);
+  const fs::path dir = cache / name;
+  if (fs::exists(dir / "model.safetensors")) return dir;
+  const fs::path aside = cache / (name + ".tmp" + std::to_string(getpid()));
+  fs::remove_all(aside);
+  make(aside.string());
+  std::error_code ec;
+  fs::rename(aside, dir, ec);  // fails if another test got there first: theirs is as good
+  if (ec) fs::remove_all(aside);
+  return dir;
+}
+
+// stories15M imported from ../shared/models (empty when that is absent).
+inline std::filesystem::path stories15m_checkpoint() {
+  const auto bin = std::filesystem::path(LINNET_SOURCE_DIR) / "../shared/models/stories15M/stories15M.bin";
+  if (!std::filesystem::exists(bin)) return {};
+  return shared_checkpoint("linnet_stories15M", [&](const std::string& d) { import_llama2c(bin.string(), d); });
 }
 
 }  // namespace linnet::testing

@@ -128,15 +128,9 @@ void expect_same_outputs(const fs::path& one, const fs::path& many, const std::s
 
 // stories15M (6 heads, vocab 32000) imported once; a random tiny GQA model (8 heads over 4
 // KV heads, vocab 1000) for Shards 4.
-fs::path stories15m() {
-  const fs::path bin = kShared / "models/stories15M/stories15M.bin", d = fs::temp_directory_path() / "linnet_stories15M";
-  if (!fs::exists(bin)) return {};
-  if (!fs::exists(d / "model.safetensors")) import_llama2c(bin.string(), d.string());
-  return d;
-}
+fs::path stories15m() { return linnet::testing::stories15m_checkpoint(); }
 fs::path tiny_gqa() {
-  const fs::path d = fs::temp_directory_path() / "linnet_tiny_gqa";
-  if (!fs::exists(d / "model.safetensors")) {
+  return linnet::testing::shared_checkpoint("linnet_tiny_gqa", [](const std::string& d) {
     ModelConfig c = linnet::testing::tiny_config();
     c.vocab = 1000;
     c.hidden = 64;
@@ -144,9 +138,8 @@ fs::path tiny_gqa() {
     c.kv_heads = 4;
     c.inner = 96;
     c.max_position = 64;
-    write_random_checkpoint(c, d.string(), DType::f32, 3);
-  }
-  return d;
+    write_random_checkpoint(c, d, DType::f32, 3);
+  });
 }
 
 void shards_equal_one_rank(const fs::path& ckpt, int64_t vocab, std::vector<int> ranks, const std::string& name) {
