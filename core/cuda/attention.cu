@@ -335,18 +335,20 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
-int attention_cache_splits(int64_t N, const AttnGeom& g, int* split_len) {
+int attention_cache_splits(int64_t N, const AttnGeom& g, int64_t span, int* split_len) {
   check_geom(g);
+  span = std::max<int64_t>(1, span);
   const int64_t blocks_per_split = std::max<int64_t>(1, N * (g.q_heads / heads_per_block(g)));
   const int64_t target_blocks = 1024;  // a few waves on a 132-SM part
   int64_t want = (target_blocks + blocks_per_split - 1) / blocks_per_split;
-  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(128, (g.max_seq + 63) / 64));
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(128, (span + 63) / 64));
   want = std::max<int64_t>(1, std::min(want, most));
-  int64_t len = (g.max_seq + want - 1) / want;
+  int64_t len = (span + want - 1) / want;
   len = (len + kBK - 1) / kBK * kBK;
   if (len < kBK) len = kBK;
+  if (len > INT_MAX) throw Error(str("cuda attention_cache: a sequence split of ", len, " positions"));
   *split_len = static_cast<int>(len);
-  return static_cast<int>((g.max_seq + len - 1) / len);
+  return static_cast<int>((span + len - 1) / len);
 }
 
 int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits) {

@@ -516,8 +516,11 @@ void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, 
   activate();
   if (N == 0) return;
   const cuda::AttnGeom g = geom(dims, cache_k.dim(0));
+  // The splits must cover every position the table reaches (0 … Pages·page_size − 1), which is
+  // more than max_seq when the table is wider than a cache row.
+  const int64_t span = std::max(dims.max_seq, table.dim(1) * dims.page_size);
   int split_len = 0;
-  const int splits = cuda::attention_cache_splits(N, g, &split_len);
+  const int splits = cuda::attention_cache_splits(N, g, span, &split_len);
   Tensor ws = empty({cuda::attention_cache_workspace(N, g, splits)}, DType::f32);
   cuda::launch_attention_cache(dt(qkv), qkv.data(), N, g, rows.ptr<int32_t>(),
                                positions.ptr<int32_t>(), table.ptr<int32_t>(), table.dim(0),

@@ -47,8 +47,10 @@ void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, cons
 // ---- attention.cu ----
 void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                              const int32_t* run_start, void* out, cudaStream_t s);
-// How many sequence splits attention_cache uses, and the f32 workspace it needs (elements).
-int attention_cache_splits(int64_t N, const AttnGeom& g, int* split_len);
+// How many sequence splits attention_cache uses to cover positions [0, span), and the f32
+// workspace it needs (elements). span: the most keys a token can reach (Pages·page_size, which
+// may exceed max_seq when the table is wider than a cache row).
+int attention_cache_splits(int64_t N, const AttnGeom& g, int64_t span, int* split_len);
 int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits);
 void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                             const int32_t* rows, const int32_t* positions, const int32_t* table,
