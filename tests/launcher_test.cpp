@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "checkpoint/checkpoint_weights.h"
@@ -179,4 +180,20 @@ TEST(Launcher, MissingInputFileOnOneRankEndsTheJob) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_LT(r.seconds, 20);
   EXPECT_NE(r.output.find("nope.safetensors"), std::string::npos) << r.output;
+}
+
+TEST(Bench, ReportsFiguresBesideTheirFloorsOnTheCpu) {
+  const fs::path d = fresh_dir("bench");
+  const Output r = linnet_cmd("bench --config tiny --random-weights --backend cpu --batch 2 --prompt 8 --gen 4 "
+                              "--warmup 1 --repeats 2 --json " + (d / "bench.json").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("prefill"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(slurp(d / "bench.json"));
+  EXPECT_EQ(j["batch"], 2);
+  for (const char* phase : {"prefill", "decode"})
+    for (const char* key : {"tokens_per_s", "fraction_of_floor"}) {
+      const double v = j[phase][key].get<double>();
+      EXPECT_TRUE(std::isfinite(v) && v > 0) << phase << "." << key << " = " << v;
+    }
+  EXPECT_GT(j["ceilings"]["copy_bandwidth_GBps"].get<double>(), 0);
 }
