@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   // inspect, init, import-llama2c, tokenize, detokenize: one rank's work; the others (if
   // started by mpirun) leave at once so files are written once and output printed once.
   if (!cmd->on_every_rank && launcher_rank() != 0) return 0;
-  int world_size = 1;
+  [[maybe_unused]] int world_size = 1;  // only read with MPI
 #ifdef LINNET_HAVE_MPI
   std::unique_ptr<linnet::MpiRuntime> runtime;  // outlives the handler below (see world.h)
   if (cmd->on_every_rank && linnet::MpiRuntime::launched_by_mpi()) {
@@ -99,5 +99,4 @@ int main(int argc, char** argv) {
 #endif
     return 1;
   }
-  (void)world_size;
 }

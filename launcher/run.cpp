@@ -81,9 +81,7 @@ std::vector<Call> read_calls(const std::string& path, const std::map<std::string
         auto it = inputs.find(v.get<std::string>());
         if (it == inputs.end()) throw Error(str(where, ": input tensor '", v.get<std::string>(), "' is not in --inputs"));
         call.args[name] = it->second;
-      } else if (v.is_number() && !arg->is_tensor) {
-        call.args[name] = inline_tensor(v, *arg, t, where + " " + name);
-      } else if (v.is_array() || v.is_number()) {
+      } else if (v.is_array() || v.is_number()) {  // a scalar, or a small tensor written inline
         call.args[name] = inline_tensor(v, *arg, t, where + " " + name);
       } else {
         throw Error(str(where, ": argument '", name, "' must name an input tensor, or be a number or an array"));

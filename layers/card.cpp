@@ -86,14 +86,13 @@ Function fn(std::string kind, std::string name, std::string generics, std::vecto
 
 // The functions GroupedQueryAttention and DecoderLayer share: x is the hidden state.
 std::vector<Function> layer_functions() {
-  auto x = [](std::vector<std::string> dims) { return tensor("x", std::move(dims), "T"); };
   auto h = [](std::vector<std::string> dims) { dims.push_back("H"); return result(std::move(dims), "T"); };
+  // x: Tensor[dims…, H; T], and the same shape as a result.
   auto xd = [](std::vector<std::string> dims) { dims.push_back("H"); return tensor("x", std::move(dims), "T"); };
   const Arg pos = scalar("pos", "i32");
   const Arg positions_p = tensor("positions", {"P"}, "i32"), segments_p = tensor("segments", {"P"}, "i32");
   const Arg rows_p = tensor("rows", {"P"}, "i32"), slots_p = tensor("slots", {"P"}, "i32");
   const Arg table = tensor("table", {"Rows", "Pages"}, "i32");
-  (void)x;
   return {
       fn("pub fn", "forward", "B: Dim, S: Dim", {xd({"B", "S"})}, h({"B", "S"})),
       fn("pub fn", "decode", "", {xd({"Batch", "1"}), pos}, h({"Batch", "1"})),
