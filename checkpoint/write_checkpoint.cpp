@@ -86,7 +86,7 @@ ModelConfig import_llama2c(const std::string& bin_path, const std::string& dir) 
   c.tie_word_embeddings = shared;
   c.dtype = DType::f32;
   c.bos_token_id = 1;
-  c.eos_token_id = 2;
+  c.eos_token_ids = {2};
   write_config(c, dir);
 
   auto read = [&](Shape s) {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -30,7 +31,13 @@ struct ModelConfig {
   bool o_bias = false;    // o_proj.bias (attention_bias)
   bool mlp_bias = false;  // gate/up/down biases
   DType dtype = DType::bf16;
-  std::optional<int64_t> bos_token_id, eos_token_id;
+  std::optional<int64_t> bos_token_id;
+  // Every end-of-sequence id: config.json's eos_token_id (an id or a list, as Llama 3 Instruct
+  // has) and generation_config.json's; generation stops on any of them.
+  std::vector<int64_t> eos_token_ids;
+  // A sliding attention window some layer applies (refused when smaller than MaxSeq: linnet
+  // attends over the whole context; at MaxSeq ≤ window the two are the same).
+  std::optional<int64_t> sliding_window;
 
   int64_t head_dim() const { return hidden / heads; }
 };

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "tokenizer/internal.h"
 #include "tokenizer/tokenizer.h"
+#include "model_fixtures.h"
 
 using namespace linnet;
 using nlohmann::json;
@@ -21,7 +22,8 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kFixtures = LINNET_SOURCE_DIR "/tests/fixtures/tokenizers";
-const std::string kStories = LINNET_SOURCE_DIR "/../shared/models/stories15M";
+// stories15M's tokenizer files, wherever scripts/fetch-stories15M finds them (model_fixtures.h).
+std::string stories() { return linnet::testing::stories15m_files().dir.string(); }
 
 struct Text {
   std::string bytes, note;
@@ -136,7 +138,8 @@ std::string error_of(const std::function<void()>& f) {
 }  // namespace
 
 TEST(TokenizerFixtures, SentencePieceStories15M) {
-  if (!fs::exists(kStories + "/tokenizer.model")) GTEST_SKIP() << kStories << " is absent";
+  LINNET_NEED_STORIES15M();
+  const std::string kStories = stories();
   auto t = load_sentencepiece_tokenizer(kStories + "/tokenizer.model");
   check_fixture(*t, "sp_stories15M", false);
   EXPECT_EQ(t->encode("Hello, w\xc3\xb6rld! 123 \xc3\xbc \xe6\x97\xa5\xe6\x9c\xac"),
@@ -160,6 +163,26 @@ TEST(TokenizerFixtures, HfMetaspace) {
   check_fixture(*load_hf_tokenizer(kFixtures + "/hf_metaspace/tokenizer.json"), "hf_metaspace", true);
 }
 
+// Qwen2-style byte-level BPE behind each Unicode normalizer (hf_nfkc: NFKC in a Sequence with
+// two Replace normalizers), against `tokenizers` on texts that need normalizing.
+TEST(TokenizerFixtures, HfUnicodeNormalizers) {
+  for (const char* name : {"hf_nfc", "hf_nfd", "hf_nfkc", "hf_nfkd"}) {
+    SCOPED_TRACE(name);
+    check_fixture(*load_hf_tokenizer(kFixtures + "/" + name + "/tokenizer.json"), name, false);  // not lossless
+  }
+}
+
+TEST(TokenizerFixtures, UnicodeNormalizationKeepsInvalidBytes) {
+  using tok::UnicodeForm;
+  // e + combining acute → é (NFC); é → e + U+0301 (NFD); ﬁ → fi (NFKC); bytes that are not
+  // UTF-8 pass through where they stand.
+  EXPECT_EQ(tok::unicode_normalize("e\xcc\x81\xff!", UnicodeForm::nfc), "\xc3\xa9\xff!");
+  EXPECT_EQ(tok::unicode_normalize("\xc3\xa9", UnicodeForm::nfd), "e\xcc\x81");
+  EXPECT_EQ(tok::unicode_normalize("\xef\xac\x81\x80x", UnicodeForm::nfkc), "fi\x80x");
+  EXPECT_EQ(tok::unicode_normalize("\xe2\x91\xa0", UnicodeForm::nfkd), "1");
+  EXPECT_EQ(tok::unicode_normalize(std::string("a\0b", 3), UnicodeForm::nfc), std::string("a\0b", 3));
+}
+
 TEST(TokenizerFixtures, TiktokenGpt2WithLlama3Pattern) {
   auto t = load_tokenizer(kFixtures + "/tiktoken_gpt2");  // tokenizer.model detected as tiktoken
   EXPECT_NE(t->description().find("tiktoken"), std::string::npos) << t->description();
@@ -170,7 +193,8 @@ TEST(TokenizerFixtures, TiktokenGpt2WithLlama3Pattern) {
 }
 
 TEST(TokenizerLlama2c, KnownCases) {
-  if (!fs::exists(kStories + "/tokenizer.bin")) GTEST_SKIP() << kStories << " is absent";
+  LINNET_NEED_STORIES15M();
+  const std::string kStories = stories();
   auto t = load_llama2c_tokenizer(kStories + "/tokenizer.bin");
   EXPECT_EQ(t->vocab_size(), 32000u);
   EXPECT_EQ(t->encode("Once upon a time", true), (std::vector<TokenId>{1, 9038, 2501, 263, 931}));
@@ -201,7 +225,7 @@ TEST(TokenizerLoad, PreferenceAndDetection) {
   EXPECT_NE(load_tokenizer(d)->description().find("tiktoken"), std::string::npos);
   fs::copy_file(kFixtures + "/hf_gpt2/tokenizer.json", d + "/tokenizer.json");
   EXPECT_NE(load_tokenizer(d)->description().find("tokenizer.json"), std::string::npos);
-  if (fs::exists(kStories + "/tokenizer.bin")) {
+  if (const std::string kStories = stories(); !kStories.empty()) {
     std::string d2 = temp_dir("pref2");
     fs::copy_file(kStories + "/tokenizer.bin", d2 + "/tokenizer.bin");
     EXPECT_NE(load_tokenizer(d2)->description().find("llama2.c"), std::string::npos);
@@ -227,12 +251,12 @@ TEST(TokenizerLoad, Errors) {
   write(d + "/tokenizer.json", R"({"model": {"type": "Unigram", "vocab": [["a", 0.0]]}})");
   EXPECT_NE(error_of([&] { load_tokenizer(d); }).find("Unigram"), std::string::npos);
   write(d + "/tokenizer.json",
-        R"({"normalizer": {"type": "NFKC"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
-  EXPECT_NE(error_of([&] { load_tokenizer(d); }).find("normalizer 'NFKC'"), std::string::npos);
+        R"({"normalizer": {"type": "Lowercase"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
+  EXPECT_NE(error_of([&] { load_tokenizer(d); }).find("normalizer 'Lowercase'"), std::string::npos);
   write(d + "/tokenizer.json", R"({"pre_tokenizer": {"type": "BertPreTokenizer"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})");
   EXPECT_NE(error_of([&] { load_tokenizer(d); }).find("pre-tokenizer 'BertPreTokenizer'"), std::string::npos);
   write(d + "/tokenizer.json", "{ not json");
-  EXPECT_NE(error_of([&] { load_tokenizer(d); }).find("not valid JSON"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_tokenizer(d); }).find("malformed JSON"), std::string::npos);
   fs::remove(d + "/tokenizer.json");
 
   write(d + "/tokenizer.model", std::string("\x0a\x05garbage-not-a-model", 20));

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "tokenizer/internal.h"
 
 namespace linnet {
@@ -56,9 +57,10 @@ std::string pattern_of(const json& p, const std::string& where) {
 // ---- normalizers ---------------------------------------------------------------------
 
 struct Normalizer {
-  enum Kind { kPrepend, kReplaceString, kReplaceRegex } kind;
+  enum Kind { kPrepend, kReplaceString, kReplaceRegex, kUnicode } kind;
   std::string a, b;                 // prepend text / (pattern, content)
   std::shared_ptr<tok::Regex> re;
+  tok::UnicodeForm form = tok::UnicodeForm::nfc;  // kUnicode
 };
 
 // ---- pre-tokenizers ------------------------------------------------------------------
@@ -77,12 +79,7 @@ struct PreTokenizer {
 class HfTokenizer final : public Tokenizer {
  public:
   explicit HfTokenizer(const std::string& path) : path_(path) {
-    json j;
-    try {
-      j = json::parse(tok::read_file(path));
-    } catch (const json::exception& e) {
-      throw Error(str(path, ": not valid JSON (", e.what(), ")"));
-    }
+    const json j = read_json_file(path, "tokenizer");
     try {
       load(j);
     } catch (const json::exception& e) {
@@ -245,19 +242,22 @@ class HfTokenizer final : public Tokenizer {
     if (type == "Sequence") {
       for (const auto& q : nj.at("normalizers")) load_normalizer(q);
     } else if (type == "Prepend") {
-      normalizers_.push_back({Normalizer::kPrepend, nj.at("prepend").get<std::string>(), "", nullptr});
+      normalizers_.push_back({Normalizer::kPrepend, nj.at("prepend").get<std::string>(), "", nullptr, {}});
     } else if (type == "Replace") {
       const json& p = nj.at("pattern");
       std::string content = nj.at("content").get<std::string>();
       if (p.contains("String")) {
-        normalizers_.push_back({Normalizer::kReplaceString, p["String"].get<std::string>(), content, nullptr});
+        normalizers_.push_back({Normalizer::kReplaceString, p["String"].get<std::string>(), content, nullptr, {}});
       } else {
         normalizers_.push_back({Normalizer::kReplaceRegex, "", content,
-                                std::make_shared<tok::Regex>(pattern_of(p, path_))});
+                                std::make_shared<tok::Regex>(pattern_of(p, path_)), {}});
       }
-    } else if (type == "NFC") {
-      // Input that is already NFC is unchanged; we do not renormalize (see docs/tokenizers.md).
-      throw Error(str(path_, ": normalizer 'NFC' is not supported"));
+    } else if (type == "NFC" || type == "NFD" || type == "NFKC" || type == "NFKD") {
+      const tok::UnicodeForm form = type == "NFC"    ? tok::UnicodeForm::nfc
+                                    : type == "NFD"  ? tok::UnicodeForm::nfd
+                                    : type == "NFKC" ? tok::UnicodeForm::nfkc
+                                                     : tok::UnicodeForm::nfkd;
+      normalizers_.push_back({Normalizer::kUnicode, "", "", nullptr, form});
     } else {
       throw Error(str(path_, ": normalizer '", type, "' is not supported"));
     }
@@ -370,6 +370,9 @@ class HfTokenizer final : public Tokenizer {
           break;
         case Normalizer::kReplaceString:
           replace_all(s, nz.a, nz.b);
+          break;
+        case Normalizer::kUnicode:
+          s = tok::unicode_normalize(s, nz.form);
           break;
         case Normalizer::kReplaceRegex: {
           std::string out;

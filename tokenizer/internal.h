@@ -25,6 +25,11 @@ std::size_t utf8_char_len(std::string_view s, std::size_t i);
 // The UTF-8 encoding of a code point.
 std::string utf8_encode(std::uint32_t cp);
 
+// Unicode normalization (utf8proc) of a byte string: each maximal valid UTF-8 run is
+// normalized, invalid bytes pass through unchanged (tokenizers only ever sees valid text).
+enum class UnicodeForm { nfc, nfd, nfkc, nfkd };
+std::string unicode_normalize(std::string_view s, UnicodeForm form);
+
 // unordered_map<std::string, V> that can be looked up with a string_view.
 struct StringHash {
   using is_transparent = void;

@@ -6,7 +6,10 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "tokenizer/internal.h"
+
+#include <utf8proc.h>
 
 #if LINNET_HAVE_PCRE2
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -16,13 +19,40 @@
 namespace linnet {
 namespace tok {
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str("cannot open ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw Error(str("cannot read ", path));
-  return ss.str();
+std::string read_file(const std::string& path) { return read_text_file(path, "tokenizer file"); }
+
+std::string unicode_normalize(std::string_view s, UnicodeForm form) {
+  int options = UTF8PROC_STABLE;
+  if (form == UnicodeForm::nfc || form == UnicodeForm::nfkc) options |= UTF8PROC_COMPOSE;
+  else options |= UTF8PROC_DECOMPOSE;
+  if (form == UnicodeForm::nfkc || form == UnicodeForm::nfkd) options |= UTF8PROC_COMPAT;
+  auto normalize_valid = [&](std::string_view run, std::string& out) {
+    if (run.empty()) return;
+    utf8proc_uint8_t* mapped = nullptr;
+    const utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(run.data()),
+                                            static_cast<utf8proc_ssize_t>(run.size()), &mapped,
+                                            static_cast<utf8proc_option_t>(options));
+    if (n < 0) throw Error(str("unicode normalization: ", utf8proc_errmsg(n)));
+    out.append(reinterpret_cast<const char*>(mapped), static_cast<std::size_t>(n));
+    std::free(mapped);
+  };
+  std::string out;
+  out.reserve(s.size());
+  std::size_t run = 0, i = 0;
+  while (i < s.size()) {
+    utf8proc_int32_t cp = 0;
+    const utf8proc_ssize_t len = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                                                  static_cast<utf8proc_ssize_t>(s.size() - i), &cp);
+    if (len > 0) {
+      i += static_cast<std::size_t>(len);
+      continue;
+    }
+    normalize_valid(s.substr(run, i - run), out);  // the valid text before this byte
+    out.push_back(s[i]);
+    run = ++i;
+  }
+  normalize_valid(s.substr(run), out);
+  return out;
 }
 
 bool file_exists(const std::string& path) {

@@ -22,9 +22,9 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
 FIX = os.path.join(ROOT, "tests", "fixtures", "tokenizers")
-STORIES = os.path.abspath(os.path.join(ROOT, "..", "shared", "models", "stories15M"))
 sys.path.insert(0, HERE)
-from make_fixtures import LLAMA3_PATTERN, ensure_venv  # noqa: E402
+from make_fixtures import LLAMA3_PATTERN, ensure_venv, stories15m_dir  # noqa: E402
+STORIES = stories15m_dir()
 
 
 def make_text(path, limit=8_000_000):

@@ -1,0 +1,209 @@
+// config.json as transformers 5 writes it (rope_parameters, dtype, eos lists,
+// generation_config.json) and every key that changes the math linnet does not implement
+// (docs/config.md): read both spellings, refuse what would run silently wrong.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/hf_config.h"
+#include "layers/generics.h"
+#include "core/error.h"
+
+using namespace linnet;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+json llama() {
+  return json::parse(R"({"model_type": "llama", "vocab_size": 100, "hidden_size": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "intermediate_size": 96, "num_hidden_layers": 2, "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5, "torch_dtype": "float32", "hidden_act": "silu"})");
+}
+
+json with(json j, const std::string& key, json v) {
+  j[key] = std::move(v);
+  return j;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+std::string parse_error(const json& j) { return error_of([&] { parse_hf_config(j, "cfg.json"); }); }
+
+const json kLlama3Rope = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
+                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                          {"original_max_position_embeddings", 8192}};
+
+}  // namespace
+
+// transformers 5's save_pretrained: no top-level rope_theta / rope_scaling.
+TEST(ConfigKeys, ReadsTransformers5RopeParameters) {
+  const ModelConfig c = parse_hf_config(with(llama(), "rope_parameters", kLlama3Rope), "cfg.json");
+  EXPECT_EQ(c.rope_theta, 500000.0);
+  EXPECT_EQ(c.rope.type, RopeScaling::Type::llama3);
+  EXPECT_EQ(c.rope.factor, 8.0);
+  EXPECT_EQ(c.rope.original_max_position, 8192);
+  const ModelConfig d = parse_hf_config(
+      with(llama(), "rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e6}}), "cfg.json");
+  EXPECT_EQ(d.rope_theta, 1e6);
+  EXPECT_EQ(d.rope.type, RopeScaling::Type::none);
+  const ModelConfig l = parse_hf_config(
+      with(llama(), "rope_parameters", {{"rope_type", "linear"}, {"rope_theta", 1e4}, {"factor", 4.0}}), "cfg.json");
+  EXPECT_EQ(l.rope.type, RopeScaling::Type::linear);
+  EXPECT_EQ(l.rope.factor, 4.0);
+  // The per-layer-type form, as transformers writes it for models with several layer types.
+  const ModelConfig n = parse_hf_config(with(llama(), "rope_parameters", {{"full_attention", kLlama3Rope}}), "cfg.json");
+  EXPECT_EQ(n.rope_theta, 500000.0);
+  EXPECT_EQ(n.rope.type, RopeScaling::Type::llama3);
+  json other = kLlama3Rope;
+  other["rope_theta"] = 10000.0;
+  EXPECT_EQ(parse_error(with(llama(), "rope_parameters", {{"full_attention", kLlama3Rope}, {"sliding_attention", other}})),
+            "cfg.json: rope_parameters.sliding_attention differs from rope_parameters.full_attention: per-layer-type "
+            "RoPE is not supported");
+}
+
+TEST(ConfigKeys, BothSpellingsMustAgree) {
+  json j = with(llama(), "rope_parameters", kLlama3Rope);
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = kLlama3Rope;
+  j["rope_scaling"].erase("rope_theta");
+  const ModelConfig c = parse_hf_config(j, "cfg.json");  // the same RoPE written twice
+  EXPECT_EQ(c.rope.type, RopeScaling::Type::llama3);
+  j["rope_theta"] = 10000.0;
+  EXPECT_EQ(parse_error(j), "cfg.json: rope_theta 10000 and rope_parameters.rope_theta 500000 disagree");
+  j["rope_theta"] = 500000.0;
+  j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
+  EXPECT_EQ(parse_error(j),
+            "cfg.json: rope_scaling (linear (factor 8)) and rope_parameters (llama3 (factor 8, low_freq_factor 1, "
+            "high_freq_factor 4, original_max_position_embeddings 8192)) disagree");
+}
+
+TEST(ConfigKeys, UnknownRopeTypeRefusedUnderEitherKey) {
+  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+    json p = {{"rope_type", type}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+    EXPECT_EQ(parse_error(with(llama(), "rope_parameters", p)),
+              str("cfg.json: unsupported rope_parameters rope_type '", type, "' (supported: default, linear, llama3)"));
+    p.erase("rope_theta");
+    EXPECT_EQ(parse_error(with(llama(), "rope_scaling", p)),
+              str("cfg.json: unsupported rope_scaling rope_type '", type, "' (supported: default, linear, llama3)"));
+  }
+}
+
+// Each key that would change the math, refused with its name (docs/config.md lists them).
+TEST(ConfigKeys, RefusesMathItDoesNotImplement) {
+  const std::vector<std::pair<std::string, json>> refused = {
+      {"attn_logit_softcapping", 50.0},
+      {"final_logit_softcapping", 30.0},
+      {"partial_rotary_factor", 0.5},
+      {"pretraining_tp", 2},
+      {"hidden_act", "gelu"},
+      {"num_local_experts", 8},
+      {"num_experts", 4},
+      {"use_qk_norm", true},
+      {"no_rope_layers", json::array({1, 0})},
+      {"query_pre_attn_scalar", 256},
+      {"embedding_multiplier", 12.0},
+      {"logits_scaling", 8.0},
+      {"quantization_config", {{"quant_method", "gptq"}, {"bits", 4}}},
+      {"architectures", json::array({"LlamaForSequenceClassification"})},
+  };
+  for (const auto& [key, value] : refused) {
+    const std::string e = parse_error(with(llama(), key, value));
+    EXPECT_NE(e.find(key), std::string::npos) << key << ": " << e;
+    EXPECT_NE(e.find("support"), std::string::npos) << key << ": " << e;
+  }
+  // partial_rotary_factor inside rope_parameters too.
+  json p = kLlama3Rope;
+  p["partial_rotary_factor"] = 0.5;
+  EXPECT_NE(parse_error(with(llama(), "rope_parameters", p)).find("rope_parameters.partial_rotary_factor 0.5"),
+            std::string::npos);
+  // The neutral values transformers 5 writes are accepted.
+  json neutral = llama();
+  for (auto [k, v] : std::vector<std::pair<const char*, json>>{{"pretraining_tp", 1}, {"attention_dropout", 0.0},
+                                                                 {"pad_token_id", nullptr}, {"use_cache", true},
+                                                                 {"head_dim", 16}, {"hidden_act", "swish"},
+                                                                 {"partial_rotary_factor", 1.0}, {"dtype", "float32"}})
+    neutral[k] = v;
+  EXPECT_EQ(parse_error(neutral), "(no error)");
+}
+
+// A window larger than MaxSeq changes nothing; a smaller one is refused, naming both.
+TEST(ConfigKeys, SlidingWindowRefusedBelowMaxSeq) {
+  json q = with(llama(), "model_type", "qwen2");
+  q["sliding_window"] = 4096;
+  q["use_sliding_window"] = false;  // Qwen2's published configs: a window that is not used
+  EXPECT_FALSE(parse_hf_config(q, "cfg.json").sliding_window);
+  q["use_sliding_window"] = true;
+  q["max_window_layers"] = 2;  // layers from 2 on slide: none of the 2
+  EXPECT_FALSE(parse_hf_config(q, "cfg.json").sliding_window);
+  q["max_window_layers"] = 1;
+  const ModelConfig c = parse_hf_config(q, "cfg.json");
+  ASSERT_TRUE(c.sliding_window);
+  EXPECT_EQ(error_of([&] { bind_generics(c, RunOptions{}); }),
+            "sliding_window=4096 is smaller than MaxSeq=8192: linnet does not implement sliding-window attention (at "
+            "MaxSeq ≤ the window the two are the same: pass --max-seq 4096 or less)");
+  EXPECT_EQ(bind_generics(c, RunOptions{1, 4096, 1, 64, std::nullopt}).max_seq, 4096);
+  // transformers 5's layer_types.
+  json t = with(llama(), "layer_types", {"full_attention", "sliding_attention"});
+  t["sliding_window"] = 1024;
+  EXPECT_EQ(*parse_hf_config(t, "cfg.json").sliding_window, 1024);
+  t["layer_types"] = {"full_attention", "full_attention"};
+  EXPECT_FALSE(parse_hf_config(t, "cfg.json").sliding_window);
+  t["layer_types"] = {"full_attention", "chunked_attention"};
+  EXPECT_NE(parse_error(t).find("layer_types[1] 'chunked_attention' is not supported"), std::string::npos);
+  // Llama has no sliding window: any window set is taken at its word.
+  EXPECT_TRUE(parse_hf_config(with(llama(), "sliding_window", 2048), "cfg.json").sliding_window);
+}
+
+TEST(ConfigKeys, EveryEndOfSequenceIdIsKept) {
+  const fs::path d = fs::temp_directory_path() / "linnet_cfg_eos";
+  fs::remove_all(d);
+  fs::create_directories(d);
+  std::ofstream(d / "config.json") << with(llama(), "eos_token_id", {128001, 128008, 128009}).dump();
+  EXPECT_EQ(load_hf_config(d.string()).eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  // generation_config.json adds its own (Llama 3 Instruct's config says 128001, its
+  // generation config 128001, 128009); duplicates are kept once.
+  std::ofstream(d / "config.json") << with(llama(), "eos_token_id", 128001).dump();
+  std::ofstream(d / "generation_config.json") << R"({"bos_token_id": 128000, "eos_token_id": [128001, 128009]})";
+  const ModelConfig c = load_hf_config(d.string());
+  EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{128001, 128009}));
+  EXPECT_EQ(c.bos_token_id, 128000);
+  std::ofstream(d / "generation_config.json") << R"({"eos_token_id": "end"})";
+  EXPECT_NE(error_of([&] { load_hf_config(d.string()); }).find("generation_config.json: 'eos_token_id' must be a token id"),
+            std::string::npos);
+  EXPECT_NE(parse_error(with(llama(), "eos_token_id", {1, -2})).find("'eos_token_id' must be a token id"),
+            std::string::npos);
+}
+
+// The fixtures saved by transformers 5.24's own save_pretrained (tools/golden) read as
+// their classic twins do.
+TEST(ConfigKeys, SavedPretrainedFixturesEqualTheirClassicTwins) {
+  const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
+  int twins = 0;
+  for (const auto& e : fs::directory_iterator(golden)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !name.ends_with("_saved")) continue;
+    const ModelConfig saved = load_hf_config(e.path().string());
+    const ModelConfig classic = load_hf_config((golden / name.substr(0, name.size() - 6)).string());
+    SCOPED_TRACE(name);
+    EXPECT_EQ(saved.rope_theta, classic.rope_theta);
+    EXPECT_EQ(saved.rope.type, classic.rope.type);
+    EXPECT_EQ(saved.rope.factor, classic.rope.factor);
+    EXPECT_EQ(saved.rope.original_max_position, classic.rope.original_max_position);
+    EXPECT_EQ(saved.dtype, classic.dtype);
+    EXPECT_EQ(saved.qkv_bias, classic.qkv_bias);
+    EXPECT_EQ(saved.tie_word_embeddings, classic.tie_word_embeddings);
+    EXPECT_EQ(saved.eos_token_ids, classic.eos_token_ids);
+    ++twins;
+  }
+  EXPECT_GE(twins, 8);
+  EXPECT_EQ(load_hf_config((golden / "llama3_style_saved").string()).eos_token_ids, (std::vector<int64_t>{2, 5, 7}));
+}
