@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/files.h"
+
 namespace linnet {
 
 namespace fs = std::filesystem;
@@ -17,12 +19,15 @@ CheckpointDir::CheckpointDir(const std::string& dir) : dir_(dir) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw Error(str(dir, ": not a directory"));
   const fs::path root(dir);
-  if (const fs::path single = root / "model.safetensors"; fs::exists(single, ec)) {
+  // symlink_status: a dangling link or a symlink loop is "there" too, and opening it gives
+  // the error that says what is wrong with it.
+  auto present = [&](const fs::path& p) { return fs::exists(fs::symlink_status(p, ec)); };
+  if (const fs::path single = root / "model.safetensors"; present(single)) {
     const SafetensorsFile& f = open(single.string());
     for (const std::string& n : f.names()) where_[n] = &f;
     return;
   }
-  if (const fs::path index = root / "model.safetensors.index.json"; fs::exists(index, ec)) {
+  if (const fs::path index = root / "model.safetensors.index.json"; present(index)) {
     load_index(index.string());
     return;
   }
@@ -47,16 +52,7 @@ const SafetensorsFile& CheckpointDir::open(const std::string& path) {
 }
 
 void CheckpointDir::load_index(const std::string& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) throw Error(str(index_path, ": cannot open"));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw Error(str(index_path, ": read error"));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(str(index_path, ": malformed JSON: ", e.what()));
-  }
+  const nlohmann::json j = read_json_file(index_path, "checkpoint index");
   // Only weight_map matters; "metadata" (total_size, and sometimes non-standard extras) is
   // advisory and the shard headers are authoritative.
   if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
@@ -65,11 +61,18 @@ void CheckpointDir::load_index(const std::string& index_path) {
   for (const auto& [tensor, file] : j["weight_map"].items()) {
     if (!file.is_string()) throw Error(str(index_path, ": weight_map entry for tensor '", tensor, "' is not a file name"));
     const std::string shard = file.get<std::string>();
+    // Only files inside the checkpoint: no absolute paths, no "..". (Links inside it may
+    // point elsewhere, as a Hugging Face cache's snapshot links point into its blobs.)
+    const fs::path rel(shard);
+    if (shard.empty() || rel.is_absolute() ||
+        std::any_of(rel.begin(), rel.end(), [](const fs::path& part) { return part == ".."; }))
+      throw Error(str(index_path, ": weight_map names file '", shard, "' (for tensor '", tensor,
+                      "'): a checkpoint may only name files inside its directory"));
     auto it = by_name.find(shard);
     if (it == by_name.end()) {
       const fs::path p = fs::path(dir_) / shard;
       std::error_code ec;
-      if (!fs::exists(p, ec))
+      if (!fs::exists(fs::symlink_status(p, ec)))
         throw Error(str(index_path, ": weight_map names file '", shard, "' (for tensor '", tensor, "'), but ",
                         p.string(), " does not exist"));
       it = by_name.emplace(shard, &open(p.string())).first;

@@ -156,11 +156,13 @@ const char* safetensors_dtype_name(DType t) {
 }
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO would otherwise wait forever for a writer; fstat then refuses it.
+  Fd fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (fd.fd < 0) throw Error(str(path, ": cannot open: ", std::strerror(errno)));
   struct stat st {};
   if (::fstat(fd.fd, &st) != 0) throw Error(str(path, ": cannot stat: ", std::strerror(errno)));
-  if (!S_ISREG(st.st_mode)) throw Error(str(path, ": not a regular file"));
+  if (!S_ISREG(st.st_mode))
+    throw Error(str(path, ": not a regular file (", S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" : "a device or socket", ")"));
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < 8) throw Error(str(path, ": truncated safetensors file (", size, " bytes, shorter than the 8-byte header length)"));
 

@@ -1,5 +1,7 @@
 // CheckpointDir: the three layouts of a Hugging Face checkpoint's weights, and the errors
 // for missing, misplaced and misshaped tensors.
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -145,4 +147,28 @@ TEST(CheckpointDir, ExpectReportsShapeAndDtype) {
   EXPECT_THAT(error_of([&] { ck.expect("v", {2, 3}); }), HasSubstr(dir.str() + ": checkpoint has no tensor 'v'"));
   ck.expect("w", {2, 3});
   ck.expect("w", {2, 3}, DType::bf16);
+}
+
+// An index may name only files inside its checkpoint: never an absolute path or "..".
+TEST(CheckpointDir, IndexNamingAFileOutsideIsRefused) {
+  ScratchDir dir;
+  save_safetensors(dir / "model-00001-of-00001.safetensors", {{"w", ramp({2})}});
+  for (const char* name : {"../../../../etc/passwd", "/etc/passwd", "sub/../../x.safetensors"}) {
+    write_file(dir / "model.safetensors.index.json",
+               std::string(R"({"weight_map": {"w": ")") + name + R"("}})");
+    EXPECT_THAT(error_of([&] { CheckpointDir ck(dir.str()); }),
+                AllOf(HasSubstr("model.safetensors.index.json: weight_map names file '" + std::string(name) + "'"),
+                      HasSubstr("a checkpoint may only name files inside its directory")));
+  }
+}
+
+// A FIFO would block open() forever; a symlink loop must not look like "no weights".
+TEST(CheckpointDir, FifoAndSymlinkLoopAreRefusedByName) {
+  ScratchDir dir;
+  ASSERT_EQ(::mkfifo((dir / "model.safetensors").c_str(), 0600), 0);
+  EXPECT_THAT(error_of([&] { CheckpointDir ck(dir.str()); }), HasSubstr("model.safetensors: not a regular file (a FIFO)"));
+  std::filesystem::remove(dir / "model.safetensors");
+  std::filesystem::create_symlink("model.safetensors", dir / "model.safetensors");
+  EXPECT_THAT(error_of([&] { CheckpointDir ck(dir.str()); }),
+              HasSubstr("model.safetensors: cannot open: Too many levels of symbolic links"));
 }

@@ -1,6 +1,6 @@
-// Runs a program under `mpirun -np N --oversubscribe` for the tests: combined stdout+stderr,
-// the exit status, and a timeout after which the whole process group (mpirun and its ranks)
-// is killed with mpirun and every rank, so a hang fails the test instead of hanging CI.
+// Runs a program (alone, or under `mpirun -np N --oversubscribe`) for the tests: its output,
+// the exit status, and a timeout after which the whole process tree (mpirun and its ranks)
+// is killed, so a hang fails the test instead of hanging CI.
 #pragma once
 #include <fcntl.h>
 #include <poll.h>
@@ -27,7 +27,8 @@ struct MpiRunResult {
   int exit_code = -1;     // the status mpirun exited with; 128 + signal when killed by one
   bool timed_out = false;  // killed after the timeout
   double seconds = 0;
-  std::string output;  // stdout and stderr, interleaved
+  std::string output;  // stdout and stderr, interleaved (stdout alone with split_stderr)
+  std::string errors;  // stderr, with split_stderr
 };
 
 // Full path of mpirun on PATH, or "" when there is none.
@@ -83,19 +84,13 @@ inline void kill_tree(pid_t root) {
   ::kill(-root, SIGKILL);
 }
 
-// Runs `mpirun -np <np> --oversubscribe <program> <args…>`; OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1
-// are added to the environment (CI containers run as root).
-inline MpiRunResult mpi_run(int np, const std::string& program, const std::vector<std::string>& args,
-                            double timeout_s = 60) {
+// Runs argv[0] (a full path) with argv, stdin from /dev/null, killing its whole process tree
+// after timeout_s. OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM)=1 are added to the environment (CI
+// containers run as root). split_stderr: `output` gets stdout alone and `errors` stderr;
+// otherwise both go to `output`, interleaved.
+inline MpiRunResult run_command(std::vector<std::string> argv_s, double timeout_s = 60, bool split_stderr = false) {
   MpiRunResult result;
-  const std::string mpirun = find_mpirun();
-  if (mpirun.empty()) {
-    result.output = "mpirun not found on PATH";
-    return result;
-  }
   // Everything the child needs is built before fork (only async-signal-safe calls after it).
-  std::vector<std::string> argv_s = {mpirun, "-np", std::to_string(np), "--oversubscribe", program};
-  argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : argv_s) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -110,54 +105,61 @@ inline MpiRunResult mpi_run(int np, const std::string& program, const std::vecto
   for (auto& e : env_s) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  int fds[2];
-  if (::pipe(fds) != 0) {
+  int out[2], err[2];
+  if (::pipe(out) != 0 || ::pipe(err) != 0) {
     result.output = "pipe failed";
     return result;
   }
   const auto t0 = std::chrono::steady_clock::now();
   const pid_t pid = ::fork();
   if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
     result.output = "fork failed";
     return result;
   }
   if (pid == 0) {
-    ::setpgid(0, 0);  // its own process group: the timeout kills mpirun and every rank
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    ::close(fds[0]);
-    ::close(fds[1]);
+    ::setpgid(0, 0);  // its own process group: the timeout kills it and every child
+    ::dup2(out[1], 1);
+    ::dup2(split_stderr ? err[1] : out[1], 2);
+    for (int fd : {out[0], out[1], err[0], err[1]}) ::close(fd);
     const int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also from the parent, so the group exists before any kill
-  ::close(fds[1]);
+  ::close(out[1]);
+  ::close(err[1]);
   auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   char buf[4096];
-  bool open = true;
-  while (open) {
+  pollfd p[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sink[2] = {&result.output, &result.errors};
+  int open = 2;
+  while (open > 0) {
     const double left = timeout_s - elapsed();
     if (left <= 0) {
       result.timed_out = true;
       break;
     }
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(std::min(left, 1.0) * 1000) + 1);
+    const int ready = ::poll(p, 2, static_cast<int>(std::min(left, 1.0) * 1000) + 1);
     if (ready < 0 && errno != EINTR) break;
     if (ready <= 0) continue;
-    const ssize_t got = ::read(fds[0], buf, sizeof buf);
-    if (got > 0)
-      result.output.append(buf, static_cast<size_t>(got));
-    else if (got == 0 || errno != EINTR)
-      open = false;
+    for (int i = 0; i < 2; ++i) {
+      if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      const ssize_t got = ::read(p[i].fd, buf, sizeof buf);
+      if (got > 0) {
+        sink[i]->append(buf, static_cast<size_t>(got));
+      } else if (got == 0 || errno != EINTR) {
+        ::close(p[i].fd);
+        p[i].fd = -1;
+        --open;
+      }
+    }
   }
   if (result.timed_out) kill_tree(pid);
-  ::close(fds[0]);
-  // Output closed (every rank gone) or timed out; mpirun may still be tidying up.
+  for (auto& q : p)
+    if (q.fd >= 0) ::close(q.fd);
+  // Output closed (every process gone) or timed out; mpirun may still be tidying up.
   int status = 0;
   for (;;) {
     const pid_t w = ::waitpid(pid, &status, WNOHANG);
@@ -177,6 +179,20 @@ inline MpiRunResult mpi_run(int np, const std::string& program, const std::vecto
   else if (WIFSIGNALED(status))
     result.exit_code = 128 + WTERMSIG(status);
   return result;
+}
+
+// Runs `mpirun -np <np> --oversubscribe <program> <args…>` through run_command.
+inline MpiRunResult mpi_run(int np, const std::string& program, const std::vector<std::string>& args,
+                            double timeout_s = 60, bool split_stderr = false) {
+  const std::string mpirun = find_mpirun();
+  if (mpirun.empty()) {
+    MpiRunResult result;
+    result.output = "mpirun not found on PATH";
+    return result;
+  }
+  std::vector<std::string> argv = {mpirun, "-np", std::to_string(np), "--oversubscribe", program};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, timeout_s, split_stderr);
 }
 
 }  // namespace linnet::testing
