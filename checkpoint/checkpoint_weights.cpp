@@ -3,10 +3,14 @@
 #include <cstring>
 
 #include "checkpoint/hf_config.h"
+#include "layers/footprint.h"
+
+#include <spdlog/spdlog.h>
 
 namespace linnet {
 
 Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
+  used_.insert(p.hf_name);
   dir_.expect(p.hf_name, p.full);
   const DType stored = dir_.info(p.hf_name).dtype;
   if (!is_float(stored))
@@ -26,16 +30,38 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   return padded;
 }
 
-LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm) {
+std::vector<std::string> CheckpointWeights::unused(const ModelConfig& config) const {
+  std::vector<std::string> out;
+  for (const std::string& name : dir_.names()) {
+    if (used_.count(name)) continue;
+    // Buffers older exports carry and transformers ignores too; a tied lm_head.weight copy.
+    if (name.ends_with("rotary_emb.inv_freq")) continue;
+    if (name == "lm_head.weight" && config.tie_word_embeddings) continue;
+    out.push_back(name);
+  }
+  return out;
+}
+
+LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
+                       int ranks_sharing) {
   LoadedModel m;
   m.config = load_hf_config(dir);
   if (options.shards == 1 && comm.size() > 1) options.shards = comm.size();
   m.generics = bind_generics(m.config, options);
   if (m.generics.shards != comm.size())
     throw Error(str("Shards=", m.generics.shards, " but the shard group has ", comm.size(), " ranks"));
+  check_fits(m.config, m.generics, backend.compute_dtype(m.generics.t), backend.memory_available(), ranks_sharing,
+             options.max_seq == 0, str(backend.name(), " backend"));
   CheckpointDir files(dir);
   CheckpointWeights weights(files, m.config.dtype);
   m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
+  if (const auto unused = weights.unused(m.config); !unused.empty() && comm.rank() == 0) {
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 6; ++i) list += (i ? ", " : "") + unused[i];
+    if (unused.size() > 6) list += str(", … (", unused.size() - 6, " more)");
+    spdlog::warn("{}: {} tensor(s) in the checkpoint are not used by the model (num_hidden_layers = {}): {}", dir,
+                 unused.size(), m.config.layers, list);
+  }
   return m;
 }
 

@@ -2,6 +2,8 @@
 // (SPEC §2), and every tensor is checked for presence and shape before it is read.
 #pragma once
 #include <memory>
+#include <set>
+#include <vector>
 #include <string>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -15,10 +17,13 @@ class CheckpointWeights final : public WeightSource {
   // checkpoint whose files disagree with its config is broken, and would load lossy).
   CheckpointWeights(const CheckpointDir& dir, DType declared) : dir_(dir), declared_(declared) {}
   Tensor read(const ParamSpec& p, int64_t shard) override;
+  // Tensors of the files that no read() asked for (buffers transformers ignores left out).
+  std::vector<std::string> unused(const ModelConfig& config) const;
 
  private:
   const CheckpointDir& dir_;
   DType declared_;
+  std::set<std::string> used_;
 };
 
 // Everything a rank needs to run a checkpoint: its config, the bound generics, and the model.
@@ -29,7 +34,10 @@ struct LoadedModel {
 };
 
 // Reads config.json, binds the generics (Shards = comm.size() unless options say otherwise),
-// checks every parameter's shape, and loads this rank's slices onto the backend.
-LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm);
+// checks that the rank's share fits the backend's memory (`ranks_sharing` ranks of this size
+// on one device or host), checks every parameter's shape, and loads this rank's slices onto
+// the backend. Shard 0 warns once about tensors the files hold but the model does not use.
+LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
+                       int ranks_sharing = 1);
 
 }  // namespace linnet

@@ -1,6 +1,34 @@
 #include "core/backend.h"
 
+#include <algorithm>
+#include <fstream>
+#include <limits>
+#include <string>
+
 namespace linnet {
+
+namespace {
+// The first number in a file (memory.max holds "max" when there is no limit).
+int64_t read_number(const std::string& path, int64_t fallback) {
+  std::ifstream in(path);
+  long long v = 0;
+  return in >> v ? static_cast<int64_t>(v) : fallback;
+}
+}  // namespace
+
+int64_t host_memory_available() {
+  int64_t avail = std::numeric_limits<int64_t>::max();
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  long long kib = 0;
+  while (meminfo >> key >> kib) {
+    if (key == "MemAvailable:") avail = static_cast<int64_t>(kib) * 1024;
+    meminfo.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  const int64_t limit = read_number("/sys/fs/cgroup/memory.max", -1);
+  if (limit > 0) avail = std::min(avail, limit - read_number("/sys/fs/cgroup/memory.current", 0));
+  return std::max<int64_t>(avail, 0);
+}
 
 #ifndef LINNET_HAVE_CUDA
 int cuda_device_count() { return 0; }
@@ -8,6 +36,12 @@ std::unique_ptr<Backend> make_cuda_backend(int) {
   throw Error("this linnet was built without CUDA (configure with LINNET_CUDA=ON on a machine with nvcc)");
 }
 #endif
+
+DType backend_compute_dtype(const std::string& kind, DType weights) {
+  if (kind == "cpu" || (kind == "auto" && cuda_device_count() == 0)) return DType::f32;  // widened at load
+  if (kind == "cuda" || kind == "auto") return weights == DType::f16 || weights == DType::bf16 ? weights : DType::f32;
+  throw Error(str("unknown backend '", kind, "' (expected cpu, cuda or auto)"));
+}
 
 std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank) {
   if (kind == "cpu") return make_cpu_backend();

@@ -51,6 +51,9 @@ class Backend {
   }
   virtual void fill_zero(Tensor& t) = 0;
   virtual void synchronize() = 0;
+  // Bytes this device can still give (free host RAM under any cgroup limit; free GPU
+  // memory plus this backend's cached blocks): the loader checks a model fits before it loads.
+  virtual int64_t memory_available() const = 0;
   // The device's stream (cudaStream_t) and index, for a device communicator ordered with
   // the compute; null / −1 on the CPU.
   virtual void* stream_handle() const { return nullptr; }
@@ -112,11 +115,16 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_cpu_backend();
+// Host RAM free for a new allocation: MemAvailable, or less under a cgroup memory limit.
+int64_t host_memory_available();
 // Number of usable CUDA devices: 0 without a GPU or in a build without CUDA.
 int cuda_device_count();
 // The CUDA backend on the given device; throws linnet::Error without CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 // "cpu", "cuda", or "auto" (cuda when a GPU is found, else cpu).
 std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank = 0);
+// compute_dtype(weights) of a backend kind ("cpu", "cuda", "auto"), without starting it: what
+// `linnet inspect` sizes by. "auto" is "cuda" when a GPU is visible.
+DType backend_compute_dtype(const std::string& kind, DType weights);
 
 }  // namespace linnet

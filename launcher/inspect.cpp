@@ -6,7 +6,9 @@
 #include <sstream>
 
 #include "checkpoint/hf_config.h"
+#include "core/backend.h"
 #include "layers/card.h"
+#include "layers/footprint.h"
 #include "layers/parameters.h"
 #include "launcher/options.h"
 
@@ -31,39 +33,30 @@ std::string render_card(const Generics& g) {
   return o.str();
 }
 
-std::string human_bytes(double b) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (b >= 1024 && u < 4) b /= 1024, ++u;
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
-  return buf;
-}
-
-std::string render_shards(const ModelConfig& c, const Generics& g) {
+std::string render_shards(const ModelConfig& c, const Generics& g, const std::string& backend) {
   std::ostringstream o;
-  const size_t e = dtype_size(g.t);
-  o << "Shards\n\nShards " << g.shards << ", T " << dtype_name(g.t) << ", Batch " << g.batch << ", MaxSeq "
-    << g.max_seq << ", PageSize " << g.page_size << ". Every rank holds the same shapes";
+  const DType held = backend_compute_dtype(backend, g.t);
+  const size_t e = dtype_size(held);
+  o << "Shards\n\nShards " << g.shards << ", T " << dtype_name(g.t) << " (held as " << dtype_name(held) << " by the "
+    << backend << " backend), Batch " << g.batch << ", MaxSeq " << g.max_seq << ", PageSize " << g.page_size
+    << ". Every rank holds the same shapes";
   if (g.vocab % g.shards) o << " (lm_head's last shard padded: " << g.vocab_per_shard() * g.shards - g.vocab << " rows)";
   o << ":\n\nParameter\tSplit\tShape per rank\tBytes per rank\n";
-  int64_t total = 0;
   for (const auto& p : parameter_specs(c, g)) {
-    const int64_t bytes = p.shard_shape().numel() * static_cast<int64_t>(e);
-    total += bytes;
     if (p.card_name.rfind("layers[", 0) == 0 && p.card_name.rfind("layers[0]", 0) != 0) continue;
     std::string name = p.card_name;
     if (name.rfind("layers[0]", 0) == 0) name = "layers[*]" + name.substr(9);
     const char* split = p.split == Split::mirrored ? "mirrored" : p.split == Split::rows ? "rows" : "columns";
-    o << name << "\t" << split << "\t" << p.shard_shape().to_string() << "\t" << bytes
-      << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
+    o << name << "\t" << split << "\t" << p.shard_shape().to_string() << "\t";
+    if (name == "lm_head.weight" && c.tie_word_embeddings) o << "0 (a view of embedding.weight: tied)\n";
+    else o << p.shard_shape().numel() * static_cast<int64_t>(e) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
   }
-  const int64_t cache = 2 * g.layers * g.batch * g.kv_heads_per_shard() * g.max_seq * g.head_dim() * static_cast<int64_t>(e);
-  o << "\nParameters per rank\t" << total << " (" << human_bytes(static_cast<double>(total)) << ")\n";
-  o << "KV cache per rank\t" << cache << " (" << human_bytes(static_cast<double>(cache)) << ") = 2 × " << g.layers
+  const Footprint f = rank_footprint(c, g, held);
+  o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";
+  o << "KV cache per rank\t" << f.kv_cache << " (" << human_bytes(static_cast<double>(f.kv_cache)) << ") = 2 × " << g.layers
     << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", " << g.head_dim()
     << "]\n";
-  o << "Total per rank\t" << total + cache << " (" << human_bytes(static_cast<double>(total + cache)) << ")\n";
+  o << "Total per rank\t" << f.total() << " (" << human_bytes(static_cast<double>(f.total())) << ")\n";
   return o.str();
 }
 
@@ -72,10 +65,13 @@ std::string render_shards(const ModelConfig& c, const Generics& g) {
 int cmd_inspect(const Args& args) {
   po::options_description desc("linnet inspect");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory (config.json is enough), or a config.json");
+                     "checkpoint directory (config.json is enough), or a config.json")(
+      "backend", po::value<std::string>()->default_value("auto"),
+      "size for this backend's dtypes: cpu, cuda or auto (cuda when a GPU is visible)");
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet inspect --checkpoint DIR [--shards N] [--batch B] [--max-seq S] [--page-size P]"))
+  if (!parse(args, desc, vm, "linnet inspect --checkpoint DIR [--shards N] [--batch B] [--max-seq S] [--page-size P] [--dtype T] "
+             "[--backend cpu|cuda|auto]"))
     return 0;
   const std::string dir = vm["checkpoint"].as<std::string>();
   const ModelConfig config = load_hf_config(dir);
@@ -83,9 +79,11 @@ int cmd_inspect(const Args& args) {
   // The card alone is byte-for-byte what the seed shows; the per-rank sizes follow only
   // when a sizing option was given, so `inspect` without one reproduces the card exactly.
   const bool sizing = vm.count("shards") || !vm["batch"].defaulted() || !vm["max-seq"].defaulted() ||
-                      !vm["page-size"].defaulted();
+                      !vm["page-size"].defaulted() || !vm["backend"].defaulted() || vm.count("dtype");
   std::string out = "linnet inspect " + dir + "\n\n" + render_card(g);
-  if (sizing) out += "\n\n" + render_shards(config, g);
+  std::string backend = vm["backend"].as<std::string>();
+  if (backend == "auto") backend = cuda_device_count() > 0 ? "cuda" : "cpu";
+  if (sizing) out += "\n\n" + render_shards(config, g, backend);
   else if (isatty(STDOUT_FILENO)) out += "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;

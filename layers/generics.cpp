@@ -30,8 +30,16 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   if (g.page_size <= 0) throw Error(str("PageSize must be positive, got ", g.page_size));
   if (g.max_seq % g.page_size != 0)
     throw Error(str("MaxSeq=", g.max_seq, " does not divide by PageSize=", g.page_size));
-  if (g.max_seq > (int64_t{1} << 30) || g.batch * g.max_seq > (int64_t{1} << 31) - 1)
-    throw Error(str("Batch=", g.batch, " × MaxSeq=", g.max_seq, " cache slots exceed the i32 slot range"));
+  // Cache slots (row·MaxSeq + position) are i32 on every backend.
+  constexpr int64_t kSlots = (int64_t{1} << 31) - 1;
+  int64_t slots = 0;
+  if (__builtin_mul_overflow(g.batch, g.max_seq, &slots) || slots > kSlots)
+    throw Error(str("Batch=", g.batch, " × MaxSeq=", g.max_seq, " cache slots exceed the i32 slot range (",
+                    kSlots, "); lower --batch or --max-seq"));
+  if (c.sliding_window && *c.sliding_window < g.max_seq)
+    throw Error(str("sliding_window=", *c.sliding_window, " is smaller than MaxSeq=", g.max_seq,
+                    ": linnet does not implement sliding-window attention (at MaxSeq ≤ the window the two are the "
+                    "same: pass --max-seq ", *c.sliding_window / g.page_size * g.page_size, " or less)"));
   for (auto [name, value] : {std::pair{"Heads", g.heads}, {"KvHeads", g.kv_heads}, {"Inner", g.inner}})
     if (value % g.shards != 0)
       throw Error(str(name, "=", value, " does not divide by Shards=", g.shards));

@@ -49,7 +49,14 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
 
   embedding_.weight = param("embedding.weight");
   norm_ = RmsNorm{param("norm.weight"), static_cast<float>(config.rms_norm_eps)};
-  lm_head_.weight = param("lm_head.weight");
+  if (config.tie_word_embeddings) {
+    // A view of the embedding's rows: the tied matrix is held once (the last shard of a
+    // padded vocab sees fewer rows; shard_logits pads its columns).
+    const auto [begin, end] = specs.at("lm_head.weight").shard_range(shard);
+    lm_head_.weight = embedding_.weight.rows(begin, end);
+  } else {
+    lm_head_.weight = param("lm_head.weight");
+  }
 
   std::vector<float> freq = rope_inv_freq(config);
   Tensor inv_freq = be_.upload(Tensor::from_floats({static_cast<int64_t>(freq.size())}, freq));
@@ -140,8 +147,19 @@ Tensor Model::final_hidden(const Tensor& x, const std::vector<int32_t>& select) 
 }
 
 Tensor Model::shard_logits(const Tensor& h, DType dt) {
-  Tensor local = be_.empty({h.dim(0), lm_head_.out_features()}, act_);
-  lm_head_.forward(ctx_, h, local);  // column-parallel: this shard's vocab rows
+  Tensor local = be_.empty({h.dim(0), g_.vocab_per_shard()}, act_);
+  const int64_t rows = lm_head_.out_features();
+  if (rows == g_.vocab_per_shard()) {
+    lm_head_.forward(ctx_, h, local);  // column-parallel: this shard's vocab rows
+  } else {
+    // A tied lm_head on the last shard of a padded vocab: its real rows, then zero columns.
+    be_.fill_zero(local);
+    if (rows > 0) {
+      Tensor real = be_.empty({h.dim(0), rows}, act_);
+      lm_head_.forward(ctx_, h, real);
+      be_.copy_columns(real, local, 0, rows);
+    }
+  }
   if (dt == act_) return local;
   Tensor converted = be_.empty(local.shape(), dt);
   be_.convert(local, converted);

@@ -42,6 +42,7 @@ class FakeDeviceBackend final : public Backend {
   std::string name() const override { return "fake-device"; }
   Device device() const override { return Device::cuda; }
   DType compute_dtype(DType w) const override { return w; }
+  int64_t memory_available() const override { return host_memory_available(); }
   Tensor empty(const Shape& shape, DType dtype) override {
     auto s = std::make_shared<Storage>();
     s->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);

@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const fs::path kShared = fs::path(LINNET_SOURCE_DIR) / "../shared";
+const fs::path kFixtures = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures";
 
 fs::path work_dir(const std::string& name) {
   fs::path d = fs::temp_directory_path() / ("linnet_tp_" + name);
@@ -107,7 +107,8 @@ std::vector<std::string> run_args(const fs::path& ckpt, const fs::path& dir, con
                                   std::vector<std::string> extra = {}) {
   std::vector<std::string> a = {"run", "--checkpoint", ckpt.string(), "--calls", (dir / "calls.json").string(),
                                 "--inputs", (dir / in).string(), "--outputs", (dir / out).string(), "--backend", "cpu",
-                                "--batch", "2", "--max-seq", "64", "--page-size", "16"};
+                                "--batch", "2", "--max-seq", "64", "--page-size", "16",
+                                "--log-level", "info"};  // every rank says which shard it is
   a.insert(a.end(), extra.begin(), extra.end());
   return a;
 }
@@ -143,8 +144,23 @@ fs::path tiny_gqa() {
   });
 }
 
+// Tied, with a vocab (97) that no Shards divides: the lm_head slices are views of the
+// embedding, the last one shorter (its logits' columns padded).
+fs::path tied_padded() {
+  return linnet::testing::shared_checkpoint("linnet_tied_padded", [](const std::string& d) {
+    ModelConfig c = linnet::testing::tiny_config();
+    c.hidden = 48;
+    c.heads = 6;
+    c.kv_heads = 6;
+    c.inner = 96;
+    c.max_position = 64;
+    c.tie_word_embeddings = true;
+    write_random_checkpoint(c, d, DType::f32, 4);
+  });
+}
+
 void shards_equal_one_rank(const fs::path& ckpt, int64_t vocab, std::vector<int> ranks, const std::string& name) {
-  if (ckpt.empty()) GTEST_SKIP() << "no stories15M in ../shared/models";
+  if (ckpt.empty()) GTEST_SKIP() << linnet::testing::stories15m_files().why_not;
   const fs::path d = work_dir(name);
   write_inputs(d / "in.safetensors", vocab, 0);
   std::ofstream(d / "calls.json") << kCalls;
@@ -164,6 +180,10 @@ void shards_equal_one_rank(const fs::path& ckpt, int64_t vocab, std::vector<int>
 
 TEST(TensorParallel, Stories15MEveryEntryShards2And3EqualOneRank) {
   shards_equal_one_rank(stories15m(), 32000, {2, 3}, "stories");  // Shards 3 pads the vocab
+}
+
+TEST(TensorParallel, TiedPaddedVocabEveryEntryShards2And3EqualOneRank) {
+  shards_equal_one_rank(tied_padded(), 97, {2, 3}, "tied");
 }
 
 TEST(TensorParallel, TinyGqaEveryEntryShards2And4EqualOneRank) {
@@ -194,7 +214,7 @@ TEST(TensorParallel, TwoReplicasOfTwoShardsEachMatchTheirShards2Run) {
 
 TEST(TensorParallel, DivisibilityErrorOnEveryRankAndNoHang) {
   const fs::path ckpt = stories15m();
-  if (ckpt.empty()) GTEST_SKIP() << "no stories15M";
+  if (ckpt.empty()) GTEST_SKIP() << linnet::testing::stories15m_files().why_not;
   const fs::path d = work_dir("divide");
   write_inputs(d / "in.safetensors", 32000, 0);
   std::ofstream(d / "calls.json") << kCalls;
@@ -229,7 +249,7 @@ TEST(TensorParallel, BadInputOnOneCallEndsTheJobCleanly) {
 TEST(CudaEntries, Stories15MEveryEntryOnCudaEqualsCpuAndTwoRanksOnOneGpu) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible";
   const fs::path ckpt = stories15m(), d = work_dir("cuda");
-  if (ckpt.empty()) GTEST_SKIP() << "no stories15M";
+  if (ckpt.empty()) GTEST_SKIP() << linnet::testing::stories15m_files().why_not;
   write_inputs(d / "in.safetensors", 32000, 0);
   std::ofstream(d / "calls.json") << kCalls;
   auto with_backend = [&](std::vector<std::string> a, const std::string& backend, const std::string& dtype) {

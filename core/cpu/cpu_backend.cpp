@@ -17,6 +17,8 @@ std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend
 
 void CpuBackend::fill_zero(Tensor& t) { std::memset(t.data(), 0, t.nbytes()); }
 
+int64_t CpuBackend::memory_available() const { return host_memory_available(); }
+
 void CpuBackend::copy_from_host(const Tensor& host, Tensor& dst) {
   cpu_expect(host.nbytes() == dst.nbytes() && host.dtype() == dst.dtype(), "copy_from_host",
              host.describe() + " → " + dst.describe());

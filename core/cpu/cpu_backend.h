@@ -10,7 +10,7 @@ class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::cpu; }
-  DType compute_dtype(DType) const override { return DType::f32; }
+  DType compute_dtype(DType weights) const override { return backend_compute_dtype("cpu", weights); }
 
   Tensor empty(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
@@ -18,6 +18,7 @@ class CpuBackend final : public Backend {
   void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
   void synchronize() override {}
+  int64_t memory_available() const override;
   void convert(const Tensor& src, Tensor& dst) override;
 
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;

@@ -237,10 +237,14 @@ void CudaBackend::activate() const { LINNET_CUDA_CHECK(cudaSetDevice(device_)); 
 
 std::string CudaBackend::name() const { return str("cuda:", device_); }
 
-DType CudaBackend::compute_dtype(DType weights) const {
-  if (weights == DType::bf16 || weights == DType::f16) return weights;
-  return DType::f32;
+int64_t CudaBackend::memory_available() const {
+  activate();
+  size_t free = 0, total = 0;
+  LINNET_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return static_cast<int64_t>(free + pool_->bytes_cached());
 }
+
+DType CudaBackend::compute_dtype(DType weights) const { return backend_compute_dtype("cuda", weights); }
 
 Tensor CudaBackend::empty(const Shape& shape, DType dtype) {
   for (auto d : shape.dims())

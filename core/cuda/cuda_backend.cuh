@@ -60,6 +60,7 @@ class CudaBackend final : public Backend {
   void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
   void synchronize() override;
+  int64_t memory_available() const override;
   void convert(const Tensor& src, Tensor& dst) override;
 
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;

@@ -1,0 +1,74 @@
+#include "layers/footprint.h"
+
+#include <cstdio>
+
+#include "core/error.h"
+#include "layers/parameters.h"
+
+namespace linnet {
+
+namespace {
+int64_t mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw Error(str("model size overflows 64 bits (", a, " × ", b, ")"));
+  return r;
+}
+int64_t add(int64_t a, int64_t b) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw Error(str("model size overflows 64 bits (", a, " + ", b, ")"));
+  return r;
+}
+}  // namespace
+
+std::string human_bytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  int u = 0;
+  while (b >= 1024 && u < 6) b /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f %s", b, units[u]);
+  return buf;
+}
+
+Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) {
+  Footprint f;
+  const int64_t e = static_cast<int64_t>(dtype_size(held));
+  for (const auto& p : parameter_specs(c, g)) {
+    if (p.card_name == "lm_head.weight" && c.tie_word_embeddings) continue;  // shares the embedding
+    const Shape s = p.shard_shape();
+    int64_t n = 1;
+    for (int64_t d : s.dims()) n = mul(n, d);
+    f.parameters = add(f.parameters, mul(n, e));
+  }
+  f.kv_per_slot = mul(mul(2 * g.layers, mul(g.kv_heads_per_shard(), g.head_dim())), e);
+  f.kv_cache = mul(f.kv_per_slot, mul(g.batch, g.max_seq));
+  return f;
+}
+
+void check_fits(const ModelConfig& c, const Generics& g, DType held, int64_t available, int ranks_sharing,
+                bool max_seq_defaulted, const std::string& device) {
+  const Footprint f = rank_footprint(c, g, held);
+  const int64_t budget = available / 10 * 9 / std::max(1, ranks_sharing);
+  if (f.total() <= budget) return;
+  const std::string share =
+      ranks_sharing > 1 ? str(" (90% of ", human_bytes(double(available)), " shared by ", ranks_sharing, " ranks)")
+                        : str(" (90% of ", human_bytes(double(available)), ")");
+  std::string msg = str("this rank needs ", human_bytes(double(f.total())), " (parameters ",
+                        human_bytes(double(f.parameters)), " + KV cache ", human_bytes(double(f.kv_cache)),
+                        " for Batch ", g.batch, " × MaxSeq ", g.max_seq, ", ", dtype_name(held), "), but the ", device,
+                        " has ", human_bytes(double(budget)), share);
+  if (f.parameters >= budget) {
+    msg += str("; the parameters alone do not fit: use more shards (ranks) or another dtype");
+  } else {
+    const int64_t slots = (budget - f.parameters) / f.kv_per_slot;
+    const int64_t max_seq = slots / g.batch / g.page_size * g.page_size;
+    const int64_t batch = slots / g.max_seq;
+    msg += max_seq_defaulted ? str("; MaxSeq defaults to max_position_embeddings (", c.max_position,
+                                   "): pass --max-seq to lower it")
+                             : std::string();
+    if (max_seq > 0) msg += str("; the largest --max-seq that fits at --batch ", g.batch, " is ", max_seq);
+    if (batch > 0) msg += str("; the largest --batch that fits at --max-seq ", g.max_seq, " is ", batch);
+  }
+  throw Error(msg);
+}
+
+}  // namespace linnet

@@ -1,0 +1,31 @@
+// What one rank holds: its parameter slices and its KV cache, in the dtype the backend keeps
+// them in. `linnet inspect` prints it; the loader compares it with the memory the backend
+// has before it allocates anything.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "layers/generics.h"
+
+namespace linnet {
+
+struct Footprint {
+  int64_t parameters = 0;     // bytes; a tied lm_head is a view of the embedding (0 bytes)
+  int64_t kv_cache = 0;       // bytes: 2 × Layers × [Batch, KvHeads/Shards, MaxSeq, D]
+  int64_t kv_per_slot = 0;    // bytes per (row, position) of the cache
+  int64_t total() const { return parameters + kv_cache; }
+};
+
+// `held`: the dtype the backend keeps weights and cache in (Backend::compute_dtype(T)).
+Footprint rank_footprint(const ModelConfig& config, const Generics& g, DType held);
+
+// Throws unless `ranks_sharing` ranks of this footprint fit in `available` bytes (the memory
+// one backend device has: free host RAM, free GPU memory), keeping a tenth back for
+// activations. The message gives the figures and the largest --max-seq (and --batch) that fit;
+// `max_seq_defaulted`: MaxSeq came from max_position_embeddings, not from --max-seq.
+void check_fits(const ModelConfig& config, const Generics& g, DType held, int64_t available, int ranks_sharing,
+                bool max_seq_defaulted, const std::string& device);
+
+std::string human_bytes(double bytes);  // "1.50 GiB"
+
+}  // namespace linnet
