@@ -14,6 +14,7 @@
 #include "checkpoint/presets.h"
 #include "checkpoint/random_weights.h"
 #include "launcher/options.h"
+#include "layers/footprint.h"
 #include "launcher/ranks.h"
 #include "parallel/timed_communicator.h"
 
@@ -85,40 +86,47 @@ int cmd_bench(const Args& args) {
       ("tp", po::value<int>()->default_value(0), "ranks per model replica");
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet bench (--checkpoint DIR | --config CFG --random-weights) [--batch B] [--prompt P] [--gen G]"))
+  if (!parse(args, desc, vm, "linnet bench (--checkpoint DIR | --config CFG --random-weights) [--layers L] [--batch B] [--prompt P] [--gen G] "
+             "[--warmup W] [--repeats R] [--json FILE] [--max-seq S] [--shards N] [--dtype T] [--backend cpu|cuda|auto] "
+             "[--tp K] [--threads N]"))
     return 0;
-  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>());
+  const int64_t prompt = positive_option(vm, "prompt"), gen = positive_option(vm, "gen");
+  const int repeats = static_cast<int>(positive_option(vm, "repeats")), warmup = vm["warmup"].as<int>();
+  if (warmup < 0) throw UsageError(str("--warmup must be 0 or more, got ", warmup));
+  if (vm.count("random-weights") && !vm.count("config")) throw UsageError("bench: --random-weights needs --config");
+  if (!vm.count("random-weights") && !vm.count("checkpoint"))
+    throw UsageError("bench: give --checkpoint DIR, or --config CFG --random-weights");
+  RunOptions o = run_options(vm);
+  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
   Backend& be = ranks.backend();
   TimedCommunicator comm(ranks.shards(), be);
-  RunOptions o = run_options(vm);
   if (!vm.count("shards")) o.shards = comm.size();
-  const int64_t prompt = vm["prompt"].as<int64_t>(), gen = vm["gen"].as<int64_t>();
-  if (o.max_seq == 0) o.max_seq = ((prompt + gen * (vm["warmup"].as<int>() + vm["repeats"].as<int>()) + 63) / 64) * 64;
+  if (o.max_seq == 0) o.max_seq = ((prompt + gen * (warmup + repeats) + 63) / 64) * 64;
 
   ModelConfig config;
   std::unique_ptr<Model> model;
   std::string source;
   if (vm.count("random-weights")) {
-    if (!vm.count("config")) throw Error("bench: --random-weights needs --config");
     const std::string c = vm["config"].as<std::string>();
     bool preset = false;
     for (const auto& n : preset_names()) preset |= n == c;
     config = preset ? preset_config(c) : load_hf_config(c);
-    if (vm.count("layers")) config.layers = vm["layers"].as<int64_t>();
+    if (vm.count("layers")) config.layers = positive_option(vm, "layers");
+    const Generics g = bind_generics(config, o);
+    check_fits(config, g, be.compute_dtype(g.t), be.memory_available(), ranks.sharing_memory(), false,
+               str(be.name(), " backend"));
     RandomWeights w(0, config.dtype);
-    model = std::make_unique<Model>(config, bind_generics(config, o), w, be, comm);
+    model = std::make_unique<Model>(config, g, w, be, comm);
     source = c + " (random weights)";
   } else {
-    if (!vm.count("checkpoint")) throw Error("bench: give --checkpoint DIR, or --config CFG --random-weights");
     source = vm["checkpoint"].as<std::string>();
-    LoadedModel m = load_model(source, o, be, comm);
+    LoadedModel m = load_model(source, o, be, comm, ranks.sharing_memory());
     config = m.config;
     model = std::move(m.model);
   }
   const Generics g = model->generics();
   const DType act = be.compute_dtype(g.t);
   const double bw = copy_bandwidth(be, act), rate = matmul_rate(be, act);
-  const int warmup = vm["warmup"].as<int>(), repeats = vm["repeats"].as<int>();
 
   // Parameters this rank streams per decode step, and the FLOPs of a prefill.
   int64_t params = 0, matmul_params = 0;
@@ -167,7 +175,11 @@ int cmd_bench(const Args& args) {
                 g.batch * prompt / pre.median, pre_comm * 1e3, pre_floor * 1e3, 100 * pre_floor / pre.median);
     std::printf("%-8s %9.3f ms %10.0f tok/s %11.3f ms %9.3f ms %9.0f%%\n", "decode", per_tok * 1e3, g.batch / per_tok,
                 dec_comm * 1e3, dec_floor * 1e3, 100 * dec_floor / per_tok);
-    if (vm.count("json")) std::ofstream(vm["json"].as<std::string>()) << report.dump(2) << "\n";
+    if (vm.count("json")) {
+      std::ofstream out(vm["json"].as<std::string>());
+      out << report.dump(2) << "\n";
+      if (!out) throw Error(str(vm["json"].as<std::string>(), ": cannot write the --json report"));
+    }
   }
   return 0;
 }

@@ -23,15 +23,14 @@ int cmd_init(const Args& args) {
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet init --out DIR (--preset NAME | --config config.json) [--dtype T] [--seed N]"))
     return 0;
-  if (vm.count("preset") == vm.count("config")) throw Error("linnet init: give exactly one of --preset and --config");
+  if (vm.count("preset") == vm.count("config")) throw UsageError("linnet init: give exactly one of --preset and --config");
   ModelConfig c = vm.count("preset") ? preset_config(vm["preset"].as<std::string>())
                                      : load_hf_config(vm["config"].as<std::string>());
   if (vm.count("layers")) {
-    if (vm["layers"].as<int64_t>() < 1) throw Error("--layers must be at least 1");
-    c.layers = vm["layers"].as<int64_t>();
+    c.layers = positive_option(vm, "layers");
   }
   const DType dtype = vm.count("dtype") ? parse_dtype(vm["dtype"].as<std::string>()) : c.dtype;
-  if (!is_float(dtype)) throw Error("--dtype must be bf16, f16 or f32");
+  if (!is_float(dtype)) throw UsageError("--dtype must be bf16, f16 or f32");
   const std::string out = vm["out"].as<std::string>();
   write_random_checkpoint(c, out, dtype, vm["seed"].as<uint64_t>());
   spdlog::info("wrote {} ({} layers, hidden {}, vocab {}, {})", out, c.layers, c.hidden, c.vocab, dtype_name(dtype));

@@ -1,5 +1,6 @@
 // linnet: one command, several subcommands (see `linnet help`). Under mpirun every rank runs
 // the same subcommand; an error on any rank ends the whole job with its message.
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 
 #include "core/error.h"
 #include "launcher/commands.h"
+#include "launcher/options.h"
 #include "launcher/world.h"
 #ifdef LINNET_HAVE_MPI
 #include "parallel/mpi_runtime.h"
@@ -77,6 +79,11 @@ int main(int argc, char** argv) {
   // inspect, init, import-llama2c, tokenize, detokenize: one rank's work; the others (if
   // started by mpirun) leave at once so files are written once and output printed once.
   if (!cmd->on_every_rank && launcher_rank() != 0) return 0;
+  // Logs and errors go to stderr, results to stdout. Ranks other than 0 log warnings and
+  // errors only (--log-level overrides), so their lines never crowd rank 0's.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("linnet"));
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  if (launcher_rank() != 0) spdlog::set_level(spdlog::level::warn);
   [[maybe_unused]] int world_size = 1;  // only read with MPI
 #ifdef LINNET_HAVE_MPI
   std::unique_ptr<linnet::MpiRuntime> runtime;  // outlives the handler below (see world.h)
@@ -89,6 +96,10 @@ int main(int argc, char** argv) {
 #endif
   try {
     return cmd->run(linnet::cli::Args(argv + 2, argv + argc));
+  } catch (const linnet::cli::UsageError& e) {
+    // Every rank parses the same command line, so every rank lands here: no one to wait for.
+    spdlog::error("{} (see linnet {} --help)", e.what(), cmd->name);
+    return 2;
   } catch (const std::exception& e) {
     spdlog::error("{}", e.what());
 #ifdef LINNET_HAVE_MPI

@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <iostream>
 
+#include "core/error.h"
 #include "launcher/commands.h"
 #include "layers/generics.h"
 
@@ -10,11 +11,25 @@ namespace linnet::cli {
 
 namespace po = boost::program_options;
 
-// Parses args against desc; prints usage and returns false for --help.
+// A command line that cannot be run as given (unknown option, missing or malformed value,
+// options that exclude each other): main reports it and exits 2, as docs/cli.md says.
+class UsageError : public Error {
+ public:
+  using Error::Error;
+};
+
+// Parses args against desc plus the options every subcommand takes (--help, --log-level,
+// --quiet), applies the logging ones, and prints usage and returns false for --help.
+// Anything wrong with the command line throws UsageError.
 bool parse(const Args& args, po::options_description& desc, po::variables_map& vm, const char* usage);
 
-// --batch, --max-seq, --page-size, --shards, --dtype.
+// --batch, --max-seq, --page-size, --shards, --dtype, --threads.
 void add_run_options(po::options_description& desc);
 RunOptions run_options(const po::variables_map& vm);
+// --threads N (0: OpenMP's default, shared among the ranks of a node).
+int threads_option(const po::variables_map& vm);
+
+// A count that must be positive: UsageError "--gen must be at least 1, got -5" otherwise.
+int64_t positive_option(const po::variables_map& vm, const char* name);
 
 }  // namespace linnet::cli

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <thread>
 #include <cstring>
+#include <filesystem>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.h"
@@ -48,7 +50,7 @@ std::unique_ptr<Communicator> Ranks::make_shard_communicator(const MpiRuntime& r
 }
 #endif
 
-Ranks::Ranks(int tp, const std::string& backend_kind) {
+Ranks::Ranks(int tp, const std::string& backend_kind, int threads) {
 #ifdef LINNET_HAVE_MPI
   if (const MpiRuntime* rt = mpi_runtime()) {
     world_rank_ = rt->world_rank();
@@ -58,17 +60,21 @@ Ranks::Ranks(int tp, const std::string& backend_kind) {
     replica_ = mpi_->groups.replica;
     replicas_ = mpi_->groups.replicas;
     backend_ = make_backend(backend_kind, rt->local_rank());  // GPU local_rank on CUDA
-    share_cores(rt->local_size());
+    local_size_ = rt->local_size();
+    if (threads > 0) omp_set_num_threads(threads);
+    else share_cores(rt->local_size());
     shards_ = make_shard_communicator(*rt);
-    spdlog::info("backend {}, replica {} of {}, shard {} of {} ({} communicator)", backend_->name(), replica_,
+    spdlog::info("backend {} ({} threads), replica {} of {}, shard {} of {} ({} communicator)", backend_->name(),
+                 omp_get_max_threads(), replica_,
                  replicas_, shards_->rank(), shards_->size(), shards_->name());
     return;
   }
 #endif
   if (tp > 1) throw Error(str("--tp ", tp, " needs ", tp, " ranks, but this run has 1 (start it with mpirun)"));
   backend_ = make_backend(backend_kind, 0);
+  if (threads > 0) omp_set_num_threads(threads);
   shards_ = std::make_unique<SingleCommunicator>();
-  spdlog::info("backend {}, 1 rank", backend_->name());
+  spdlog::info("backend {} ({} threads), 1 rank", backend_->name(), omp_get_max_threads());
 }
 
 Ranks::~Ranks() = default;
@@ -90,21 +96,35 @@ std::string Ranks::replica_path(std::string pattern) const {
   return pattern;
 }
 
+int Ranks::sharing_memory() const {
+  if (backend_->device() == Device::cpu) return local_size_;
+  const int gpus = std::max(1, cuda_device_count());
+  return (local_size_ + gpus - 1) / gpus;
+}
+
 // Shard 0 of the replica reads the file; the others get its tensors by broadcast: first a
-// JSON list of (name, dtype, shape), then each tensor's bytes.
+// JSON list of (name, dtype, shape), then each tensor's bytes. A file shard 0 cannot read is
+// an error on every shard (all_ok), not a hang in the broadcast.
 std::map<std::string, Tensor> Ranks::read_inputs(const std::string& path) {
   Communicator& comm = *shards_;
   std::map<std::string, Tensor> out;
-  std::string header;
+  std::string header, problem;
   if (comm.rank() == 0) {
-    SafetensorsFile file(path);
-    nlohmann::json list = nlohmann::json::array();
-    for (const auto& name : file.names()) {
-      out[name] = file.read(name);
-      list.push_back({name, dtype_name(out[name].dtype()), out[name].shape().dims()});
+    try {
+      SafetensorsFile file(path);
+      nlohmann::json list = nlohmann::json::array();
+      for (const auto& name : file.names()) {
+        out[name] = file.read(name);
+        list.push_back({name, dtype_name(out[name].dtype()), out[name].shape().dims()});
+      }
+      header = list.dump();
+    } catch (const Error& e) {
+      problem = str("--inputs: ", e.what());
     }
-    header = list.dump();
   }
+  if (!comm.all_ok(problem.empty()))
+    throw Error(problem.empty() ? str("--inputs: shard 0 of replica ", replica_, " cannot read ", path, " (its error says why)")
+                                : problem);
   if (comm.size() == 1) return out;
   Tensor len = Tensor::from_ints({1}, {static_cast<int64_t>(header.size())}, DType::i64);
   comm.broadcast(len, 0);
@@ -121,11 +141,35 @@ std::map<std::string, Tensor> Ranks::read_inputs(const std::string& path) {
   return out;
 }
 
-void Ranks::write_outputs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& outputs) {
-  // Each replica's shard 0 writes its own file when the path names {replica}; otherwise only
-  // world rank 0 writes (every rank of a replica holds the same full outputs).
+// Each replica's shard 0 writes its own file when the path names {replica}; otherwise only
+// world rank 0 writes (every rank of a replica holds the same full outputs).
+bool Ranks::writes_outputs(const std::string& path) const {
   const bool per_replica = path != replica_path_template_;
-  if (shards_->rank() != 0 || (!per_replica && world_rank_ != 0)) return;
+  return shards_->rank() == 0 && (per_replica || world_rank_ == 0);
+}
+
+void Ranks::check_writable(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string problem;
+  if (writes_outputs(path)) {
+    std::error_code ec;
+    const fs::path p(path);
+    const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+      problem = str(path, ": --outputs names something that is not a regular file");
+    else if (!fs::is_directory(parent, ec))
+      problem = str(path, ": cannot write --outputs: directory ", parent.string(), " does not exist");
+    else if (::access(parent.c_str(), W_OK | X_OK) != 0 || (fs::exists(p, ec) && ::access(path.c_str(), W_OK) != 0))
+      problem = str(path, ": cannot write --outputs: ", std::strerror(errno));
+  }
+  if (!shards_->all_ok(problem.empty()))
+    throw Error(problem.empty() ? str("--outputs: shard 0 of replica ", replica_, " cannot write ", path,
+                                      " (its error says why)")
+                                : problem);
+}
+
+void Ranks::write_outputs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& outputs) {
+  if (!writes_outputs(path)) return;
   save_safetensors(path, outputs);
   spdlog::info("wrote {} outputs to {}", outputs.size(), path);
 }

@@ -20,7 +20,8 @@ namespace linnet::cli {
 
 class Ranks {
  public:
-  Ranks(int tp, const std::string& backend_kind);
+  // threads > 0: OpenMP threads per rank (else each rank takes its share of the node's cores).
+  Ranks(int tp, const std::string& backend_kind, int threads = 0);
   ~Ranks();
 
   Backend& backend() { return *backend_; }
@@ -33,14 +34,21 @@ class Ranks {
   // The --outputs pattern as given, before replica_path (to know whether it names {replica}).
   void set_outputs_pattern(std::string p) { replica_path_template_ = std::move(p); }
   std::map<std::string, Tensor> read_inputs(const std::string& path);
+  // Throws on every rank of the replica unless its writer can create `path` (before the
+  // model loads: a wrong output path should not cost the run).
+  void check_writable(const std::string& path);
   void write_outputs(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& outputs);
+  // How many ranks of this size share this rank's memory: the node's RAM on the CPU, one GPU
+  // when ranks outnumber the node's GPUs.
+  int sharing_memory() const;
 
  private:
   struct Mpi;
   std::unique_ptr<Communicator> make_shard_communicator(const MpiRuntime& rt);
   void share_cores(int local_ranks);
+  bool writes_outputs(const std::string& path) const;
   std::unique_ptr<Mpi> mpi_;
-  int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1;
+  int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1, local_size_ = 1;
   std::string replica_path_template_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> shards_;

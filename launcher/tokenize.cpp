@@ -1,6 +1,5 @@
 // `linnet tokenize` and `linnet detokenize`: text to token ids and back, with the
 // tokenizer of a checkpoint directory (see docs/tokenizers.md).
-#include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -8,25 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "launcher/commands.h"
+#include "core/files.h"
+#include "launcher/options.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
-namespace po = boost::program_options;
 using nlohmann::json;
 
 namespace {
-
-// Parses args; returns false (after printing help) when --help was given.
-bool parse(const Args& args, const po::options_description& desc, po::variables_map& vm, const char* usage) {
-  po::store(po::command_line_parser(args).options(desc).run(), vm);
-  if (vm.count("help")) {
-    std::cout << usage << "\n\n" << desc << "\n";
-    return false;
-  }
-  po::notify(vm);
-  return true;
-}
 
 // Calls fn(line) for each line of FILE, or of standard input for "-".
 template <class Fn>
@@ -34,6 +22,7 @@ void for_each_line(const std::string& file, Fn&& fn) {
   std::ifstream f;
   std::istream* in = &std::cin;
   if (file != "-") {
+    require_regular_file(file, "input");
     f.open(file, std::ios::binary);
     if (!f) throw Error(str("cannot open ", file));
     in = &f;
@@ -58,9 +47,7 @@ std::string join_ids(const std::vector<TokenId>& ids) {
 }
 
 int bench(const Tokenizer& tok, const std::string& file, double seconds, bool per_line) {
-  std::ifstream f(file, std::ios::binary);
-  if (!f) throw Error(str("cannot open ", file));
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string text = read_text_file(file, "benchmark text");
   std::vector<std::string_view> lines;  // per_line: each line (without its newline) alone
   for (std::size_t pos = 0; per_line && pos < text.size();) {
     std::size_t eol = text.find('\n', pos);
@@ -93,7 +80,7 @@ int bench(const Tokenizer& tok, const std::string& file, double seconds, bool pe
 
 int cmd_tokenize(const Args& args) {
   po::options_description desc("linnet tokenize options");
-  desc.add_options()("help,h", "this help")(
+  desc.add_options()(
       "checkpoint", po::value<std::string>()->required(), "checkpoint directory (tokenizer.json, tokenizer.model or tokenizer.bin)")(
       "text", po::value<std::string>(), "text to encode")(
       "jsonl", po::value<std::string>(), "file (or - for stdin): one JSON string or {\"text\": ...} per line; prints a JSON array per line")(
@@ -102,11 +89,12 @@ int cmd_tokenize(const Args& args) {
       "bench-lines", po::bool_switch(), "with --bench: encode each line of the file on its own")(
       "bench-seconds", po::value<double>()->default_value(3.0), "minimum duration of --bench");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: linnet tokenize --checkpoint DIR [--text TEXT | --jsonl FILE|-] [--bos]")) return 0;
+  if (!parse(args, desc, vm, "linnet tokenize --checkpoint DIR (--text TEXT | --jsonl FILE|- | --bench FILE) [--bos]")) return 0;
+  if (!vm.count("bench") && vm.count("text") == vm.count("jsonl"))
+    throw UsageError("tokenize: give exactly one of --text and --jsonl");
   auto tok = load_tokenizer(vm["checkpoint"].as<std::string>());
   const bool bos = vm["bos"].as<bool>();
   if (vm.count("bench")) return bench(*tok, vm["bench"].as<std::string>(), vm["bench-seconds"].as<double>(), vm["bench-lines"].as<bool>());
-  if (vm.count("text") == vm.count("jsonl")) throw Error("tokenize: give exactly one of --text and --jsonl");
   if (vm.count("text")) {
     std::printf("%s\n", join_ids(tok->encode(vm["text"].as<std::string>(), bos)).c_str());
     return 0;
@@ -114,11 +102,7 @@ int cmd_tokenize(const Args& args) {
   const std::string file = vm["jsonl"].as<std::string>();
   for_each_line(file, [&](const std::string& line, std::size_t n) {
     json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::exception& e) {
-      throw Error(str(file, ":", n, ": not JSON (", e.what(), ")"));
-    }
+    j = parse_json(line, str(file, ":", n));
     if (j.is_object() && j.contains("text")) j = j["text"];
     if (!j.is_string()) throw Error(str(file, ":", n, ": expected a JSON string or {\"text\": ...}"));
     std::printf("%s\n", json(tok->encode(j.get<std::string>(), bos)).dump().c_str());
@@ -128,16 +112,21 @@ int cmd_tokenize(const Args& args) {
 
 int cmd_detokenize(const Args& args) {
   po::options_description desc("linnet detokenize options");
-  desc.add_options()("help,h", "this help")(
+  desc.add_options()(
       "checkpoint", po::value<std::string>()->required(), "checkpoint directory")(
       "ids", po::value<std::string>(), "token ids, space-separated")(
       "jsonl", po::value<std::string>(), "file (or - for stdin): one JSON array of ids per line; prints a JSON string per line")(
       "skip-special", po::bool_switch(), "leave special tokens out of the text");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "usage: linnet detokenize --checkpoint DIR [--ids \"1 2 3\" | --jsonl FILE|-]")) return 0;
+  if (!parse(args, desc, vm, "linnet detokenize --checkpoint DIR (--ids \"1 2 3\" | --jsonl FILE|-) [--skip-special]")) return 0;
+  if (vm.count("ids") == vm.count("jsonl")) throw UsageError("detokenize: give exactly one of --ids and --jsonl");
   auto tok = load_tokenizer(vm["checkpoint"].as<std::string>());
   const bool skip = vm["skip-special"].as<bool>();
-  if (vm.count("ids") == vm.count("jsonl")) throw Error("detokenize: give exactly one of --ids and --jsonl");
+  const int64_t vocab = static_cast<int64_t>(tok->vocab_size());
+  auto check_id = [&](int64_t v, const std::string& where) {
+    if (v < 0 || v >= vocab) throw Error(str(where, ": token id ", v, " is outside [0, vocab size=", vocab, ")"));
+    return static_cast<TokenId>(v);
+  };
   if (vm.count("ids")) {
     std::vector<TokenId> ids;
     std::string s = vm["ids"].as<std::string>();
@@ -148,14 +137,15 @@ int cmd_detokenize(const Args& args) {
       std::size_t e = s.find_first_of(" \t,\n", b);
       if (e == std::string::npos) e = s.size();
       std::string w = s.substr(b, e - b);
+      long long v = 0;
+      std::size_t used = 0;
       try {
-        std::size_t used = 0;
-        long v = std::stol(w, &used);
-        if (used != w.size()) throw std::invalid_argument(w);
-        ids.push_back(TokenId(v));
+        v = std::stoll(w, &used);
       } catch (const std::exception&) {
-        throw Error(str("detokenize: '", w, "' is not a token id"));
+        used = 0;  // not a number, or beyond 64 bits: either way not a token id
       }
+      if (used != w.size() || w.empty()) throw Error(str("detokenize: --ids: '", w, "' is not a token id"));
+      ids.push_back(check_id(v, str("detokenize: --ids[", ids.size(), "]")));
       pos = e;
     }
     std::string text = tok->decode(ids, skip);
@@ -165,11 +155,15 @@ int cmd_detokenize(const Args& args) {
   }
   const std::string file = vm["jsonl"].as<std::string>();
   for_each_line(file, [&](const std::string& line, std::size_t n) {
+    const json j = parse_json(line, str(file, ":", n));
+    if (!j.is_array()) throw Error(str(file, ":", n, ": expected a JSON array of token ids"));
     std::vector<TokenId> ids;
-    try {
-      ids = json::parse(line).get<std::vector<TokenId>>();
-    } catch (const json::exception& e) {
-      throw Error(str(file, ":", n, ": expected a JSON array of token ids (", e.what(), ")"));
+    for (size_t i = 0; i < j.size(); ++i) {
+      const std::string where = str(file, ":", n, ": [", i, "]");
+      if (!j[i].is_number_integer()) throw Error(str(where, ": ", j[i].dump(), " is not a token id"));
+      if (j[i].is_number_unsigned() && j[i].get<uint64_t>() >= uint64_t(vocab))
+        throw Error(str(where, ": token id ", j[i].get<uint64_t>(), " is outside [0, vocab size=", vocab, ")"));
+      ids.push_back(check_id(j[i].get<int64_t>(), where));
     }
     // Invalid UTF-8 (possible with byte tokens) is written as U+FFFD.
     std::printf("%s\n", json(tok->decode(ids, skip)).dump(-1, ' ', false, json::error_handler_t::replace).c_str());

@@ -48,24 +48,24 @@ fs::path fresh_dir(const std::string& name) {
   return d;
 }
 
-const fs::path kShared = fs::path(LINNET_SOURCE_DIR) / "../shared";
+const fs::path kFixtures = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures";
 
 }  // namespace
 
 TEST(Inspect, ReproducesTheSeedCardForLlama3_8B) {
   const fs::path d = fresh_dir("inspect");
-  fs::copy_file(kShared / "configs/llama-3-8b.json", d / "config.json");
+  fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");
   const Output r = linnet_cmd("inspect --checkpoint " + d.string());
   ASSERT_EQ(r.code, 0) << r.out;
-  const std::string seed = slurp(kShared / "seed/000_d12d2afe00e6155e.txt");
+  const std::string seed = slurp(kFixtures / "card/llama-3-8b.txt");
   const auto from_entries = [](const std::string& s) { return s.substr(s.find("\nEntries\n") + 1); };
   EXPECT_EQ(from_entries(r.out), from_entries(seed));  // byte for byte, to the end
 }
 
 TEST(Inspect, ShardsSectionGivesPerRankSizes) {
   const fs::path d = fresh_dir("inspect_shards");
-  fs::copy_file(kShared / "configs/llama-3-8b.json", d / "config.json");
-  const Output r = linnet_cmd("inspect --checkpoint " + d.string() + " --shards 2 --batch 4");
+  fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");
+  const Output r = linnet_cmd("inspect --checkpoint " + d.string() + " --shards 2 --batch 4 --backend cuda");
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("layers[*].attention.q_proj.weight\trows\t[2048, 4096]\t16777216 ×32"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("lm_head.weight\trows\t[64128, 4096]\t525336576"), std::string::npos);
@@ -78,7 +78,7 @@ TEST(Inspect, ShardsSectionGivesPerRankSizes) {
 
 TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
   const fs::path d = fresh_dir("inspect_mpi");
-  fs::copy_file(kShared / "configs/llama-3-8b.json", d / "config.json");
+  fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");
   const auto r = linnet::testing::mpi_run(2, LINNET_BINARY, {"inspect", "--checkpoint", d.string()}, 60);
   if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -135,7 +135,7 @@ TEST(ImportLlama2c, PermutesQueryAndKeyRows) {
 
 TEST(Stories15M, GreedyContinuationOfOnceUponATime) {
   const fs::path d = linnet::testing::stories15m_checkpoint();
-  if (d.empty()) GTEST_SKIP() << "no stories15M in ../shared/models";
+  LINNET_NEED_STORIES15M();
   auto be = make_cpu_backend();
   SingleCommunicator comm;
   RunOptions o;
@@ -148,7 +148,7 @@ TEST(Stories15M, GreedyContinuationOfOnceUponATime) {
 // The real model against the float64 reference written from the definition.
 TEST(Stories15M, ForwardMatchesFloat64Reference) {
   const fs::path d = linnet::testing::stories15m_checkpoint();
-  if (d.empty()) GTEST_SKIP() << "no stories15M in ../shared/models";
+  LINNET_NEED_STORIES15M();
   auto be = make_cpu_backend();
   SingleCommunicator comm;
   LoadedModel m = load_model(d.string(), RunOptions{}, *be, comm);
