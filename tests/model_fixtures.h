@@ -2,9 +2,13 @@
 #pragma once
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 
 #include "checkpoint/random_weights.h"
@@ -76,11 +80,58 @@ inline std::filesystem::path shared_checkpoint(const std::string& name,
   return dir;
 }
 
-// stories15M imported from ../shared/models (empty when that is absent).
-inline std::filesystem::path stories15m_checkpoint() {
-  const auto bin = std::filesystem::path(LINNET_SOURCE_DIR) / "../shared/models/stories15M/stories15M.bin";
-  if (!std::filesystem::exists(bin)) return {};
-  return shared_checkpoint("linnet_stories15M", [&](const std::string& d) { import_llama2c(bin.string(), d); });
+// stories15M's files (stories15M.bin, tokenizer.model, tokenizer.bin), as
+// scripts/fetch-stories15M finds them (a models folder beside the checkout, $LINNET_MODELS),
+// else downloaded into this build's test cache. `dir` is empty when none works, and `why_not` says why. A failed
+// download is remembered for 30 minutes, so the tests that need the model skip at once.
+struct Stories15M {
+  std::filesystem::path dir;
+  std::string why_not;
+};
+inline const Stories15M& stories15m_files() {
+  static const Stories15M found = [] {
+    namespace fs = std::filesystem;
+    const fs::path cache = fs::path(LINNET_TEST_CACHE) / "models";
+    const fs::path failed = cache / "stories15M.unavailable";
+    fs::create_directories(cache);
+    std::error_code ec;
+    const auto age = fs::file_time_type::clock::now() - fs::last_write_time(failed, ec);
+    if (!ec && age < std::chrono::minutes(30)) {
+      std::ifstream in(failed);
+      return Stories15M{{}, std::string(std::istreambuf_iterator<char>(in), {})};
+    }
+    const std::string cmd = "bash '" LINNET_SOURCE_DIR "/scripts/fetch-stories15M' '" + (cache / "stories15M").string() +
+                            "' 2>'" + failed.string() + ".err'";
+    std::string out;
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char buf[4096];
+      while (std::fgets(buf, sizeof buf, p)) out += buf;
+      if (::pclose(p) == 0 && !out.empty()) {
+        out.erase(out.find_last_not_of('\n') + 1);
+        return Stories15M{out, ""};
+      }
+    }
+    std::ifstream err(failed.string() + ".err");
+    std::string why = "stories15M not found (see scripts/fetch-stories15M; set LINNET_MODELS) and not downloadable: " +
+                      std::string(std::istreambuf_iterator<char>(err), {});
+    std::ofstream(failed) << why;
+    return Stories15M{{}, why};
+  }();
+  return found;
 }
+
+// stories15M imported into a Hugging Face checkpoint (empty when its files are not to be had).
+inline std::filesystem::path stories15m_checkpoint() {
+  const Stories15M& s = stories15m_files();
+  if (s.dir.empty()) return {};
+  return shared_checkpoint("linnet_stories15M",
+                           [&](const std::string& d) { import_llama2c((s.dir / "stories15M.bin").string(), d); });
+}
+
+// GTEST_SKIP() with the reason unless stories15M is to be had.
+#define LINNET_NEED_STORIES15M()                                                                      \
+  do {                                                                                                \
+    if (::linnet::testing::stories15m_files().dir.empty()) GTEST_SKIP() << ::linnet::testing::stories15m_files().why_not; \
+  } while (0)
 
 }  // namespace linnet::testing
