@@ -61,7 +61,7 @@ Tensor inline_tensor(const json& v, const card::Arg& arg, DType t, const std::st
   std::vector<int64_t> ints;
   std::vector<float> floats;
   std::vector<int64_t> index(rank, 0);
-  // Row-major walk without recursion, checking every row has its dims' length.
+  // Row-major walk (recursion as deep as the rank, at most 3), checking every row has its dims' length.
   std::function<void(const json&, size_t)> walk = [&](const json& x, size_t depth) {
     if (depth == rank) {
       std::string at = arg.name;
