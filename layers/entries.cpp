@@ -158,7 +158,8 @@ Tensor Model::hidden_packed(const Tensor& tokens, const Tensor& positions, const
   return be_.to_host(out);
 }
 
-Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights) {
+Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights,
+                               std::vector<uint8_t>* greedy) {
   EntryCheck c(entry, args, g_);
   c.in_range("tokens", 0, g_.vocab, "Vocab", kNoSkip);
   c.in_range("positions", 0, std::numeric_limits<int32_t>::max(), "i32 max", kNoSkip);
@@ -177,22 +178,34 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
   for (int64_t p = 0; p < n; ++p) plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, -1);
   Tensor x = run(plan, nullptr);
 
-  // Chunks of tokens, so no rank ever holds a [P, Vocab] block of logits (SPEC §6).
+  // Only the tokens whose targets count go through the lm_head, in chunks, so no rank ever
+  // holds a [P, Vocab] block of logits (SPEC §6).
+  std::vector<int64_t> scored;
+  for (int64_t p = 0; p < n; ++p)
+    if (weights ? w[p] != 0 : tgt[p] >= 0) scored.push_back(p);
   constexpr int64_t kChunk = 128;
-  const int64_t s = comm_.rank();
+  const int64_t s = comm_.rank(), n_scored = static_cast<int64_t>(scored.size());
   Tensor out = Tensor::zeros({n}, DType::f32);
-  for (int64_t c0 = 0; c0 < n; c0 += kChunk) {
-    const int64_t c1 = std::min(n, c0 + kChunk), m = c1 - c0;
+  if (greedy) greedy->assign(static_cast<size_t>(n), 0);
+  for (int64_t c0 = 0; c0 < n_scored; c0 += kChunk) {
+    const int64_t c1 = std::min(n_scored, c0 + kChunk), m = c1 - c0;
     std::vector<int32_t> select, target;
-    for (int64_t p = c0; p < c1; ++p) {
-      select.push_back(static_cast<int32_t>(p));
-      const bool counted = weights ? w[p] != 0 : tgt[p] >= 0;
-      target.push_back(counted ? static_cast<int32_t>(tgt[p]) : -1);
+    for (int64_t q = c0; q < c1; ++q) {
+      select.push_back(static_cast<int32_t>(scored[q]));
+      target.push_back(static_cast<int32_t>(tgt[scored[q]]));
     }
     Tensor local = shard_logits(final_hidden(x, select), DType::f32);  // CE from f32 logits
     Tensor mx = be_.empty({m}, DType::f32), se = be_.empty({m}, DType::f32), tl = be_.empty({m}, DType::f32);
     be_.logit_stats(local, g_.vocab_valid(s), g_.vocab_begin(s), upload_ints(target), mx, se, tl);
     Tensor hmx = be_.to_host(mx), hse = be_.to_host(se), htl = be_.to_host(tl);
+    if (greedy) {  // the argmax across shards (lowest index on ties), as the logits say
+      Tensor av = be_.empty({m}, DType::f32), ai = be_.empty({m}, DType::i32);
+      be_.argmax(local, g_.vocab_valid(s), g_.vocab_begin(s), av, ai);
+      Tensor hav = be_.to_host(av), hai = be_.to_host(ai);
+      comm_.max_with_index(hav, hai);
+      for (int64_t i = 0; i < m; ++i)
+        (*greedy)[static_cast<size_t>(scored[c0 + i])] = hai.ptr<int32_t>()[i] == target[i];
+    }
     // log Σ_k exp(l_k) over all shards = M + log Σ_shards sumexp·exp(max − M).
     Tensor global_max = hmx.clone();
     comm_.all_reduce_max(global_max);
@@ -200,11 +213,8 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
       hse.ptr<float>()[i] *= std::exp(hmx.ptr<float>()[i] - global_max.ptr<float>()[i]);
     comm_.all_reduce_sum(hse);
     comm_.all_reduce_sum(htl);  // the target's logit lives on one shard; the others add 0
-    for (int64_t i = 0; i < m; ++i) {
-      if (target[i] < 0) continue;
-      out.ptr<float>()[c0 + i] =
-          htl.ptr<float>()[i] - global_max.ptr<float>()[i] - std::log(hse.ptr<float>()[i]);
-    }
+    for (int64_t i = 0; i < m; ++i)
+      out.ptr<float>()[scored[c0 + i]] = htl.ptr<float>()[i] - global_max.ptr<float>()[i] - std::log(hse.ptr<float>()[i]);
   }
   return out;
 }

@@ -121,6 +121,44 @@ Tensor Model::prefill_paged(const Tensor& tokens, const Tensor& positions, const
 Tensor Model::step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
                          const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions,
                          const Tensor& table) {
+  TokenPlan plan;
+  std::vector<int32_t> select;
+  plan_step_paged(tokens, positions, rows, slots, last, step_tokens, step_positions, table, plan, select);
+  return logits(run(plan, &table), select);
+}
+
+std::vector<int32_t> Model::step_paged_choose(const Tensor& tokens, const Tensor& positions, const Tensor& rows,
+                                              const Tensor& slots, const Tensor& last, const Tensor& step_tokens,
+                                              const Tensor& step_positions, const Tensor& table,
+                                              const std::vector<RowChoice>& choices) {
+  TokenPlan plan;
+  std::vector<int32_t> select;
+  plan_step_paged(tokens, positions, rows, slots, last, step_tokens, step_positions, table, plan, select);
+  if (choices.size() != select.size())
+    throw Error(str("step_paged_choose: ", choices.size(), " choices for ", select.size(), " output rows"));
+  // Only the rows that produce a token go through the lm_head.
+  std::vector<int32_t> used, where(select.size(), -1);
+  std::vector<RowChoice> used_choices;
+  for (size_t i = 0; i < select.size(); ++i) {
+    if (select[i] < 0) continue;
+    where[i] = static_cast<int32_t>(used.size());
+    used.push_back(select[i]);
+    used_choices.push_back(choices[i]);
+  }
+  std::vector<int32_t> out(select.size(), -1);
+  if (used.empty()) {
+    run(plan, &table);  // K/V still written
+    return out;
+  }
+  const std::vector<int32_t> chosen = choose_rows(run(plan, &table), used, used_choices);
+  for (size_t i = 0; i < select.size(); ++i)
+    if (where[i] >= 0) out[i] = chosen[static_cast<size_t>(where[i])];
+  return out;
+}
+
+void Model::plan_step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
+                            const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions,
+                            const Tensor& table, TokenPlan& plan, std::vector<int32_t>& select) {
   const bool stepping = step_tokens.defined();
   EntryArgs args = {{"tokens", tokens}, {"positions", positions}, {"rows", rows},
                     {"slots", slots},   {"last", last},           {"table", table}};
@@ -137,7 +175,6 @@ Tensor Model::step_paged(const Tensor& tokens, const Tensor& positions, const Te
   const auto ids = c.values("tokens"), pos = c.values("positions"), row = c.values("rows"), slot = c.values("slots"),
              lst = c.values("last"), tab = c.values("table");
   SlotWrites writes(c);
-  TokenPlan plan;
   for (int64_t p = 0; p < p_count; ++p) {
     const std::string who = str("tokens[", p, "]");
     check_pages(c, tab, pages, row[p], pos[p], ps, g_.num_pages(), who);
@@ -149,7 +186,6 @@ Tensor Model::step_paged(const Tensor& tokens, const Tensor& positions, const Te
     plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), -1, static_cast<int32_t>(row[p]),
              static_cast<int32_t>(slot[p]));
   }
-  std::vector<int32_t> select;
   for (int64_t r = 0; r < n_rows; ++r) select.push_back(static_cast<int32_t>(lst[r] < 0 ? -1 : lst[r]));
   if (stepping) {
     c.in_range("step_positions", 0, g_.max_seq, "MaxSeq", 0);
@@ -169,8 +205,8 @@ Tensor Model::step_paged(const Tensor& tokens, const Tensor& positions, const Te
                static_cast<int32_t>(s));
     }
   }
-  return logits(run(plan, &table), select);
 }
+
 
 // ---- generation ----
 

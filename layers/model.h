@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "layers/choice.h"
 #include "layers/decoder_layer.h"
 #include "layers/embedding.h"
 #include "layers/generics.h"
@@ -55,6 +56,18 @@ class Model {
   std::vector<Tensor> call(const std::string& entry, const EntryArgs& args,
                            const std::map<std::string, int64_t>& given = {});
 
+  // ---- for the batch engine (engine/), not entries: the same checks and plans ----
+  // step_paged, but each output row (2·Rows of them, as step_paged's) gets its next token
+  // chosen next to the logits (SPEC §8): -1 for an idle row. choices: one per output row.
+  std::vector<int32_t> step_paged_choose(const Tensor& tokens, const Tensor& positions, const Tensor& rows,
+                                         const Tensor& slots, const Tensor& last, const Tensor& step_tokens,
+                                         const Tensor& step_positions, const Tensor& table,
+                                         const std::vector<RowChoice>& choices);
+  // log_probs_packed, and per token whether its target is the argmax of its logits
+  // (lowest index on ties); both 0 where the target is negative.
+  std::pair<Tensor, std::vector<uint8_t>> score_packed(const Tensor& tokens, const Tensor& positions,
+                                                       const Tensor& segments, const Tensor& targets);
+
   // Host copy of every layer's cache_k and cache_v, for tests of "state unchanged".
   std::vector<Tensor> cache_snapshot();
 
@@ -75,7 +88,16 @@ class Model {
   Tensor rows_step(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const Tensor* table);
   // Per-token log p(target) (0 for a negative target) over the packed tokens, in chunks,
   // each shard on its own vocab rows; with weights, targets of weight 0 are not checked.
-  Tensor packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights);
+  // greedy (optional): per token, whether its target is its logits' argmax.
+  Tensor packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights,
+                          std::vector<uint8_t>* greedy = nullptr);
+  // step_paged's (and prefill_paged's) checks and plan; step_tokens undefined: prefill_paged.
+  void plan_step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
+                       const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions,
+                       const Tensor& table, TokenPlan& plan, std::vector<int32_t>& select);
+  // Each selected row's token under its own choice (greedy, Gumbel-max, top-k / top-p).
+  std::vector<int32_t> choose_rows(const Tensor& x, const std::vector<int32_t>& select,
+                                   const std::vector<RowChoice>& choices);
   Tensor stepping(const Tensor& token, int32_t pos, int64_t steps, float temperature, uint64_t key0, uint64_t key1,
                   std::optional<int32_t> eos, int32_t* steps_taken);
   Tensor upload_ints(const std::vector<int32_t>& v);

@@ -119,6 +119,7 @@ class HfTokenizer final : public Tokenizer {
 
   std::size_t vocab_size() const override { return decoded_.size(); }
   TokenId bos_id() const override { return bos_; }
+  bool adds_bos() const override { return template_bos_; }
   TokenId eos_id() const override { return eos_; }
   std::string description() const override {
     return str("tokenizer.json (BPE, ", byte_level_ ? "byte-level" : "SentencePiece-style",
@@ -232,6 +233,7 @@ class HfTokenizer final : public Tokenizer {
         std::string name = single[0]["SpecialToken"].at("id").get<std::string>();
         const json& st = p.at("special_tokens").at(name);
         if (!st.at("ids").empty()) bos_ = st["ids"][0].get<TokenId>();
+        template_bos_ = bos_ >= 0;
       }
     }
     // ByteLevel (offsets only) and others add nothing we use.
@@ -551,6 +553,7 @@ class HfTokenizer final : public Tokenizer {
   std::vector<std::string> tokens_, decoded_;
   std::vector<bool> has_token_, special_;
   TokenId unk_ = -1, bos_ = -1, eos_ = -1;
+  bool template_bos_ = false;  // the post-processor puts BOS first
   TokenId byte_id_[256] = {};
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, byte_level_ = false;
   std::vector<Normalizer> normalizers_;

@@ -43,6 +43,9 @@ class Tokenizer {
   virtual std::size_t vocab_size() const = 0;
   virtual TokenId bos_id() const = 0;  // -1 when the vocabulary has none
   virtual TokenId eos_id() const = 0;  // -1 when the vocabulary has none
+  // Whether the format itself puts BOS first (a tokenizer.json post-processor that starts
+  // with it; SentencePiece, tiktoken and llama2.c vocabularies of Llama models do).
+  virtual bool adds_bos() const { return bos_id() >= 0; }
   // What was loaded, e.g. "tokenizer.json (BPE, byte-level)".
   virtual std::string description() const = 0;
 
@@ -73,6 +76,10 @@ class Decoder {
 // The tokenizer of a checkpoint directory (see the order above); throws linnet::Error
 // naming the file and what is unsupported.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir);
+
+// Whether text for this checkpoint starts with BOS: tokenizer_config.json's add_bos_token
+// when it says, else what the tokenizer's format does (adds_bos()).
+bool add_bos_by_default(const std::string& checkpoint_dir, const Tokenizer& tokenizer);
 
 // The individual loaders, for tests and tools.
 std::unique_ptr<Tokenizer> load_hf_tokenizer(const std::string& tokenizer_json_path);

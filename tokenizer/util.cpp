@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "core/files.h"
 #include "tokenizer/internal.h"
@@ -269,6 +271,16 @@ std::string Decoder::flush() {
   std::string out;
   out.swap(pending_);
   return out;
+}
+
+bool add_bos_by_default(const std::string& checkpoint_dir, const Tokenizer& tokenizer) {
+  const std::string config = (std::filesystem::path(checkpoint_dir) / "tokenizer_config.json").string();
+  if (tok::file_exists(config)) {
+    const nlohmann::json j = read_json_file(config, "tokenizer config");
+    if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean())
+      return j["add_bos_token"].get<bool>() && tokenizer.bos_id() >= 0;
+  }
+  return tokenizer.adds_bos();
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir) {

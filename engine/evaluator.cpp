@@ -1,0 +1,90 @@
+#include "engine/evaluator.h"
+
+#include <algorithm>
+
+#include "layers/model.h"
+
+namespace linnet::engine {
+
+std::vector<Window> rolling_windows(size_t request, const std::vector<int32_t>& tokens, int32_t prefix,
+                                    int64_t max_len) {
+  std::vector<Window> out;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return out;
+  const int64_t first = std::min(max_len, n);
+  Window w{request, {prefix}, {}};
+  w.scored.assign(tokens.begin(), tokens.begin() + first);
+  out.push_back(std::move(w));
+  for (int64_t predicted = first; predicted < n;) {
+    const int64_t len = std::min(n - predicted, max_len), end = predicted + len;
+    // Input positions end − max_len − 1 … end − 2; the disjoint context is what precedes the
+    // scored tokens there.
+    const int64_t ctx_begin = std::max<int64_t>(0, end - max_len - 1);
+    Window v{request, {}, {}};
+    v.context.assign(tokens.begin() + ctx_begin, tokens.begin() + predicted);
+    v.scored.assign(tokens.begin() + predicted, tokens.begin() + end);
+    out.push_back(std::move(v));
+    predicted = end;
+  }
+  return out;
+}
+
+Window continuation_window(size_t request, std::vector<int32_t> context, const std::vector<int32_t>& continuation,
+                           int32_t prefix, int64_t max_len) {
+  if (context.empty()) context = {prefix};
+  // The model sees the last max_len tokens of context + continuation minus its last token.
+  const int64_t total = static_cast<int64_t>(context.size() + continuation.size());
+  const int64_t drop = std::max<int64_t>(0, total - (max_len + 1));
+  Window w{request, {}, continuation};
+  if (drop < static_cast<int64_t>(context.size())) w.context.assign(context.begin() + drop, context.end());
+  else w.scored.erase(w.scored.begin(), w.scored.begin() + (drop - static_cast<int64_t>(context.size())));
+  return w;
+}
+
+Evaluator::Evaluator(Model& model, int64_t token_budget) : model_(model), budget_(token_budget) {}
+
+void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScore>& out,
+                      const std::function<void(size_t)>& progress) {
+  out.assign(windows.size(), WindowScore{});
+  size_t next = 0;
+  while (next < windows.size()) {
+    // One packed call: windows in order while they fit the budget; each is one segment at
+    // positions 0 … its length − 1; targets are the next token where it is scored, else −1.
+    std::vector<int64_t> tok, pos, seg, tgt;
+    std::vector<std::pair<size_t, size_t>> spans;  // window → its first scored position in the call
+    size_t first = next;
+    while (next < windows.size()) {
+      const Window& w = windows[next];
+      const int64_t len = static_cast<int64_t>(w.context.size() + w.scored.size()) - 1;
+      if (next > first && static_cast<int64_t>(tok.size()) + len > budget_) break;
+      if (w.context.empty() || w.scored.empty())
+        throw Error(str("eval: a window needs a context and tokens to score (request ", w.request, ")"));
+      std::vector<int32_t> all = w.context;
+      all.insert(all.end(), w.scored.begin(), w.scored.end());
+      spans.emplace_back(next, tok.size() + w.context.size() - 1);
+      for (int64_t i = 0; i < len; ++i) {
+        tok.push_back(all[static_cast<size_t>(i)]);
+        pos.push_back(i);
+        seg.push_back(static_cast<int64_t>(next - first));
+        tgt.push_back(i + 1 >= static_cast<int64_t>(w.context.size()) ? all[static_cast<size_t>(i + 1)] : -1);
+      }
+      ++next;
+    }
+    const int64_t p = static_cast<int64_t>(tok.size());
+    auto [lp, greedy] = model_.score_packed(Tensor::from_ints({p}, tok), Tensor::from_ints({p}, pos),
+                                            Tensor::from_ints({p}, seg), Tensor::from_ints({p}, tgt, DType::i64));
+    ++calls_;
+    const float* v = lp.ptr<float>();
+    for (auto [wi, at] : spans) {
+      WindowScore& s = out[wi];
+      s.tokens = static_cast<int64_t>(windows[wi].scored.size());
+      for (int64_t k = 0; k < s.tokens; ++k) {
+        s.loglikelihood += v[at + k];
+        s.greedy = s.greedy && greedy[at + k];
+      }
+    }
+    if (progress) progress(next);
+  }
+}
+
+}  // namespace linnet::engine

@@ -1,0 +1,54 @@
+// The generation engine: a Scheduler over the model's paged pool, each step one paged call
+// (step_paged, or its prefill half alone when no row decodes) with every row's next token
+// chosen next to the logits (Model::step_paged_choose). It calls the model only through
+// those; the model sees a batch of tokens, never requests.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/page_allocator.h"
+#include "engine/request.h"
+#include "engine/scheduler.h"
+
+namespace linnet {
+class Model;
+}
+
+namespace linnet::engine {
+
+struct GeneratorStats {
+  int64_t steps = 0;
+  int64_t prefill_tokens = 0;    // prompt tokens computed (recomputed ones after a preemption too)
+  int64_t generated_tokens = 0;
+  int64_t preemptions = 0;
+  int64_t peak_pages = 0;
+};
+
+class Generator {
+ public:
+  // eos: every end-of-sequence id (config.json and generation_config.json).
+  Generator(Model& model, SchedulerLimits limits, std::vector<int32_t> eos);
+  ~Generator();
+
+  // "" when queued, else why the request can never run.
+  std::string submit(Request r);
+  bool idle() const { return scheduler_.idle(); }
+  size_t waiting() const { return scheduler_.waiting(); }
+  size_t running() const { return scheduler_.running(); }
+
+  // Runs one step; returns the requests that finished in it.
+  std::vector<Completion> step(const StopCheck& stop = {});
+  const GeneratorStats& stats() const { return stats_; }
+  const PageAllocator& pages() const { return pages_; }
+
+ private:
+  Model& model_;
+  PageAllocator pages_;
+  Scheduler scheduler_;
+  std::vector<int32_t> eos_;
+  GeneratorStats stats_;
+};
+
+}  // namespace linnet::engine

@@ -1,0 +1,175 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace linnet::engine {
+
+Scheduler::Scheduler(PageAllocator& pages, SchedulerLimits limits) : pages_(pages), limits_(limits) {
+  LINNET_CHECK(limits_.max_seq > 0 && limits_.max_rows > 0 && limits_.token_budget > 0, "scheduler limits");
+}
+
+std::string Scheduler::submit(Request r) {
+  const int64_t n = static_cast<int64_t>(r.prompt.size()), m = r.params.max_new_tokens;
+  if (n == 0) return "the prompt has no tokens";
+  if (m < 1) return str("max_new_tokens = ", m, " must be at least 1");
+  if (n + m > limits_.max_seq)
+    return str("prompt (", n, " tokens) + max_new_tokens (", m, ") = ", n + m, " exceeds MaxSeq = ", limits_.max_seq,
+               " (raise --max-seq or lower max_new_tokens)");
+  const int64_t ps = pages_.page_size(), need = (n + m + ps - 1) / ps;
+  if (need > pages_.num_pages())
+    return str("prompt + max_new_tokens needs ", need, " pages of ", ps, " positions, but the KV pool has ",
+               pages_.num_pages(), " (raise --kv-cache-memory)");
+  auto s = std::make_unique<Sequence>();
+  s->tokens = r.prompt;
+  s->prompt_len = n;
+  s->request = std::move(r);
+  waiting_.push_back(std::move(s));
+  return "";
+}
+
+bool Scheduler::ensure_pages(Sequence& s, int64_t end) {
+  const int64_t ps = pages_.page_size(), need = (end + ps - 1) / ps;
+  while (static_cast<int64_t>(s.pages.size()) < need) {
+    const int32_t p = pages_.allocate();
+    if (p < 0) return false;
+    s.pages.push_back(p);
+  }
+  return true;
+}
+
+void Scheduler::release(Sequence& s) {
+  for (int32_t p : s.pages) pages_.release(p);
+  s.pages.clear();
+  s.computed = s.published = 0;
+}
+
+// Its pages go back; its tokens (prompt and what it generated) stay, to be recomputed when it
+// is admitted again — first in line, so it loses no more time than it must.
+void Scheduler::preempt(Sequence& s) {
+  auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &s; });
+  LINNET_CHECK(it != running_.end(), "preempting a sequence that is not running");
+  release(s);
+  ++s.preemptions;
+  ++preemptions_;
+  waiting_.push_front(std::move(*it));
+  running_.erase(it);
+}
+
+// Starts a waiting sequence: full pages of its tokens that a running sequence already holds
+// are shared (never its last page: at least one token is computed, for its logits), then
+// the pages of its first chunk are allocated. False (nothing held) when they are not free.
+bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows) {
+  const int64_t ps = pages_.page_size(), n = static_cast<int64_t>(s->tokens.size());
+  int32_t parent = -1;
+  for (int64_t j = 0; j < (n - 1) / ps; ++j) {
+    const int32_t page = pages_.share(s->tokens, j, parent);
+    if (page < 0) break;
+    s->pages.push_back(page);
+    parent = page;
+  }
+  s->published = static_cast<int64_t>(s->pages.size());  // shared pages are published already
+  s->computed = s->published * ps;
+  const int64_t chunk = std::min(n - s->computed, budget);
+  if (!ensure_pages(*s, s->computed + chunk)) {
+    release(*s);
+    return false;
+  }
+  s->admitted = next_admission_++;
+  rows.push_back({s.get(), s->computed, chunk, s->computed + chunk == n});
+  budget -= chunk;
+  running_.push_back(std::move(s));
+  return true;
+}
+
+std::vector<StepRow> Scheduler::schedule() {
+  std::vector<StepRow> rows;
+  int64_t budget = limits_.token_budget;
+  const int64_t preempted_before = preemptions_;
+  // 1. Every decoding sequence (one token left to feed) gets its row; for its page, the
+  //    newest running sequence is preempted — possibly itself.
+  for (size_t i = 0; i < running_.size(); ++i) {
+    Sequence& s = *running_[i];
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (s.computed != n - 1) continue;
+    bool gone = false;
+    while (!ensure_pages(s, n)) {
+      Sequence& victim = *running_.back();
+      gone = &victim == &s;
+      preempt(victim);
+      if (gone) break;
+    }
+    if (gone) break;  // s was the newest: nothing after it is running
+    rows.push_back({&s, s.computed, 1, true});
+    --budget;
+  }
+  // 2. Running sequences part-way through their prompt, a chunk each, while budget lasts.
+  //    Out of pages, they wait for decoding rows to finish, unless nothing else runs.
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    Sequence& s = *running_[i];
+    const int64_t n = static_cast<int64_t>(s.tokens.size());
+    if (s.computed >= n - 1) continue;
+    const int64_t chunk = std::min(n - s.computed, budget);
+    bool gone = false;
+    while (!ensure_pages(s, s.computed + chunk)) {
+      if (!rows.empty()) break;
+      Sequence& victim = *running_.back();
+      gone = &victim == &s;
+      preempt(victim);
+      if (gone) break;
+    }
+    if (gone) break;
+    if (static_cast<int64_t>(s.pages.size()) * pages_.page_size() < s.computed + chunk) break;  // wait
+    rows.push_back({&s, s.computed, chunk, s.computed + chunk == n});
+    budget -= chunk;
+  }
+  // 3. Waiting sequences, in order, while there is budget, a free row and pages — not in a
+  //    step that had to preempt (the pages it freed are for the sequences that stay).
+  while (!waiting_.empty() && budget > 0 && static_cast<int64_t>(running_.size()) < limits_.max_rows &&
+         (preemptions_ == preempted_before || running_.empty())) {
+    if (!admit(waiting_.front(), budget, rows)) {
+      if (!rows.empty() || !running_.empty()) break;
+      throw Error("scheduler: a request cannot start in an empty pool (its pages were checked at submit)");
+    }
+    waiting_.pop_front();
+  }
+  return rows;
+}
+
+std::vector<Completion> Scheduler::complete(const std::vector<StepRow>& rows, const std::vector<int32_t>& tokens,
+                                            const std::vector<int32_t>& eos, const StopCheck& stop) {
+  LINNET_CHECK(tokens.size() == rows.size(), tokens.size(), " tokens for ", rows.size(), " rows");
+  const int64_t ps = pages_.page_size();
+  std::vector<Completion> done;
+  std::vector<Sequence*> finished;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    Sequence& s = *rows[i].seq;
+    s.computed += rows[i].count;
+    for (; (s.published + 1) * ps <= s.computed; ++s.published) {
+      const size_t j = static_cast<size_t>(s.published);
+      pages_.publish(s.pages[j], s.tokens, s.published, j ? s.pages[j - 1] : -1);
+    }
+    if (!rows[i].sample) continue;
+    const int32_t t = tokens[i];
+    LINNET_CHECK(t >= 0, "no token chosen for a sampling row");
+    s.tokens.push_back(t);
+    const SamplingParams& p = s.request.params;
+    const bool at_eos = !p.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end();
+    const bool full = s.generated() >= p.max_new_tokens;
+    std::vector<int32_t> generated;
+    if (stop || at_eos || full) generated.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    const bool at_stop = !at_eos && stop && stop(s.request.index, generated);
+    if (!at_eos && !at_stop && !full) continue;
+    const FinishReason reason = at_eos || at_stop ? FinishReason::stop : FinishReason::length;
+    done.push_back(Completion{s.request.index, std::move(generated), reason, s.prompt_len, s.preemptions});
+    finished.push_back(&s);
+  }
+  for (Sequence* s : finished) {
+    release(*s);
+    running_.erase(std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == s; }));
+  }
+  return done;
+}
+
+}  // namespace linnet::engine

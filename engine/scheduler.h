@@ -1,0 +1,82 @@
+// Continuous batching over the paged pool (vLLM's scheduler, in small): requests wait, are
+// admitted while others decode, prefill in chunks under a token budget per step, decode one
+// token a step, and finish. When pages run out the newest running request is preempted —
+// its pages freed, its tokens so far kept — and recomputed later; it is never failed. The
+// scheduler knows requests, tokens and pages; the Generator turns its plans into model calls.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/page_allocator.h"
+#include "engine/request.h"
+
+namespace linnet::engine {
+
+struct SchedulerLimits {
+  int64_t max_seq = 0;           // MaxSeq: positions one sequence may use
+  int64_t max_rows = 256;        // requests running at once (rows of a step)
+  int64_t token_budget = 512;    // tokens a step computes (a decoding row counts one)
+};
+
+// A request in the scheduler: its tokens so far (prompt, then generated) and its pages.
+struct Sequence {
+  Request request;
+  std::vector<int32_t> tokens;  // prompt + generated
+  int64_t prompt_len = 0;       // the request's own prompt
+  int64_t computed = 0;         // tokens whose K/V are in the pages (from the start)
+  int64_t published = 0;        // full pages offered for sharing
+  std::vector<int32_t> pages;   // page j holds positions j·PageSize …
+  int64_t preemptions = 0;
+  uint64_t admitted = 0;        // admission order (the newest is preempted first)
+
+  int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
+};
+
+// One row of a step: `count` tokens of `seq` from position `begin`; `sample` when the last of
+// them is the sequence's last token (its logits give the next token).
+struct StepRow {
+  Sequence* seq = nullptr;
+  int64_t begin = 0, count = 0;
+  bool sample = false;
+};
+
+class Scheduler {
+ public:
+  Scheduler(PageAllocator& pages, SchedulerLimits limits);
+
+  // Queues a request; returns "" or why it can never run (prompt + max_new_tokens beyond
+  // MaxSeq, or more pages than the pool has) — the others are not affected.
+  std::string submit(Request r);
+
+  bool idle() const { return waiting_.empty() && running_.empty(); }
+  size_t waiting() const { return waiting_.size(); }
+  size_t running() const { return running_.size(); }
+
+  // The next step's rows: decoding rows first, then prefill chunks, within the budget.
+  // Preempts when a row cannot get its page. Empty only when idle.
+  std::vector<StepRow> schedule();
+  // After the model ran the step: K/V of the rows are written (pages are published for
+  // sharing) and each sampling row got `token`. Returns the requests that finished.
+  std::vector<Completion> complete(const std::vector<StepRow>& rows, const std::vector<int32_t>& tokens,
+                                   const std::vector<int32_t>& eos, const StopCheck& stop);
+
+  int64_t preemptions() const { return preemptions_; }
+
+ private:
+  bool ensure_pages(Sequence& s, int64_t end);  // pages for positions [0, end)
+  void preempt(Sequence& s);
+  void release(Sequence& s);
+  bool admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows);
+
+  PageAllocator& pages_;
+  SchedulerLimits limits_;
+  std::deque<std::unique_ptr<Sequence>> waiting_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
+  uint64_t next_admission_ = 0;
+  int64_t preemptions_ = 0;
+};
+
+}  // namespace linnet::engine

@@ -1,0 +1,273 @@
+// The batch engine (engine/): pages, scheduling, and the rule that a request's tokens do not
+// depend on its neighbours (SPEC §8) — checked against the card's own entries run on each
+// request alone.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+#include "engine/evaluator.h"
+#include "engine/generator.h"
+#include "model_fixtures.h"
+
+using namespace linnet;
+using namespace linnet::engine;
+using linnet::testing::TinyModel;
+
+namespace {
+
+// A tiny GQA model (vocab 97) with a paged pool of Batch × MaxSeq 64 / PageSize 8.
+struct Tiny : TinyModel {
+  explicit Tiny(int64_t batch = 8, uint64_t seed = 7)
+      : TinyModel(linnet::testing::tiny_config(), RunOptions{batch, 64, 1, 8, std::nullopt}, seed) {}
+};
+
+std::vector<int32_t> prompt(uint32_t seed, size_t n) {
+  std::mt19937 g(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = static_cast<int32_t>(g() % 97);
+  return v;
+}
+
+// Runs the requests to completion, tokens by request index.
+std::map<size_t, std::vector<int32_t>> run_all(Generator& gen, const std::vector<Request>& requests,
+                                               const StopCheck& stop = {}) {
+  for (const auto& r : requests) EXPECT_EQ(gen.submit(r), "");
+  std::map<size_t, std::vector<int32_t>> out;
+  while (!gen.idle())
+    for (auto& c : gen.step(stop)) out[c.index] = c.tokens;
+  return out;
+}
+
+// The card's way, alone at Batch 1: prefill the prompt but its last token, then generate
+// (greedy) or sample with key [seed, 0].
+std::vector<int32_t> alone(const std::vector<int32_t>& p, int64_t max_new, float temperature = 0, uint64_t seed = 0) {
+  TinyModel m(linnet::testing::tiny_config(), RunOptions{1, 64, 1, 8, std::nullopt});
+  const int64_t n = static_cast<int64_t>(p.size());
+  if (n > 1) m->prefill(Tensor::from_ints({1, n - 1}, std::vector<int64_t>(p.begin(), p.end() - 1)), 0);
+  const Tensor last = Tensor::from_ints({1, 1}, {p.back()});
+  const Tensor t = temperature == 0
+                       ? m->generate(last, static_cast<int32_t>(n - 1), max_new)
+                       : m->sample(last, static_cast<int32_t>(n - 1),
+                                   Tensor::from_ints({2}, {static_cast<int64_t>(seed), 0}, DType::i64), temperature,
+                                   max_new);
+  const auto v = t.to_ints();
+  return {v.begin(), v.end()};
+}
+
+Request request(size_t index, std::vector<int32_t> p, int64_t max_new, float temperature = 0, uint64_t seed = 0) {
+  Request r;
+  r.index = index;
+  r.prompt = std::move(p);
+  r.params.max_new_tokens = max_new;
+  r.params.temperature = temperature;
+  r.params.seed = seed;
+  return r;
+}
+
+}  // namespace
+
+TEST(PageAllocator, FreeListAndReferenceCounts) {
+  PageAllocator pool(3, 4);
+  const int32_t a = pool.allocate(), b = pool.allocate(), c = pool.allocate();
+  EXPECT_EQ(pool.allocate(), -1);
+  EXPECT_EQ(pool.free_pages(), 0);
+  const std::vector<int32_t> toks = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  pool.publish(a, toks, 0, -1);
+  pool.publish(b, toks, 1, a);
+  // The same first 8 tokens share both pages; a different 5th token only the first.
+  EXPECT_EQ(pool.share(toks, 0, -1), a);
+  EXPECT_EQ(pool.share(toks, 1, a), b);
+  std::vector<int32_t> other = toks;
+  other[4] = 99;
+  EXPECT_EQ(pool.share(other, 0, -1), a);
+  EXPECT_EQ(pool.share(other, 1, a), -1);
+  EXPECT_EQ(pool.share(toks, 1, c), -1);  // the same tokens after another page are another prefix
+  EXPECT_EQ(pool.refs(a), 3);
+  for (int i = 0; i < 3; ++i) pool.release(a);
+  EXPECT_EQ(pool.free_pages(), 1);
+  EXPECT_EQ(pool.share(toks, 0, -1), -1);  // freed pages are forgotten
+  pool.release(b);
+  pool.release(b);
+  pool.release(c);
+  EXPECT_EQ(pool.free_pages(), 3);
+  EXPECT_THROW(pool.release(c), Error);
+}
+
+TEST(Scheduler, RejectsWhatCanNeverFitAndBoundsEveryStep) {
+  PageAllocator pool(6, 8);
+  Scheduler s(pool, SchedulerLimits{64, 4, 16});
+  EXPECT_NE(s.submit(request(0, prompt(1, 60), 8)).find("exceeds MaxSeq = 64"), std::string::npos);
+  EXPECT_NE(s.submit(request(0, prompt(1, 40), 20)).find("the KV pool has 6"), std::string::npos);
+  EXPECT_NE(s.submit(request(0, {}, 8)).find("no tokens"), std::string::npos);
+  // A long prompt never stalls decoding rows: every step stays within 16 tokens, and rows
+  // that decode get their token in every step while the long one prefills in chunks.
+  EXPECT_EQ(s.submit(request(0, prompt(2, 3), 10)), "");
+  EXPECT_EQ(s.submit(request(1, prompt(3, 30), 4)), "");
+  int chunks = 0, step = 0;
+  while (!s.idle()) {
+    ++step;
+    auto rows = s.schedule();
+    int64_t tokens = 0;
+    bool decoding = false, prefilling = false;
+    for (const auto& r : rows) {
+      tokens += r.count;
+      decoding |= r.seq->request.index == 0 && r.count == 1;
+      prefilling |= r.seq->request.index == 1 && r.count > 1;
+    }
+    EXPECT_LE(tokens, 16);
+    if (prefilling) ++chunks;
+    if (prefilling && step > 1) EXPECT_TRUE(decoding) << "step " << step << ": a prefill chunk without the decoding row";
+    s.complete(rows, std::vector<int32_t>(rows.size(), 5), {}, {});
+  }
+  EXPECT_GE(chunks, 2);  // 30 prompt tokens in chunks of at most 16
+  EXPECT_EQ(pool.free_pages(), 6);
+}
+
+// SPEC §8: greedy picks as `generate` does, whatever else is running.
+TEST(Generator, GreedyAloneEqualsAmongSixtyFourOthers) {
+  std::vector<Request> all;
+  for (size_t i = 0; i < 65; ++i) all.push_back(request(i, prompt(100 + i, 1 + (i * 7) % 23), 4 + i % 9));
+  Tiny model(8);
+  Generator gen(*model.model, SchedulerLimits{0, 256, 64}, {});
+  const auto together = run_all(gen, all);
+  for (size_t i : {size_t{0}, size_t{7}, size_t{33}, size_t{64}}) {
+    EXPECT_EQ(together.at(i), alone(all[i].prompt, all[i].params.max_new_tokens)) << "request " << i;
+    Tiny solo(1);
+    Generator g1(*solo.model, SchedulerLimits{0, 256, 64}, {});
+    EXPECT_EQ(run_all(g1, {all[i]}).at(i), together.at(i)) << "request " << i << " alone in the engine";
+  }
+  EXPECT_EQ(together.size(), all.size());
+}
+
+// Sampling with seed s equals the `sample` entry on the request alone with key [s, 0].
+TEST(Generator, SampledTokensDependOnlyOnPromptAndSeed) {
+  std::vector<Request> all;
+  for (size_t i = 0; i < 20; ++i) all.push_back(request(i, prompt(200 + i, 2 + i % 11), 8, 0.9f, 1000 + i));
+  all.push_back(request(20, all[3].prompt, 8, 0.9f, 1003));  // the same prompt and seed twice
+  Tiny model(4);
+  Generator gen(*model.model, SchedulerLimits{0, 64, 32}, {});
+  const auto together = run_all(gen, all);
+  for (size_t i : {size_t{0}, size_t{3}, size_t{19}})
+    EXPECT_EQ(together.at(i), alone(all[i].prompt, 8, 0.9f, 1000 + i)) << "request " << i;
+  EXPECT_EQ(together.at(20), together.at(3));
+}
+
+// top-k 1 and a tiny top-p are greedy; top-k = Vocab is plain sampling.
+TEST(Generator, TopKAndTopPKeepTheirSets) {
+  const auto p = prompt(300, 9);
+  std::vector<Request> rs = {request(0, p, 10, 0.8f, 5), request(1, p, 10, 0.8f, 5), request(2, p, 10, 0.8f, 5),
+                             request(3, p, 10, 0.8f, 5)};
+  rs[0].params.top_k = 1;
+  rs[1].params.top_p = 1e-6f;
+  rs[2].params.top_k = 97;
+  rs[3].params.top_k = 5;
+  rs[3].params.top_p = 0.5f;
+  Tiny model(4);
+  Generator gen(*model.model, SchedulerLimits{0, 64, 8}, {});
+  const auto out = run_all(gen, rs);
+  EXPECT_EQ(out.at(0), alone(p, 10));
+  EXPECT_EQ(out.at(1), alone(p, 10));
+  EXPECT_EQ(out.at(2), alone(p, 10, 0.8f, 5));
+  // top-k 5 / top-p 0.5: every token is among the 5 most likely of its step (checked on
+  // the logits the model gives for the sequence so far).
+  TinyModel check(linnet::testing::tiny_config(), RunOptions{1, 64, 1, 8, std::nullopt});
+  std::vector<int64_t> seq(p.begin(), p.end());
+  for (int32_t t : out.at(3)) {
+    const auto logits = check->next_token(Tensor::from_ints({1, static_cast<int64_t>(seq.size())}, seq)).to_floats();
+    int better = 0;
+    for (float l : logits) better += l > logits[static_cast<size_t>(t)];
+    EXPECT_LT(better, 5);
+    seq.push_back(t);
+  }
+}
+
+// Full pages of a common prompt are held once; a pool too small for all requests at once
+// preempts and recomputes. Neither changes a token.
+TEST(Generator, PrefixSharingAndPreemptionChangeNoOutput) {
+  const auto system = prompt(400, 24);  // three full pages of 8
+  std::vector<Request> rs;
+  for (size_t i = 0; i < 6; ++i) {
+    std::vector<int32_t> p = system;
+    const auto tail = prompt(410 + i, 3 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    rs.push_back(request(i, p, 6 + i));
+  }
+  Tiny roomy(8);
+  Generator a(*roomy.model, SchedulerLimits{0, 64, 8}, {});  // budget 8: the first prompt's pages
+  const auto shared = run_all(a, rs);                         // are published before the others start
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(shared.at(i), alone(rs[i].prompt, rs[i].params.max_new_tokens));
+  EXPECT_LT(a.stats().peak_pages, 6 * 5) << "the 3 common pages were not shared";
+  EXPECT_LE(a.stats().prefill_tokens, 24 + 6 * 8 + 10);
+  Tiny tight(1);  // 8 pages of 8: not enough for six 5-page requests at once
+  Generator b(*tight.model, SchedulerLimits{0, 64, 64}, {});
+  const auto preempted = run_all(b, rs);
+  EXPECT_GT(b.stats().preemptions, 0);
+  for (size_t i = 0; i < rs.size(); ++i) EXPECT_EQ(preempted.at(i), shared.at(i)) << "request " << i;
+}
+
+TEST(Generator, StopsAtAnyEndOfSequenceIdAndAtStopChecks) {
+  const auto p = prompt(500, 5);
+  const auto free_run = alone(p, 12);
+  Tiny model(2);
+  // Two eos ids: the 4th and the 9th token of the free run; it stops at the first seen.
+  Generator gen(*model.model, SchedulerLimits{0, 64, 8}, {free_run[8], free_run[3]});
+  auto out = run_all(gen, {request(0, p, 12)});
+  EXPECT_EQ(out.at(0), std::vector<int32_t>(free_run.begin(), free_run.begin() + 4));
+  Request ignoring = request(1, p, 12);
+  ignoring.params.ignore_eos = true;
+  EXPECT_EQ(run_all(gen, {ignoring}).at(1), free_run);
+  // A stop check that fires after 6 tokens.
+  out = run_all(gen, {ignoring}, [](size_t, const std::vector<int32_t>& t) { return t.size() == 6; });
+  EXPECT_EQ(out.at(1).size(), 6u);
+}
+
+// ---- eval ----
+
+TEST(Evaluator, WindowsEqualTheLogProbsEntryOnEachAlone) {
+  Tiny model(1);
+  std::vector<Window> windows;
+  for (size_t i = 0; i < 9; ++i) windows.push_back(Window{i, prompt(600 + i, 1 + i % 5), prompt(700 + i, 1 + i)});
+  Evaluator ev(*model.model, 20);  // several packed calls
+  std::vector<WindowScore> scores;
+  ev.score(windows, scores);
+  EXPECT_GT(ev.calls(), 1);
+  for (size_t i = 0; i < windows.size(); ++i) {
+    std::vector<int64_t> all(windows[i].context.begin(), windows[i].context.end());
+    all.insert(all.end(), windows[i].scored.begin(), windows[i].scored.end());
+    const int64_t n = static_cast<int64_t>(all.size()) - 1;
+    std::vector<int64_t> pos(n), seg(n, 0), tgt(n, -1);
+    for (int64_t k = 0; k < n; ++k) {
+      pos[k] = k;
+      if (k + 1 >= static_cast<int64_t>(windows[i].context.size())) tgt[k] = all[k + 1];
+    }
+    const auto lp = model->log_probs_packed(Tensor::from_ints({n}, std::vector<int64_t>(all.begin(), all.end() - 1)),
+                                            Tensor::from_ints({n}, pos), Tensor::from_ints({n}, seg),
+                                            Tensor::from_ints({n}, tgt, DType::i64))
+                        .to_floats();
+    double want = 0;
+    for (float v : lp) want += v;
+    EXPECT_NEAR(scores[i].loglikelihood, want, 1e-5 * std::abs(want)) << "window " << i;
+    EXPECT_EQ(scores[i].tokens, static_cast<int64_t>(windows[i].scored.size()));
+  }
+}
+
+// Rolling windows cover every token once, each window within max_len inputs, and their sum
+// is the log-likelihood a direct loop over the same windows gives.
+TEST(Evaluator, RollingWindowsScoreEveryTokenOnce) {
+  const auto text = prompt(800, 50);
+  const auto windows = rolling_windows(0, text, 1, 16);
+  ASSERT_EQ(windows.size(), 4u);  // 16 + 16 + 16 + 2
+  std::vector<int32_t> scored;
+  for (const auto& w : windows) {
+    EXPECT_LE(w.context.size() + w.scored.size(), 17u);
+    scored.insert(scored.end(), w.scored.begin(), w.scored.end());
+  }
+  EXPECT_EQ(scored, text);
+  EXPECT_EQ(windows[0].context, std::vector<int32_t>{1});
+  EXPECT_EQ(windows[3].context, std::vector<int32_t>(text.begin() + 33, text.begin() + 48));  // 15 of context, 2 scored
+  // Left truncation of a continuation request: the last max_len + 1 tokens.
+  const Window w = continuation_window(0, prompt(1, 30), prompt(2, 5), 1, 16);
+  EXPECT_EQ(w.context.size() + w.scored.size(), 17u);
+  EXPECT_EQ(w.scored.size(), 5u);
+}
