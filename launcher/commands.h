@@ -13,6 +13,8 @@ int cmd_init(const Args& args);
 int cmd_import_llama2c(const Args& args);
 int cmd_run(const Args& args);
 int cmd_bench(const Args& args);
+int cmd_generate(const Args& args);
+int cmd_eval(const Args& args);
 int cmd_tokenize(const Args& args);
 int cmd_detokenize(const Args& args);
 

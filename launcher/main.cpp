@@ -49,6 +49,8 @@ const std::vector<Subcommand>& subcommands() {
       {"import-llama2c", "convert a llama2.c checkpoint to a Hugging Face checkpoint", cmd_import_llama2c},
       {"run", "call a sequence of entries on one loaded model", cmd_run, true},
       {"bench", "time prefill and decode beside their measured floors", cmd_bench, true},
+      {"generate", "completions for a file of prompts (continuous batching)", cmd_generate, true},
+      {"eval", "log-likelihoods of a file of texts or continuations (as lm-eval scores them)", cmd_eval, true},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
   };

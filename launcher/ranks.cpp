@@ -96,6 +96,12 @@ std::string Ranks::replica_path(std::string pattern) const {
   return pattern;
 }
 
+void Ranks::world_barrier() {
+#ifdef LINNET_HAVE_MPI
+  if (mpi_) MPI_Barrier(MPI_COMM_WORLD);
+#endif
+}
+
 int Ranks::sharing_memory() const {
   if (backend_->device() == Device::cpu) return local_size_;
   const int gpus = std::max(1, cuda_device_count());

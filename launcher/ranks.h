@@ -27,7 +27,11 @@ class Ranks {
   Backend& backend() { return *backend_; }
   Communicator& shards() { return *shards_; }
   int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
   int replica() const { return replica_; }
+  int replicas() const { return replicas_; }
+  // Every rank of the job waits here (nothing without MPI).
+  void world_barrier();
 
   // "{replica}" in a path becomes this rank's replica index.
   std::string replica_path(std::string pattern) const;

@@ -22,8 +22,7 @@ namespace {
 
 // linnet with args, stdout and stderr apart, killed after `timeout` (a hang fails the test).
 MpiRunResult run_linnet(std::vector<std::string> args, double timeout = 60) {
-  args.insert(args.begin(), LINNET_BINARY);
-  return linnet::testing::run_command(args, timeout, true);
+  return linnet::testing::linnet_run(std::move(args), timeout);
 }
 
 fs::path fresh_dir(const std::string& name) {

@@ -195,4 +195,11 @@ inline MpiRunResult mpi_run(int np, const std::string& program, const std::vecto
   return run_command(argv, timeout_s, split_stderr);
 }
 
+// The linnet binary with args (stdout and stderr apart), alone or under mpirun -np np.
+inline MpiRunResult linnet_run(std::vector<std::string> args, double timeout_s = 120, int np = 0) {
+  if (np > 0) return mpi_run(np, LINNET_BINARY, args, timeout_s, true);
+  args.insert(args.begin(), LINNET_BINARY);
+  return run_command(args, timeout_s, true);
+}
+
 }  // namespace linnet::testing

@@ -1,0 +1,87 @@
+// The files of `linnet generate` and `linnet eval` (docs/usage.md): JSON lines in, JSON lines
+// out in input order, appended and flushed line by line so that a job that dies keeps what
+// it finished, `--resume` to skip what is done, several replicas' parts merged at the end,
+// and a progress line on a terminal.
+#pragma once
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace linnet::cli {
+
+class Ranks;
+
+// One input line: its number (1-based), its id ("id", else the line number), its object, and
+// why it cannot be run ("" when it can).
+struct InputLine {
+  size_t line = 0;
+  nlohmann::json id;
+  nlohmann::json value;
+  std::string error;
+};
+
+// Every non-empty line of the file (each rank reads it alike). A line that is not a JSON
+// object, or has a key outside `keys`, gets its error here; callers add their own.
+std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys);
+
+// What to do with a line that cannot be run: stop before any work (the default), or skip it,
+// writing {"id", "error"} in its place, and go on.
+enum class OnError { stop, skip };
+OnError on_error_option(const std::string& value);
+// Applies --on-error to the lines' errors: throws the first (with every error logged) for
+// stop; logs each as a warning for skip.
+void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy);
+
+// The output file of a job over `lines`, as seen from one rank. Lines are spread over the
+// replicas (line k of the ones left to do goes to replica k mod R); each replica's shard 0
+// writes its results in its lines' order, to OUT itself with one replica, else to a part
+// file OUT.part<r> that world rank 0 merges into OUT at the end.
+class JobOutput {
+ public:
+  // resume: keep OUT (and parts a killed run left) and leave out the ids they hold.
+  JobOutput(const std::string& path, bool resume, Ranks& ranks, const std::vector<InputLine>& lines);
+  ~JobOutput();
+
+  // Indices (into `lines`) this replica does, in order.
+  const std::vector<size_t>& mine() const { return mine_; }
+  size_t skipped_done() const { return already_; }  // lines --resume found finished
+
+  // The result of lines[index] (one of mine()): written as soon as every earlier one of mine is.
+  void put(size_t index, const nlohmann::ordered_json& result);
+  // After every put: merges the replicas' parts (collective over the world).
+  void finish();
+  // On world rank 0 after finish(): the output lines this run wrote (not those --resume kept).
+  std::vector<nlohmann::json> results_of_this_run() const;
+
+ private:
+  void write_ready();
+
+  std::string path_, part_;
+  Ranks& ranks_;
+  bool writer_ = false;
+  std::FILE* file_ = nullptr;
+  std::vector<size_t> mine_;
+  size_t next_ = 0, already_ = 0;                 // next of mine() to write
+  std::map<size_t, std::string> pending_;         // finished out of order
+  std::set<std::string> done_before_;             // ids --resume found
+};
+
+// "12/64 done · 345 tok/s · ETA 0:07" on stderr, rewritten in place, at most 5 times a
+// second; only on world rank 0, only when stderr is a terminal and not --quiet.
+class Progress {
+ public:
+  Progress(const char* what, size_t total, bool enabled);
+  void update(size_t done, int64_t tokens);
+  void end();
+
+ private:
+  const char* what_;
+  size_t total_;
+  bool on_;
+  std::chrono::steady_clock::time_point start_, last_;
+};
+
+}  // namespace linnet::cli

@@ -1,0 +1,150 @@
+// `linnet eval` against lm-evaluation-harness's hf backend: the numbers tools/lm_eval made with
+// lm-eval 0.4.13 on a small model (tests/fixtures/lm_eval), loglikelihood (multiple choice,
+// is_greedy) and loglikelihood_rolling (word/byte perplexity, bits per byte), to 1e-4 — on one
+// rank and on two (Shards 2, and two replicas). Then malformed lines and token-id inputs.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "mpi_run.h"
+
+using linnet::testing::linnet_run;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kFixture = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval";
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("linnet_eval_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::map<std::string, json> results(const fs::path& p) {
+  std::map<std::string, json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) {
+      const json j = json::parse(line);
+      out[j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump()] = j;
+    }
+  return out;
+}
+
+std::vector<std::string> args(const fs::path& data, const fs::path& out, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"eval",  "--checkpoint", (kFixture / "model").string(), "--data", data.string(),
+                                "--output", out.string(), "--backend", "cpu"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+void expect_close(double got, double want, const std::string& what) {
+  EXPECT_LE(std::abs(got - want), 1e-4 * std::max(1.0, std::abs(want))) << what << ": " << got << " vs " << want;
+}
+
+void check_against_lm_eval(const fs::path& mc, const fs::path& rolling, const std::string& how) {
+  SCOPED_TRACE(how);
+  const json e = json::parse(std::ifstream(kFixture / "expected.json"));
+  const auto m = results(mc), r = results(rolling);
+  size_t requests = 0;
+  for (const json& doc : e["mc"]["docs"]) {
+    const json& got = m.at(doc["id"].get<std::string>());
+    ASSERT_EQ(got["loglikelihood"].size(), doc["requests"].size());
+    for (size_t k = 0; k < doc["requests"].size(); ++k, ++requests) {
+      const json& want = doc["requests"][k];
+      const std::string what = doc["id"].get<std::string>() + " choice " + std::to_string(k);
+      expect_close(got["loglikelihood"][k].get<double>(), want["loglikelihood"].get<double>(), what);
+      EXPECT_EQ(got["is_greedy"][k], want["is_greedy"]) << what;
+      EXPECT_EQ(got["tokens"][k], want["continuation_enc"].size()) << what;
+    }
+  }
+  EXPECT_EQ(requests, 48u);
+  double ll = 0;
+  int64_t words = 0, bytes = 0;
+  for (const json& doc : e["rolling"]["docs"]) {
+    const json& got = r.at(doc["id"].get<std::string>());
+    const std::string what = doc["id"].get<std::string>();
+    expect_close(got["loglikelihood"].get<double>(), doc["loglikelihood"].get<double>(), what);
+    EXPECT_EQ(got["tokens"], doc["tokens_scored"]) << what;
+    EXPECT_EQ(got["words"], doc["words"]) << what;
+    EXPECT_EQ(got["bytes"], doc["bytes"]) << what;
+    ll += got["loglikelihood"].get<double>();
+    words += got["words"].get<int64_t>();
+    bytes += got["bytes"].get<int64_t>();
+  }
+  // lm-eval's aggregates: Σ ll over Σ words / bytes.
+  const json& agg = e["rolling"]["aggregates"];
+  const double word_ppl = std::exp(-ll / words), byte_ppl = std::exp(-ll / bytes), bpb = -ll / bytes / std::log(2.0);
+  EXPECT_LE(std::abs(word_ppl / agg["word_perplexity"].get<double>() - 1), 1e-4);
+  EXPECT_LE(std::abs(byte_ppl / agg["byte_perplexity"].get<double>() - 1), 1e-4);
+  EXPECT_LE(std::abs(bpb - agg["bits_per_byte"].get<double>()), 1e-4);
+}
+
+}  // namespace
+
+TEST(Eval, MatchesLmEvaluationHarness) {
+  const fs::path d = fresh_dir("lm_eval");
+  auto r = linnet_run(args(kFixture / "mc.jsonl", d / "mc.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("eval: 18 documents"), std::string::npos) << r.output;
+  r = linnet_run(args(kFixture / "rolling.jsonl", d / "rolling.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("rolling: word_perplexity"), std::string::npos) << r.output;
+  check_against_lm_eval(d / "mc.jsonl", d / "rolling.jsonl", "one rank");
+  for (const char* tp : {"2", "1"}) {
+    r = linnet_run(args(kFixture / "mc.jsonl", d / "mc2.jsonl", {"--tp", tp}), 120, 2);
+    if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    r = linnet_run(args(kFixture / "rolling.jsonl", d / "rolling2.jsonl", {"--tp", tp, "--max-batch-tokens", "64"}), 120, 2);
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    check_against_lm_eval(d / "mc2.jsonl", d / "rolling2.jsonl", std::string("two ranks, --tp ") + tp);
+  }
+}
+
+TEST(Eval, TokenIdsAndSingleContinuations) {
+  const fs::path d = fresh_dir("ids");
+  std::ofstream(d / "in.jsonl") << R"({"id": "x", "context_tokens": [0, 644, 283], "continuation_tokens": [69, 84]})" "\n"
+                                << R"({"id": "y", "context_tokens": [0, 644, 283], "continuation_tokens": [[69, 84], [77]]})" "\n"
+                                << R"({"id": "z", "context": "The capital of France is", "continuation": " Paris"})" "\n";
+  const auto r = linnet_run(args(d / "in.jsonl", d / "out.jsonl"));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const auto out = results(d / "out.jsonl");
+  EXPECT_TRUE(out.at("x")["loglikelihood"].is_number());
+  EXPECT_EQ(out.at("x")["tokens"], 2);
+  ASSERT_EQ(out.at("y")["loglikelihood"].size(), 2u);
+  EXPECT_EQ(out.at("y")["loglikelihood"][0], out.at("x")["loglikelihood"]);
+  const json e = json::parse(std::ifstream(kFixture / "expected.json"));
+  expect_close(out.at("z")["loglikelihood"].get<double>(), e["mc"]["docs"][0]["requests"][0]["loglikelihood"].get<double>(),
+               "mc-00 Paris as a single continuation");
+}
+
+TEST(Eval, MalformedLinesAreNamed) {
+  const fs::path d = fresh_dir("bad");
+  std::ofstream(d / "in.jsonl") << R"({"id": "ok", "text": "Hello world."})" "\n"
+                                << "not json\n"
+                                << R"({"id": "t"})" "\n"
+                                << R"({"id": "e", "text": ""})" "\n"
+                                << R"({"id": "i", "context_tokens": [1], "continuation_tokens": [5000]})" "\n"
+                                << R"({"id": "k", "text": "x", "label": 1})" "\n"
+                                << R"({"id": "c", "context": "a"})" "\n";
+  auto r = linnet_run(args(d / "in.jsonl", d / "out.jsonl"));
+  EXPECT_EQ(r.exit_code, 1);
+  for (const char* want : {"in.jsonl:2: malformed JSON", "in.jsonl:3: give \"text\"", "in.jsonl:4: \"text\" must be a non-empty string",
+                           "in.jsonl:5: continuation_tokens[0] = 5000 is not a token id in [0, Vocab=1398)",
+                           "in.jsonl:6: unknown key 'label'", "in.jsonl:7: \"context\" needs \"continuation\""})
+    EXPECT_NE(r.errors.find(want), std::string::npos) << want << "\n" << r.errors;
+  r = linnet_run(args(d / "in.jsonl", d / "out.jsonl", {"--on-error", "skip"}));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const auto out = results(d / "out.jsonl");
+  EXPECT_EQ(out.size(), 7u);  // every line; "not json" has no id of its own: its line number is its id
+  EXPECT_TRUE(out.at("k").contains("error"));
+  EXPECT_TRUE(out.at("ok").contains("loglikelihood"));
+  EXPECT_TRUE(out.at("e").contains("error"));
+  EXPECT_NE(out.at("2")["error"].get<std::string>().find("malformed JSON"), std::string::npos);
+}
