@@ -8,7 +8,11 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <string>
 
+#include <unistd.h>
+
+#include "core/cpu/blas_kernels.h"
 #include "core/error.h"
 #include "launcher/commands.h"
 #include "launcher/options.h"
@@ -51,6 +55,7 @@ const std::vector<Subcommand>& subcommands() {
       {"bench", "time prefill and decode beside their measured floors", cmd_bench, true},
       {"generate", "completions for a file of prompts (continuous batching)", cmd_generate, true},
       {"eval", "log-likelihoods of a file of texts or continuations (as lm-eval scores them)", cmd_eval, true},
+      {"bench-engine", "the batch engine beside one-at-a-time generation and direct scoring", cmd_bench_engine, true},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
   };
@@ -65,6 +70,13 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // OpenBLAS on a CPU it does not know runs SSE3 kernels: start again with the ones the CPU
+  // has (see core/cpu/blas_kernels.h). Once only; if exec fails, go on as we are.
+  if (const std::string core = linnet::better_blas_coretype(); !core.empty() && !std::getenv("LINNET_BLAS_CHOSEN")) {
+    ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+    ::setenv("LINNET_BLAS_CHOSEN", linnet::blas_coretype().c_str(), 1);
+    ::execv("/proc/self/exe", argv);
+  }
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);

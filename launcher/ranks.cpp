@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/safetensors.h"
+#include "core/cpu/blas_kernels.h"
 #include "launcher/world.h"
 #ifdef LINNET_HAVE_MPI
 #include "parallel/mpi_communicator.h"
@@ -64,6 +65,7 @@ Ranks::Ranks(int tp, const std::string& backend_kind, int threads) {
     if (threads > 0) omp_set_num_threads(threads);
     else share_cores(rt->local_size());
     shards_ = make_shard_communicator(*rt);
+    log_blas_choice();
     spdlog::info("backend {} ({} threads), replica {} of {}, shard {} of {} ({} communicator)", backend_->name(),
                  omp_get_max_threads(), replica_,
                  replicas_, shards_->rank(), shards_->size(), shards_->name());
@@ -75,9 +77,18 @@ Ranks::Ranks(int tp, const std::string& backend_kind, int threads) {
   if (threads > 0) omp_set_num_threads(threads);
   shards_ = std::make_unique<SingleCommunicator>();
   spdlog::info("backend {} ({} threads), 1 rank", backend_->name(), omp_get_max_threads());
+  log_blas_choice();
 }
 
 Ranks::~Ranks() = default;
+
+void Ranks::log_blas_choice() const {
+  if (backend_->device() != Device::cpu) return;
+  if (const char* was = std::getenv("LINNET_BLAS_CHOSEN"))
+    spdlog::info("OpenBLAS kernels: {} (it had chosen {} for this CPU; OPENBLAS_CORETYPE overrides)", blas_coretype(), was);
+  else
+    spdlog::debug("OpenBLAS kernels: {}", blas_coretype());
+}
 
 // Ranks on one node share its cores: unless OMP_NUM_THREADS says otherwise, each takes its
 // share (OpenMP threads that outnumber cores spin against each other). A rank bound to

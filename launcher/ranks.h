@@ -50,6 +50,7 @@ class Ranks {
   struct Mpi;
   std::unique_ptr<Communicator> make_shard_communicator(const MpiRuntime& rt);
   void share_cores(int local_ranks);
+  void log_blas_choice() const;
   bool writes_outputs(const std::string& path) const;
   std::unique_ptr<Mpi> mpi_;
   int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1, local_size_ = 1;
