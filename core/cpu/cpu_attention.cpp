@@ -35,6 +35,7 @@ void softmax_combine(std::vector<float>& scores, int64_t count, const std::vecto
   for (int64_t j = 0; j < count; ++j) {
     const float p = scores[j] * inv;
     const float* v = values[j];
+#pragma omp simd
     for (int64_t i = 0; i < d; ++i) out[i] += p * v[i];
   }
 }
@@ -143,12 +144,17 @@ void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, cons
       scores.resize(static_cast<size_t>(count));
       values.resize(static_cast<size_t>(count));
       const float* q = qkv.ptr<float>() + t * w + h * dh;
-      for (int64_t j = 0; j < count; ++j) {
-        const int64_t page = tab[row[t] * pages + j / d.page_size];
-        const CacheAddress a = slot_address(page * d.page_size + j % d.page_size, d);
-        const int64_t off = ((a.row * d.kv_heads + g) * d.max_seq + a.pos) * dh;
-        scores[j] = dot(q, cache_k.ptr<float>() + off, dh) * scale;
-        values[j] = cache_v.ptr<float>() + off;
+      // Page by page: a page's positions are contiguous in its cache row.
+      for (int64_t j0 = 0; j0 < count; j0 += d.page_size) {
+        const int64_t page = tab[row[t] * pages + j0 / d.page_size];
+        const CacheAddress a = slot_address(page * d.page_size, d);
+        const int64_t base = ((a.row * d.kv_heads + g) * d.max_seq + a.pos) * dh;
+        const float* k = cache_k.ptr<float>() + base;
+        const float* v = cache_v.ptr<float>() + base;
+        for (int64_t i = 0, end = std::min(d.page_size, count - j0); i < end; ++i) {
+          scores[j0 + i] = dot(q, k + i * dh, dh) * scale;
+          values[j0 + i] = v + i * dh;
+        }
       }
       softmax_combine(scores, count, values, dh, out.ptr<float>() + t * d.q_heads * dh + h * dh);
     }

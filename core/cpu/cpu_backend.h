@@ -3,6 +3,7 @@
 // OpenBLAS for the matrix products, OpenMP across cores for the rest.
 #pragma once
 #include "core/backend.h"
+#include "core/cpu/host_pool.h"
 
 namespace linnet {
 
@@ -12,7 +13,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu; }
   DType compute_dtype(DType weights) const override { return backend_compute_dtype("cpu", weights); }
 
-  Tensor empty(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype); }
+  Tensor empty(const Shape& shape, DType dtype) override { return pool_->empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
   Tensor to_host(const Tensor& t) override { return t; }
   void copy_from_host(const Tensor& host, Tensor& dst) override;
@@ -47,6 +48,9 @@ class CpuBackend final : public Backend {
   void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
                   uint64_t key1, int32_t step, float temperature, Tensor& value,
                   Tensor& index) override;
+
+ private:
+  std::shared_ptr<HostPool> pool_ = std::make_shared<HostPool>();
 };
 
 // Shared by the CPU ops: argument checks that name the op. The message is built only when

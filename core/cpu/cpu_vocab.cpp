@@ -52,14 +52,19 @@ void CpuBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_
 void CpuBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
                         Tensor& index) {
   check_rows(logits, valid, value, index, "argmax");
-  std::vector<float> buf;
-  for (int64_t r = 0; r < logits.dim(0); ++r) {
-    const float* x = row_f32(logits, r, buf);
-    int64_t best = 0;
-    for (int64_t k = 1; k < valid; ++k)
-      if (x[k] > x[best]) best = k;  // strict: the lowest index wins ties
-    value.ptr<float>()[r] = valid > 0 ? x[best] : -INFINITY;
-    index.ptr<int32_t>()[r] = static_cast<int32_t>(vocab_offset + best);
+  const int64_t n = logits.dim(0);
+#pragma omp parallel if (n > 1)
+  {
+    std::vector<float> buf;
+#pragma omp for
+    for (int64_t r = 0; r < n; ++r) {
+      const float* x = row_f32(logits, r, buf);
+      int64_t best = 0;
+      for (int64_t k = 1; k < valid; ++k)
+        if (x[k] > x[best]) best = k;  // strict: the lowest index wins ties
+      value.ptr<float>()[r] = valid > 0 ? x[best] : -INFINITY;
+      index.ptr<int32_t>()[r] = static_cast<int32_t>(vocab_offset + best);
+    }
   }
 }
 
