@@ -35,7 +35,7 @@ Window continuation_window(size_t request, std::vector<int32_t> context, const s
   // The model sees the last max_len tokens of context + continuation minus its last token.
   const int64_t total = static_cast<int64_t>(context.size() + continuation.size());
   const int64_t drop = std::max<int64_t>(0, total - (max_len + 1));
-  Window w{request, {}, continuation};
+  Window w{request, {}, continuation, true};
   if (drop < static_cast<int64_t>(context.size())) w.context.assign(context.begin() + drop, context.end());
   else w.scored.erase(w.scored.begin(), w.scored.begin() + (drop - static_cast<int64_t>(context.size())));
   return w;
@@ -53,6 +53,7 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
     std::vector<int64_t> tok, pos, seg, tgt;
     std::vector<std::pair<size_t, size_t>> spans;  // window → its first scored position in the call
     size_t first = next;
+    bool want_greedy = false;
     while (next < windows.size()) {
       const Window& w = windows[next];
       const int64_t len = static_cast<int64_t>(w.context.size() + w.scored.size()) - 1;
@@ -62,6 +63,7 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
       std::vector<int32_t> all = w.context;
       all.insert(all.end(), w.scored.begin(), w.scored.end());
       spans.emplace_back(next, tok.size() + w.context.size() - 1);
+      want_greedy |= w.greedy;
       for (int64_t i = 0; i < len; ++i) {
         tok.push_back(all[static_cast<size_t>(i)]);
         pos.push_back(i);
@@ -72,7 +74,8 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
     }
     const int64_t p = static_cast<int64_t>(tok.size());
     auto [lp, greedy] = model_.score_packed(Tensor::from_ints({p}, tok), Tensor::from_ints({p}, pos),
-                                            Tensor::from_ints({p}, seg), Tensor::from_ints({p}, tgt, DType::i64));
+                                            Tensor::from_ints({p}, seg), Tensor::from_ints({p}, tgt, DType::i64),
+                                            want_greedy);
     ++calls_;
     const float* v = lp.ptr<float>();
     for (auto [wi, at] : spans) {
@@ -80,7 +83,7 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
       s.tokens = static_cast<int64_t>(windows[wi].scored.size());
       for (int64_t k = 0; k < s.tokens; ++k) {
         s.loglikelihood += v[at + k];
-        s.greedy = s.greedy && greedy[at + k];
+        s.greedy = s.greedy && (!windows[wi].greedy || greedy[at + k]);
       }
     }
     if (progress) progress(next);

@@ -17,11 +17,12 @@ namespace linnet::engine {
 struct Window {
   size_t request = 0;  // the caller's handle
   std::vector<int32_t> context, scored;
+  bool greedy = false;  // whether is_greedy is wanted (an argmax per scored token)
 };
 
 struct WindowScore {
   double loglikelihood = 0;  // Σ ln p over the scored tokens
-  bool greedy = true;        // every scored token was the argmax
+  bool greedy = true;        // every scored token was the argmax (when the window asked)
   int64_t tokens = 0;        // scored tokens
 };
 

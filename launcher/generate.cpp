@@ -181,7 +181,7 @@ int cmd_generate(const Args& args) {
   for (size_t i : out.mine())
     if (lines[i].error.empty())
       lengths.push_back(static_cast<int64_t>(prompts[i].request.prompt.size()) + prompts[i].request.params.max_new_tokens);
-  options.batch = pool_batch(config, options, ranks, kv_memory, lengths);
+  if (vm["batch"].defaulted()) options.batch = pool_batch(config, options, ranks, kv_memory, lengths);  // else as --batch says
   LoadedModel loaded = load_model(dir, options, ranks.backend(), ranks.shards(), ranks.sharing_memory());
   std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
   if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
@@ -205,7 +205,12 @@ int cmd_generate(const Args& args) {
       ++finished;
       continue;
     }
-    texts.emplace(i, StopText{tok->decoder(true), "", prompts[i].stop, false});
+    // The decoder reads the prompt first (its text discarded), so the completion's first
+    // token keeps the space a SentencePiece vocabulary drops at the start of a text.
+    StopText st{tok->decoder(true), "", prompts[i].stop, false};
+    for (int32_t t : prompts[i].request.prompt) st.decoder.push(t);
+    st.decoder.flush();
+    texts.emplace(i, std::move(st));
   }
   const engine::StopCheck stop = [&](size_t index, const std::vector<int32_t>& generated) {
     StopText& st = texts.at(index);

@@ -65,8 +65,10 @@ class Model {
                                          const std::vector<RowChoice>& choices);
   // log_probs_packed, and per token whether its target is the argmax of its logits
   // (lowest index on ties); both 0 where the target is negative.
+  // greedy false: the flags are left out (an argmax over the vocab per token saved).
   std::pair<Tensor, std::vector<uint8_t>> score_packed(const Tensor& tokens, const Tensor& positions,
-                                                       const Tensor& segments, const Tensor& targets);
+                                                       const Tensor& segments, const Tensor& targets,
+                                                       bool greedy = true);
 
   // Host copy of every layer's cache_k and cache_v, for tests of "state unchanged".
   std::vector<Tensor> cache_snapshot();

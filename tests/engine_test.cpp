@@ -117,7 +117,9 @@ TEST(Scheduler, RejectsWhatCanNeverFitAndBoundsEveryStep) {
     }
     EXPECT_LE(tokens, 16);
     if (prefilling) ++chunks;
-    if (prefilling && step > 1) EXPECT_TRUE(decoding) << "step " << step << ": a prefill chunk without the decoding row";
+    if (prefilling && step > 1) {
+      EXPECT_TRUE(decoding) << "step " << step << ": a prefill chunk without the decoding row";
+    }
     s.complete(rows, std::vector<int32_t>(rows.size(), 5), {}, {});
   }
   EXPECT_GE(chunks, 2);  // 30 prompt tokens in chunks of at most 16

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "model_fixtures.h"
 #include "mpi_run.h"
 
 using linnet::testing::linnet_run;
@@ -147,4 +148,54 @@ TEST(Eval, MalformedLinesAreNamed) {
   EXPECT_TRUE(out.at("ok").contains("loglikelihood"));
   EXPECT_TRUE(out.at("e").contains("error"));
   EXPECT_NE(out.at("2")["error"].get<std::string>().find("malformed JSON"), std::string::npos);
+}
+
+// stories15M (where it can be had): the same scores from one rank and from two, as two
+// shards of one replica and as two replicas.
+TEST(Eval, Stories15MScoresEqualAcrossRanks) {
+  LINNET_NEED_STORIES15M();
+  const fs::path ckpt = linnet::testing::stories15m_checkpoint(), d = fresh_dir("stories");
+  fs::copy_file(linnet::testing::stories15m_files().dir / "tokenizer.model", ckpt / "tokenizer.model",
+                fs::copy_options::skip_existing);
+  {
+    std::ofstream in(d / "in.jsonl");
+    const std::string story = "Once upon a time, there was a little girl named Lily. She loved to play outside. ";
+    for (int i = 0; i < 12; ++i) {
+      std::string text;
+      for (int k = 0; k <= i; ++k) text += story;  // up to ~300 tokens: several windows of 256
+      in << json{{"id", "doc" + std::to_string(i)}, {"text", text}}.dump() << "\n";
+      in << json{{"id", "mc" + std::to_string(i)}, {"context", story.substr(0, 20 + 4 * i)},
+                 {"continuation", {" ball", " dog", " park"}}}.dump() << "\n";
+    }
+  }
+  std::vector<std::string> a = {"eval", "--checkpoint", ckpt.string(), "--data", (d / "in.jsonl").string(),
+                                "--backend", "cpu"};
+  auto with_out = [&](const std::string& out, std::vector<std::string> more) {
+    std::vector<std::string> v = a;
+    v.insert(v.end(), {"--output", (d / out).string()});
+    v.insert(v.end(), more.begin(), more.end());
+    return v;
+  };
+  auto r = linnet_run(with_out("one.jsonl", {}));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  const auto one = results(d / "one.jsonl");
+  ASSERT_EQ(one.size(), 24u);
+  for (const char* tp : {"2", "1"}) {
+    r = linnet_run(with_out("two.jsonl", {"--tp", tp}), 180, 2);
+    if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    const auto two = results(d / "two.jsonl");
+    ASSERT_EQ(two.size(), one.size());
+    for (const auto& [id, want] : one) {
+      const json& got = two.at(id);
+      const json lw = want["loglikelihood"].is_array() ? want["loglikelihood"] : json::array({want["loglikelihood"]});
+      const json lg = got["loglikelihood"].is_array() ? got["loglikelihood"] : json::array({got["loglikelihood"]});
+      for (size_t k = 0; k < lw.size(); ++k)
+        expect_close(lg[k].get<double>(), lw[k].get<double>(), id + " --tp " + tp);
+      EXPECT_EQ(got["tokens"], want["tokens"]) << id;
+      if (want.contains("is_greedy")) {
+        EXPECT_EQ(got["is_greedy"], want["is_greedy"]) << id;
+      }
+    }
+  }
 }

@@ -16,7 +16,7 @@ namespace linnet {
 class HostPool : public std::enable_shared_from_this<HostPool> {
  public:
   static constexpr size_t kLarge = size_t{2} << 20;  // huge-page blocks; malloc reuses smaller ones
-  static constexpr size_t kMaxCached = size_t{1} << 30;
+  static constexpr size_t kMaxCached = size_t{256} << 20;  // beyond this, freed blocks go back
 
   // A tensor whose storage comes back here when its last view is gone.
   Tensor empty(const Shape& shape, DType dtype);
