@@ -1,5 +1,7 @@
 #include "core/backend.h"
 
+#include "core/cuda_module.h"
+
 #include <algorithm>
 #include <fstream>
 #include <limits>
@@ -30,12 +32,42 @@ int64_t host_memory_available() {
   return std::max<int64_t>(avail, 0);
 }
 
-#ifndef LINNET_HAVE_CUDA
-int cuda_device_count() { return 0; }
-std::unique_ptr<Backend> make_cuda_backend(int) {
-  throw Error("this linnet was built without CUDA (configure with LINNET_CUDA=ON on a machine with nvcc)");
+// ---- the CUDA backend, from its module (core/cuda_module.h) --------------------------------
+
+namespace {
+struct CudaProbe {
+  int devices = 0;
+  std::string why;  // why there is none
+};
+const CudaProbe& cuda_probe() {
+  static const CudaProbe p = [] {
+    CudaProbe r;
+    using Count = int (*)(std::string*);
+    auto count = reinterpret_cast<Count>(cuda_module_symbol("linnet_cuda_device_count"));
+    if (!count) {
+      r.why = cuda_module_error().empty() ? "the CUDA module has no linnet_cuda_device_count" : cuda_module_error();
+      return r;
+    }
+    r.devices = count(&r.why);
+    if (r.devices == 0 && r.why.empty()) r.why = "the CUDA runtime reports no device";
+    return r;
+  }();
+  return p;
 }
-#endif
+}  // namespace
+
+int cuda_device_count() { return cuda_probe().devices; }
+const std::string& cuda_status() { return cuda_probe().why; }
+
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  const int n = cuda_device_count();
+  if (n == 0) throw Error(str("cuda backend: no CUDA device is usable: ", cuda_status()));
+  if (device < 0 || device >= n)
+    throw Error(str("cuda backend: device ", device, " is not among the ", n, " visible CUDA devices"));
+  using Make = Backend* (*)(int);
+  auto make = reinterpret_cast<Make>(cuda_module_symbol("linnet_cuda_make_backend"));
+  return std::unique_ptr<Backend>(make(device));
+}
 
 DType backend_compute_dtype(const std::string& kind, DType weights) {
   if (kind == "cpu" || (kind == "auto" && cuda_device_count() == 0)) return DType::f32;  // widened at load
@@ -47,7 +79,7 @@ std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank) {
   if (kind == "cpu") return make_cpu_backend();
   if (kind == "cuda") {
     const int n = cuda_device_count();
-    if (n == 0) throw Error("--backend cuda: no CUDA device is visible");
+    if (n == 0) throw Error(str("--backend cuda: no CUDA device is usable: ", cuda_status()));
     return make_cuda_backend(local_rank % n);
   }
   if (kind == "auto") {

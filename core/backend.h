@@ -117,8 +117,10 @@ class Backend {
 std::unique_ptr<Backend> make_cpu_backend();
 // Host RAM free for a new allocation: MemAvailable, or less under a cgroup memory limit.
 int64_t host_memory_available();
-// Number of usable CUDA devices: 0 without a GPU or in a build without CUDA.
+// Number of usable CUDA devices: 0 without a GPU, without the CUDA module, or when the
+// CUDA runtime fails (a driver too old for it, say); cuda_status() then says which.
 int cuda_device_count();
+const std::string& cuda_status();  // "" with a device
 // The CUDA backend on the given device; throws linnet::Error without CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 // "cpu", "cuda", or "auto" (cuda when a GPU is found, else cpu).

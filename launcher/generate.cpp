@@ -2,6 +2,7 @@
 // cache (engine/), in input order, line by line (docs/usage.md).
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,8 +31,11 @@ struct Prompt {
   std::vector<std::string> stop;
 };
 
+// max_seq_fit > 0: max_new_tokens was not given anywhere, so it is at most what fits in
+// MaxSeq after the prompt (as vLLM does when max_tokens is left out).
 Prompt make_prompt(const InputLine& in, const std::string& where, const SamplingParams& defaults,
-                   const std::vector<std::string>& default_stop, const Tokenizer& tok, bool add_bos, int64_t vocab) {
+                   const std::vector<std::string>& default_stop, const Tokenizer& tok, bool add_bos, int64_t vocab,
+                   int64_t max_seq_fit) {
   const json& j = in.value;
   Prompt p;
   p.request.params = defaults;
@@ -55,6 +59,8 @@ Prompt make_prompt(const InputLine& in, const std::string& where, const Sampling
   }
   if (p.request.prompt.empty()) fail("the prompt has no tokens");
   SamplingParams& s = p.request.params;
+  if (max_seq_fit > 0 && !j.contains("max_new_tokens"))
+    s.max_new_tokens = std::max<int64_t>(1, std::min(s.max_new_tokens, max_seq_fit - static_cast<int64_t>(p.request.prompt.size())));
   if (j.contains("max_new_tokens")) {
     if (!j["max_new_tokens"].is_number_integer() || j["max_new_tokens"].get<int64_t>() < 1)
       fail(str("\"max_new_tokens\" must be a positive integer, got ", j["max_new_tokens"].dump()));
@@ -111,7 +117,8 @@ int cmd_generate(const Args& args) {
       ("checkpoint", po::value<std::string>()->required(), "Hugging Face checkpoint directory (with its tokenizer)")
       ("prompts", po::value<std::string>()->required(), "IN.jsonl: one {\"text\": …} or {\"tokens\": […]} per line")
       ("output", po::value<std::string>()->required(), "OUT.jsonl: one result per prompt, in input order")
-      ("max-new-tokens", po::value<int64_t>()->default_value(256), "tokens to generate at most, per prompt")
+      ("max-new-tokens", po::value<int64_t>()->default_value(256),
+       "tokens to generate at most, per prompt (unset: 256, or what fits in MaxSeq)")
       ("temperature", po::value<float>()->default_value(0), "0: greedy; > 0: sampling")
       ("top-k", po::value<int64_t>()->default_value(0), "sample among the k most likely tokens (0: all)")
       ("top-p", po::value<float>()->default_value(1), "sample within the smallest set of probability ≥ p (1: all)")
@@ -160,6 +167,8 @@ int cmd_generate(const Args& args) {
   const ModelConfig config = load_hf_config(dir);
   const auto tok = load_tokenizer(dir);
   const bool add_bos = add_bos_by_default(dir, *tok);
+  const bool max_new_given = !vm["max-new-tokens"].defaulted();
+  const int64_t max_seq = options.max_seq > 0 ? options.max_seq : config.max_position;
   auto lines = read_input_lines(in_path, {"id", "text", "tokens", "max_new_tokens", "temperature", "top_k", "top_p",
                                           "seed", "stop", "ignore_eos"});
   std::vector<Prompt> prompts(lines.size());
@@ -167,7 +176,7 @@ int cmd_generate(const Args& args) {
     if (!lines[i].error.empty()) continue;
     try {
       prompts[i] = make_prompt(lines[i], str(in_path, ":", lines[i].line), defaults, default_stop, *tok, add_bos,
-                               config.vocab);
+                               config.vocab, max_new_given ? 0 : max_seq);
       prompts[i].request.index = i;
     } catch (const Error& e) {
       lines[i].error = e.what();

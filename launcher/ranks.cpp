@@ -40,13 +40,10 @@ std::unique_ptr<Communicator> Ranks::make_shard_communicator(const MpiRuntime& r
     throw Error(str("LINNET_COMM='", choice, "': expected mpi or nccl"));
   const bool on_gpu = backend_->device() == Device::cuda;
   const bool distinct_gpus = on_gpu && rt.local_size() <= cuda_device_count();
-#ifdef LINNET_HAVE_NCCL
   if (on_gpu && (choice == "nccl" || (choice.empty() && distinct_gpus)))
-    return std::make_unique<NcclCommunicator>(mpi_->groups.shard_comm, backend_->device_index(),
-                                              static_cast<CUstream_st*>(backend_->stream_handle()), backend_.get());
-#endif
-  if (choice == "nccl") throw Error("LINNET_COMM=nccl needs the CUDA backend and a build with NCCL");
-  (void)distinct_gpus;
+    return make_nccl_communicator(mpi_->groups.shard_comm, backend_->device_index(), backend_->stream_handle(),
+                                  backend_.get());
+  if (choice == "nccl") throw Error("LINNET_COMM=nccl needs the CUDA backend");
   return std::make_unique<MpiCommunicator>(mpi_->groups.shard_comm, backend_.get());
 }
 #endif

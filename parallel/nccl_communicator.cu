@@ -112,5 +112,10 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   NCCL_COMM_CHECK(ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclInt8, root, nccl_, stream_));
 }
 
+extern "C" Communicator* linnet_cuda_make_nccl_communicator(MPI_Comm comm, int cuda_device, void* stream,
+                                                            Backend* backend) {
+  return new NcclCommunicator(comm, cuda_device, static_cast<CUstream_st*>(stream), backend);
+}
+
 }  // namespace linnet
 #endif

@@ -16,11 +16,23 @@
 // throws linnet::Error on every rank when any rank fails to set up NCCL. NCCL and CUDA errors
 // throw linnet::Error naming the call, file and line.
 //
-// This header needs no CUDA or NCCL headers; it declares the class only in builds with both
-// NCCL and MPI (LINNET_HAVE_NCCL, LINNET_HAVE_MPI).
+// This header needs no CUDA or NCCL headers. The class is compiled into the CUDA module
+// (core/cuda_module.h) when NCCL is found; the launcher makes one through
+// make_nccl_communicator, which asks the module.
 #pragma once
-#if defined(LINNET_HAVE_NCCL) && defined(LINNET_HAVE_MPI)
+#if defined(LINNET_HAVE_MPI)
+#include <memory>
+
 #include "parallel/mpi_communicator.h"
+
+namespace linnet {
+// A NcclCommunicator over `comm` (collective), from the CUDA module; throws linnet::Error
+// when the module is absent or was built without NCCL. `stream`: the backend's cudaStream_t.
+std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int cuda_device, void* stream, Backend* backend);
+}  // namespace linnet
+#endif
+
+#if defined(LINNET_HAVE_NCCL) && defined(LINNET_HAVE_MPI)
 
 struct ncclComm;     // ncclComm_t is ncclComm*
 struct CUstream_st;  // cudaStream_t is CUstream_st*

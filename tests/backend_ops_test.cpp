@@ -38,8 +38,8 @@ const std::vector<std::unique_ptr<Backend>>& device_backends() {
 
 #define NEED_DEVICE_BACKENDS(var)                                                            \
   const auto& var = device_backends();                                                            \
-  if (var.empty()) GTEST_SKIP() << "no CUDA device is visible: nothing to compare with the " \
-                                   "CPU backend (run scripts/gpu-check on a GPU machine)"
+  if (var.empty()) GTEST_SKIP() << "no CUDA device is visible: " << cuda_status()            \
+                                 << " (nothing to compare with the CPU backend; run scripts/gpu-check on a GPU machine)"
 
 std::vector<float> randn(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 g(seed);

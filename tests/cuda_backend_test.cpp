@@ -10,7 +10,7 @@
 using namespace linnet;
 
 #define NEED_GPU()                                                                    \
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible"
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible: " << cuda_status()
 
 TEST(Cuda, DeviceCountIsSafeWithoutGpu) {
   const int n = cuda_device_count();

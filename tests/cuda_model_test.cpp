@@ -70,7 +70,7 @@ void close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& 
 }  // namespace
 
 TEST(CudaModel, EntriesMatchTheCpuModel) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible: " << cuda_status();
   for (DType t : {DType::f32, DType::bf16}) {
     const double tol = t == DType::f32 ? 1e-4 : 2e-2;  // SPEC §6
     Pair p(t);

@@ -247,7 +247,7 @@ TEST(TensorParallel, BadInputOnOneCallEndsTheJobCleanly) {
 // same tokens; bf16: 2e-2 on the logits); then two ranks sharing the one GPU (MPI staging
 // device tensors through the host) equal one. Skipped without a GPU.
 TEST(CudaEntries, Stories15MEveryEntryOnCudaEqualsCpuAndTwoRanksOnOneGpu) {
-  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible";
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible: " << cuda_status();
   const fs::path ckpt = stories15m(), d = work_dir("cuda");
   if (ckpt.empty()) GTEST_SKIP() << linnet::testing::stories15m_files().why_not;
   write_inputs(d / "in.safetensors", 32000, 0);

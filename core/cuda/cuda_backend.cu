@@ -632,21 +632,20 @@ void CudaBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_
 
 }  // namespace cuda
 
-// ---- factories (declared in core/backend.h) ------------------------------------------------
-int cuda_device_count() {
+// ---- the module's entry points (core/cuda_module.h loads them) ------------------------------
+// The device count, or 0 with the CUDA error that stands in the way (a driver older than this
+// runtime, no device, …): the preflight reports it rather than skipping quietly.
+extern "C" int linnet_cuda_device_count(std::string* why) {
   int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // no driver or no device: clear the sticky-free error, report none
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = str("cudaGetDeviceCount: ", cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+    cudaGetLastError();  // clear it, so asking again gives the same answer
     return 0;
   }
   return n;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(int device) {
-  const int n = cuda_device_count();
-  if (device < 0 || device >= n)
-    throw Error(str("cuda backend: device ", device, " is not among the ", n, " visible CUDA devices"));
-  return std::make_unique<cuda::CudaBackend>(device);
-}
+extern "C" Backend* linnet_cuda_make_backend(int device) { return new cuda::CudaBackend(device); }
 
 }  // namespace linnet
