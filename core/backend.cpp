@@ -3,6 +3,7 @@
 #include "core/cuda_module.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -31,6 +32,22 @@ int64_t host_memory_available() {
   if (limit > 0) avail = std::min(avail, limit - read_number("/sys/fs/cgroup/memory.current", 0));
   return std::max<int64_t>(avail, 0);
 }
+
+namespace {
+class HostTimer final : public DeviceTimer {
+ public:
+  void start() override { t0_ = std::chrono::steady_clock::now(); }
+  void stop() override { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  double seconds() override { return total_; }
+  void reset() override { total_ = 0; }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+  double total_ = 0;
+};
+}  // namespace
+
+std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostTimer>(); }
 
 // ---- the CUDA backend, from its module (core/cuda_module.h) --------------------------------
 

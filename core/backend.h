@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -27,8 +28,20 @@ struct AttentionDims {
   int64_t head_dim = 0;
   int64_t max_seq = 0;
   int64_t page_size = 0;
+  int64_t span = 0;  // attention_cache: the call's longest position + 1 (0: not given)
   int64_t pages_per_row() const { return max_seq / page_size; }
   int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }
+};
+
+// Time spent by work the backend runs between start() and stop(), summed over the pairs:
+// on a device, events on its stream (nothing waits while timing); on the CPU, the clock.
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  virtual void start() = 0;
+  virtual void stop() = 0;
+  virtual double seconds() = 0;  // waits for the last stop; all pairs so far
+  virtual void reset() = 0;
 };
 
 class Backend {
@@ -43,6 +56,18 @@ class Backend {
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual Tensor upload(const Tensor& host) = 0;  // copy onto the device (may alias on cpu)
   virtual Tensor to_host(const Tensor& t) = 0;    // host copy; waits for pending work
+  // Several at once: one staged copy each way on a device (a decode step's control arrays go
+  // up in one transfer; its choices come back with one wait).
+  virtual std::vector<Tensor> upload_many(const std::vector<Tensor>& hosts) {
+    std::vector<Tensor> out;
+    for (const auto& h : hosts) out.push_back(upload(h));
+    return out;
+  }
+  virtual std::vector<Tensor> to_host_many(const std::vector<Tensor>& ts) {
+    std::vector<Tensor> out;
+    for (const auto& t : ts) out.push_back(to_host(t));
+    return out;
+  }
   // dst (on this device) = host (same dtype and element count): the way back for staged collectives.
   virtual void copy_from_host(const Tensor& host, Tensor& dst) {
     (void)host;
@@ -54,10 +79,17 @@ class Backend {
   // Bytes this device can still give (free host RAM under any cgroup limit; free GPU
   // memory plus this backend's cached blocks): the loader checks a model fits before it loads.
   virtual int64_t memory_available() const = 0;
+  // Gives cached free blocks back to the device (for a library that allocates on its own —
+  // NCCL at setup — and failed for want of memory the cache held).
+  virtual void release_cached_memory() {}
   // The device's stream (cudaStream_t) and index, for a device communicator ordered with
   // the compute; null / −1 on the CPU.
   virtual void* stream_handle() const { return nullptr; }
   virtual int device_index() const { return -1; }
+  // What identifies the device across the machines of a job (a GPU's UUID); "" on the CPU.
+  virtual std::string device_id() const { return ""; }
+  // A timer for this backend's work (the host clock where work is synchronous).
+  virtual std::unique_ptr<DeviceTimer> make_timer();
   // dst = src converted to dst's dtype (same element count).
   virtual void convert(const Tensor& src, Tensor& dst) = 0;
 

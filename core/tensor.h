@@ -43,6 +43,8 @@ class Tensor {
   static Tensor scalar_f32(float v) { return from_floats({}, {v}, DType::f32); }
 
   bool defined() const { return storage_ != nullptr; }
+  // The storage this view shares (for backends making views into one block).
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
   const Shape& shape() const { return shape_; }
   int64_t dim(size_t i) const { return shape_[i]; }
   size_t rank() const { return shape_.rank(); }

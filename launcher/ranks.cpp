@@ -15,6 +15,7 @@
 
 #include "checkpoint/safetensors.h"
 #include "core/cpu/blas_kernels.h"
+#include "parallel/comm_choice.h"
 #include "launcher/world.h"
 #ifdef LINNET_HAVE_MPI
 #include "parallel/mpi_communicator.h"
@@ -32,18 +33,22 @@ struct Ranks::Mpi {
 
 #ifdef LINNET_HAVE_MPI
 // NCCL between distinct GPUs; MPI otherwise: host tensors, or device tensors staged through
-// the host when ranks share a GPU (NCCL refuses that). LINNET_COMM=mpi|nccl overrides.
-std::unique_ptr<Communicator> Ranks::make_shard_communicator(const MpiRuntime& rt) {
+// the host when ranks share a GPU (NCCL refuses that). Every shard's device is gathered and
+// the choice made once for the group (parallel/comm_choice.h). LINNET_COMM=mpi|nccl forces.
+std::unique_ptr<Communicator> Ranks::make_shard_communicator(const MpiRuntime&) {
   const char* forced = std::getenv("LINNET_COMM");
-  const std::string choice = forced ? forced : "";
-  if (choice != "" && choice != "mpi" && choice != "nccl")
-    throw Error(str("LINNET_COMM='", choice, "': expected mpi or nccl"));
-  const bool on_gpu = backend_->device() == Device::cuda;
-  const bool distinct_gpus = on_gpu && rt.local_size() <= cuda_device_count();
-  if (on_gpu && (choice == "nccl" || (choice.empty() && distinct_gpus)))
+  std::string mine = backend_->device() == Device::cuda ? "cuda:" + backend_->device_id() : "cpu";
+  mine.resize(96, '\0');
+  int size = 0;
+  MPI_Comm_size(mpi_->groups.shard_comm, &size);
+  std::vector<char> all(static_cast<size_t>(size) * 96);
+  if (MPI_Allgather(mine.data(), 96, MPI_CHAR, all.data(), 96, MPI_CHAR, mpi_->groups.shard_comm) != MPI_SUCCESS)
+    throw Error("MPI_Allgather of the shards' devices failed");
+  std::vector<std::string> devices;
+  for (int r = 0; r < size; ++r) devices.emplace_back(all.data() + r * 96);
+  if (choose_shard_comm(devices, forced ? forced : "") == ShardComm::nccl)
     return make_nccl_communicator(mpi_->groups.shard_comm, backend_->device_index(), backend_->stream_handle(),
                                   backend_.get());
-  if (choice == "nccl") throw Error("LINNET_COMM=nccl needs the CUDA backend");
   return std::make_unique<MpiCommunicator>(mpi_->groups.shard_comm, backend_.get());
 }
 #endif

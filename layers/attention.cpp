@@ -13,8 +13,11 @@ void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DeviceP
   if (plan.any_write) be.kv_write(qkv, dims, plan.slots, mutable_cache_k(), mutable_cache_v());
   Tensor attn = be.empty({n, dims.q_heads * dims.head_dim}, x.dtype());
   if (plan.any_packed) be.attention_packed(qkv, dims, plan.run_start, attn);
-  if (plan.any_cache)
-    be.attention_cache(qkv, dims, plan.cache_row, plan.positions, plan.table, cache_k, cache_v, attn);
+  if (plan.any_cache) {
+    AttentionDims d = dims;
+    d.span = plan.span;  // splits sized by this call's longest context, not MaxSeq
+    be.attention_cache(qkv, d, plan.cache_row, plan.positions, plan.table, cache_k, cache_v, attn);
+  }
   o_proj.forward_partial(ctx, attn, out);
   ctx.comm.all_reduce_sum(out);  // row-parallel o_proj: sum the shards' partial products
 }

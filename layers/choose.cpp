@@ -32,7 +32,6 @@ std::vector<int32_t> Model::choose_rows(const Tensor& x, const std::vector<int32
   Tensor local = shard_logits(final_hidden(x, select), g_.t);  // rounded to T, as generate sees them
   Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
   be_.argmax(local, valid, offset, value, index);
-  Tensor hv = be_.to_host(value), hi = be_.to_host(index);
   std::vector<int64_t> filtered;  // rows with top-k or top-p
   for (int64_t i = 0; i < r; ++i) {
     const RowChoice& c = choices[static_cast<size_t>(i)];
@@ -41,11 +40,12 @@ std::vector<int32_t> Model::choose_rows(const Tensor& x, const std::vector<int32
       filtered.push_back(i);
       continue;
     }
-    Tensor row = local.rows(i, i + 1), v = be_.empty({1}, DType::f32), k = be_.empty({1}, DType::i32);
-    be_.gumbel_max(row, valid, offset, c.key0, c.key1, c.step, c.temperature, v, k);  // counter row 0
-    hv.ptr<float>()[i] = be_.to_host(v).ptr<float>()[0];
-    hi.ptr<int32_t>()[i] = be_.to_host(k).ptr<int32_t>()[0];
+    // Gumbel-max on the row alone (Philox counter row 0), into the row's own entries.
+    Tensor v = value.rows(i, i + 1), k = index.rows(i, i + 1);
+    be_.gumbel_max(local.rows(i, i + 1), valid, offset, c.key0, c.key1, c.step, c.temperature, v, k);
   }
+  auto back = be_.to_host_many({value, index});  // one wait for every row
+  Tensor &hv = back[0], &hi = back[1];
   comm_.max_with_index(hv, hi);  // every shard's best → the global best, lowest index on ties
   std::vector<int32_t> out(hi.ptr<int32_t>(), hi.ptr<int32_t>() + r);
   if (filtered.empty()) return out;

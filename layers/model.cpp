@@ -1,5 +1,6 @@
 #include "layers/model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 
@@ -120,15 +121,26 @@ Tensor Model::upload_ints(const std::vector<int32_t>& v) {
 Tensor Model::run(const TokenPlan& plan, const Tensor* table) {
   DevicePlan dp;
   dp.n = static_cast<int64_t>(plan.size());
-  dp.ids = upload_ints(plan.ids);
-  dp.positions = upload_ints(plan.positions);
-  dp.run_start = upload_ints(plan.run_start);
-  dp.cache_row = upload_ints(plan.cache_row);
-  dp.slots = upload_ints(plan.slots);
-  dp.table = table ? be_.upload(*table) : identity_table_;
+  // The plan's arrays (and the table) go to the device in one transfer.
+  auto host = [](const std::vector<int32_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i32);
+    if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * sizeof(int32_t));
+    return t;
+  };
+  std::vector<Tensor> up = {host(plan.ids), host(plan.positions), host(plan.run_start), host(plan.cache_row),
+                            host(plan.slots)};
+  if (table) up.push_back(table->dtype() == DType::i32 ? *table : table->to(DType::i32));
+  up = be_.upload_many(up);
+  dp.ids = up[0];
+  dp.positions = up[1];
+  dp.run_start = up[2];
+  dp.cache_row = up[3];
+  dp.slots = up[4];
+  dp.table = table ? up[5] : identity_table_;
   for (size_t i = 0; i < plan.size(); ++i) {
     dp.any_packed |= plan.run_start[i] >= 0;
     dp.any_cache |= plan.cache_row[i] >= 0;
+    if (plan.cache_row[i] >= 0) dp.span = std::max<int64_t>(dp.span, plan.positions[i] + 1);
     dp.any_write |= plan.slots[i] >= 0;
   }
   Tensor x = be_.empty({dp.n, g_.hidden}, act_);
@@ -191,7 +203,8 @@ std::vector<int32_t> Model::choose(const Tensor& x, const std::vector<int32_t>& 
     be_.gumbel_max(local, g_.vocab_valid(s), g_.vocab_begin(s), key0, key1, step, temperature, value, index);
   else
     be_.argmax(local, g_.vocab_valid(s), g_.vocab_begin(s), value, index);
-  Tensor hv = be_.to_host(value), hi = be_.to_host(index);
+  auto back = be_.to_host_many({value, index});  // one wait
+  Tensor &hv = back[0], &hi = back[1];
   comm_.max_with_index(hv, hi);  // each shard's best → the global best, lowest index on ties
   return {hi.ptr<int32_t>(), hi.ptr<int32_t>() + r};
 }

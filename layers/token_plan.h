@@ -31,6 +31,7 @@ struct DevicePlan {
   int64_t n = 0;
   Tensor ids, positions, run_start, cache_row, slots, table;
   bool any_packed = false, any_cache = false, any_write = false;
+  int64_t span = 0;  // the longest position a cache-attending token has, + 1
 };
 
 }  // namespace linnet

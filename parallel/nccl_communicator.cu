@@ -3,23 +3,19 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <thread>
+
 #include "parallel/nccl_communicator.h"
 
 namespace linnet {
 namespace {
 
-[[noreturn]] void nccl_error(ncclResult_t r, const char* call, const char* file, int line) {
-  throw Error(str(file, ":", line, ": ", call, " failed: ", ncclGetErrorString(r)));
-}
 [[noreturn]] void cuda_error(cudaError_t e, const char* call, const char* file, int line) {
   throw Error(str(file, ":", line, ": ", call, " failed: ", cudaGetErrorString(e)));
 }
 
-#define NCCL_COMM_CHECK(expr)                                            \
-  do {                                                                   \
-    const ncclResult_t nccl_r_ = (expr);                                 \
-    if (nccl_r_ != ncclSuccess) nccl_error(nccl_r_, #expr, __FILE__, __LINE__); \
-  } while (0)
 #define CUDA_COMM_CHECK(expr)                                            \
   do {                                                                   \
     const cudaError_t cuda_e_ = (expr);                                  \
@@ -41,35 +37,107 @@ bool on_device(const Tensor& t) { return t.device() == Device::cuda; }
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* stream, Backend* backend)
-    : mpi_(comm, backend), device_(cuda_device), stream_(stream) {
-  // Rank 0 makes the unique id; it and whether that worked reach every rank, so a failure
-  // there throws everywhere instead of leaving the others waiting.
-  struct {
-    int ok;
-    ncclUniqueId id;
-  } setup{};
-  if (mpi_.rank() == 0) setup.ok = ncclGetUniqueId(&setup.id) == ncclSuccess ? 1 : 0;
-  LINNET_MPI_CHECK(MPI_Bcast(&setup, sizeof setup, MPI_BYTE, 0, comm));
-  if (!setup.ok) throw Error("nccl: rank 0 could not make a NCCL unique id (ncclGetUniqueId)");
+namespace {
+// Seconds NCCL may take to set up (LINNET_NCCL_TIMEOUT, default 300): a peer that died never
+// answers, and a blocking init would wait for it for ever.
+double init_timeout() {
+  const char* v = std::getenv("LINNET_NCCL_TIMEOUT");
+  const double s = v ? std::atof(v) : 300.0;
+  return s > 0 ? s : 300.0;
+}
+}  // namespace
 
+// Polls a non-blocking communicator until its last call is done: an error (or the deadline,
+// during setup) aborts it and throws.
+void NcclCommunicator::wait(int code, const char* call, double timeout_s) {
+  ncclResult_t r = static_cast<ncclResult_t>(code);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int spins = 0; r == ncclInProgress; ++spins) {
+    if (failed_.load()) break;
+    if (timeout_s > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
+      ncclCommAbort(nccl_);
+      nccl_ = nullptr;
+      throw Error(str("nccl: ", call, " did not finish within ", timeout_s, " s (a rank gone?); aborted"));
+    }
+    // Collectives are usually queued within microseconds: spin first, then sleep.
+    if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    ncclCommGetAsyncError(nccl_, &r);
+  }
+  if (failed_.load()) throw Error(str("nccl: the communicator failed and was aborted: ", error_));
+  if (r != ncclSuccess) {
+    const std::string why = ncclGetErrorString(r);
+    ncclCommAbort(nccl_);
+    nccl_ = nullptr;
+    throw Error(str("nccl: ", call, " failed: ", why));
+  }
+}
+
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* stream, Backend* backend)
+    : mpi_(comm, backend), device_(cuda_device), stream_(stream), backend_(backend) {
   std::string failure;
-  try {
-    CUDA_COMM_CHECK(cudaSetDevice(device_));
-    NCCL_COMM_CHECK(ncclCommInitRank(&nccl_, mpi_.size(), setup.id, mpi_.rank()));
-  } catch (const Error& e) {
-    failure = e.what();
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    // Rank 0 makes the unique id; it and whether that worked reach every rank, so a failure
+    // there throws everywhere instead of leaving the others waiting.
+    struct {
+      int ok;
+      ncclUniqueId id;
+    } setup{};
+    if (mpi_.rank() == 0) setup.ok = ncclGetUniqueId(&setup.id) == ncclSuccess ? 1 : 0;
+    LINNET_MPI_CHECK(MPI_Bcast(&setup, sizeof setup, MPI_BYTE, 0, comm));
+    if (!setup.ok) throw Error("nccl: rank 0 could not make a NCCL unique id (ncclGetUniqueId)");
+    failure.clear();
+    try {
+      CUDA_COMM_CHECK(cudaSetDevice(device_));
+      // Non-blocking: the setup is polled against a deadline instead of waiting for ever.
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      ncclComm* c = nullptr;
+      const ncclResult_t r = ncclCommInitRankConfig(&c, mpi_.size(), setup.id, mpi_.rank(), &config);
+      nccl_ = c;
+      wait(r, "ncclCommInitRankConfig", init_timeout());
+    } catch (const Error& e) {
+      failure = e.what();
+    }
+    // Out of memory at setup while the backend's pool held free blocks: every rank gives its
+    // cache back and tries once more, with a fresh id.
+    const bool memory = failure.find("memory") != std::string::npos || failure.find("ystem error") != std::string::npos;
+    if (attempt == 0 && backend_ && !mpi_.all_ok(!memory)) {
+      backend_->release_cached_memory();
+      if (nccl_) ncclCommAbort(nccl_);
+      nccl_ = nullptr;
+      continue;
+    }
+    break;
   }
   if (!mpi_.all_ok(failure.empty())) {
-    if (nccl_) ncclCommDestroy(nccl_);
+    if (nccl_) ncclCommAbort(nccl_);
     nccl_ = nullptr;
     throw Error(failure.empty() ? std::string("nccl: another rank failed to set up NCCL")
                                 : str("nccl on GPU ", device_, ": ", failure));
   }
+  // The watchdog: an error NCCL meets later (a peer gone mid-collective) would leave the
+  // stream waiting for ever; it aborts the communicator, which ends the kernels, so the
+  // next wait on the stream fails and the job ends.
+  watchdog_ = std::thread([this] {
+    while (!stop_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      ncclComm* c = nccl_;
+      if (!c || stop_.load()) continue;
+      ncclResult_t r = ncclSuccess;
+      if (ncclCommGetAsyncError(c, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress) {
+        error_ = ncclGetErrorString(r);
+        failed_.store(true);
+        ncclCommAbort(c);
+        return;
+      }
+    }
+  });
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  if (nccl_) ncclCommDestroy(nccl_);
+  stop_.store(true);
+  if (watchdog_.joinable()) watchdog_.join();
+  if (nccl_ && !failed_.load()) ncclCommDestroy(nccl_);
 }
 
 void NcclCommunicator::all_reduce(Tensor& t, bool sum) {
@@ -82,8 +150,19 @@ void NcclCommunicator::all_reduce(Tensor& t, bool sum) {
   }
   if (t.numel() == 0) return;
   CUDA_COMM_CHECK(cudaSetDevice(device_));
-  NCCL_COMM_CHECK(ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()), nccl_type(t),
-                                sum ? ncclSum : ncclMax, nccl_, stream_));
+  // bf16 / f16 sums in f32, as the MPI path sums: NCCL's ring would round to 16 bits at every
+  // hop, and the result must not depend on which communicator was picked. A max is exact.
+  if (sum && (t.dtype() == DType::bf16 || t.dtype() == DType::f16) && backend_) {
+    Tensor wide = backend_->empty(t.shape(), DType::f32);
+    backend_->convert(t, wide);
+    wait(ncclAllReduce(wide.data(), wide.data(), static_cast<size_t>(wide.numel()), ncclFloat32, ncclSum, nccl_, stream_),
+         "ncclAllReduce");
+    backend_->convert(wide, t);
+    return;
+  }
+  wait(ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()), nccl_type(t), sum ? ncclSum : ncclMax, nccl_,
+                     stream_),
+       "ncclAllReduce");
 }
 
 void NcclCommunicator::all_reduce_sum(Tensor& t) { all_reduce(t, true); }
@@ -98,7 +177,7 @@ void NcclCommunicator::all_gather(const Tensor& local, Tensor& out) {
                local.describe(), " into ", out.describe(), " over ", size(), " ranks");
   if (local.numel() == 0) return;
   CUDA_COMM_CHECK(cudaSetDevice(device_));
-  NCCL_COMM_CHECK(ncclAllGather(local.data(), out.data(), local.nbytes(), ncclInt8, nccl_, stream_));
+  wait(ncclAllGather(local.data(), out.data(), local.nbytes(), ncclInt8, nccl_, stream_), "ncclAllGather");
 }
 
 void NcclCommunicator::broadcast(Tensor& t, int root) {
@@ -109,7 +188,7 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   if (root < 0 || root >= size()) throw Error(str("nccl broadcast from root ", root, " of ", size(), " ranks"));
   if (t.numel() == 0) return;
   CUDA_COMM_CHECK(cudaSetDevice(device_));
-  NCCL_COMM_CHECK(ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclInt8, root, nccl_, stream_));
+  wait(ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclInt8, root, nccl_, stream_), "ncclBroadcast");
 }
 
 extern "C" Communicator* linnet_cuda_make_nccl_communicator(MPI_Comm comm, int cuda_device, void* stream,

@@ -1,7 +1,11 @@
 // NcclCommunicator: the Communicator for ranks on distinct GPUs (SPEC §7, docs/parallel.md).
 //
-// - Device tensors: ncclAllReduce (sum, max; f32, bf16, f16, i32, i64 reduced in their own
-//   dtype), ncclAllGather and ncclBroadcast (raw bytes, any dtype), enqueued on `stream`.
+// - Device tensors: ncclAllReduce (sum in f32 for bf16/f16 — as the MPI path — else in the
+//   tensor's dtype; max in its own), ncclAllGather and ncclBroadcast (raw bytes, any dtype),
+//   enqueued on `stream`.
+// - Setup is non-blocking with a deadline (LINNET_NCCL_TIMEOUT, default 300 s) and aborts on
+//   failure; a watchdog thread aborts the communicator on an asynchronous NCCL error, so a
+//   peer lost mid-run ends this rank instead of hanging it.
 // - Host tensors, max_with_index, all_ok and barrier go through an inner MpiCommunicator over
 //   the same MPI communicator (device tensors given to max_with_index are staged through
 //   `backend`, whose to_host waits for the stream).
@@ -60,11 +64,17 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void all_reduce(Tensor& t, bool sum);
+  // r is an ncclResult_t (int-compatible enum): polls the non-blocking communicator.
+  void wait(int r, const char* call, double timeout_s = 0);
 
   MpiCommunicator mpi_;
   int device_;
   CUstream_st* stream_;
-  ncclComm* nccl_ = nullptr;
+  Backend* backend_;
+  std::atomic<ncclComm*> nccl_{nullptr};  // read by the watchdog too
+  std::thread watchdog_;
+  std::atomic<bool> stop_{false}, failed_{false};
+  std::string error_;  // what the watchdog saw (set before failed_)
 };
 
 }  // namespace linnet

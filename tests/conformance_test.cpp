@@ -58,12 +58,23 @@ Inputs greedy_inputs(const SafetensorsFile& g) {
 
 }  // namespace
 
+// LINNET_TEST_BACKEND=cuda runs the fixtures on the CUDA backend (scripts/gpu-check does);
+// default cpu. A backend that cannot be had skips the tests with its reason.
+std::string test_backend() {
+  const char* b = std::getenv("LINNET_TEST_BACKEND");
+  return b ? b : "cpu";
+}
+#define NEED_TEST_BACKEND()                                                                             \
+  if (test_backend() == "cuda" && cuda_device_count() == 0)                                             \
+  GTEST_SKIP() << "LINNET_TEST_BACKEND=cuda, but no CUDA device is visible: " << cuda_status()
+
 class Conformance : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Conformance, OneRankMatchesTransformers) {
   const fs::path dir = kGolden / GetParam();
+  NEED_TEST_BACKEND();
   SafetensorsFile g((dir / "golden.safetensors").string());
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(test_backend());
   SingleCommunicator comm;
   RunOptions o;
   o.batch = g.info("greedy_prompt").shape[0];
@@ -84,11 +95,12 @@ TEST_P(Conformance, OneRankMatchesTransformers) {
   m.model->prefill(in.head, 0);
   const int64_t steps = g.info("greedy_tokens").shape[1];
   expect_greedy(m.model->generate(in.last, in.last_pos, steps), g, bf16 ? 0.05 : 1e-3, GetParam());
-  std::printf("conformance %-12s forward %.2e  log_probs %.2e  loss %.2e  hidden %.2e  (bound %.0e)\n",
-              GetParam().c_str(), e_fwd, e_lp, e_loss, e_hidden, bound);
+  std::printf("conformance %-12s %s forward %.2e  log_probs %.2e  loss %.2e  hidden %.2e  (bound %.0e)\n",
+              GetParam().c_str(), backend->name().c_str(), e_fwd, e_lp, e_loss, e_hidden, bound);
 }
 
 TEST_P(Conformance, TwoRanksMatchTransformers) {
+  NEED_TEST_BACKEND();
   const fs::path dir = kGolden / GetParam();
   const fs::path work = fs::temp_directory_path() / ("linnet_conformance_" + GetParam());
   fs::create_directories(work);
@@ -115,7 +127,7 @@ TEST_P(Conformance, TwoRanksMatchTransformers) {
   const auto r = mpi_run(2, LINNET_BINARY,
                          {"run", "--checkpoint", dir.string(), "--calls", (work / "calls.json").string(), "--inputs",
                           (work / "in.safetensors").string(), "--outputs", (work / "out.safetensors").string(),
-                          "--backend", "cpu", "--batch", std::to_string(in.head.dim(0))},
+                          "--backend", test_backend(), "--batch", std::to_string(in.head.dim(0))},
                          120);
   if (r.exit_code == 127 || r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "core/error.h"
+#include "parallel/comm_choice.h"
 #include "tests/mpi_run.h"
 
 namespace {
@@ -97,3 +99,29 @@ TEST(MpiRun, AHangIsKilledAtTheTimeoutWithEveryRank) {
 }
 
 }  // namespace
+
+// One communicator for the whole group, from every shard's device (not from per-node counts).
+TEST(ShardComm, ChosenOnceFromEveryShardsDevice) {
+  using linnet::ShardComm;
+  using linnet::choose_shard_comm;
+  EXPECT_EQ(choose_shard_comm({"cpu", "cpu"}, ""), ShardComm::mpi);
+  EXPECT_EQ(choose_shard_comm({"cuda:GPU-a", "cuda:GPU-b"}, ""), ShardComm::nccl);
+  // Per-rank CUDA_VISIBLE_DEVICES makes every rank's device 0, yet the GPUs are distinct.
+  EXPECT_EQ(choose_shard_comm({"cuda:GPU-a", "cuda:GPU-b", "cuda:GPU-c", "cuda:GPU-d"}, ""), ShardComm::nccl);
+  EXPECT_EQ(choose_shard_comm({"cuda:GPU-a", "cuda:GPU-a"}, ""), ShardComm::mpi);  // two ranks on one GPU
+  EXPECT_EQ(choose_shard_comm({"cuda:GPU-a", "cuda:GPU-b", "cuda:GPU-a"}, ""), ShardComm::mpi);
+  EXPECT_EQ(choose_shard_comm({"cuda:GPU-a", "cuda:GPU-b"}, "mpi"), ShardComm::mpi);
+  auto error = [](const std::vector<std::string>& d, const std::string& f) {
+    try {
+      choose_shard_comm(d, f);
+    } catch (const linnet::Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  EXPECT_NE(error({"cuda:GPU-a", "cpu"}, "").find("different backends (rank 0: cuda:GPU-a, rank 1: cpu)"),
+            std::string::npos);
+  EXPECT_NE(error({"cuda:GPU-a", "cuda:GPU-a"}, "nccl").find("ranks 0 and 1 share GPU"), std::string::npos);
+  EXPECT_NE(error({"cpu"}, "nccl").find("needs the CUDA backend"), std::string::npos);
+  EXPECT_NE(error({"cpu"}, "gloo").find("expected mpi or nccl"), std::string::npos);
+}

@@ -130,9 +130,12 @@ namespace {
 
 int dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
 
-void need(bool ok, const char* op, const std::string& what) {
-  if (!ok) throw Error(str("cuda ", op, ": ", what));
-}
+[[noreturn]] void need_failed(const char* op, const std::string& what) { throw Error(str("cuda ", op, ": ", what)); }
+// The message is built only when the check fails: a decode step runs hundreds of checks.
+#define need(ok, op, what)                   \
+  do {                                       \
+    if (!(ok)) need_failed((op), (what));    \
+  } while (0)
 
 void on_device(const char* op, const char* name, const Tensor& t) {
   need(t.defined(), op, str(name, " is undefined"));
@@ -229,6 +232,8 @@ CudaBackend::~CudaBackend() {
   if (cublas_) cublasDestroy(cublas_);
   if (cublas_workspace_) cudaFree(cublas_workspace_);
   if (stream_) cudaStreamDestroy(stream_);
+  if (staging_done_) cudaEventDestroy(staging_done_);
+  if (staging_) cudaFreeHost(staging_);
   cudaGetLastError();
   // pool_ lives on while tensors hold blocks of it.
 }
@@ -236,6 +241,19 @@ CudaBackend::~CudaBackend() {
 void CudaBackend::activate() const { LINNET_CUDA_CHECK(cudaSetDevice(device_)); }
 
 std::string CudaBackend::name() const { return str("cuda:", device_); }
+
+std::string CudaBackend::device_id() const {
+  cudaDeviceProp prop{};
+  LINNET_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+  static const char* hex = "0123456789abcdef";
+  std::string id = "GPU-";
+  for (int i = 0; i < 16; ++i) {
+    const auto b = static_cast<unsigned char>(prop.uuid.bytes[i]);
+    id += hex[b >> 4];
+    id += hex[b & 15];
+  }
+  return id;
+}
 
 int64_t CudaBackend::memory_available() const {
   activate();
@@ -294,11 +312,124 @@ Tensor CudaBackend::to_host(const Tensor& t) {
   return h;
 }
 
+char* CudaBackend::staging(size_t bytes) {
+  activate();
+  if (staging_done_ == nullptr) LINNET_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_, cudaEventDisableTiming));
+  LINNET_CUDA_CHECK(cudaEventSynchronize(staging_done_));  // the last staged copy is done with it
+  if (bytes > staging_bytes_) {
+    if (staging_) LINNET_CUDA_CHECK(cudaFreeHost(staging_));
+    staging_bytes_ = std::max(bytes, size_t{1} << 16) * 2;
+    LINNET_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&staging_), staging_bytes_, cudaHostAllocDefault));
+  }
+  return staging_;
+}
+
+namespace {
+size_t aligned_bytes(size_t n) { return (n + 255) / 256 * 256; }  // each piece 256-byte aligned
+}  // namespace
+
+std::vector<Tensor> CudaBackend::upload_many(const std::vector<Tensor>& hosts) {
+  size_t total = 0;
+  for (const auto& h : hosts) {
+    need(h.defined() && h.device() == Device::cpu, "upload_many", "tensors must be host tensors");
+    total += aligned_bytes(h.nbytes());
+  }
+  if (total == 0) return Backend::upload_many(hosts);
+  char* stage = staging(total);
+  // One device block, one copy: each tensor a view at its offset.
+  Tensor block = empty({static_cast<int64_t>(total / 4)}, DType::f32);
+  size_t at = 0;
+  for (const auto& h : hosts) {
+    std::memcpy(stage + at, h.data(), h.nbytes());
+    at += aligned_bytes(h.nbytes());
+  }
+  LINNET_CUDA_CHECK(cudaMemcpyAsync(block.data(), stage, total, cudaMemcpyHostToDevice, stream_));
+  LINNET_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
+  std::vector<Tensor> out;
+  at = 0;
+  for (const auto& h : hosts) {
+    out.push_back(Tensor(block.storage(), at, h.shape(), h.dtype()));
+    at += aligned_bytes(h.nbytes());
+  }
+  return out;
+}
+
+std::vector<Tensor> CudaBackend::to_host_many(const std::vector<Tensor>& ts) {
+  size_t total = 0;
+  for (const auto& t : ts) {
+    need(t.defined() && t.device() == Device::cuda, "to_host_many", "tensors must be device tensors");
+    total += aligned_bytes(t.nbytes());
+  }
+  char* stage = staging(total);
+  size_t at = 0;
+  for (const auto& t : ts) {
+    if (t.nbytes() > 0)
+      LINNET_CUDA_CHECK(cudaMemcpyAsync(stage + at, t.data(), t.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    at += aligned_bytes(t.nbytes());
+  }
+  LINNET_CUDA_CHECK(cudaEventRecord(staging_done_, stream_));
+  LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the one wait
+  std::vector<Tensor> out;
+  at = 0;
+  for (const auto& t : ts) {
+    Tensor h = Tensor::empty(t.shape(), t.dtype());
+    std::memcpy(h.data(), stage + at, t.nbytes());
+    out.push_back(std::move(h));
+    at += aligned_bytes(t.nbytes());
+  }
+  return out;
+}
+
 void CudaBackend::fill_zero(Tensor& t) {
   on_device("fill_zero", "t", t);
   activate();
   if (t.nbytes() > 0) LINNET_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_));
 }
+
+void CudaBackend::release_cached_memory() { pool_->free_cached(); }
+
+namespace {
+// Event pairs on the backend's stream; seconds() waits for the last and sums them.
+class EventTimer final : public DeviceTimer {
+ public:
+  EventTimer(int device, cudaStream_t s) : device_(device), stream_(s) {}
+  ~EventTimer() override { reset(); }
+  void start() override { pairs_.push_back({record(), nullptr}); }
+  void stop() override { pairs_.back().second = record(); }
+  double seconds() override {
+    double total = 0;
+    for (auto [a, b] : pairs_) {
+      if (!b) continue;
+      LINNET_CUDA_CHECK(cudaEventSynchronize(b));
+      float ms = 0;
+      LINNET_CUDA_CHECK(cudaEventElapsedTime(&ms, a, b));
+      total += ms / 1e3;
+    }
+    return total;
+  }
+  void reset() override {
+    for (auto [a, b] : pairs_) {
+      cudaEventDestroy(a);
+      if (b) cudaEventDestroy(b);
+    }
+    pairs_.clear();
+  }
+
+ private:
+  cudaEvent_t record() {
+    LINNET_CUDA_CHECK(cudaSetDevice(device_));
+    cudaEvent_t e = nullptr;
+    LINNET_CUDA_CHECK(cudaEventCreate(&e));
+    LINNET_CUDA_CHECK(cudaEventRecord(e, stream_));
+    return e;
+  }
+  int device_;
+  cudaStream_t stream_;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pairs_;
+};
+}  // namespace
+
+std::unique_ptr<DeviceTimer> CudaBackend::make_timer() { return std::make_unique<EventTimer>(device_, stream_); }
 
 void CudaBackend::synchronize() {
   activate();
@@ -379,12 +510,18 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     if (!bias) LINNET_CUDA_CHECK(cudaMemsetAsync(og.data(), 0, og.nbytes(), stream_));
   } else {
     // Row-major out[N, Out] is column-major outᵀ (Out × N) = wᵀ-as-stored (Out × In) · xᵀ.
-    LINNET_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(Out),
-                                     static_cast<int>(N), static_cast<int>(In), &alpha, wg.data(),
-                                     cuda_type(g), static_cast<int>(In), xg.data(), cuda_type(g),
-                                     static_cast<int>(In), &beta, og.data(), cuda_type(og.dtype()),
-                                     static_cast<int>(Out), CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
+    auto gemm = [&] {
+      return cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(Out), static_cast<int>(N),
+                          static_cast<int>(In), &alpha, wg.data(), cuda_type(g), static_cast<int>(In), xg.data(),
+                          cuda_type(g), static_cast<int>(In), &beta, og.data(), cuda_type(og.dtype()),
+                          static_cast<int>(Out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    cublasStatus_t st = gemm();
+    if (st == CUBLAS_STATUS_ALLOC_FAILED) {  // cuBLAS allocates outside the pool: give it the cache
+      pool_->free_cached();
+      st = gemm();
+    }
+    LINNET_CUBLAS_CHECK(st);
   }
   if (!direct) convert(og, out);
 }
@@ -520,9 +657,10 @@ void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, 
   activate();
   if (N == 0) return;
   const cuda::AttnGeom g = geom(dims, cache_k.dim(0));
-  // The splits must cover every position the table reaches (0 … Pages·page_size − 1), which is
-  // more than max_seq when the table is wider than a cache row.
-  const int64_t span = std::max(dims.max_seq, table.dim(1) * dims.page_size);
+  // The splits cover the positions this call reaches (dims.span: its longest position + 1),
+  // else every position the table reaches (0 … Pages·page_size − 1): at batch 1, context 8K
+  // and MaxSeq 131072, splits sized by MaxSeq would leave all but a few blocks idle.
+  const int64_t span = dims.span > 0 ? dims.span : std::max(dims.max_seq, table.dim(1) * dims.page_size);
   int split_len = 0;
   const int splits = cuda::attention_cache_splits(N, g, span, &split_len);
   Tensor ws = empty({cuda::attention_cache_workspace(N, g, splits)}, DType::f32);

@@ -57,11 +57,15 @@ class CudaBackend final : public Backend {
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;
   Tensor to_host(const Tensor& t) override;
+  std::vector<Tensor> upload_many(const std::vector<Tensor>& hosts) override;
+  std::vector<Tensor> to_host_many(const std::vector<Tensor>& ts) override;
   void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
   void synchronize() override;
   int64_t memory_available() const override;
+  void release_cached_memory() override;
   void convert(const Tensor& src, Tensor& dst) override;
+  std::unique_ptr<DeviceTimer> make_timer() override;
 
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
@@ -93,10 +97,14 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   void* stream_handle() const override { return stream_; }
   int device_index() const override { return device_; }
+  std::string device_id() const override;
   const MemoryPool& pool() const { return *pool_; }
 
  private:
   void activate() const;  // makes this backend's device current on the calling thread
+  // A pinned host buffer of at least `bytes` for staged copies; waits until the copy that
+  // last read or wrote it is done.
+  char* staging(size_t bytes);
 
   int device_;
   cudaStream_t stream_ = nullptr;
@@ -104,6 +112,9 @@ class CudaBackend final : public Backend {
   void* cublas_workspace_ = nullptr;
   size_t cublas_workspace_bytes_ = 0;
   std::shared_ptr<MemoryPool> pool_;
+  char* staging_ = nullptr;  // pinned (cudaHostAlloc)
+  size_t staging_bytes_ = 0;
+  cudaEvent_t staging_done_ = nullptr;
 };
 
 }  // namespace linnet::cuda
