@@ -76,6 +76,14 @@ const CudaProbe& cuda_probe() {
 int cuda_device_count() { return cuda_probe().devices; }
 const std::string& cuda_status() { return cuda_probe().why; }
 
+std::string cuda_device_description(int device) {
+  using Describe = void (*)(int, std::string*);
+  auto describe = reinterpret_cast<Describe>(cuda_module_symbol("linnet_cuda_describe"));
+  std::string out;
+  if (describe && device >= 0 && device < cuda_device_count()) describe(device, &out);
+  return out;
+}
+
 std::unique_ptr<Backend> make_cuda_backend(int device) {
   const int n = cuda_device_count();
   if (n == 0) throw Error(str("cuda backend: no CUDA device is usable: ", cuda_status()));

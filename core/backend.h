@@ -153,6 +153,8 @@ int64_t host_memory_available();
 // CUDA runtime fails (a driver too old for it, say); cuda_status() then says which.
 int cuda_device_count();
 const std::string& cuda_status();  // "" with a device
+// One line about CUDA device i (name, architecture, memory, UUID, driver and runtime).
+std::string cuda_device_description(int device);
 // The CUDA backend on the given device; throws linnet::Error without CUDA.
 std::unique_ptr<Backend> make_cuda_backend(int device);
 // "cpu", "cuda", or "auto" (cuda when a GPU is found, else cpu).

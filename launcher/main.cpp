@@ -48,6 +48,7 @@ int launcher_rank() {
 const std::vector<Subcommand>& subcommands() {
   using namespace linnet::cli;
   static const std::vector<Subcommand> table = {
+      {"devices", "the CPU backend's kernels and threads, the CUDA devices (or why none); exit 1 without a GPU", cmd_devices},
       {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
       {"init", "write a random-weight Hugging Face checkpoint", cmd_init},
       {"import-llama2c", "convert a llama2.c checkpoint to a Hugging Face checkpoint", cmd_import_llama2c},

@@ -100,7 +100,7 @@ inline const Stories15M& stories15m_files() {
       std::ifstream in(failed);
       return Stories15M{{}, std::string(std::istreambuf_iterator<char>(in), {})};
     }
-    const std::string cmd = "bash '" LINNET_SOURCE_DIR "/scripts/fetch-stories15M' '" + (cache / "stories15M").string() +
+    const std::string cmd = "bash '" + std::string(LINNET_SOURCE_DIR) + "/scripts/fetch-stories15M' '" + (cache / "stories15M").string() +
                             "' 2>'" + failed.string() + ".err'";
     std::string out;
     if (FILE* p = ::popen(cmd.c_str(), "r")) {

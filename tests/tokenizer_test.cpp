@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kFixtures = LINNET_SOURCE_DIR "/tests/fixtures/tokenizers";
+const std::string kFixtures = std::string(LINNET_SOURCE_DIR) + "/tests/fixtures/tokenizers";
 // stories15M's tokenizer files, wherever scripts/fetch-stories15M finds them (model_fixtures.h).
 std::string stories() { return linnet::testing::stories15m_files().dir.string(); }
 

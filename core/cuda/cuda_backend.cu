@@ -786,4 +786,28 @@ extern "C" int linnet_cuda_device_count(std::string* why) {
 
 extern "C" Backend* linnet_cuda_make_backend(int device) { return new cuda::CudaBackend(device); }
 
+// "NVIDIA H200, sm_90, 139.8 GiB, GPU-…; driver 13.0, runtime 13.0" for `linnet devices`.
+extern "C" void linnet_cuda_describe(int device, std::string* out) {
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, device) != cudaSuccess) {
+    cudaGetLastError();
+    *out = str("device ", device, ": cannot read its properties");
+    return;
+  }
+  std::string uuid;
+  static const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    const auto b = static_cast<unsigned char>(p.uuid.bytes[i]);
+    uuid += hex[b >> 4];
+    uuid += hex[b & 15];
+  }
+  char mem[32];
+  std::snprintf(mem, sizeof mem, "%.1f GiB", static_cast<double>(p.totalGlobalMem) / (1 << 30));
+  *out = str(p.name, ", sm_", p.major, p.minor, ", ", mem, ", ", p.multiProcessorCount, " SMs, GPU-", uuid, "; driver ",
+             driver / 1000, ".", driver % 1000 / 10, ", runtime ", runtime / 1000, ".", runtime % 1000 / 10);
+}
+
 }  // namespace linnet
