@@ -126,6 +126,10 @@ void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, cons
     cpu_expect(row[t] < table.dim(0) && pos[t] >= 0 && pos[t] / d.page_size < pages,
                "attention_cache", str("token ", t, " (row ", row[t], ", position ", pos[t],
                                       ") is outside the table ", table.describe()));
+    // The span a device backend sizes its splits by must cover every token (checked here,
+    // where every cache entry of the tests runs).
+    cpu_expect(d.span == 0 || pos[t] < d.span, "attention_cache",
+               str("token ", t, " at position ", pos[t], " is past the call's span ", d.span));
     for (int64_t p = 0; p <= pos[t] / d.page_size; ++p) {
       const int32_t page = tab[row[t] * pages + p];
       cpu_expect(page >= 0 && page < cache_rows * d.pages_per_row(), "attention_cache",
