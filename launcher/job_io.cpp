@@ -101,13 +101,6 @@ std::vector<std::string> part_files(const std::string& path) {
   return out;
 }
 
-void append_file(const std::string& from, std::FILE* to) {
-  std::ifstream in(from, std::ios::binary);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) std::fprintf(to, "%s\n", line.c_str());
-}
-
 // A run killed while writing leaves a last line without its newline: that line is cut off
 // (its input runs again), so that what --resume appends starts on a line of its own.
 void drop_partial_line(const std::string& path) {
@@ -129,21 +122,45 @@ std::FILE* open_or_throw(const std::string& path, const char* mode) {
 }
 }  // namespace
 
+// The finished lines a file holds (a last line cut off by a kill, or one that is not JSON,
+// does not count), by id.
+static std::map<std::string, std::string> finished_lines(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = 0; at < text.size();) {
+    const size_t eol = text.find('\n', at);
+    if (eol == std::string::npos) break;  // no newline: a line a kill cut off
+    const std::string line = text.substr(at, eol - at);
+    at = eol + 1;
+    if (line.empty()) continue;
+    try {
+      const json j = json::parse(line);
+      if (j.is_object() && j.contains("id")) out.emplace(j["id"].dump(), line);
+    } catch (const json::exception&) {
+    }
+  }
+  return out;
+}
+
 JobOutput::JobOutput(const std::string& path, bool resume, Ranks& ranks, const std::vector<InputLine>& lines)
-    : path_(path), part_(part_path(path, ranks.replica())), ranks_(ranks) {
+    : path_(path), part_(part_path(path, ranks.replica())), ranks_(ranks), resume_(resume) {
   const int replicas = ranks.replicas();
   writer_ = ranks.shards().rank() == 0;
-  // World rank 0 prepares OUT: kept (with a killed run's parts folded in) or started afresh.
+  for (const auto& l : lines) order_.push_back(l.id.dump());
+  // World rank 0 starts OUT afresh, or (resume) leaves OUT and any parts a killed run left:
+  // their finished lines are gathered into OUT, in input order, when this run finishes.
   std::string problem;
   if (ranks.world_rank() == 0) {
     try {
-      if (resume) drop_partial_line(path);
-      std::FILE* f = open_or_throw(path, resume ? "a" : "w");
-      for (const auto& p : part_files(path)) {
-        if (resume) append_file(p, f);
-        fs::remove(p);
+      if (!resume) {
+        std::fclose(open_or_throw(path, "w"));
+        for (const auto& p : part_files(path)) fs::remove(p);
+      } else {
+        drop_partial_line(path);
+        for (const auto& p : part_files(path)) drop_partial_line(p);  // parts are appended to
+        std::fclose(open_or_throw(path, "a"));
       }
-      std::fclose(f);
     } catch (const Error& e) {
       problem = e.what();
     }
@@ -152,17 +169,9 @@ JobOutput::JobOutput(const std::string& path, bool resume, Ranks& ranks, const s
   if (!problem.empty()) throw Error(problem);
   std::set<std::string> done;
   if (resume) {
-    std::ifstream in(path);
-    std::string line;
-    for (size_t n = 1; std::getline(in, line); ++n) {
-      if (line.empty()) continue;
-      try {
-        const json j = json::parse(line);
-        if (j.is_object() && j.contains("id")) done.insert(j["id"].dump());
-      } catch (const json::exception&) {
-        spdlog::warn("{}:{}: not a JSON line (a run killed while writing it?); its input will run again", path, n);
-      }
-    }
+    for (const auto& [id, line] : finished_lines(path)) done.insert(id);
+    for (const auto& p : part_files(path))
+      for (const auto& [id, line] : finished_lines(p)) done.insert(id);
   }
   done_before_ = done;
   size_t k = 0;
@@ -173,7 +182,9 @@ JobOutput::JobOutput(const std::string& path, bool resume, Ranks& ranks, const s
     }
     if (static_cast<int>(k++ % static_cast<size_t>(replicas)) == ranks.replica()) mine_.push_back(i);
   }
-  if (writer_) file_ = open_or_throw(replicas == 1 ? path : part_, replicas == 1 ? "a" : "w");
+  // One replica writes OUT itself; several write parts (appended: a part of a killed run keeps
+  // its lines), merged at the end.
+  if (writer_) file_ = open_or_throw(replicas == 1 ? path : part_, "a");
 }
 
 JobOutput::~JobOutput() {
@@ -202,20 +213,19 @@ void JobOutput::finish() {
   if (file_) std::fclose(file_);
   file_ = nullptr;
   ranks_.world_barrier();
-  const int replicas = ranks_.replicas();
-  if (replicas == 1 || ranks_.world_rank() != 0) return;
-  // Line k of the work went to replica k mod R: read the parts round-robin.
-  std::vector<std::ifstream> parts;
-  for (int r = 0; r < replicas; ++r) parts.emplace_back(part_path(path_, r));
-  std::FILE* out = open_or_throw(path_, "a");
-  std::string line;
-  for (size_t k = 0;; ++k) {
-    std::ifstream& in = parts[k % static_cast<size_t>(replicas)];
-    if (!std::getline(in, line)) break;
-    std::fprintf(out, "%s\n", line.c_str());
-  }
-  std::fclose(out);
-  for (int r = 0; r < replicas; ++r) fs::remove(part_path(path_, r));
+  const auto parts = part_files(path_);
+  if (ranks_.world_rank() != 0 || (parts.empty() && !resume_)) return;
+  // OUT, every part, this run's and a killed run's: each id once, in input order, written
+  // aside and renamed into place (a kill now leaves the old file whole).
+  std::map<std::string, std::string> all = finished_lines(path_);
+  for (const auto& p : parts) all.merge(finished_lines(p));
+  const std::string tmp = path_ + ".merging";
+  std::FILE* out = open_or_throw(tmp, "w");
+  for (const auto& id : order_)
+    if (auto it = all.find(id); it != all.end()) std::fprintf(out, "%s\n", it->second.c_str());
+  if (std::fclose(out) != 0) throw Error(str(tmp, ": cannot write the merged output"));
+  fs::rename(tmp, path_);
+  for (const auto& p : parts) fs::remove(p);
 }
 
 std::vector<json> JobOutput::results_of_this_run() const {

@@ -37,8 +37,9 @@ void report_input_errors(const std::string& path, const std::vector<InputLine>& 
 
 // The output file of a job over `lines`, as seen from one rank. Lines are spread over the
 // replicas (line k of the ones left to do goes to replica k mod R); each replica's shard 0
-// writes its results in its lines' order, to OUT itself with one replica, else to a part
-// file OUT.part<r> that world rank 0 merges into OUT at the end.
+// writes its results in its lines' order, flushed line by line, to OUT itself with one
+// replica, else to a part file OUT.part<r>. At the end world rank 0 gathers OUT and every part
+// (a killed run's too, with --resume) into OUT: each id once, in input order.
 class JobOutput {
  public:
   // resume: keep OUT (and parts a killed run left) and leave out the ids they hold.
@@ -61,6 +62,8 @@ class JobOutput {
 
   std::string path_, part_;
   Ranks& ranks_;
+  bool resume_ = false;
+  std::vector<std::string> order_;                // every line's id, in input order
   bool writer_ = false;
   std::FILE* file_ = nullptr;
   std::vector<size_t> mine_;
