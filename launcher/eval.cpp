@@ -49,10 +49,16 @@ struct Encoder {
   const Tokenizer& tok;
   bool add_bos;
   std::string bos_text;
+  int64_t vocab;
   std::vector<int32_t> operator()(const std::string& s, bool special = true) const {
     const bool bos = special && add_bos && !(!bos_text.empty() && s.rfind(bos_text, 0) == 0);
     std::vector<int32_t> out;
-    for (TokenId t : tok.encode(s, bos)) out.push_back(t);
+    for (TokenId t : tok.encode(s, bos)) {
+      if (t < 0 || t >= vocab)
+        throw Error(str("the tokenizer gives token id ", t, ", beyond the model's Vocab=", vocab,
+                        " (the checkpoint's tokenizer and config disagree)"));
+      out.push_back(t);
+    }
     return out;
   }
 };
@@ -200,7 +206,8 @@ int cmd_eval(const Args& args) {
   if (prefix < 0 || prefix >= config.vocab)
     throw UsageError(str("--prefix-token: the tokenizer has neither BOS nor EOS; give an id in [0, ", config.vocab, ")"));
   const TokenId bos = tok->bos_id();
-  const Encoder encoder{*tok, add_bos_by_default(dir, *tok), bos >= 0 ? tok->decode(std::vector<TokenId>{bos}) : ""};
+  const Encoder encoder{*tok, add_bos_by_default(dir, *tok), bos >= 0 ? tok->decode(std::vector<TokenId>{bos}) : "",
+                        config.vocab};
   auto lines = read_input_lines(in_path, {"id", "text", "context", "continuation", "context_tokens", "continuation_tokens"});
   std::vector<engine::Window> windows;
   std::vector<Task> tasks(lines.size());

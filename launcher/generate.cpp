@@ -46,7 +46,12 @@ Prompt make_prompt(const InputLine& in, const std::string& where, const Sampling
     if (!j["text"].is_string()) fail("\"text\" must be a string");
     const std::string text = j["text"].get<std::string>();
     if (text.empty()) fail("\"text\" is empty");
-    for (TokenId t : tok.encode(text, add_bos)) p.request.prompt.push_back(t);
+    for (TokenId t : tok.encode(text, add_bos)) {
+      if (t < 0 || t >= vocab)
+        fail(str("the tokenizer gives token id ", t, ", beyond the model's Vocab=", vocab,
+                 " (the checkpoint's tokenizer and config disagree)"));
+      p.request.prompt.push_back(t);
+    }
   } else {
     if (!j["tokens"].is_array() || j["tokens"].empty()) fail("\"tokens\" must be a non-empty list of token ids");
     for (size_t i = 0; i < j["tokens"].size(); ++i) {

@@ -258,3 +258,27 @@ TEST(Generate, StopStringsEosIdsAndIgnoreEos) {
   EXPECT_EQ(eos["completion_tokens"], 4);
   EXPECT_EQ(eos["tokens"][3], free["tokens"][3]);
 }
+
+// A tokenizer larger than the model's Vocab (a mismatched checkpoint) is named at the line
+// whose text encodes beyond it, by generate and by eval, instead of indexing past the
+// embedding.
+TEST(Generate, TokenizerIdsBeyondVocabAreNamed) {
+  const fs::path ckpt = linnet::testing::shared_checkpoint("linnet_gen_small_vocab", [](const std::string& d) {
+    ModelConfig c = linnet::testing::tiny_config();
+    c.vocab = 300;  // the fixture tokenizer has 1398 tokens
+    c.max_position = 256;
+    write_random_checkpoint(c, d, DType::f32, 22);
+    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
+  });
+  const fs::path d = fresh_dir("small_vocab");
+  write(d / "in.jsonl", prompts_of({"the cat sat on the mat"}));
+  auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("in.jsonl:1: the tokenizer gives token id"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("beyond the model's Vocab=300"), std::string::npos) << r.errors;
+  r = linnet_run({"eval", "--checkpoint", ckpt.string(), "--data", (d / "in.jsonl").string(), "--output",
+                  (d / "eval.jsonl").string(), "--backend", "cpu"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.errors.find("beyond the model's Vocab=300"), std::string::npos) << r.errors;
+}
