@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The slurm/ scripts submitted with sbatch to a real SLURM (scripts/slurm-cluster: two nodes
+# on this host), CPU backend, checked against the same job under plain mpirun; then faults.
+#   tests/slurm_test.sh CASE LINNET_BINARY SOURCE_DIR WORK_DIR
+# CASE: scripts node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue
+# Exit 77 (ctest: skipped) when no cluster is up (SLURM_CONF unset), with the reason.
+set -uo pipefail
+case_=$1 linnet=$(readlink -f "$2") src=$(readlink -f "$3") work=$(mkdir -p "$4" && readlink -f "$4")
+fail() {
+  echo "FAILED: $*"
+  exit 1
+}
+if [[ $case_ == scripts ]]; then
+  for f in "$src"/slurm/*.sbatch "$src"/slurm/*.sh "$src"/scripts/slurm-cluster; do
+    bash -n "$f" || fail "$f does not parse"
+  done
+  command -v shellcheck >/dev/null || { echo "shellcheck is not installed (scripts/deps --test)"; exit 77; }
+  (cd "$src" && shellcheck -x slurm/*.sbatch slurm/*.sh scripts/slurm-cluster) || fail "shellcheck"
+  echo "ok: bash -n and shellcheck"
+  exit 0
+fi
+if [[ -z ${SLURM_CONF:-} ]] || ! sinfo -h >/dev/null 2>&1; then
+  echo "no SLURM cluster is up (SLURM_CONF unset or sinfo fails; scripts/test starts one: scripts/slurm-cluster)"
+  exit 77
+fi
+export PATH="$PATH:/usr/sbin"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl=self,tcp OMPI_MCA_btl_tcp_if_include=lo  # the two nodes share one host
+export LINNET_BIN=$linnet LINNET_BACKEND=cpu LINNET_THREADS=1
+d="$work/slurm_$case_"
+rm -rf "$d"
+mkdir -p "$d"
+cd "$d" || exit 1
+
+# The model: stories15M where it can be had, else the small random model with a real tokenizer.
+if stories=$(bash "$src/scripts/fetch-stories15M" "$work/models/stories15M" 2>/dev/null); then
+  ckpt="$work/slurm-stories15M"
+  [[ -f $ckpt/model.safetensors ]] || "$linnet" import-llama2c --input "$stories/stories15M.bin" --out "$ckpt" >/dev/null 2>&1
+  echo "model: stories15M"
+else
+  ckpt="$src/tests/fixtures/lm_eval/model"
+  echo "model: tests/fixtures/lm_eval/model (stories15M not to be had)"
+fi
+prompts() {  # N prompts of mixed lengths
+  local n=$1 i
+  for ((i = 0; i < n; ++i)); do
+    printf '{"id": "p%d", "text": "Once upon a time there was a %s"}\n' "$i" "$(head -c $((i % 7 * 9 + 3)) /dev/zero | tr '\0' 'b' | sed 's/b/big /g')"
+  done
+}
+docs() {
+  local n=$1 i
+  for ((i = 0; i < n; ++i)); do
+    printf '{"id": "d%d", "text": "The cat sat on the mat. %s"}\n' "$i" "$(head -c $((i * 5 + 1)) /dev/zero | tr '\0' 'x' | sed 's/x/It rained again. /g')"
+    printf '{"id": "c%d", "context": "Lily saw a", "continuation": [" dog", " cat", " big red ball"]}\n' "$i"
+  done
+}
+# sbatch --wait, the job's log on stdout; returns the job's exit code.
+submit() {
+  local log=$1
+  shift
+  sbatch --wait --quiet -o "$log" "$@"
+  local rc=$?
+  cat "${log//%a/*}" 2>/dev/null
+  return $rc
+}
+reference() {  # the same job under plain mpirun: reference NP TP SUBCOMMAND ARGS…
+  local np=$1 tp=$2
+  shift 2
+  mpirun -np "$np" --oversubscribe "$linnet" "$@" --backend cpu --tp "$tp" --threads 1 >ref.log 2>&1 || {
+    cat ref.log
+    fail "the reference mpirun run failed"
+  }
+}
+same() { cmp -s "$1" "$2" || { diff <(head -c 2000 "$1") <(head -c 2000 "$2"); fail "$1 and $2 differ"; }; }
+job_of() { squeue -h -o %i -n "$1" | head -1; }
+wait_lines() {  # wait_lines FILE N SECONDS: FILE (or its parts) hold N finished lines
+  local t
+  for ((t = 0; t < $3 * 10; ++t)); do
+    [[ $(cat "$1" "$1".part* 2>/dev/null | grep -c '}$') -ge $2 ]] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+gen=(generate --checkpoint "$ckpt" --prompts in.jsonl --max-new-tokens 8)
+
+case $case_ in
+node)  # one node, tensor parallel over its 2 tasks, generate
+  prompts 24 >in.jsonl
+  submit job.log -N1 --ntasks-per-node=2 --gpus-per-node=0 "$src/slurm/node.sbatch" "${gen[@]}" --output out.jsonl ||
+    fail "the job failed"
+  grep -q "LINNET_TP=2" job.log || fail "not tensor parallel over the node's tasks"
+  reference 2 2 "${gen[@]}" --output ref.jsonl
+  same out.jsonl ref.jsonl
+  [[ $(wc -l <out.jsonl) -eq 24 ]] || fail "expected 24 lines"
+  ;;
+nodes)  # two nodes: one replica each (data parallel), eval; then 2 × 2 (DP × TP)
+  docs 12 >in.jsonl
+  ev=(eval --checkpoint "$ckpt" --data in.jsonl)
+  submit job.log -N2 --ntasks-per-node=1 --gpus-per-node=0 "$src/slurm/nodes.sbatch" "${ev[@]}" --output out.jsonl ||
+    fail "the job failed"
+  reference 2 1 "${ev[@]}" --output ref.jsonl
+  same out.jsonl ref.jsonl
+  submit job4.log -N2 --ntasks-per-node=2 -O --gpus-per-node=0 "$src/slurm/nodes.sbatch" "${ev[@]}" --output out4.jsonl ||
+    fail "the 2 × 2 job failed"
+  grep -q "4 tasks, LINNET_TP=2" job4.log || fail "not two replicas of two shards"
+  reference 4 2 "${ev[@]}" --output ref4.jsonl
+  same out4.jsonl ref4.jsonl
+  ;;
+mpirun)  # mpirun inside the allocation instead of srun
+  prompts 12 >in.jsonl
+  LINNET_LAUNCHER=mpirun submit job.log -N2 --ntasks-per-node=1 --gpus-per-node=0 "$src/slurm/nodes.sbatch" \
+    "${gen[@]}" --output out.jsonl || fail "the job failed"
+  reference 2 1 "${gen[@]}" --output ref.jsonl
+  same out.jsonl ref.jsonl
+  ;;
+sweep)  # a job array: one JSON per (Shards, Batch)
+  LINNET_SWEEP_SHARDS="1 2" LINNET_SWEEP_BATCHES="1 2" LINNET_OUT_DIR="$d" \
+    LINNET_BENCH_ARGS="--config tiny --random-weights --prompt 8 --gen 4 --warmup 0 --repeats 1" \
+    submit "job-%a.log" --array=0-3 -N1 --ntasks-per-node=2 --gpus-per-node=0 "$src/slurm/sweep.sbatch" || fail "the sweep failed"
+  for s in 1 2; do
+    for b in 1 2; do
+      f=$(find . -name "bench-*-shards$s-batch$b.json" | head -1)
+      [[ -n $f ]] || fail "no JSON for Shards $s, Batch $b"
+      if ! grep -q "\"shards\": $s" "$f" || ! grep -q "\"batch\": $b" "$f"; then fail "$f does not say Shards $s, Batch $b"; fi
+    done
+  done
+  ;;
+mismatch)  # an allocation that does not fit --tp fails at once, with the reason
+  prompts 2 >in.jsonl
+  LINNET_TP=3 submit job.log -N1 --ntasks-per-node=2 --gpus-per-node=0 "$src/slurm/node.sbatch" "${gen[@]}" \
+    --output out.jsonl && fail "a job with 2 tasks and LINNET_TP=3 succeeded"
+  grep -q "does not divide by LINNET_TP=3" job.log || fail "no reason given"
+  LINNET_BACKEND=cuda submit job2.log -N1 --ntasks-per-node=2 --gpus-per-node=0 "$src/slurm/node.sbatch" "${gen[@]}" \
+    --output out.jsonl && fail "a cuda job without GPUs succeeded"
+  grep -q "GPU(s) on the node" job2.log || fail "no reason given for the missing GPUs"
+  ;;
+kill-srun | kill-mpirun | scancel-step)  # a rank killed mid-job ends the job, non-zero, soon
+  prompts 4000 >in.jsonl
+  launcher=srun
+  [[ $case_ == kill-mpirun ]] && launcher=mpirun
+  LINNET_LAUNCHER=$launcher sbatch --quiet -J "k$$" -o job.log -N2 --ntasks-per-node=1 --gpus-per-node=0 \
+    "$src/slurm/nodes.sbatch" generate --checkpoint "$ckpt" --prompts in.jsonl --max-new-tokens 32 --ignore-eos \
+    --output out.jsonl
+  wait_lines out.jsonl 1 60 || { cat job.log; fail "the job wrote nothing in 60 s"; }
+  job=$(job_of "k$$")
+  t0=$(date +%s)
+  if [[ $case_ == scancel-step ]]; then
+    scancel "$job.0" || fail "scancel of the step"
+  else
+    pid=$(pgrep -f "$linnet generate .*--output out.jsonl" | tail -1)
+    [[ -n $pid ]] || fail "no rank to kill"
+    kill -9 "$pid"
+  fi
+  for ((t = 0; t < 60; ++t)); do
+    [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] && break
+    sleep 1
+  done
+  elapsed=$(($(date +%s) - t0))
+  [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] || { scancel "$job"; fail "the job still ran 60 s after the kill"; }
+  state=$(sacct -n -j "$job" -o State 2>/dev/null | head -1)
+  code=$(scontrol show job "$job" -o 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p')
+  echo "ended ${elapsed}s after the kill; ExitCode=${code:-gone} ${state}"
+  [[ -z $code || $code != 0:0 ]] || fail "the job exited 0 after a rank was killed"
+  grep -qiE "killed|exited on signal|error|terminated|CANCELLED" job.log || { cat job.log; fail "the log does not say what happened"; }
+  ;;
+resume | requeue)  # preempted mid-run, then resumed (or requeued): the same file as a run left alone
+  prompts 600 >in.jsonl
+  reference 2 1 "${gen[@]}" --output ref.jsonl
+  extra=()
+  [[ $case_ == requeue ]] && extra=(--requeue)
+  sbatch --quiet -J "r$$" -o job.log -N2 --ntasks-per-node=1 --gpus-per-node=0 "${extra[@]}" \
+    "$src/slurm/nodes.sbatch" "${gen[@]}" --output out.jsonl
+  wait_lines out.jsonl 20 60 || { cat job.log; fail "the job wrote nothing in 60 s"; }
+  job=$(job_of "r$$")
+  if [[ $case_ == resume ]]; then
+    scancel "$job"
+    for ((t = 0; t < 30; ++t)); do [[ -z $(squeue -h -j "$job") ]] && break; sleep 1; done
+    before=$(cat out.jsonl out.jsonl.part* 2>/dev/null | grep -c '}$')
+    echo "cancelled with $before finished lines"
+    submit job2.log -N2 --ntasks-per-node=1 --gpus-per-node=0 "$src/slurm/nodes.sbatch" "${gen[@]}" \
+      --output out.jsonl --resume || fail "the resumed job failed"
+    grep -q "already done" job2.log || fail "the resumed job did not resume"
+  else
+    scontrol requeue "$job" || fail "scontrol requeue"
+    # A requeued job waits out a begin-time delay (about 2 min); start it as soon as it is pending.
+    for ((t = 0; t < 100; ++t)); do
+      reason=$(squeue -h -j "$job" -o %r 2>/dev/null)
+      [[ $reason == BeginTime ]] && scontrol update JobId="$job" StartTime=now 2>/dev/null
+      [[ -n $reason && $reason != BeginTime && $(squeue -h -j "$job" -o %T) != COMPLETING ]] && break
+      sleep 0.2
+    done
+    for ((t = 0; t < 120; ++t)); do [[ -z $(squeue -h -j "$job") ]] && break; sleep 1; done
+    [[ -z $(squeue -h -j "$job") ]] || fail "the requeued job did not finish in 120 s"
+    grep -q "already done" job.log || { cat job.log; fail "the requeued job did not resume"; }
+  fi
+  [[ ! -e out.jsonl.part0 ]] || fail "parts left behind"
+  same out.jsonl ref.jsonl
+  ;;
+*)
+  fail "unknown case $case_"
+  ;;
+esac
+echo "ok: $case_"
