@@ -76,6 +76,29 @@ TEST(Inspect, ShardsSectionGivesPerRankSizes) {
   EXPECT_NE(bad.out.find("Heads=32 does not divide by Shards=3"), std::string::npos) << bad.out;
 }
 
+// docs/cluster.md plans Llama-3.1-70B on paper (weights and KV cache per GPU at Shards 4
+// and 8, Batch 32, MaxSeq 8192); inspect must print the same per-rank bytes, and the doc
+// must quote them.
+TEST(Inspect, Llama31_70BPlanInDocsMatches) {
+  const int64_t V = 128256, H = 8192, heads = 64, kv_heads = 8, hd = 128, inner = 28672, L = 80;
+  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
+  for (int64_t S : {4, 8}) {
+    SCOPED_TRACE(S);
+    const int64_t sharded = (H * heads * hd + 2 * H * kv_heads * hd + heads * hd * H + 3 * H * inner) / S * 2;
+    const int64_t params = V * H * 2 /* embedding, mirrored */ + L * sharded + (2 * L + 1) * H * 2 /* norms */ +
+                           V / S * H * 2 /* lm_head rows */;
+    const int64_t kv = 2 * L * 32 * (kv_heads / S) * 8192 * hd * 2;
+    const Output r = linnet_cmd("inspect --checkpoint " + (kFixtures / "configs/llama-3.1-70b.json").string() +
+                                " --shards " + std::to_string(S) + " --batch 32 --max-seq 8192 --backend cuda");
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(kv) + " "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("Total per rank\t" + std::to_string(params + kv) + " "), std::string::npos) << r.out;
+    EXPECT_NE(doc.find(std::to_string(params)), std::string::npos) << "docs/cluster.md lacks " << params;
+    EXPECT_NE(doc.find(std::to_string(kv)), std::string::npos) << "docs/cluster.md lacks " << kv;
+  }
+}
+
 TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
   const fs::path d = fresh_dir("inspect_mpi");
   fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");
