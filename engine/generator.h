@@ -38,6 +38,9 @@ class Generator {
   size_t waiting() const { return scheduler_.waiting(); }
   size_t running() const { return scheduler_.running(); }
 
+  // Drops a waiting or running request and frees its pages (false: not here).
+  bool cancel(size_t index) { return scheduler_.cancel(index); }
+
   // Runs one step; returns the requests that finished in it.
   std::vector<Completion> step(const StopCheck& stop = {});
   const GeneratorStats& stats() const { return stats_; }

@@ -83,6 +83,21 @@ bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector
   return true;
 }
 
+bool Scheduler::cancel(size_t index) {
+  auto is = [&](const std::unique_ptr<Sequence>& s) { return s->request.index == index; };
+  if (auto it = std::find_if(waiting_.begin(), waiting_.end(), is); it != waiting_.end()) {
+    release(**it);  // a preempted sequence holds none; a fresh one neither
+    waiting_.erase(it);
+    return true;
+  }
+  if (auto it = std::find_if(running_.begin(), running_.end(), is); it != running_.end()) {
+    release(**it);
+    running_.erase(it);
+    return true;
+  }
+  return false;
+}
+
 std::vector<StepRow> Scheduler::schedule() {
   std::vector<StepRow> rows;
   int64_t budget = limits_.token_budget;

@@ -64,6 +64,9 @@ class Scheduler {
                                    const std::vector<int32_t>& eos, const StopCheck& stop);
 
   int64_t preemptions() const { return preemptions_; }
+  // Drops the request with this index, waiting or running: its pages go back at once (a
+  // client that went away). False when no such request is here (finished already).
+  bool cancel(size_t index);
 
  private:
   bool ensure_pages(Sequence& s, int64_t end);  // pages for positions [0, end)

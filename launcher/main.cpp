@@ -56,6 +56,7 @@ const std::vector<Subcommand>& subcommands() {
       {"bench", "time prefill and decode beside their measured floors", cmd_bench, true},
       {"generate", "completions for a file of prompts (continuous batching)", cmd_generate, true},
       {"eval", "log-likelihoods of a file of texts or continuations (as lm-eval scores them)", cmd_eval, true},
+      {"serve", "an OpenAI-compatible HTTP server (completions) on the batch engine", cmd_serve, true},
       {"bench-engine", "the batch engine beside one-at-a-time generation and direct scoring", cmd_bench_engine, true},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <chrono>
 #include <thread>
 #include <cstring>
 #include <filesystem>
@@ -82,7 +83,14 @@ Ranks::Ranks(int tp, const std::string& backend_kind, int threads) {
   log_blas_choice();
 }
 
-Ranks::~Ranks() = default;
+Ranks::~Ranks() {
+#ifdef LINNET_HAVE_MPI
+  if (control_comm_) {
+    MPI_Comm_free(static_cast<MPI_Comm*>(control_comm_));
+    delete static_cast<MPI_Comm*>(control_comm_);
+  }
+#endif
+}
 
 void Ranks::log_blas_choice() const {
   if (backend_->device() != Device::cpu) return;
@@ -113,6 +121,69 @@ void Ranks::world_barrier() {
 #ifdef LINNET_HAVE_MPI
   if (mpi_) MPI_Barrier(MPI_COMM_WORLD);
 #endif
+}
+
+#ifdef LINNET_HAVE_MPI
+namespace {
+// MPI's wait, but with a short sleep between tests: an idle server rank then costs no core.
+void wait_sleeping(MPI_Request& r, const char* what) {
+  for (int done = 0;;) {
+    if (MPI_Test(&r, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) throw Error(str("serve: ", what, " failed (a rank is gone?)"));
+    if (done) return;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+MPI_Comm control(void*& slot) {
+  if (!slot) {
+    auto* c = new MPI_Comm;
+    if (MPI_Comm_dup(MPI_COMM_WORLD, c) != MPI_SUCCESS) throw Error("MPI_Comm_dup of the world failed");
+    MPI_Comm_set_errhandler(*c, MPI_ERRORS_RETURN);
+    slot = c;
+  }
+  return *static_cast<MPI_Comm*>(slot);
+}
+}  // namespace
+#endif
+
+void Ranks::world_broadcast(std::string& text) {
+#ifdef LINNET_HAVE_MPI
+  if (!mpi_ || world_size_ == 1) return;
+  MPI_Comm comm = control(control_comm_);
+  uint64_t n = text.size();
+  MPI_Request r;
+  MPI_Ibcast(&n, 1, MPI_UINT64_T, 0, comm, &r);
+  wait_sleeping(r, "the broadcast of a step's plan");
+  text.resize(n);
+  MPI_Ibcast(text.data(), static_cast<int>(n), MPI_CHAR, 0, comm, &r);
+  wait_sleeping(r, "the broadcast of a step's plan");
+#else
+  (void)text;
+#endif
+}
+
+std::vector<std::string> Ranks::world_gather(const std::string& text) {
+#ifdef LINNET_HAVE_MPI
+  if (mpi_ && world_size_ > 1) {
+    MPI_Comm comm = control(control_comm_);
+    int n = static_cast<int>(text.size());
+    std::vector<int> sizes(static_cast<size_t>(world_size_)), offsets(static_cast<size_t>(world_size_));
+    MPI_Request r;
+    MPI_Igather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm, &r);
+    wait_sleeping(r, "the gathering of the replicas' reports");
+    std::string all;
+    if (world_rank_ == 0) {
+      for (int i = 1; i < world_size_; ++i) offsets[i] = offsets[i - 1] + sizes[i - 1];
+      all.resize(static_cast<size_t>(offsets.back() + sizes.back()));
+    }
+    MPI_Igatherv(text.data(), n, MPI_CHAR, all.data(), sizes.data(), offsets.data(), MPI_CHAR, 0, comm, &r);
+    wait_sleeping(r, "the gathering of the replicas' reports");
+    std::vector<std::string> out;
+    if (world_rank_ == 0)
+      for (int i = 0; i < world_size_; ++i) out.push_back(all.substr(static_cast<size_t>(offsets[i]), static_cast<size_t>(sizes[i])));
+    return out;
+  }
+#endif
+  return {text};
 }
 
 int Ranks::sharing_memory() const {

@@ -32,6 +32,12 @@ class Ranks {
   int replicas() const { return replicas_; }
   // Every rank of the job waits here (nothing without MPI).
   void world_barrier();
+  // Control messages of `linnet serve` over the world (MPI on the host, whatever the shards
+  // use). Waiting ranks poll with short sleeps, so an idle server does not spin its cores.
+  // world_broadcast: world rank 0's `text` to every rank.
+  void world_broadcast(std::string& text);
+  // Every rank's text, in world-rank order, on world rank 0 (an empty list elsewhere).
+  std::vector<std::string> world_gather(const std::string& text);
 
   // "{replica}" in a path becomes this rank's replica index.
   std::string replica_path(std::string pattern) const;
@@ -53,6 +59,7 @@ class Ranks {
   void log_blas_choice() const;
   bool writes_outputs(const std::string& path) const;
   std::unique_ptr<Mpi> mpi_;
+  void* control_comm_ = nullptr;  // MPI_Comm (a duplicate of the world), made at first use
   int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1, local_size_ = 1;
   std::string replica_path_template_;
   std::unique_ptr<Backend> backend_;

@@ -2,6 +2,7 @@
 // own choice, next to the logits, with a key and a step per row.
 #pragma once
 #include <cstdint>
+#include <vector>
 
 namespace linnet {
 
@@ -11,6 +12,16 @@ struct RowChoice {
   float top_p = 1;              // then the smallest prefix whose probability reaches p (1: all)
   uint64_t key0 = 0, key1 = 0;  // Philox key: the request's [seed, 0]
   int32_t step = 0;             // tokens the request has generated so far (Philox's step)
+};
+
+// The n most likely next tokens at each scored position, as a server's `logprobs: n` reports
+// them: ids [tokens, n] (most likely first, lowest index on ties; -1 where not scored) and
+// their log-probabilities, computed as the target's are (the top-1 of a greedy target equals
+// the target's own value bit for bit).
+struct TopTokens {
+  int64_t n = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> logprobs;
 };
 
 }  // namespace linnet

@@ -148,12 +148,12 @@ std::vector<int32_t> Model::choose_rows(const Tensor& x, const std::vector<int32
 
 std::pair<Tensor, std::vector<uint8_t>> Model::score_packed(const Tensor& tokens, const Tensor& positions,
                                                             const Tensor& segments, const Tensor& targets,
-                                                            bool want_greedy) {
+                                                            bool want_greedy, TopTokens* top) {
   std::vector<uint8_t> greedy;
   Tensor lp = packed_log_probs(
       "log_probs_packed",
       {{"tokens", tokens}, {"positions", positions}, {"segments", segments}, {"targets", targets}}, nullptr,
-      want_greedy ? &greedy : nullptr);
+      want_greedy ? &greedy : nullptr, top);
   return {lp, greedy};
 }
 

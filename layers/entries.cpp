@@ -1,5 +1,6 @@
 // The 17 entries (SPEC §4): each checks its inputs (SPEC §5), describes its tokens as a
 // TokenPlan, runs the layers once, and reads out logits, hidden states or choices.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -159,7 +160,7 @@ Tensor Model::hidden_packed(const Tensor& tokens, const Tensor& positions, const
 }
 
 Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights,
-                               std::vector<uint8_t>* greedy) {
+                               std::vector<uint8_t>* greedy, TopTokens* top) {
   EntryCheck c(entry, args, g_);
   c.in_range("tokens", 0, g_.vocab, "Vocab", kNoSkip);
   c.in_range("positions", 0, std::numeric_limits<int32_t>::max(), "i32 max", kNoSkip);
@@ -187,6 +188,11 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
   const int64_t s = comm_.rank(), n_scored = static_cast<int64_t>(scored.size());
   Tensor out = Tensor::zeros({n}, DType::f32);
   if (greedy) greedy->assign(static_cast<size_t>(n), 0);
+  const int64_t top_n = top ? std::min(top->n, g_.vocab) : 0;
+  if (top) {
+    top->ids.assign(static_cast<size_t>(n * top->n), -1);
+    top->logprobs.assign(static_cast<size_t>(n * top->n), -INFINITY);
+  }
   for (int64_t c0 = 0; c0 < n_scored; c0 += kChunk) {
     const int64_t c1 = std::min(n_scored, c0 + kChunk), m = c1 - c0;
     std::vector<int32_t> select, target;
@@ -215,8 +221,51 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
     comm_.all_reduce_sum(htl);  // the target's logit lives on one shard; the others add 0
     for (int64_t i = 0; i < m; ++i)
       out.ptr<float>()[scored[c0 + i]] = htl.ptr<float>()[i] - global_max.ptr<float>()[i] - std::log(hse.ptr<float>()[i]);
+    if (top_n > 0) top_tokens(local, top_n, global_max, hse, scored, c0, *top);
   }
   return out;
+}
+
+// Each shard offers its best top_n logits per row (value, global index); the offers are
+// gathered and merged alike on every rank.
+void Model::top_tokens(const Tensor& local, int64_t top_n, const Tensor& global_max, const Tensor& sumexp,
+                       const std::vector<int64_t>& scored, int64_t c0, TopTokens& top) {
+  const int64_t m = local.dim(0), width = local.dim(1), s = comm_.rank();
+  const int64_t valid = g_.vocab_valid(s), offset = g_.vocab_begin(s);
+  const Tensor host = be_.to_host(local);
+  const float* lg = host.ptr<float>();
+  auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
+  Tensor offer_v = Tensor::from_floats({m * top_n}, std::vector<float>(static_cast<size_t>(m * top_n), -INFINITY));
+  Tensor offer_i = Tensor::from_ints({m * top_n}, std::vector<int64_t>(static_cast<size_t>(m * top_n), -1), DType::i32);
+  std::vector<std::pair<float, int32_t>> row(static_cast<size_t>(valid));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t k = 0; k < valid; ++k) row[k] = {lg[i * width + k], static_cast<int32_t>(offset + k)};
+    const int64_t take = std::min(top_n, valid);
+    std::partial_sort(row.begin(), row.begin() + take, row.end(), better);
+    for (int64_t k = 0; k < take; ++k) {
+      offer_v.ptr<float>()[i * top_n + k] = row[k].first;
+      offer_i.ptr<int32_t>()[i * top_n + k] = row[k].second;
+    }
+  }
+  Tensor all_v = Tensor::empty({g_.shards, m * top_n}, DType::f32), all_i = Tensor::empty({g_.shards, m * top_n}, DType::i32);
+  comm_.all_gather(offer_v, all_v);
+  comm_.all_gather(offer_i, all_i);
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<std::pair<float, int32_t>> cand;
+    for (int64_t sh = 0; sh < g_.shards; ++sh)
+      for (int64_t k = 0; k < top_n; ++k) {
+        const int64_t at = sh * m * top_n + i * top_n + k;
+        if (all_i.ptr<int32_t>()[at] >= 0) cand.push_back({all_v.ptr<float>()[at], all_i.ptr<int32_t>()[at]});
+      }
+    std::sort(cand.begin(), cand.end(), better);
+    const size_t p = static_cast<size_t>(scored[c0 + i]);
+    for (size_t k = 0; k < cand.size() && static_cast<int64_t>(k) < top_n; ++k) {
+      top.ids[p * top.n + k] = cand[k].second;
+      top.logprobs[p * top.n + k] = cand[k].first - global_max.ptr<float>()[i] - std::log(sumexp.ptr<float>()[i]);
+    }
+  }
 }
 
 Tensor Model::log_probs_packed(const Tensor& tokens, const Tensor& positions, const Tensor& segments,

@@ -66,9 +66,10 @@ class Model {
   // log_probs_packed, and per token whether its target is the argmax of its logits
   // (lowest index on ties); both 0 where the target is negative.
   // greedy false: the flags are left out (an argmax over the vocab per token saved).
+  // top (optional, top->n > 0): the n most likely tokens at each scored position.
   std::pair<Tensor, std::vector<uint8_t>> score_packed(const Tensor& tokens, const Tensor& positions,
                                                        const Tensor& segments, const Tensor& targets,
-                                                       bool greedy = true);
+                                                       bool greedy = true, TopTokens* top = nullptr);
 
   // Host copy of every layer's cache_k and cache_v, for tests of "state unchanged".
   std::vector<Tensor> cache_snapshot();
@@ -92,7 +93,11 @@ class Model {
   // each shard on its own vocab rows; with weights, targets of weight 0 are not checked.
   // greedy (optional): per token, whether its target is its logits' argmax.
   Tensor packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights,
-                          std::vector<uint8_t>* greedy = nullptr);
+                          std::vector<uint8_t>* greedy = nullptr, TopTokens* top = nullptr);
+  // The n best tokens of each row of this chunk's shard logits `local` [m, Vocab/Shards] f32
+  // into top (rows scored[c0 + i]), with the chunk's global max and Σ exp.
+  void top_tokens(const Tensor& local, int64_t top_n, const Tensor& global_max, const Tensor& sumexp,
+                  const std::vector<int64_t>& scored, int64_t c0, TopTokens& top);
   // step_paged's (and prefill_paged's) checks and plan; step_tokens undefined: prefill_paged.
   void plan_step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
                        const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions,

@@ -273,3 +273,65 @@ TEST(Evaluator, RollingWindowsScoreEveryTokenOnce) {
   EXPECT_EQ(w.context.size() + w.scored.size(), 17u);
   EXPECT_EQ(w.scored.size(), 5u);
 }
+
+// A cancelled request (a client gone) frees its pages at once, waiting or running, and the
+// others finish with the tokens they would have had.
+TEST(Generator, CancelFreesPagesAndLeavesTheOthersAlone) {
+  std::vector<Request> rs;
+  for (size_t i = 0; i < 4; ++i) rs.push_back(request(i, prompt(900 + i, 5 + i), 20));
+  Tiny model(4);
+  Generator gen(*model.model, SchedulerLimits{0, 2, 64}, {});  // two run, two wait
+  for (const auto& r : rs) ASSERT_EQ(gen.submit(r), "");
+  gen.step();
+  gen.step();
+  ASSERT_EQ(gen.running(), 2u);
+  const int64_t used = gen.pages().used_pages();
+  EXPECT_TRUE(gen.cancel(0));  // running
+  EXPECT_LT(gen.pages().used_pages(), used);
+  EXPECT_TRUE(gen.cancel(3));  // waiting
+  EXPECT_FALSE(gen.cancel(3));
+  EXPECT_EQ(gen.running() + gen.waiting(), 2u);
+  std::map<size_t, std::vector<int32_t>> out;
+  while (!gen.idle())
+    for (auto& c : gen.step()) out[c.index] = c.tokens;
+  EXPECT_EQ(out.size(), 2u);
+  for (size_t i : {size_t{1}, size_t{2}}) EXPECT_EQ(out.at(i), alone(rs[i].prompt, 20)) << "request " << i;
+  EXPECT_EQ(gen.pages().used_pages(), 0);
+}
+
+// The n most likely tokens per scored position: their log-probabilities are the ones the
+// targets get when they are those tokens, in order; a greedy target's equals the top-1 of the
+// same call bit for bit.
+TEST(Evaluator, TopTokensAreTheMostLikelyInOrder) {
+  Tiny model(1);
+  const auto all = prompt(950, 12);
+  const int64_t n = 11;
+  std::vector<int64_t> tok(all.begin(), all.end() - 1), pos(n), seg(n, 0), tgt(all.begin() + 1, all.end());
+  for (int64_t k = 0; k < n; ++k) pos[k] = k;
+  tgt[0] = -1;  // not scored
+  TopTokens top{4, {}, {}};
+  auto [lp, greedy] = model->score_packed(Tensor::from_ints({n}, tok), Tensor::from_ints({n}, pos),
+                                          Tensor::from_ints({n}, seg), Tensor::from_ints({n}, tgt, DType::i64), true, &top);
+  ASSERT_EQ(top.ids.size(), static_cast<size_t>(n * 4));
+  EXPECT_EQ(top.ids[0], -1);
+  for (int64_t k = 1; k < n; ++k) {
+    for (int64_t j = 0; j < 4; ++j) {
+      // Scoring the j-th best as the target gives the same number (another call: other
+      // shapes of the same matmuls, so to rounding).
+      std::vector<int64_t> t2(static_cast<size_t>(n), -1);
+      t2[k] = top.ids[k * 4 + j];
+      const auto v = model->log_probs_packed(Tensor::from_ints({n}, tok), Tensor::from_ints({n}, pos),
+                                             Tensor::from_ints({n}, seg), Tensor::from_ints({n}, t2, DType::i64))
+                         .to_floats();
+      EXPECT_NEAR(v[k], top.logprobs[k * 4 + j], 1e-5) << "position " << k << " rank " << j;
+      if (j > 0) {
+        EXPECT_LE(top.logprobs[k * 4 + j], top.logprobs[k * 4 + j - 1]);
+      }
+    }
+    if (greedy[k]) {
+      EXPECT_EQ(lp.to_floats()[k], top.logprobs[k * 4]) << "position " << k;
+    } else {
+      EXPECT_LT(lp.to_floats()[k], top.logprobs[k * 4]) << "position " << k;
+    }
+  }
+}

@@ -1,0 +1,90 @@
+// The OpenAI completions API as `linnet serve` speaks it: a request body checked and made
+// into prompts and sampling parameters (errors name the field, the index and the rule, as
+// SPEC §5 asks), and the response bodies (whole, or as server-sent-event chunks) built
+// from what the engine reports. No HTTP here: tests call these directly.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace linnet::cli {
+
+// An error the client gets as {"error": {"message", "type", "param", "code"}} with `status`.
+class ApiError : public std::runtime_error {
+ public:
+  ApiError(int status, std::string message, std::string param = "", std::string type = "")
+      : std::runtime_error(message), status_(status), param_(std::move(param)), type_(std::move(type)) {}
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+  std::string type() const;
+  nlohmann::json body() const;
+
+ private:
+  int status_;
+  std::string param_, type_;
+};
+
+// What a request may ask of this server's model.
+struct ServedModel {
+  std::string name;              // the "model" clients name (and /v1/models lists)
+  int64_t vocab = 0, max_seq = 0;
+  int64_t pages = 0, page_size = 0;  // one replica's KV pool
+  bool add_bos = true;           // text prompts start with BOS (the checkpoint's tokenizer_config)
+  int64_t max_logprobs = 20, max_n = 16;
+  int64_t max_prompts = 1024;    // prompts in one request
+};
+
+struct PromptIn {
+  std::vector<int32_t> ids;
+  std::string text;  // as given (for echo); empty for token ids
+  bool is_text = false;
+};
+
+struct CompletionParams {
+  std::vector<PromptIn> prompts;
+  engine::SamplingParams sampling;  // max_new_tokens as the request gives it (may be 0)
+  std::vector<int64_t> max_tokens;  // per prompt: max_new_tokens, or what fits (unset max_tokens)
+  bool seeded = false;
+  int64_t n = 1;
+  bool stream = false, include_usage = false, echo = false;
+  int64_t logprobs = -1;  // -1: none
+  std::vector<std::string> stop;
+};
+
+// The body of POST /v1/completions, checked (throws ApiError 400 naming what is wrong, 404
+// for another model's name).
+CompletionParams parse_completion(const nlohmann::json& body, const Tokenizer& tok, const ServedModel& model);
+
+// One choice as the engine finished it.
+struct ChoiceResult {
+  std::vector<int32_t> tokens;
+  std::string text, finish_reason, error;
+  std::vector<float> token_logprobs;  // positions 1… of prompt + completion
+  std::vector<std::vector<std::pair<int32_t, float>>> top;
+};
+
+// A token's own text (no dropped leading space), for logprobs' "tokens" and top_logprobs' keys.
+std::string token_text(const Tokenizer& tok, int32_t id);
+// The "logprobs" object of a choice: the prompt's tokens too when echo.
+nlohmann::json logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r, bool echo,
+                             size_t first_generated = 0, size_t text_offset = 0);
+// The prompt's text for echo.
+std::string echo_text(const Tokenizer& tok, const PromptIn& p);
+
+// The whole response body; choices[i] is prompt i / n, sample i % n.
+nlohmann::json completion_body(const std::string& id, int64_t created, const std::string& model,
+                               const CompletionParams& p, const std::vector<ChoiceResult>& results,
+                               const Tokenizer& tok);
+nlohmann::json stream_chunk(const std::string& id, int64_t created, const std::string& model, size_t index,
+                            const std::string& text, const nlohmann::json& logprobs, const nlohmann::json& finish_reason);
+
+// JSON text that never throws on bytes that are not UTF-8 (they become U+FFFD).
+std::string dump(const nlohmann::json& j);
+
+}  // namespace linnet::cli

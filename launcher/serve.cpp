@@ -1,0 +1,156 @@
+// linnet serve: an OpenAI-compatible HTTP server on the batch engine (docs/serve.md). World
+// rank 0 answers HTTP; every step starts with its plan broadcast to every rank, each replica
+// steps its engine (all its shards alike), and the replicas' leaders report back to rank 0.
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+
+#include "checkpoint/checkpoint_weights.h"
+#include "checkpoint/hf_config.h"
+#include "launcher/kv_memory.h"
+#include "launcher/options.h"
+#include "launcher/ranks.h"
+#include "launcher/serve_engine.h"
+#include "launcher/serve_frontend.h"
+#include "launcher/serve_http.h"
+
+namespace linnet::cli {
+
+namespace {
+
+std::atomic<bool> g_terminate{false};
+extern "C" void on_terminate(int) { g_terminate = true; }
+
+// One step's plan, the same on every rank.
+StepPlan share_plan(Ranks& ranks, StepPlan plan) {
+  if (ranks.world_size() == 1) return plan;
+  std::string text = ranks.world_rank() == 0 ? dump(to_json(plan)) : std::string();
+  ranks.world_broadcast(text);
+  return ranks.world_rank() == 0 ? plan : plan_from_json(nlohmann::json::parse(text));
+}
+
+// Every replica's report, on world rank 0.
+std::vector<StepReport> gather_reports(Ranks& ranks, StepReport mine) {
+  if (ranks.world_size() == 1) return {std::move(mine)};
+  const bool leader = ranks.shards().rank() == 0;
+  std::vector<StepReport> out;
+  for (const std::string& s : ranks.world_gather(leader ? dump(to_json(mine)) : std::string()))
+    if (!s.empty()) out.push_back(report_from_json(nlohmann::json::parse(s)));
+  return out;
+}
+
+}  // namespace
+
+int cmd_serve(const Args& args) {
+  po::options_description desc("linnet serve");
+  desc.add_options()
+      ("checkpoint", po::value<std::string>()->required(), "Hugging Face checkpoint directory (with its tokenizer)")
+      ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to listen on (0.0.0.0: every interface)")
+      ("port", po::value<int>()->default_value(8000), "TCP port (0: any free one; the chosen one is printed)")
+      ("served-model-name", po::value<std::string>(), "the model's name in the API (default: the checkpoint folder's name)")
+      ("max-waiting", po::value<int64_t>()->default_value(1024), "jobs (prompt × n) queued beyond those running; more: 503")
+      ("max-body", po::value<int64_t>()->default_value(16 << 20), "bytes of a request body; more: 413")
+      ("http-threads", po::value<int64_t>()->default_value(1024), "connections served at once")
+      ("kv-cache-memory", po::value<std::string>()->default_value("0.8"),
+       "KV pool: bytes (e.g. 2GiB) or a fraction of the memory free after the weights")
+      ("max-batch-tokens", po::value<int64_t>()->default_value(512), "tokens per step (prefill chunks + decoding rows)")
+      ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once, per replica")
+      ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
+      ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+  add_run_options(desc);
+  po::variables_map vm;
+  if (!parse(args, desc, vm,
+             "linnet serve --checkpoint DIR [--host H] [--port P] [--served-model-name NAME] [--max-waiting N] "
+             "[--max-body BYTES] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
+             "[--page-size P] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N]"))
+    return 0;
+  engine::SchedulerLimits limits;
+  limits.token_budget = positive_option(vm, "max-batch-tokens");
+  limits.max_rows = positive_option(vm, "max-rows");
+  const int64_t max_waiting = positive_option(vm, "max-waiting");
+  HttpOptions http_options;
+  http_options.host = vm["host"].as<std::string>();
+  http_options.port = vm["port"].as<int>();
+  if (http_options.port < 0 || http_options.port > 65535) throw UsageError("--port must be in [0, 65535]");
+  http_options.max_body = static_cast<size_t>(positive_option(vm, "max-body"));
+  http_options.threads = static_cast<size_t>(positive_option(vm, "http-threads"));
+  const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
+  RunOptions options = run_options(vm);
+  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
+  if (!vm.count("shards")) options.shards = ranks.shards().size();
+
+  const std::string dir = vm["checkpoint"].as<std::string>();
+  const ModelConfig config = load_hf_config(dir);
+  const auto tok = load_tokenizer(dir);
+  const int64_t max_seq = options.max_seq > 0 ? options.max_seq : config.max_position;
+  if (vm["batch"].defaulted())
+    options.batch = pool_batch(config, options, ranks, kv_memory, std::vector<int64_t>(static_cast<size_t>(limits.max_rows), max_seq));
+  LoadedModel loaded = load_model(dir, options, ranks.backend(), ranks.shards(), ranks.sharing_memory());
+  std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
+  if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
+  ReplicaEngine engine(*loaded.model, limits, eos, *tok, ranks.replica());
+  const ReplicaStatus pool = engine.status();
+
+  ServedModel served;
+  served.name = vm.count("served-model-name") ? vm["served-model-name"].as<std::string>()
+                                              : std::filesystem::path(dir).lexically_normal().filename().string();
+  if (served.name.empty()) served.name = std::filesystem::absolute(dir).parent_path().filename().string();
+  served.vocab = config.vocab;
+  served.max_seq = loaded.generics.max_seq;
+  served.pages = pool.pages_total;
+  served.page_size = loaded.generics.page_size;
+  served.add_bos = add_bos_by_default(dir, *tok);
+
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not the end
+  std::signal(SIGTERM, on_terminate);
+  std::signal(SIGINT, on_terminate);
+  const bool root = ranks.world_rank() == 0;
+  std::unique_ptr<Frontend> front;
+  std::unique_ptr<HttpServer> http;
+  if (root) {
+    front = std::make_unique<Frontend>(ranks.replicas(), max_waiting);
+    http = std::make_unique<HttpServer>(*front, *tok, served, http_options);
+    const int port = http->start();
+    std::printf("linnet serve: listening on http://%s:%d (model %s: %d replica(s) x Shards %lld, KV pool %lld pages of %lld "
+                "positions each, MaxSeq %lld)\n",
+                http_options.host.c_str(), port, served.name.c_str(), ranks.replicas(),
+                static_cast<long long>(loaded.generics.shards), static_cast<long long>(served.pages),
+                static_cast<long long>(served.page_size), static_cast<long long>(served.max_seq));
+    std::fflush(stdout);
+  }
+  try {
+    for (;;) {
+      StepPlan plan;
+      if (root) {
+        if (g_terminate && front->health() == Health::ok) {
+          spdlog::info("serve: SIGTERM, finishing the requests in progress (new ones get 503)");
+          front->drain();
+        }
+        plan = front->take_plan(std::chrono::milliseconds(50));
+        plan.shutdown = front->health() == Health::draining && front->drained();
+      }
+      plan = share_plan(ranks, std::move(plan));
+      engine.apply(plan);
+      if (plan.shutdown) break;
+      std::vector<StepReport> reports = gather_reports(ranks, engine.step());
+      if (root) front->deliver(reports);
+    }
+  } catch (const std::exception& e) {
+    if (root) {
+      front->fail(e.what());  // /health says so; waiting clients get the error
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      http->stop();
+    }
+    throw;
+  }
+  if (root) {
+    http->stop();
+    spdlog::info("serve: drained, exiting");
+  }
+  return 0;
+}
+
+}  // namespace linnet::cli

@@ -1,0 +1,253 @@
+#include "launcher/serve_http.h"
+
+#include <httplib.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <map>
+#include <random>
+
+#include "core/error.h"
+
+namespace linnet::cli {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status();
+  res.set_content(dump(e.body()), "application/json");
+}
+
+// One request's answer as its jobs' events come: choice i is job i.
+struct Reply {
+  CompletionParams params;
+  std::vector<ServeJob> jobs;
+  std::map<uint64_t, size_t> choice_of;
+  std::shared_ptr<RequestStream> stream;
+  std::vector<ChoiceResult> results;
+  std::vector<bool> done, opened;
+  size_t n_done = 0;
+  std::string id, model;
+  int64_t created = 0;
+  Clock::time_point last_write = Clock::now();
+
+  // Applies an event; returns its choice.
+  size_t apply(const JobEvent& e) {
+    const size_t i = choice_of.at(e.id);
+    ChoiceResult& r = results[i];
+    r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+    r.text += e.text;
+    if (e.done && !done[i]) {
+      done[i] = true;
+      ++n_done;
+      r.finish_reason = e.finish_reason;
+      r.error = e.error;
+      r.token_logprobs = e.token_logprobs;
+      r.top = e.top;
+    }
+    return i;
+  }
+  bool finished() const { return n_done == results.size(); }
+  std::string first_error() const {
+    for (const auto& r : results)
+      if (!r.error.empty()) return r.error;
+    return "";
+  }
+};
+
+bool write(httplib::DataSink& sink, Reply& r, const std::string& s) {
+  r.last_write = Clock::now();
+  return sink.is_writable() && sink.write(s.data(), s.size());
+}
+
+std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+}  // namespace
+
+HttpServer::HttpServer(Frontend& frontend, const Tokenizer& tok, ServedModel model, HttpOptions options)
+    : frontend_(frontend), tok_(tok), model_(std::move(model)), options_(std::move(options)),
+      server_(std::make_unique<httplib::Server>()) {
+  routes();
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+void HttpServer::routes() {
+  httplib::Server& svr = *server_;
+  const size_t threads = options_.threads;
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr.set_payload_max_length(options_.max_body);
+  svr.set_tcp_nodelay(true);
+  // Whatever httplib answers by itself (404, 413, 400 on a bad request line) gets the API's
+  // error shape too.
+  svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string why = str("HTTP ", res.status, " for ", req.method, " ", req.path);
+    if (res.status == 413) why = str("the request body is larger than ", options_.max_body, " bytes (--max-body)");
+    if (res.status == 404) why = str("no route ", req.method, " ", req.path, " (see docs/serve.md)");
+    res.set_content(dump(ApiError(res.status, why).body()), "application/json");
+  });
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string why = "internal error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      why = e.what();
+    } catch (...) {
+    }
+    spdlog::error("serve: {}", why);
+    send_error(res, ApiError(500, why));
+  });
+
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    const Health h = frontend_.health();
+    res.status = h == Health::ok ? 200 : 503;
+    res.set_content(h == Health::ok ? "{\"status\":\"ok\"}" : h == Health::draining ? "{\"status\":\"draining\"}"
+                                                                                 : "{\"status\":\"failed\"}",
+                    "application/json");
+  });
+  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(frontend_.metrics_text(), "text/plain; version=0.0.4");
+  });
+  svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const json m = {{"id", model_.name}, {"object", "model"}, {"created", 0}, {"owned_by", "linnet"},
+                    {"max_model_len", model_.max_seq}};
+    res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+  });
+  svr.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
+    send_error(res, ApiError(404, "chat completions are not served: Debian packages no C++ Jinja engine to "
+                                  "render chat templates with (docs/serve.md); use /v1/completions"));
+  });
+  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    auto r = std::make_shared<Reply>();
+    try {
+      json body;
+      try {
+        body = json::parse(req.body);
+      } catch (const json::parse_error& e) {
+        throw ApiError(400, str("the request body is not valid JSON: ", e.what()));
+      }
+      r->params = parse_completion(body, tok_, model_);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      return;
+    } catch (const std::exception& e) {  // e.g. the tokenizer refusing a text
+      send_error(res, ApiError(400, e.what(), "prompt"));
+      return;
+    }
+    const CompletionParams& p = r->params;
+    uint64_t seed = p.sampling.seed;
+    if (!p.seeded) seed = std::random_device{}() & 0x7fffffff;
+    for (size_t i = 0; i < p.prompts.size(); ++i)
+      for (int64_t k = 0; k < p.n; ++k) {
+        ServeJob job;
+        job.prompt = p.prompts[i].ids;
+        job.params = p.sampling;
+        job.params.max_new_tokens = p.max_tokens[i];
+        job.params.seed = seed + static_cast<uint64_t>(k);  // n samples of one prompt differ
+        job.stop = p.stop;
+        job.logprobs = p.logprobs;
+        r->jobs.push_back(std::move(job));
+      }
+    try {
+      r->stream = frontend_.submit(r->jobs);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      return;
+    }
+    for (size_t i = 0; i < r->jobs.size(); ++i) r->choice_of[r->jobs[i].id] = i;
+    r->results.resize(r->jobs.size());
+    r->done.assign(r->jobs.size(), false);
+    r->opened.assign(r->jobs.size(), false);
+    r->id = str("cmpl-", r->jobs.front().id);
+    r->model = model_.name;
+    r->created = static_cast<int64_t>(std::time(nullptr));
+    // The client gone (or the answer cut short): whatever has not finished is cancelled.
+    auto release = [this, r](bool) { frontend_.cancel(r->jobs); };
+    if (!p.stream) {
+      res.set_chunked_content_provider(
+          "application/json",
+          [this, r](size_t, httplib::DataSink& sink) {
+            for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) r->apply(e);
+            if (r->finished()) {
+              const std::string err = r->first_error();
+              const std::string body = err.empty() ? dump(completion_body(r->id, r->created, r->model, r->params, r->results, tok_))
+                                                   : dump(ApiError(500, err).body());
+              if (!write(sink, *r, body)) return false;
+              sink.done();
+              return true;
+            }
+            // Whitespace before the JSON is still the JSON; writing it finds a closed socket.
+            if (Clock::now() - r->last_write > std::chrono::seconds(1)) return write(sink, *r, " ");
+            return true;
+          },
+          release);
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, r](size_t, httplib::DataSink& sink) {
+          const CompletionParams& p = r->params;
+          for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) {
+            const size_t i = r->apply(e);
+            const PromptIn& prompt = p.prompts[i / static_cast<size_t>(p.n)];
+            const ChoiceResult& c = r->results[i];
+            if (e.done && !e.error.empty()) {
+              if (!write(sink, *r, event(ApiError(500, e.error).body()))) return false;
+              continue;
+            }
+            if (p.logprobs >= 0) {
+              // Log-probabilities come from scoring the finished completion: one chunk then.
+              if (!e.done) continue;
+              const std::string text = (p.echo ? echo_text(tok_, prompt) : "") + c.text;
+              if (!write(sink, *r, event(stream_chunk(r->id, r->created, r->model, i, text,
+                                                      logprobs_json(tok_, prompt, c, p.echo), c.finish_reason))))
+                return false;
+              continue;
+            }
+            std::string text = e.text;
+            if (p.echo && !r->opened[i]) text = echo_text(tok_, prompt) + text;
+            r->opened[i] = true;
+            if (!text.empty() || e.done)
+              if (!write(sink, *r, event(stream_chunk(r->id, r->created, r->model, i, text, nullptr,
+                                                      e.done ? json(c.finish_reason) : json(nullptr)))))
+                return false;
+          }
+          if (r->finished()) {
+            if (p.include_usage) {
+              json body = completion_body(r->id, r->created, r->model, p, r->results, tok_);
+              body["choices"] = json::array();
+              if (!write(sink, *r, event(body))) return false;
+            }
+            if (!write(sink, *r, "data: [DONE]\n\n")) return false;
+            sink.done();
+            return true;
+          }
+          if (Clock::now() - r->last_write > std::chrono::seconds(1)) return write(sink, *r, ": keep-alive\n\n");
+          return true;
+        },
+        release);
+  });
+}
+
+int HttpServer::start() {
+  int port = options_.port;
+  if (port == 0) port = server_->bind_to_any_port(options_.host);
+  else if (!server_->bind_to_port(options_.host, port)) port = -1;
+  if (port < 0)
+    throw Error(str("serve: cannot listen on ", options_.host, ":", options_.port, " (in use, or not this host's address)"));
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return port;
+}
+
+void HttpServer::stop() {
+  if (!thread_.joinable()) return;
+  server_->stop();
+  thread_.join();
+}
+
+}  // namespace linnet::cli

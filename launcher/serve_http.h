@@ -1,0 +1,46 @@
+// `linnet serve`'s HTTP side (cpp-httplib): the OpenAI routes, each request checked, made
+// into jobs for the Frontend, and answered from their events — whole (with whitespace
+// heartbeats while it waits, so a client that left is noticed), or as server-sent events.
+#pragma once
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "launcher/openai_api.h"
+#include "launcher/serve_frontend.h"
+#include "tokenizer/tokenizer.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace linnet::cli {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;                       // 0: any free port
+  size_t max_body = 16 << 20;            // bytes of a request body
+  size_t threads = 1024;                 // connections served at once
+};
+
+class HttpServer {
+ public:
+  HttpServer(Frontend& frontend, const Tokenizer& tok, ServedModel model, HttpOptions options);
+  ~HttpServer();
+  // Binds (throws naming host and port when it cannot) and serves on a thread of its own.
+  // Returns the port (the one chosen when --port 0).
+  int start();
+  // Stops accepting; returns once the requests in progress are answered.
+  void stop();
+
+ private:
+  void routes();
+  Frontend& frontend_;
+  const Tokenizer& tok_;
+  ServedModel model_;
+  HttpOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace linnet::cli

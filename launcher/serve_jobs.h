@@ -1,0 +1,61 @@
+// What passes between `linnet serve`'s HTTP side (world rank 0) and the replicas' engines:
+// jobs (one prompt, one choice of a request), the plan every step starts with (broadcast to
+// every rank, so all shards of a replica run the same steps), and what each replica reports
+// back. Plain structs with a JSON form for the MPI messages between ranks.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/request.h"
+
+namespace linnet::cli {
+
+struct ServeJob {
+  uint64_t id = 0;
+  int replica = 0;
+  std::vector<int32_t> prompt;
+  engine::SamplingParams params;  // max_new_tokens 0: the prompt is only scored (echo)
+  std::vector<std::string> stop;
+  int64_t logprobs = -1;          // -1: none; n ≥ 0: each token's log-probability and the n likeliest
+};
+
+// A job's news from one step: the tokens it generated and the text they release (text that
+// could be the start of a stop string is held back until it is known not to be), and at the
+// end why it finished and, when asked, the log-probabilities of prompt + completion.
+struct JobEvent {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;
+  std::string text;
+  bool done = false;
+  std::string finish_reason;  // "stop" or "length"
+  std::string error;          // the job could not run (done is true)
+  // Position p ≥ 1 of prompt + completion: log p(token p | tokens before), and the top-n.
+  std::vector<float> token_logprobs;
+  std::vector<std::vector<std::pair<int32_t, float>>> top;
+};
+
+struct ReplicaStatus {
+  int64_t running = 0, waiting = 0, pages_used = 0, pages_total = 0;
+};
+
+struct StepPlan {
+  std::vector<ServeJob> jobs;
+  std::vector<uint64_t> cancels;
+  bool shutdown = false;
+};
+
+struct StepReport {
+  int replica = 0;
+  std::vector<JobEvent> events;
+  ReplicaStatus status;
+};
+
+nlohmann::json to_json(const StepPlan& p);
+StepPlan plan_from_json(const nlohmann::json& j);
+nlohmann::json to_json(const StepReport& r);
+StepReport report_from_json(const nlohmann::json& j);
+
+}  // namespace linnet::cli

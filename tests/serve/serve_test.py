@@ -1,0 +1,544 @@
+"""`linnet serve` with real clients: the `openai` package, lm-evaluation-harness's
+local-completions, a load of 500 concurrent requests, faults. Run by serve_test.sh (ctest's
+Serve.* cases) as: serve_test.py CASE LINNET SOURCE WORK. Loopback only; every wait bounded.
+
+Cases: openai, lm_eval, load, faults (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
+2); replicas (mpirun -np 2, two replicas of one shard).
+"""
+import asyncio
+import glob
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+CASE, LINNET, SOURCE, WORK = sys.argv[1:5]
+FIXTURE = os.path.join(SOURCE, "tests/fixtures/lm_eval")
+MODEL = os.path.join(FIXTURE, "model")  # vocab 1398, MaxSeq 64, with an HF tokenizer
+NAME = "tiny"
+TMP = os.path.join(WORK, CASE)
+os.makedirs(TMP, exist_ok=True)
+
+
+def check(cond, what):
+    if not cond:
+        raise AssertionError(what)
+
+
+# ---- the server ------------------------------------------------------------------------
+
+class Server:
+    """linnet serve on a free port, one rank or under mpirun; its log in TMP."""
+
+    def __init__(self, *args, checkpoint=MODEL, ranks=1, tp=1, name="server"):
+        cmd = [LINNET, "serve", "--checkpoint", checkpoint, "--port", "0", "--backend", "cpu",
+               "--served-model-name", NAME, *args]
+        if ranks > 1:
+            cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", *cmd, "--tp", str(tp), "--threads", "1"]
+        self.log = os.path.join(TMP, name + ".log")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True,
+                                     start_new_session=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        deadline = time.time() + 120
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.1, deadline - time.time()))
+            except queue.Empty:
+                self.kill()
+                raise AssertionError(f"no 'listening on' line in 120 s; log:\n{self.tail()}")
+            if line is None:
+                raise AssertionError(f"the server ended before listening; log:\n{self.tail()}")
+            if "listening on http://" in line:
+                self.base = line.split("listening on ")[1].split()[0]
+                break
+        self.port = int(self.base.rsplit(":", 1)[1])
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def tail(self, n=4000):
+        with open(self.log, errors="replace") as f:
+            return f.read()[-n:]
+
+    def rank_pid(self, rank):
+        """The pid of world rank `rank` (the process whose environment says so)."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+            except OSError:
+                continue
+            if (b"serve" in cmdline and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env
+                    and f"--served-model-name\0{NAME}".encode() in cmdline and b"mpirun" not in cmdline
+                    and os.getsid(int(pid)) == os.getsid(self.proc.pid)):
+                return int(pid)
+        raise AssertionError(f"no process of rank {rank}")
+
+    def wait(self, timeout=60):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the server did not end within {timeout} s; log:\n{self.tail()}")
+
+    def kill(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        self.kill()
+
+
+def http(base, method, path, body=None, timeout=60, raw=None):
+    """(status, parsed JSON or text) of one request."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def metrics(base):
+    _, text = http(base, "GET", "/metrics")
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            k, v = line.split()
+            out[k] = float(v)
+    return out
+
+
+def wait_for(what, cond, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+# ---- prompts and `linnet generate`'s answers to them -----------------------------------
+
+WORDS = ("the cat sat on a mat while the dog ran to the park and it was a sunny day so "
+         "they played with a red ball until the sun went down Lily said hello").split()
+
+
+def prompts(n, seed=1):
+    """Mixed lengths (1 to 18 words), max_tokens (1 to 24), greedy and sampled: within MaxSeq 64."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        words = rng.randint(1, 18)
+        p = {"id": f"p{i}", "text": " ".join(rng.choice(WORDS) for _ in range(words)).capitalize(),
+             "max_new_tokens": rng.randint(1, 24)}
+        if i % 3 == 1:
+            p.update(temperature=0.8, seed=1000 + i)
+        if i % 6 == 4:
+            p.update(top_p=0.9)
+        out.append(p)
+    return out
+
+
+def generate(ps, *extra):
+    src, dst = os.path.join(TMP, "prompts.jsonl"), os.path.join(TMP, "generated.jsonl")
+    with open(src, "w") as f:
+        for p in ps:
+            f.write(json.dumps(p) + "\n")
+    r = subprocess.run([LINNET, "generate", "--checkpoint", MODEL, "--prompts", src, "--output", dst,
+                        "--backend", "cpu", "--quiet", *extra], capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, f"linnet generate failed: {r.stderr[-2000:]}")
+    with open(dst) as f:
+        out = {j["id"]: j for j in map(json.loads, f)}
+    bad = [j for j in out.values() if "error" in j]
+    check(not bad, f"linnet generate refused prompts: {bad[:3]}")
+    return out
+
+
+def request_of(p):
+    return dict(model=NAME, prompt=p["text"], max_tokens=p["max_new_tokens"], temperature=p.get("temperature", 0),
+                seed=p.get("seed", 0), top_p=p.get("top_p", 1))
+
+
+def same_as_generate(p, want, text, finish_reason, completion_tokens):
+    check(text == want["text"], f"{p['id']}: text {text!r} != generate's {want['text']!r}")
+    check(finish_reason == want["finish_reason"], f"{p['id']}: finish_reason {finish_reason} != {want['finish_reason']}")
+    check(completion_tokens == want["completion_tokens"],
+          f"{p['id']}: {completion_tokens} tokens != generate's {want['completion_tokens']}")
+
+
+# ---- cases -----------------------------------------------------------------------------
+
+def openai_checks(srv, ps=None):
+    import openai
+    c = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused", max_retries=0, timeout=60)
+    check([m.id for m in c.models.list().data] == [NAME], "models.list")
+    ps = ps or prompts(12, seed=2)
+    want = generate(ps)
+    for p in ps:
+        r = c.completions.create(**request_of(p))
+        same_as_generate(p, want[p["id"]], r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens)
+    # Streaming: the chunks add up to the same text; the last one says why it ended.
+    for p in ps[:6]:
+        chunks = list(c.completions.create(**request_of(p), stream=True, stream_options={"include_usage": True}))
+        text = "".join(ch.choices[0].text for ch in chunks if ch.choices)
+        ends = [ch.choices[0].finish_reason for ch in chunks if ch.choices and ch.choices[0].finish_reason]
+        usage = [ch.usage for ch in chunks if ch.usage]
+        same_as_generate(p, want[p["id"]], text, ends[-1] if ends else None, usage[-1].completion_tokens)
+    # Log-probabilities of prompt and completion (echo): the fixture's lm-eval numbers.
+    e = json.load(open(os.path.join(FIXTURE, "expected.json")))
+    for doc in e["mc"]["docs"][:4]:
+        for q in doc["requests"][:2]:
+            ids = q["context_enc"] + q["continuation_enc"]
+            r = c.completions.create(model=NAME, prompt=ids, max_tokens=0, echo=True, logprobs=1, temperature=0)
+            lp = r.choices[0].logprobs
+            check(lp.token_logprobs[0] is None and len(lp.token_logprobs) == len(ids), "echo logprobs cover the prompt")
+            got = sum(lp.token_logprobs[len(q["context_enc"]):])
+            check(abs(got - q["loglikelihood"]) <= 1e-4 * max(1, abs(q["loglikelihood"])),
+                  f"{doc['id']}: {got} vs lm-eval's {q['loglikelihood']}")
+            greedy = all(t == max(top.values()) for t, top in
+                         zip(lp.token_logprobs[len(q["context_enc"]):], lp.top_logprobs[len(q["context_enc"]):]))
+            check(greedy == q["is_greedy"], f"{doc['id']}: is_greedy {greedy} vs {q['is_greedy']}")
+    # Greedy completion tokens are the top-1 of their position, bit for bit; top-n in order.
+    r = c.completions.create(model=NAME, prompt="Once upon a time", max_tokens=6, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    check(len(lp.tokens) == 6 and "".join(lp.tokens) == r.choices[0].text or r.choices[0].finish_reason == "stop",
+          f"logprobs tokens {lp.tokens} vs text {r.choices[0].text!r}")
+    for t, top in zip(lp.token_logprobs, lp.top_logprobs):
+        check(len(top) <= 3 and t == max(top.values()), f"greedy token logprob {t} vs top {top}")
+    # n samples, seeded: distinct, and the same again for the same seed.
+    a = c.completions.create(model=NAME, prompt="The dog", max_tokens=8, temperature=1.0, n=3, seed=5)
+    b = c.completions.create(model=NAME, prompt="The dog", max_tokens=8, temperature=1.0, n=3, seed=5)
+    check([x.index for x in a.choices] == [0, 1, 2], "n=3 choices")
+    check([x.text for x in a.choices] == [x.text for x in b.choices], "the same seed, the same samples")
+    check(len({x.text for x in a.choices}) > 1, "n samples differ")
+    # Several prompts in one request, as token ids.
+    r = c.completions.create(model=NAME, prompt=[[0, 644, 283], [0, 42]], max_tokens=3, temperature=0)
+    check(len(r.choices) == 2 and r.usage.prompt_tokens == 5, "two token-id prompts")
+    # Bad requests: the client's own exceptions, with the server's message.
+    for kwargs, status, words in [
+            (dict(prompt=[0, 5, 99999]), 400, "prompt[2]` = 99999 is not a token id in [0, Vocab=1398)"),
+            (dict(prompt="hi", max_tokens=10 ** 12), 400, "exceeds MaxSeq = 64"),
+            (dict(prompt="hi", top_p=2), 400, "`top_p` = 2 must be in (0, 1]"),
+            (dict(prompt="hi", n=0), 400, "`n` must be an integer in [1, 16]"),
+            (dict(prompt="hi", presence_penalty=0.5), 400, "not supported"),
+            (dict(prompt="hi", logprobs=50), 400, "`logprobs` must be an integer in [0, 20]")]:
+        try:
+            c.completions.create(model=NAME, **kwargs)
+            raise AssertionError(f"{kwargs}: accepted")
+        except openai.APIStatusError as err:
+            check(err.status_code == status and words in str(err), f"{kwargs}: {err.status_code} {err}")
+    try:
+        c.completions.create(model="another", prompt="hi")
+        raise AssertionError("another model: accepted")
+    except openai.NotFoundError as err:
+        check("does not exist" in str(err), str(err))
+    check(http(srv.base, "GET", "/health")[0] == 200, "healthy after bad requests")
+
+
+def case_openai():
+    with Server() as srv:
+        openai_checks(srv)
+        srv.proc.send_signal(signal.SIGTERM)
+        check(srv.wait() == 0, "exit 0 after SIGTERM")
+
+
+def case_lm_eval():
+    """lm-eval's local-completions against the server: the loglikelihoods and is_greedy of
+    the fixture's multiple-choice task as lm-eval's hf backend gave them (expected.json) and
+    as `linnet eval` gives them. The API sends at most max_length − 1 tokens (it keeps one
+    for the token it asks for), where hf feeds max_length + 1: a request longer than 63
+    tokens keeps one token fewer through the API, as `linnet eval --max-length 62` does."""
+    def linnet_eval(*extra):
+        ev = os.path.join(TMP, "eval.jsonl")
+        r = subprocess.run([LINNET, "eval", "--checkpoint", MODEL, "--data", os.path.join(FIXTURE, "mc.jsonl"),
+                            "--output", ev, "--backend", "cpu", "--quiet", *extra],
+                           capture_output=True, text=True, timeout=300)
+        check(r.returncode == 0, r.stderr[-2000:])
+        return {j["id"]: j for j in map(json.loads, open(ev))}
+    as_hf, as_api = linnet_eval(), linnet_eval("--max-length", "62")
+    out = os.path.join(TMP, "lm_eval_out")
+    shutil.rmtree(out, ignore_errors=True)
+    with Server() as srv:
+        args = (f"model={NAME},base_url={srv.base}/v1/completions,tokenizer_backend=huggingface,"
+                f"tokenizer={MODEL},num_concurrent=2,max_retries=1,max_length=64,add_bos_token=True")
+        cmd = [os.path.join(os.path.dirname(sys.executable), "lm_eval"), "--model", "local-completions",
+               "--model_args", args, "--tasks", "linnet_mc", "--include_path", "tools/lm_eval/tasks",
+               "--log_samples", "--output_path", out, "--batch_size", "1"]
+        r = subprocess.run(cmd, cwd=SOURCE, capture_output=True, text=True, timeout=600)
+        check(r.returncode == 0, f"lm_eval failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+    files = glob.glob(os.path.join(out, "**", "samples_linnet_mc_*.jsonl"), recursive=True)
+    check(len(files) == 1, files)
+    samples = [json.loads(x) for x in open(files[0])]
+    e = {d["id"]: d for d in json.load(open(os.path.join(FIXTURE, "expected.json")))["mc"]["docs"]}
+    close = lambda a, b: abs(a - b) <= 1e-4 * max(1, abs(b))
+    n = truncated = spelled = 0
+    for s in samples:
+        doc_id = s["doc"]["id"]
+        if "<|" in s["doc"]["context"]:
+            # A context that spells out a special token: lm-eval's API backend tokenizes it
+            # on the client unlike its hf backend (another BOS), so the ids differ before the
+            # server sees them.
+            spelled += 1
+            continue
+        for k, (resp, want) in enumerate(zip(s["resps"], e[doc_id]["requests"])):
+            ll, greedy = float(resp[0][0]), resp[0][1] in (True, "True")
+            what = f"{doc_id} choice {k}"
+            mine = as_api[doc_id]
+            check(close(ll, mine["loglikelihood"][k]), f"{what}: {ll} vs linnet eval {mine['loglikelihood'][k]}")
+            check(greedy == mine["is_greedy"][k], f"{what}: is_greedy {greedy} vs linnet eval")
+            if len(want["context_enc"]) + len(want["continuation_enc"]) > 63:
+                truncated += 1
+            else:
+                check(close(ll, want["loglikelihood"]), f"{what}: {ll} vs lm-eval hf {want['loglikelihood']}")
+                check(close(ll, as_hf[doc_id]["loglikelihood"][k]), f"{what}: {ll} vs linnet eval")
+                check(greedy == want["is_greedy"], f"{what}: is_greedy {greedy} vs lm-eval hf")
+            n += 1
+    check(n == 46 and spelled == 1 and truncated < n, f"{n} requests compared ({truncated} truncated, {spelled} docs left out)")
+    print(f"lm_eval local-completions: {n} loglikelihoods and is_greedy equal linnet eval's to 1e-4, "
+          f"and lm-eval hf's for the {n - truncated} that fit in 63 tokens")
+
+
+async def load(base, ps, concurrency_check=True):
+    """Every prompt at once (500 concurrent requests), through the openai async client."""
+    import openai
+    # The client's own pool allows 1000 connections: all 500 are open at once.
+    async with openai.AsyncOpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=240) as c:
+        t0 = time.time()
+
+        async def one(p):
+            s = time.time()
+            if int(p["id"][1:]) % 2:  # half of them streamed
+                first, text, end, usage = None, "", None, None
+                async for ch in await c.completions.create(**request_of(p), stream=True,
+                                                           stream_options={"include_usage": True}):
+                    if ch.choices:
+                        if first is None and ch.choices[0].text:
+                            first = time.time() - s
+                        text += ch.choices[0].text
+                        end = ch.choices[0].finish_reason or end
+                    if ch.usage:
+                        usage = ch.usage.completion_tokens
+                return p, text, end, usage, time.time() - s, first
+            r = await c.completions.create(**request_of(p))
+            return p, r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens, time.time() - s, None
+
+        results = await asyncio.wait_for(asyncio.gather(*(one(p) for p in ps)), timeout=300)
+        return results, time.time() - t0
+
+
+def load_checks(srv, n=500, extra_generate=()):
+    ps = prompts(n, seed=3)
+    t0 = time.time()
+    want = generate(ps, *extra_generate)
+    gen_seconds = time.time() - t0
+    results, seconds = asyncio.run(load(srv.base, ps))
+    tokens = 0
+    for p, text, end, usage, _, _ in results:
+        same_as_generate(p, want[p["id"]], text, end, usage)
+        tokens += usage
+    lat = sorted(r[4] for r in results)
+    ttft = sorted(r[5] for r in results if r[5] is not None)
+    pct = lambda v, q: v[min(len(v) - 1, int(q * len(v)))]
+    m = metrics(srv.base)
+    check(m["linnet_requests_finished_total"] >= n and m["linnet_kv_pages_used"] == 0 and
+          m["linnet_requests_running"] == 0, f"metrics after the load: {m}")
+    print(f"load: {n} concurrent requests, every answer equal to linnet generate's; {tokens} tokens in {seconds:.2f} s "
+          f"({tokens / seconds:.0f} tok/s; linnet generate over the same prompts, load included: {gen_seconds:.2f} s); "
+          f"latency p50 {pct(lat, .5):.3f} s p90 {pct(lat, .9):.3f} s p99 {pct(lat, .99):.3f} s; "
+          f"streamed TTFT p50 {pct(ttft, .5):.3f} s p99 {pct(ttft, .99):.3f} s")
+
+
+def case_load(ranks=1, tp=1):
+    with Server("--max-rows", "64", ranks=ranks, tp=tp) as srv:
+        load_checks(srv)
+        srv.proc.send_signal(signal.SIGTERM) if ranks == 1 else os.kill(srv.rank_pid(0), signal.SIGTERM)
+        check(srv.wait() == 0, f"exit 0 after SIGTERM; log:\n{srv.tail()}")
+
+
+def slow_model():
+    """A model slow enough (hidden 768, 6 layers, MaxSeq 2048) that a long answer takes seconds."""
+    d = os.path.join(WORK, "slow-model")
+    if os.path.exists(os.path.join(d, "model.safetensors")):
+        return d
+    cfg = json.load(open(os.path.join(MODEL, "config.json")))
+    cfg.update(hidden_size=768, intermediate_size=2304, num_hidden_layers=6, num_attention_heads=12,
+               num_key_value_heads=12, max_position_embeddings=2048)
+    tmp = d + f".tmp{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)
+    json.dump(cfg, open(os.path.join(tmp, "config.json"), "w"))
+    subprocess.run([LINNET, "init", "--config", os.path.join(tmp, "config.json"), "--out", tmp, "--seed", "3"],
+                   check=True, capture_output=True, timeout=120)
+    for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        with open(os.path.join(MODEL, f), "rb") as a, open(os.path.join(tmp, f), "wb") as b:
+            b.write(a.read())
+    try:
+        os.rename(tmp, d)
+    except OSError:
+        pass  # another case made it first
+    return d
+
+
+def raw_post(port, body):
+    """A POST on a plain socket, to hang up on it at will."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    data = json.dumps(body).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              + f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return s
+
+
+def faults_checks(srv, ranks):
+    base = srv.base
+    long = {"prompt": "Hello", "max_tokens": 2040, "temperature": 0, "ignore_eos": True}
+    # 1. A client that hangs up mid-stream: its pages are freed at once, generation stops.
+    before = metrics(base)
+    s = raw_post(srv.port, dict(long, stream=True))
+    got = b""
+    while got.count(b"data: ") < 3:
+        got += s.recv(4096)
+    s.close()
+    wait_for("the pages of a stream whose client left freed",
+             lambda: (lambda m: m["linnet_kv_pages_used"] == 0 and m["linnet_requests_running"] == 0 and
+                      m["linnet_requests_cancelled_total"] == before["linnet_requests_cancelled_total"] + 1)(metrics(base)),
+             timeout=5)
+    spent = metrics(base)["linnet_generation_tokens_total"] - before["linnet_generation_tokens_total"]
+    check(spent < 1000, f"{spent} tokens generated for a client that left after 3")
+    # 2. The same without streaming: noticed by the whitespace heartbeat within seconds.
+    before = metrics(base)
+    s = raw_post(srv.port, long)
+    time.sleep(0.3)
+    s.close()
+    wait_for("a non-streaming request whose client left cancelled",
+             lambda: metrics(base)["linnet_requests_cancelled_total"] == before["linnet_requests_cancelled_total"] + 1,
+             timeout=8)
+    wait_for("its pages freed", lambda: metrics(base)["linnet_kv_pages_used"] == 0, timeout=5)
+    # 3. Bad bodies: 400s with the OpenAI error shape naming the field; 413 past --max-body.
+    for raw, status, words in [
+            (b"{not json", 400, "not valid JSON"),
+            (b"[1, 2]", 400, "must be a JSON object"),
+            (json.dumps({"prompt": "hi", "max_tokens": "10"}).encode(), 400, "`max_tokens` must be a non-negative integer"),
+            (json.dumps({"prompt": "hi", "max_tokens": 1e300}).encode(), 400, "`max_tokens` must be a non-negative integer"),
+            (json.dumps({"prompt": [[0, 1], [2, -1]]}).encode(), 400, "`prompt[1][1]` = -1 is not a token id"),
+            (json.dumps({"prompt": "hi", "max_tokens": 3000}).encode(), 400, "exceeds MaxSeq = 2048"),
+            (json.dumps({"prompt": "hi", "stop": [""]}).encode(), 400, "`stop` must be a non-empty string"),
+            (json.dumps({"prompt": "hi", "temperature": -1}).encode(), 400, "`temperature` = -1 must be 0"),
+            (json.dumps({"prompt": "x" * 5000}).encode(), 413, "larger than 4096 bytes")]:
+        st, body = http(base, "POST", "/v1/completions", raw=raw)
+        check(st == status and isinstance(body, dict) and words in body["error"]["message"],
+              f"{raw[:60]!r}: {st} {body}")
+    check(http(base, "GET", "/health")[0] == 200, "healthy after bad input")
+    # 4. A full queue answers 503 (back-pressure), the others are answered in full.
+    async def burst():
+        import aiohttp
+        async with aiohttp.ClientSession() as h:
+            async def one(i):
+                async with h.post(base + "/v1/completions",
+                                  json={"prompt": f"Hi {i}", "max_tokens": 40, "temperature": 0, "ignore_eos": True}) as r:
+                    return r.status, await r.json(content_type=None)
+            return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(12))), timeout=120)
+    answers = asyncio.run(burst())
+    codes = [st for st, _ in answers]
+    check(codes.count(503) > 0 and codes.count(200) > 0 and set(codes) <= {200, 503}, f"burst: {codes}")
+    for st, body in answers:
+        if st == 503:
+            check("queue is full" in body["error"]["message"], body)
+        else:
+            check(body["usage"]["completion_tokens"] == 40, body)
+    # 5. SIGTERM: the stream in progress ends in full, new requests get 503, exit 0.
+    s = raw_post(srv.port, dict(long, max_tokens=600, stream=True))
+    got = b""
+    while got.count(b"data: ") < 2:
+        got += s.recv(4096)
+    target = srv.proc.pid if ranks == 1 else srv.rank_pid(0)
+    os.kill(target, signal.SIGTERM)
+    wait_for("/health says draining", lambda: http(base, "GET", "/health")[0] == 503, timeout=5)
+    st, body = http(base, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+    check(st == 503 and "shutting down" in body["error"]["message"], f"during the drain: {st} {body}")
+    s.settimeout(60)
+    while b"data: [DONE]" not in got:
+        chunk = s.recv(65536)
+        check(chunk, "the stream was cut during the drain")
+        got += chunk
+    check(b'"finish_reason":"length"' in got, "the drained stream ended by length")
+    check(srv.wait() == 0, f"exit 0 after the drain; log:\n{srv.tail()}")
+
+
+def case_faults(ranks=1, tp=1):
+    with Server("--max-body", "4096", "--max-waiting", "2", "--max-rows", "2", checkpoint=slow_model(), ranks=ranks,
+                tp=tp) as srv:
+        faults_checks(srv, ranks)
+    if ranks > 1:
+        # A rank that dies ends the job: no hang, and the client's request fails rather than waits.
+        with Server(checkpoint=slow_model(), ranks=ranks, tp=tp, name="killed") as srv:
+            s = raw_post(srv.port, {"prompt": "Hello", "max_tokens": 1900, "temperature": 0, "ignore_eos": True,
+                                    "stream": True})
+            s.recv(4096)
+            t0 = time.time()
+            os.kill(srv.rank_pid(1), signal.SIGKILL)
+            rc = srv.wait(timeout=60)
+            check(rc != 0, "the job ended with 0 after a rank was killed")
+            s.settimeout(30)
+            try:
+                while s.recv(65536):
+                    pass
+            except OSError:
+                pass
+            print(f"a killed rank ended the job in {time.time() - t0:.1f} s (exit {rc})")
+
+
+def case_replicas():
+    with Server("--max-rows", "64", ranks=2, tp=1) as srv:
+        openai_checks(srv, prompts(6, seed=4))
+        load_checks(srv)
+        os.kill(srv.rank_pid(0), signal.SIGTERM)
+        check(srv.wait() == 0, f"exit 0 after SIGTERM; log:\n{srv.tail()}")
+
+
+CASES = {
+    "openai": case_openai,
+    "lm_eval": case_lm_eval,
+    "load": case_load,
+    "faults": case_faults,
+    "load-tp2": lambda: case_load(ranks=2, tp=2),
+    "faults-tp2": lambda: case_faults(ranks=2, tp=2),
+    "replicas": case_replicas,
+}
+
+if __name__ == "__main__":
+    t0 = time.time()
+    CASES[CASE]()
+    print(f"Serve.{CASE}: passed in {time.time() - t0:.1f} s")
