@@ -7,6 +7,8 @@
 #include <map>
 #include <random>
 
+#include <sys/socket.h>
+
 #include "core/error.h"
 
 namespace linnet::cli {
@@ -235,11 +237,21 @@ void HttpServer::routes() {
 }
 
 int HttpServer::start() {
+  // httplib listens with a backlog of 5: a burst of clients connecting at once would wait on
+  // SYN retransmits (seconds) or fail. The socket is caught as httplib makes it and given
+  // the system's backlog once bound (listen again on a listening socket sets it anew).
+  int fd = -1;
+  server_->set_socket_options([&fd](int sock) {
+    fd = sock;
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   int port = options_.port;
   if (port == 0) port = server_->bind_to_any_port(options_.host);
   else if (!server_->bind_to_port(options_.host, port)) port = -1;
   if (port < 0)
     throw Error(str("serve: cannot listen on ", options_.host, ":", options_.port, " (in use, or not this host's address)"));
+  if (fd >= 0) ::listen(fd, SOMAXCONN);
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   return port;
 }
