@@ -158,7 +158,8 @@ WORDS = ("the cat sat on a mat while the dog ran to the park and it was a sunny 
 
 
 def prompts(n, seed=1):
-    """Mixed lengths (1 to 18 words), max_tokens (1 to 24), greedy and sampled: within MaxSeq 64."""
+    """Mixed lengths (1 to 18 words), max_tokens (1 to 24), greedy and sampled, some with stop
+    strings: within MaxSeq 64."""
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -169,6 +170,8 @@ def prompts(n, seed=1):
             p.update(temperature=0.8, seed=1000 + i)
         if i % 6 == 4:
             p.update(top_p=0.9)
+        if i % 5 == 2:
+            p.update(stop=["e", "a", "in"])  # cut where the text first has one
         out.append(p)
     return out
 
@@ -190,7 +193,7 @@ def generate(ps, *extra):
 
 def request_of(p):
     return dict(model=NAME, prompt=p["text"], max_tokens=p["max_new_tokens"], temperature=p.get("temperature", 0),
-                seed=p.get("seed", 0), top_p=p.get("top_p", 1))
+                seed=p.get("seed", 0), top_p=p.get("top_p", 1), stop=p.get("stop"))
 
 
 def same_as_generate(p, want, text, finish_reason, completion_tokens):
@@ -208,6 +211,7 @@ def openai_checks(srv, ps=None):
     check([m.id for m in c.models.list().data] == [NAME], "models.list")
     ps = ps or prompts(12, seed=2)
     want = generate(ps)
+    check(any(w["finish_reason"] == "stop" for w in want.values()), "no prompt stopped at a stop string")
     for p in ps:
         r = c.completions.create(**request_of(p))
         same_as_generate(p, want[p["id"]], r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens)

@@ -1,0 +1,197 @@
+// `linnet serve` without HTTP: request bodies checked as SPEC §5 asks (the field, the index,
+// the rule), response shapes, stop-string hold-back, and the front's queue (503 when full,
+// drain, failure). The real clients are in tests/serve/ (ctest Serve.*).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "launcher/openai_api.h"
+#include "launcher/serve_engine.h"
+#include "launcher/serve_frontend.h"
+
+using namespace linnet;
+using namespace linnet::cli;
+using nlohmann::json;
+
+namespace {
+
+const Tokenizer& tok() {
+  static const auto t = load_tokenizer((std::filesystem::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model").string());
+  return *t;
+}
+
+ServedModel model() {
+  ServedModel m;
+  m.name = "tiny";
+  m.vocab = 1398;
+  m.max_seq = 64;
+  m.pages = 8;
+  m.page_size = 16;
+  return m;
+}
+
+// The message of the ApiError parse_completion throws for `body` ("" when it accepts it).
+std::string refusal(const json& body, int* status = nullptr, std::string* param = nullptr) {
+  try {
+    parse_completion(body, tok(), model());
+  } catch (const ApiError& e) {
+    if (status) *status = e.status();
+    if (param) *param = e.param();
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(ServeApi, PromptsAsTextIdsAndLists) {
+  auto c = parse_completion(json{{"prompt", "Hello there"}, {"max_tokens", 4}}, tok(), model());
+  ASSERT_EQ(c.prompts.size(), 1u);
+  EXPECT_TRUE(c.prompts[0].is_text);
+  EXPECT_EQ(c.prompts[0].ids, tok().encode("Hello there", true));  // add_bos: the checkpoint's default
+  EXPECT_EQ(c.max_tokens, std::vector<int64_t>{4});
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 1.0f);  // OpenAI's default
+  c = parse_completion(json{{"prompt", {5, 6, 7}}}, tok(), model());
+  EXPECT_EQ(c.prompts[0].ids, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(c.max_tokens, std::vector<int64_t>{16});  // unset: 16
+  c = parse_completion(json{{"prompt", {{5, 6}, {7}}}, {"n", 2}}, tok(), model());
+  EXPECT_EQ(c.prompts.size(), 2u);
+  EXPECT_EQ(c.n, 2);
+  c = parse_completion(json{{"prompt", json::array({"a", "b c"})}}, tok(), model());
+  EXPECT_EQ(c.prompts.size(), 2u);
+  // Unset max_tokens is cut to what fits in MaxSeq; a given one is checked.
+  std::vector<int64_t> sixty(60, 5);
+  c = parse_completion(json{{"prompt", sixty}}, tok(), model());
+  EXPECT_EQ(c.max_tokens, std::vector<int64_t>{4});
+  c = parse_completion(json{{"prompt", std::vector<int64_t>(64, 5)}, {"max_tokens", 0}, {"echo", true}}, tok(), model());
+  EXPECT_EQ(c.max_tokens, std::vector<int64_t>{0});
+}
+
+TEST(ServeApi, BadRequestsNameTheFieldIndexAndRule) {
+  int status = 0;
+  std::string param;
+  EXPECT_EQ(refusal(json{{"prompt", {{1, 2}, {3, 1398}}}}, &status, &param),
+            "`prompt[1][1]` = 1398 is not a token id in [0, Vocab=1398)");
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(param, "prompt");
+  EXPECT_EQ(refusal(json{{"prompt", {1, -2}}}), "`prompt[1]` = -2 is not a token id in [0, Vocab=1398)");
+  EXPECT_EQ(refusal(json{{"prompt", {1, 2.5}}}), "`prompt[1]` = 2.5 is not a token id in [0, Vocab=1398)");
+  EXPECT_EQ(refusal(json{{"prompt", json::array()}}),
+            "`prompt` must be a string, a list of strings, a list of token ids or a list of such lists");
+  EXPECT_EQ(refusal(json{{"prompt", {json::array(), {1}}}}), "`prompt[0]` is an empty list of token ids");
+  EXPECT_EQ(refusal(json{{"max_tokens", 3}}), "`prompt` is required");
+  EXPECT_EQ(refusal(json::array({1})), "the request body must be a JSON object");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"max_tokens", "3"}}), "`max_tokens` must be a non-negative integer, got \"3\"");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"max_tokens", 18446744073709551615ull}}),
+            "`max_tokens` must be a non-negative integer, got 18446744073709551615");
+  EXPECT_EQ(refusal(json{{"prompt", {1, 2}}, {"max_tokens", 63}}),
+            "the prompt (2 tokens) + max_tokens (63) = 65 exceeds MaxSeq = 64 (raise --max-seq or lower max_tokens)");
+  EXPECT_EQ(refusal(json{{"prompt", {{1}, std::vector<int64_t>(65, 1)}}, {"max_tokens", 0}}),
+            "prompt[1] (65 tokens) + max_tokens (0) = 65 exceeds MaxSeq = 64 (raise --max-seq or lower max_tokens)");
+  // 8 pages of 16: a 64-position request needs 4 of them; a pool of 3 cannot hold it.
+  ServedModel small = model();
+  small.pages = 3;
+  EXPECT_THROW(parse_completion(json{{"prompt", {1}}, {"max_tokens", 60}}, tok(), small), ApiError);
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"temperature", -0.5}}), "`temperature` = -0.5 must be 0 (greedy) or more");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"top_p", 0}}), "`top_p` = 0 must be in (0, 1]");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"top_k", -3}}),
+            "`top_k` must be -1 or 0 (off) or a positive integer, got -3");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"n", 17}}), "`n` must be an integer in [1, 16], got 17");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"logprobs", 21}}), "`logprobs` must be an integer in [0, 20], got 21");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"logprobs", true}}),
+            "`logprobs` must be an integer (how many likeliest tokens), got a boolean");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"stream", "yes"}}), "`stream` must be true or false, got \"yes\"");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"stop", {"a", ""}}}), "`stop` must be a non-empty string or a list of them");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"seed", -1}}), "`seed` must be a non-negative integer, got -1");
+  // What changes the numbers and is not implemented is refused, never ignored.
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"frequency_penalty", 0.1}}),
+            "`frequency_penalty` = 0.1 is not supported by linnet serve (only 0)");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"logit_bias", {{"5", 100}}}}), "`logit_bias` is not supported by linnet serve");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"best_of", 3}}),
+            "`best_of` = 3 is not supported by linnet serve (only best_of = n)");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"presence_penalty", 0}, {"user", "x"}}), "");  // neutral values, unknown keys
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"model", "llama"}}, &status), "The model `llama` does not exist; this server serves `tiny`");
+  EXPECT_EQ(status, 404);
+}
+
+TEST(ServeApi, ResponseShapes) {
+  CompletionParams p = parse_completion(json{{"prompt", {0, 5}}, {"echo", true}, {"logprobs", 2}, {"n", 1}}, tok(), model());
+  ChoiceResult r;
+  r.tokens = {6, 7};
+  r.text = tok().decode(std::vector<TokenId>{6, 7}, true);
+  r.finish_reason = "length";
+  r.token_logprobs = {-1.5f, -2.5f, -0.5f};  // positions 1, 2, 3
+  r.top = {{{5, -1.5f}, {9, -2.0f}}, {{8, -1.0f}, {6, -2.5f}}, {{7, -0.5f}}};
+  const json body = completion_body("cmpl-1", 7, "tiny", p, {r}, tok());
+  EXPECT_EQ(body["object"], "text_completion");
+  EXPECT_EQ(body["usage"]["prompt_tokens"], 2);
+  EXPECT_EQ(body["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(body["usage"]["total_tokens"], 4);
+  const json& c = body["choices"][0];
+  EXPECT_EQ(c["index"], 0);
+  EXPECT_EQ(c["text"], tok().decode(std::vector<TokenId>{0, 5}, true) + r.text);  // echo: the prompt first
+  EXPECT_EQ(c["finish_reason"], "length");
+  const json& lp = c["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 4u);
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_FLOAT_EQ(lp["token_logprobs"][2].get<float>(), -2.5f);
+  EXPECT_EQ(lp["top_logprobs"][2].size(), 2u);
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  // Without echo: the completion's tokens only.
+  p.echo = false;
+  const json no_echo = completion_body("cmpl-1", 7, "tiny", p, {r}, tok())["choices"][0];
+  EXPECT_EQ(no_echo["text"], r.text);
+  EXPECT_EQ(no_echo["logprobs"]["tokens"].size(), 2u);
+  EXPECT_FLOAT_EQ(no_echo["logprobs"]["token_logprobs"][0].get<float>(), -2.5f);
+  // Bytes that are not UTF-8 never make the JSON throw.
+  EXPECT_NO_THROW(dump(json{{"text", std::string("\xff\xfe")}}));
+  EXPECT_EQ(ApiError(503, "full").body()["error"]["type"], "ServiceUnavailableError");
+}
+
+TEST(ServeApi, StopStringsHoldBackWhatCouldStartThem) {
+  EXPECT_EQ(releasable("Hello wor", {"world"}), 6u);   // "wor" might become "world"
+  EXPECT_EQ(releasable("Hello", {"world"}), 5u);
+  EXPECT_EQ(releasable("abcab", {"abc", "bx"}), 3u);   // "ab" (of abc) is the longest end
+  EXPECT_EQ(releasable("", {"x"}), 0u);
+  EXPECT_EQ(releasable("xyz", {}), 3u);
+}
+
+TEST(ServeFrontend, QueueBoundDrainAndFailure) {
+  Frontend f(2, 3);
+  std::vector<ServeJob> a(2), b(2);
+  auto sa = f.submit(a);
+  EXPECT_NE(a[0].id, a[1].id);
+  EXPECT_NE(a[0].replica, a[1].replica);  // spread over the replicas
+  try {
+    f.submit(b);  // 2 waiting + 2 > 3
+    FAIL() << "a full queue accepted more";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status(), 503);
+    EXPECT_NE(std::string(e.what()).find("the queue is full"), std::string::npos);
+  }
+  StepPlan plan = f.take_plan(std::chrono::milliseconds(0));
+  EXPECT_EQ(plan.jobs.size(), 2u);
+  // A replica reports a's first job done: its stream gets the event, and the slot is free.
+  StepReport rep;
+  rep.replica = a[0].replica;
+  rep.events.push_back(JobEvent{a[0].id, {5}, "x", true, "length", "", {}, {}});
+  f.deliver({rep});
+  auto events = sa->wait(std::chrono::milliseconds(100));
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].text, "x");
+  std::vector<ServeJob> c(2);
+  EXPECT_NO_THROW(f.submit(c));
+  f.cancel(a);  // a[1] still pending: cancelled in the next plan
+  plan = f.take_plan(std::chrono::milliseconds(0));
+  EXPECT_EQ(plan.cancels, std::vector<uint64_t>{a[1].id});
+  EXPECT_NE(f.metrics_text().find("linnet_requests_cancelled_total 1\n"), std::string::npos);
+  f.drain();
+  EXPECT_EQ(f.health(), Health::draining);
+  EXPECT_FALSE(f.drained());
+  std::vector<ServeJob> d(1);
+  EXPECT_THROW(f.submit(d), ApiError);
+  f.fail("rank 1 is gone");
+  EXPECT_EQ(f.health(), Health::failed);
+  EXPECT_TRUE(f.drained());
+}
