@@ -7,7 +7,7 @@ namespace linnet::cli {
 namespace {
 std::string num(double v) {
   char b[64];
-  std::snprintf(b, sizeof b, "%.17g", v);
+  std::snprintf(b, sizeof b, "%.10g", v);
   return b;
 }
 }  // namespace

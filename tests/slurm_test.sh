@@ -2,7 +2,7 @@
 # The slurm/ scripts submitted with sbatch to a real SLURM (scripts/slurm-cluster: two nodes
 # on this host), CPU backend, checked against the same job under plain mpirun; then faults.
 #   tests/slurm_test.sh CASE LINNET_BINARY SOURCE_DIR WORK_DIR
-# CASE: scripts node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue
+# CASE: scripts node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue serve
 # Exit 77 (ctest: skipped) when no cluster is up (SLURM_CONF unset), with the reason.
 set -uo pipefail
 case_=$1 linnet=$(readlink -f "$2") src=$(readlink -f "$3") work=$(mkdir -p "$4" && readlink -f "$4")
@@ -195,6 +195,33 @@ resume | requeue)  # preempted mid-run, then resumed (or requeued): the same fil
   fi
   [[ ! -e out.jsonl.part0 ]] || fail "parts left behind"
   same out.jsonl ref.jsonl
+  ;;
+serve)  # linnet serve as a job (Shards 2 over the node's tasks): answers as generate does; scancel -s TERM drains it
+  printf '{"id": "s", "text": "Once upon a time", "max_new_tokens": 12}\n' >in.jsonl
+  reference 2 2 generate --checkpoint "$ckpt" --prompts in.jsonl --output ref.jsonl
+  sbatch --quiet -J "s$$" -o job.log -N1 --ntasks-per-node=2 --gpus-per-node=0 "$src/slurm/node.sbatch" \
+    serve --checkpoint "$ckpt" --port 0
+  for ((t = 0; t < 600; ++t)); do grep -q "listening on http://" job.log 2>/dev/null && break; sleep 0.1; done
+  url=$(sed -n 's/.*listening on \(http:[^ ]*\).*/\1/p' job.log | head -1)
+  job=$(job_of "s$$")
+  [[ -n $url ]] || { scancel "$job"; cat job.log; fail "the server did not say where it listens in 60 s"; }
+  curl -sf --max-time 60 "$url/v1/completions" -d '{"prompt": "Once upon a time", "max_tokens": 12, "temperature": 0}' \
+    >answer.json || { scancel "$job"; cat job.log; fail "no answer from $url"; }
+  python3 - answer.json ref.jsonl <<'PY' || { scancel "$job"; fail "the server's answer differs from linnet generate's"; }
+import json, sys
+got = json.load(open(sys.argv[1]))["choices"][0]
+want = json.loads(open(sys.argv[2]).readline())
+assert got["text"] == want["text"], (got["text"], want["text"])
+print("served:", repr(got["text"]))
+PY
+  scancel -s TERM "$job" || fail "scancel -s TERM"
+  for ((t = 0; t < 60; ++t)); do [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] && break; sleep 1; done
+  [[ -z $(squeue -h -j "$job" 2>/dev/null) ]] || { scancel "$job"; fail "the server still ran 60 s after SIGTERM"; }
+  grep -q "drained, exiting" job.log || { cat job.log; fail "the server did not drain"; }
+  state=$(sacct -n -j "$job" -X -o State 2>/dev/null | head -1 | tr -d ' ')
+  code=$(scontrol show job "$job" -o 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p')
+  echo "after SIGTERM: ${state:-?} ExitCode=${code:-gone}"
+  [[ -z $code || $code == 0:0 ]] || { cat job.log; fail "the drained server's job exited $code"; }
   ;;
 *)
   fail "unknown case $case_"
