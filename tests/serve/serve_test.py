@@ -532,7 +532,101 @@ def case_replicas():
         check(srv.wait() == 0, f"exit 0 after SIGTERM; log:\n{srv.tail()}")
 
 
+def stories15m():
+    """stories15M imported into a checkpoint with a tokenizer_config.json (what the Hugging
+    Face tokenizer lm-eval loads needs), or None with the reason when it is not to be had."""
+    r = subprocess.run(["bash", os.path.join(SOURCE, "scripts/fetch-stories15M"), os.path.join(WORK, "models/stories15M")],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    src = r.stdout.strip()
+    d = os.path.join(WORK, "stories15M-hf")
+    if not os.path.exists(os.path.join(d, "tokenizer_config.json")):
+        tmp = d + f".tmp{os.getpid()}"
+        subprocess.run([LINNET, "import-llama2c", "--input", os.path.join(src, "stories15M.bin"), "--out", tmp],
+                       check=True, capture_output=True, timeout=300)
+        json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
+                   "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": True},
+                  open(os.path.join(tmp, "tokenizer_config.json"), "w"))
+        os.rename(tmp, d)
+    return d, ""
+
+
+def case_stories15m():
+    """The real model: the openai client's completions equal `linnet generate`'s, and
+    lm-eval's local-completions gives `linnet eval`'s loglikelihoods on a small task."""
+    global MODEL
+    d, why = stories15m()
+    if d is None:
+        print(f"skipped: stories15M not to be had: {why}")
+        sys.exit(77)
+    MODEL = d
+    docs = [("Once upon a time, there was a little", ["girl", "dog", "car"]),
+            ("Lily and Tom went to the park. They played on the", ["swings", "moon", "table"]),
+            ("The sun was hot, so Ben drank some", ["water", "rocks"]),
+            ("Mom said, \"It is time for", ["bed", "school", "dinner", "the"]),
+            ("The cat saw a bird in the tree and wanted to", ["catch", "sing", "eat", "fly"]),
+            ("One day, a big red ball rolled down the", ["hill", "street", "sky"])]
+    tasks = os.path.join(TMP, "tasks")
+    os.makedirs(tasks, exist_ok=True)
+    with open(os.path.join(tasks, "stories_mc.jsonl"), "w") as f:
+        for i, (ctx, ch) in enumerate(docs):
+            f.write(json.dumps({"id": f"s{i}", "context": ctx, "choices": ch, "label": 0}) + "\n")
+    with open(os.path.join(tasks, "stories_mc.yaml"), "w") as f:
+        f.write(f"task: stories_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {tasks}/stories_mc.jsonl\n"
+                "test_split: test\noutput_type: multiple_choice\ndoc_to_text: context\ndoc_to_choice: choices\n"
+                "doc_to_target: label\ntarget_delimiter: \" \"\nmetric_list:\n  - metric: acc\nmetadata:\n  version: 1.0\n")
+    data = os.path.join(TMP, "eval_in.jsonl")
+    with open(data, "w") as f:
+        for i, (ctx, ch) in enumerate(docs):
+            f.write(json.dumps({"id": f"s{i}", "context": ctx, "continuation": [" " + c for c in ch]}) + "\n")
+    ev = os.path.join(TMP, "eval.jsonl")
+    r = subprocess.run([LINNET, "eval", "--checkpoint", d, "--data", data, "--output", ev, "--backend", "cpu", "--quiet"],
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, r.stderr[-2000:])
+    want = {j["id"]: j for j in map(json.loads, open(ev))}
+    out = os.path.join(TMP, "lm_eval_out")
+    shutil.rmtree(out, ignore_errors=True)
+    with Server(checkpoint=d) as srv:
+        ps = [{"id": f"g{i}", "text": t, "max_new_tokens": 32} for i, t in
+              enumerate(["Once upon a time", "Lily and Tom", "The dog ran", "It was a sunny day"])]
+        ps += [{"id": "g-sampled", "text": "Once upon a time", "max_new_tokens": 32, "temperature": 0.8, "seed": 9}]
+        openai_checks_generate(srv, ps)
+        args = (f"model={NAME},base_url={srv.base}/v1/completions,tokenizer_backend=huggingface,"
+                f"tokenizer={d},num_concurrent=2,max_retries=1,max_length=256,add_bos_token=True")
+        r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "lm_eval"), "--model", "local-completions",
+                            "--model_args", args, "--tasks", "stories_mc", "--include_path", tasks, "--log_samples",
+                            "--output_path", out, "--batch_size", "1"], cwd=TMP, capture_output=True, text=True,
+                           timeout=600)
+        check(r.returncode == 0, f"lm_eval failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}")
+    samples = [json.loads(x) for f in glob.glob(os.path.join(out, "**", "samples_stories_mc_*.jsonl"), recursive=True)
+               for x in open(f)]
+    n = 0
+    for s in samples:
+        mine = want[s["doc"]["id"]]
+        for k, resp in enumerate(s["resps"]):
+            ll, greedy = float(resp[0][0]), resp[0][1] in (True, "True")
+            check(abs(ll - mine["loglikelihood"][k]) <= 1e-4 * max(1, abs(ll)),
+                  f"{s['doc']['id']} choice {k}: lm-eval via the server {ll} vs linnet eval {mine['loglikelihood'][k]}")
+            check(greedy == mine["is_greedy"][k], f"{s['doc']['id']} choice {k}: is_greedy")
+            n += 1
+    check(n == sum(len(c) for _, c in docs), f"{n} requests scored")
+    print(f"stories15M: completions equal linnet generate's; lm-eval local-completions gave linnet eval's "
+          f"{n} loglikelihoods to 1e-4")
+
+
+def openai_checks_generate(srv, ps):
+    import openai
+    c = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused", max_retries=0, timeout=60)
+    want = generate(ps)
+    for p in ps:
+        r = c.completions.create(**request_of(p))
+        same_as_generate(p, want[p["id"]], r.choices[0].text, r.choices[0].finish_reason, r.usage.completion_tokens)
+        print(f"{p['id']}: {r.choices[0].text!r}")
+
+
 CASES = {
+    "stories15M": case_stories15m,
     "openai": case_openai,
     "lm_eval": case_lm_eval,
     "load": case_load,
