@@ -50,7 +50,8 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   m.generics = bind_generics(m.config, options);
   if (m.generics.shards != comm.size())
     throw Error(str("Shards=", m.generics.shards, " but the shard group has ", comm.size(), " ranks"));
-  check_fits(m.config, m.generics, backend.compute_dtype(m.generics.t), backend.memory_available(), ranks_sharing,
+  check_fits(m.config, m.generics, backend.compute_dtype(m.generics.t), backend.weight_dtype(m.generics.t),
+             backend.memory_available(), ranks_sharing,
              options.max_seq == 0, str(backend.name(), " backend"));
   CheckpointDir files(dir);
   CheckpointWeights weights(files, m.config.dtype);

@@ -100,6 +100,11 @@ DType backend_compute_dtype(const std::string& kind, DType weights) {
   throw Error(str("unknown backend '", kind, "' (expected cpu, cuda or auto)"));
 }
 
+DType backend_weight_dtype(const std::string& kind, DType t) {
+  if (kind == "cpu" || (kind == "auto" && cuda_device_count() == 0)) return is_float(t) ? t : DType::f32;
+  return backend_compute_dtype(kind, t);
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank) {
   if (kind == "cpu") return make_cpu_backend();
   if (kind == "cuda") {

@@ -51,6 +51,9 @@ class Backend {
   virtual Device device() const = 0;
   // Dtype of activations and the KV cache when weights are in `weights`.
   virtual DType compute_dtype(DType weights) const = 0;
+  // Dtype the matrix weights (embedding, Linear) are kept in when the run's T is `t`; the
+  // 1-D ones (norms, biases) are kept in compute_dtype(t).
+  virtual DType weight_dtype(DType t) const { return compute_dtype(t); }
 
   // ---- memory ----
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
@@ -162,5 +165,8 @@ std::unique_ptr<Backend> make_backend(const std::string& kind, int local_rank = 
 // compute_dtype(weights) of a backend kind ("cpu", "cuda", "auto"), without starting it: what
 // `linnet inspect` sizes by. "auto" is "cuda" when a GPU is visible.
 DType backend_compute_dtype(const std::string& kind, DType weights);
+// weight_dtype(t) of a backend kind, without starting it: T itself on the CPU (kept as
+// stored), compute_dtype(t) on CUDA.
+DType backend_weight_dtype(const std::string& kind, DType t);
 
 }  // namespace linnet

@@ -113,7 +113,7 @@ int cmd_bench(const Args& args) {
     config = preset ? preset_config(c) : load_hf_config(c);
     if (vm.count("layers")) config.layers = positive_option(vm, "layers");
     const Generics g = bind_generics(config, o);
-    check_fits(config, g, be.compute_dtype(g.t), be.memory_available(), ranks.sharing_memory(), false,
+    check_fits(config, g, be.compute_dtype(g.t), be.weight_dtype(g.t), be.memory_available(), ranks.sharing_memory(), false,
                str(be.name(), " backend"));
     RandomWeights w(0, config.dtype);
     model = std::make_unique<Model>(config, g, w, be, comm);
@@ -129,13 +129,16 @@ int cmd_bench(const Args& args) {
   const double bw = copy_bandwidth(be, act), rate = matmul_rate(be, act);
 
   // Parameters this rank streams per decode step, and the FLOPs of a prefill.
-  int64_t params = 0, matmul_params = 0;
+  // Matrices in the backend's weight dtype (the CPU keeps bf16/f16 as stored), the rest in act.
+  const DType held_weights = be.weight_dtype(g.t);
+  int64_t matmul_params = 0;
+  double wbytes = 0;
   for (const auto& p : parameter_specs(config, g)) {
     const int64_t n = p.shard_shape().numel();
-    if (p.card_name != "embedding.weight") params += n;  // the embedding reads only B rows
-    if (p.full.rank() == 2 && p.card_name != "embedding.weight") matmul_params += n;
+    if (p.card_name == "embedding.weight") continue;  // the embedding reads only B rows (a tied lm_head: whole)
+    wbytes += static_cast<double>(n) * dtype_size(p.full.rank() == 2 ? held_weights : act);
+    if (p.full.rank() == 2) matmul_params += n;
   }
-  const double wbytes = static_cast<double>(params) * dtype_size(act);
   std::vector<int64_t> ids(static_cast<size_t>(g.batch * prompt));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % g.vocab);
   const Tensor prompt_t = Tensor::from_ints({g.batch, prompt}, ids);

@@ -83,7 +83,7 @@ int cmd_bench_engine(const Args& args) {
   LoadedModel loaded = load_model(vm["checkpoint"].as<std::string>(), o, ranks.backend(), ranks.shards());
   Model& model = *loaded.model;
   const Generics& g = loaded.generics;
-  const Footprint fp = rank_footprint(loaded.config, g, ranks.backend().compute_dtype(g.t));
+  const Footprint fp = rank_footprint(loaded.config, g, ranks.backend().compute_dtype(g.t), ranks.backend().weight_dtype(g.t));
 
   std::mt19937 rng(1);
   std::vector<engine::Request> requests;

@@ -35,9 +35,10 @@ std::string render_card(const Generics& g) {
 
 std::string render_shards(const ModelConfig& c, const Generics& g, const std::string& backend) {
   std::ostringstream o;
-  const DType held = backend_compute_dtype(backend, g.t);
-  const size_t e = dtype_size(held);
-  o << "Shards\n\nShards " << g.shards << ", T " << dtype_name(g.t) << " (held as " << dtype_name(held) << " by the "
+  const DType held = backend_compute_dtype(backend, g.t), weights = backend_weight_dtype(backend, g.t);
+  const std::string as = weights == held ? dtype_name(held)
+                                         : str(dtype_name(weights), " (matrices; ", dtype_name(held), " the norms and the KV cache)");
+  o << "Shards\n\nShards " << g.shards << ", T " << dtype_name(g.t) << " (held as " << as << " by the "
     << backend << " backend), Batch " << g.batch << ", MaxSeq " << g.max_seq << ", PageSize " << g.page_size
     << ". Every rank holds the same shapes";
   if (g.vocab % g.shards) o << " (lm_head's last shard padded: " << g.vocab_per_shard() * g.shards - g.vocab << " rows)";
@@ -49,9 +50,9 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const std::st
     const char* split = p.split == Split::mirrored ? "mirrored" : p.split == Split::rows ? "rows" : "columns";
     o << name << "\t" << split << "\t" << p.shard_shape().to_string() << "\t";
     if (name == "lm_head.weight" && c.tie_word_embeddings) o << "0 (a view of embedding.weight: tied)\n";
-    else o << p.shard_shape().numel() * static_cast<int64_t>(e) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
+    else o << p.shard_shape().numel() * static_cast<int64_t>(dtype_size(p.shard_shape().rank() == 2 ? weights : held)) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
   }
-  const Footprint f = rank_footprint(c, g, held);
+  const Footprint f = rank_footprint(c, g, held, weights);
   o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";
   o << "KV cache per rank\t" << f.kv_cache << " (" << human_bytes(static_cast<double>(f.kv_cache)) << ") = 2 × " << g.layers
     << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", " << g.head_dim()

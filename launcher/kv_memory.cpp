@@ -35,7 +35,7 @@ int64_t pool_batch(const ModelConfig& config, RunOptions options, Ranks& ranks, 
   options.batch = 1;
   const Generics g = bind_generics(config, options);
   Backend& be = ranks.backend();
-  const Footprint f = rank_footprint(config, g, be.compute_dtype(g.t));
+  const Footprint f = rank_footprint(config, g, be.compute_dtype(g.t), be.weight_dtype(g.t));
   int64_t bytes = memory.bytes;
   if (bytes == 0) {
     const int64_t free = be.memory_available() / std::max(1, ranks.sharing_memory()) - f.parameters;

@@ -29,7 +29,9 @@ std::string human_bytes(double b) {
   return buf;
 }
 
-Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) {
+Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) { return rank_footprint(c, g, held, held); }
+
+Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DType weights) {
   Footprint f;
   const int64_t e = static_cast<int64_t>(dtype_size(held));
   for (const auto& p : parameter_specs(c, g)) {
@@ -37,7 +39,8 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) {
     const Shape s = p.shard_shape();
     int64_t n = 1;
     for (int64_t d : s.dims()) n = mul(n, d);
-    f.parameters = add(f.parameters, mul(n, e));
+    const int64_t bytes = s.dims().size() == 2 ? static_cast<int64_t>(dtype_size(weights)) : e;
+    f.parameters = add(f.parameters, mul(n, bytes));
   }
   f.kv_per_slot = mul(mul(2 * g.layers, mul(g.kv_heads_per_shard(), g.head_dim())), e);
   f.kv_cache = mul(f.kv_per_slot, mul(g.batch, g.max_seq));
@@ -46,7 +49,12 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) {
 
 void check_fits(const ModelConfig& c, const Generics& g, DType held, int64_t available, int ranks_sharing,
                 bool max_seq_defaulted, const std::string& device) {
-  const Footprint f = rank_footprint(c, g, held);
+  check_fits(c, g, held, held, available, ranks_sharing, max_seq_defaulted, device);
+}
+
+void check_fits(const ModelConfig& c, const Generics& g, DType held, DType weights, int64_t available, int ranks_sharing,
+                bool max_seq_defaulted, const std::string& device) {
+  const Footprint f = rank_footprint(c, g, held, weights);
   const int64_t budget = available / 10 * 9 / std::max(1, ranks_sharing);
   if (f.total() <= budget) return;
   const std::string share =

@@ -16,8 +16,10 @@ struct Footprint {
   int64_t total() const { return parameters + kv_cache; }
 };
 
-// `held`: the dtype the backend keeps weights and cache in (Backend::compute_dtype(T)).
+// `held`: the dtype the backend keeps the cache and 1-D parameters in (Backend::compute_dtype(T));
+// `weights`: the dtype of the matrices (Backend::weight_dtype(T)); without it, `held`.
 Footprint rank_footprint(const ModelConfig& config, const Generics& g, DType held);
+Footprint rank_footprint(const ModelConfig& config, const Generics& g, DType held, DType weights);
 
 // Throws unless `ranks_sharing` ranks of this footprint fit in `available` bytes (the memory
 // one backend device has: free host RAM, free GPU memory), keeping a tenth back for
@@ -25,6 +27,8 @@ Footprint rank_footprint(const ModelConfig& config, const Generics& g, DType hel
 // `max_seq_defaulted`: MaxSeq came from max_position_embeddings, not from --max-seq.
 void check_fits(const ModelConfig& config, const Generics& g, DType held, int64_t available, int ranks_sharing,
                 bool max_seq_defaulted, const std::string& device);
+void check_fits(const ModelConfig& config, const Generics& g, DType held, DType weights, int64_t available,
+                int ranks_sharing, bool max_seq_defaulted, const std::string& device);
 
 std::string human_bytes(double bytes);  // "1.50 GiB"
 

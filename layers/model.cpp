@@ -35,11 +35,15 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
   const int64_t shard = comm.rank();
   std::unordered_map<std::string, ParamSpec> specs;
   for (auto& p : parameter_specs(config, g)) specs.emplace(p.card_name, p);
-  // A parameter's slice on this shard, rounded to T (the run's dtype), in the compute dtype.
+  // A parameter's slice on this shard, rounded to T (the run's dtype), then held as the
+  // backend keeps it: matrices in weight_dtype(T) (on the CPU: T, as stored), the rest in
+  // the compute dtype.
+  const DType matrices = backend.weight_dtype(g.t);
   auto host = [&](const std::string& card_name) {
     Tensor t = weights.read(specs.at(card_name), shard);
     if (t.dtype() != g.t) t = t.to(g.t);
-    return t.dtype() == act_ ? t : t.to(act_);
+    const DType held = t.rank() == 2 ? matrices : act_;
+    return t.dtype() == held ? t : t.to(held);
   };
   auto param = [&](const std::string& card_name) { return be_.upload(host(card_name)); };
   auto stacked = [&](std::vector<std::string> names) {

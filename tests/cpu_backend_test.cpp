@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/backend.h"
+#include "core/cpu/half_matmul.h"
 #include "core/philox.h"
 
 using namespace linnet;
@@ -164,4 +165,41 @@ TEST(CpuBackend, VocabShardOps) {
   EXPECT_FLOAT_EQ(mx.to_floats()[0], 3);
   EXPECT_NEAR(se.to_floats()[0], std::exp(-2.0) + 2 + std::exp(-3.0), 1e-6);
   EXPECT_EQ(tl.to_floats(), (std::vector<float>{3, 0}));
+}
+
+// Matrix products with bf16 / f16 weights as stored: every kernel this CPU has (few rows)
+// and the widened-block sgemm (many rows) against f32 products on the widened weights.
+TEST(CpuHalfMatmul, EveryKernelEqualsTheF32ProductOnWidenedWeights) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  auto be = make_cpu_backend();
+  for (DType dt : {DType::bf16, DType::f16}) {
+    for (int64_t in : {1, 15, 16, 37, 128}) {
+      const int64_t o = 29;
+      std::vector<float> wf(static_cast<size_t>(o * in));
+      for (auto& v : wf) v = nd(rng);
+      const Tensor w = Tensor::from_floats({o, in}, wf).to(dt), wide = w.to(DType::f32);
+      for (int64_t n : {1, 3, 4, 5, 16, 17, 40}) {
+        std::vector<float> xf(static_cast<size_t>(n * in));
+        for (auto& v : xf) v = nd(rng);
+        const Tensor x = Tensor::from_floats({n, in}, xf);
+        Tensor want = Tensor::empty({n, o}, DType::f32), got = Tensor::empty({n, o}, DType::f32);
+        be->matmul(x, wide, nullptr, want);
+        be->matmul(x, w, nullptr, got);
+        std::vector<std::string> kernels = {"(dispatched)"};
+        for (const char* k : cpu::half_matmul_kernels()) kernels.push_back(k);
+        for (const std::string& k : kernels) {
+          if (k != "(dispatched)")
+            cpu::half_matmul(x.ptr<float>(), n, in, static_cast<const uint16_t*>(w.data()), dt, o, got.ptr<float>(), k.c_str());
+          for (int64_t i = 0; i < n * o; ++i) {
+            double scale = 0;
+            for (int64_t t = 0; t < in; ++t)
+              scale += std::abs(xf[(i / o) * in + t] * wide.ptr<float>()[(i % o) * in + t]);
+            ASSERT_NEAR(got.ptr<float>()[i], want.ptr<float>()[i], 1e-6 * scale + 1e-30)
+                << dtype_name(dt) << " kernel " << k << " n " << n << " in " << in << " at " << i;
+          }
+        }
+      }
+    }
+  }
 }

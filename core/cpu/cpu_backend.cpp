@@ -1,4 +1,5 @@
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/half_matmul.h"
 
 #include <cblas.h>
 
@@ -45,13 +46,16 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
 
 void CpuBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   cpu_expect_f32(x, "matmul", "x");
-  cpu_expect_f32(w, "matmul", "w");
+  cpu_expect(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16, "matmul",
+             str("w must be f32, bf16 or f16, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
   const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
   cpu_expect(w.dim(1) == in && out.dim(0) == n && out.dim(1) == o, "matmul",
              str(x.describe(), " · ", w.describe(), "ᵀ → ", out.describe()));
   if (n == 0) return;
-  if (n == 1) {
+  if (w.dtype() != DType::f32) {  // weights as stored: widened in registers or in blocks
+    cpu::half_matmul(x.ptr<float>(), n, in, static_cast<const uint16_t*>(w.data()), w.dtype(), o, out.ptr<float>());
+  } else if (n == 1) {
     cblas_sgemv(CblasRowMajor, CblasNoTrans, o, in, 1.0f, w.ptr<float>(), in, x.ptr<float>(), 1,
                 0.0f, out.ptr<float>(), 1);
   } else {

@@ -1,6 +1,7 @@
 // The CPU backend: the reference every other backend is tested against. Computes in f32
-// whatever the checkpoint's dtype (weights are widened at load: compute_dtype is f32),
-// OpenBLAS for the matrix products, OpenMP across cores for the rest.
+// whatever the checkpoint's dtype (compute_dtype is f32); matrix weights stay as T stores
+// them (bf16, f16: half the bytes), widened as they are read (core/cpu/half_matmul.h);
+// OpenBLAS for f32 products, OpenMP across cores for the rest.
 #pragma once
 #include "core/backend.h"
 #include "core/cpu/host_pool.h"
@@ -12,6 +13,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   Device device() const override { return Device::cpu; }
   DType compute_dtype(DType weights) const override { return backend_compute_dtype("cpu", weights); }
+  DType weight_dtype(DType t) const override { return backend_weight_dtype("cpu", t); }
 
   Tensor empty(const Shape& shape, DType dtype) override { return pool_->empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
