@@ -182,15 +182,21 @@ resume | requeue)  # preempted mid-run, then resumed (or requeued): the same fil
     grep -q "already done" job2.log || fail "the resumed job did not resume"
   else
     scontrol requeue "$job" || fail "scontrol requeue"
-    # A requeued job waits out a begin-time delay (about 2 min); start it as soon as it is pending.
-    for ((t = 0; t < 100; ++t)); do
-      reason=$(squeue -h -j "$job" -o %r 2>/dev/null)
-      [[ $reason == BeginTime ]] && scontrol update JobId="$job" StartTime=now 2>/dev/null
-      [[ -n $reason && $reason != BeginTime && $(squeue -h -j "$job" -o %T) != COMPLETING ]] && break
+    # A requeued job waits out a begin-time delay (about 2 min); start it as soon as it is
+    # pending with that reason. Until it runs again (or is gone): the reason can show up late
+    # on a loaded machine, after a moment of PENDING for another reason.
+    for ((t = 0; t < 150; ++t)); do  # first the requeue takes effect: the run ends
+      [[ $(squeue -h -j "$job" -o %T 2>/dev/null) != RUNNING ]] && break
       sleep 0.2
     done
-    for ((t = 0; t < 120; ++t)); do [[ -z $(squeue -h -j "$job") ]] && break; sleep 1; done
-    [[ -z $(squeue -h -j "$job") ]] || fail "the requeued job did not finish in 120 s"
+    for ((t = 0; t < 300; ++t)); do
+      state=$(squeue -h -j "$job" -o %T 2>/dev/null)
+      [[ -z $state || $state == RUNNING ]] && break
+      [[ $(squeue -h -j "$job" -o %r 2>/dev/null) == BeginTime ]] && scontrol update JobId="$job" StartTime=now 2>/dev/null
+      sleep 0.2
+    done
+    for ((t = 0; t < 240; ++t)); do [[ -z $(squeue -h -j "$job") ]] && break; sleep 1; done
+    [[ -z $(squeue -h -j "$job") ]] || fail "the requeued job did not finish in 240 s"
     grep -q "already done" job.log || { cat job.log; fail "the requeued job did not resume"; }
   fi
   [[ ! -e out.jsonl.part0 ]] || fail "parts left behind"
