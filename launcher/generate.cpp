@@ -15,6 +15,7 @@
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
 #include "launcher/ranks.h"
+#include "launcher/stop_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
@@ -230,16 +231,7 @@ int cmd_generate(const Args& args) {
     StopText& st = texts.at(index);
     const size_t before = st.text.size();
     st.text += st.decoder.push(generated.back());
-    if (st.stop.empty()) return false;
-    for (const auto& s : st.stop) {
-      // Only where the new text could complete it.
-      const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
-      const size_t at = st.text.find(s, from);
-      if (at != std::string::npos) {
-        st.text.resize(at);
-        st.stopped = true;
-      }
-    }
+    if (cut_at_stop(st.text, before, st.stop)) st.stopped = true;
     return st.stopped;
   };
   Progress progress("generate", out.mine().size(), ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info);

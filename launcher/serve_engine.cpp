@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "launcher/stop_text.h"
 #include "layers/model.h"
 
 namespace linnet::cli {
@@ -93,14 +94,7 @@ StepReport ReplicaEngine::step() {
       l.fresh.push_back(generated.back());
       const size_t before = l.text.size();
       l.text += l.decoder.push(generated.back());
-      for (const auto& s : l.job.stop) {
-        const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
-        const size_t at = l.text.find(s, from);
-        if (at != std::string::npos) {
-          l.text.resize(at);
-          l.stopped = true;
-        }
-      }
+      if (cut_at_stop(l.text, before, l.job.stop)) l.stopped = true;
       return l.stopped;
     };
     std::vector<engine::Completion> done = gen_.step(stop);
