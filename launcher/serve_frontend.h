@@ -76,7 +76,6 @@ class Frontend {
   Histogram ttft_, itl_;
   std::deque<std::pair<Clock::time_point, int64_t>> recent_tokens_;  // last 10 s, for tokens/s
   int64_t generated_total_ = 0, prompt_total_ = 0, finished_total_ = 0, cancelled_total_ = 0, rejected_total_ = 0;
-  friend struct FrontendTest;
 };
 
 }  // namespace linnet::cli
