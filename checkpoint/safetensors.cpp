@@ -234,6 +234,14 @@ Tensor SafetensorsFile::view(const std::string& name) const {
   return Tensor(mapping_, offset, ti.shape, ti.dtype);
 }
 
+void SafetensorsFile::drop_pages(const std::string& name) const {
+  const TensorInfo& ti = info(name);
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(bytes_of(ti)), e = b + (ti.end - ti.begin);
+  const uintptr_t first = (b + page - 1) / page * page, last = e / page * page;  // whole pages inside
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 Tensor SafetensorsFile::read(const std::string& name) const {
   const TensorInfo& ti = info(name);
   Tensor t = Tensor::empty(ti.shape, ti.dtype);

@@ -59,6 +59,9 @@ class Backend {
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual Tensor upload(const Tensor& host) = 0;  // copy onto the device (may alias on cpu)
   virtual Tensor to_host(const Tensor& t) = 0;    // host copy; waits for pending work
+  // A matrix weight (a Linear's or the embedding's [rows, cols]) laid out once for the
+  // backend's products; to_host gives it back row-major. Same as upload where nothing is gained.
+  virtual Tensor upload_matrix(const Tensor& host) { return upload(host); }
   // Several at once: one staged copy each way on a device (a decode step's control arrays go
   // up in one transfer; its choices come back with one wait).
   virtual std::vector<Tensor> upload_many(const std::vector<Tensor>& hosts) {
@@ -78,6 +81,12 @@ class Backend {
     throw Error(str("backend ", name(), " cannot copy from the host"));
   }
   virtual void fill_zero(Tensor& t) = 0;
+  // A new zero tensor (the KV cache): on the CPU fresh zero pages, held only once written.
+  virtual Tensor zeros(const Shape& shape, DType dtype) {
+    Tensor t = empty(shape, dtype);
+    fill_zero(t);
+    return t;
+  }
   virtual void synchronize() = 0;
   // Bytes this device can still give (free host RAM under any cgroup limit; free GPU
   // memory plus this backend's cached blocks): the loader checks a model fits before it loads.

@@ -22,29 +22,54 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, Shape shape, DTy
                " does not fit its storage");
 }
 
-Tensor Tensor::empty(Shape shape, DType dtype) {
+namespace {
+
+// Large blocks (weights, caches) are mapped on their own, 2 MiB aligned and asked to live on
+// huge pages: a decode step streams every weight once, and 4 KiB pages would cost a TLB miss
+// per page. Mapped, they go back to the system when freed (malloc would keep a load's
+// temporaries), and they start as untouched zero pages: a zero block needs no fill, and its
+// pages count only once written.
+std::shared_ptr<Storage> allocate(size_t bytes, bool zero) {
+  auto st = std::make_shared<Storage>();
+  st->bytes = bytes;
+  constexpr size_t kHuge = size_t{2} << 20;
+  if (bytes >= kHuge) {
+    const size_t len = (bytes + kHuge - 1) / kHuge * kHuge;
+    char* raw = static_cast<char*>(::mmap(nullptr, len + kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    if (raw == MAP_FAILED) throw Error(str("out of host memory allocating ", bytes, " bytes"));
+    char* p = raw + (kHuge - reinterpret_cast<uintptr_t>(raw) % kHuge) % kHuge;
+    if (p > raw) ::munmap(raw, static_cast<size_t>(p - raw));  // trim to the aligned block
+    if (p + len < raw + len + kHuge) ::munmap(p + len, static_cast<size_t>(raw + len + kHuge - (p + len)));
+    madvise(p, len, MADV_HUGEPAGE);  // advice only: ignored where unsupported
+    st->data = p;
+    st->release = [len](void* q) { ::munmap(q, len); };
+    return st;
+  }
+  // 64-byte alignment suits SIMD loads; aligned_alloc wants a multiple of the alignment.
+  st->data = std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64);
+  if (!st->data) throw Error(str("out of host memory allocating ", bytes, " bytes"));
+  st->release = [](void* p) { std::free(p); };
+  if (zero) std::memset(st->data, 0, bytes);
+  return st;
+}
+
+void check_dims(const Shape& shape) {
   for (auto d : shape.dims())
     if (d < 0) throw Error(str("negative dimension in shape ", shape.to_string()));
-  auto st = std::make_shared<Storage>();
-  st->bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
-  // 64-byte alignment suits SIMD loads; aligned_alloc wants a multiple of the alignment.
-  // Large blocks (weights, caches) are 2 MiB aligned and asked to live on huge pages: a
-  // decode step streams every weight once, and 4 KiB pages would cost a TLB miss per page.
-  constexpr size_t kHuge = size_t{2} << 20;
-  const bool huge = st->bytes >= kHuge;
-  const size_t align = huge ? kHuge : 64;
-  const size_t alloc = ((st->bytes + align - 1) / align) * align + (huge ? 0 : 64);
-  st->data = std::aligned_alloc(align, alloc);
-  if (!st->data) throw Error(str("out of host memory allocating ", st->bytes, " bytes"));
-  if (huge) madvise(st->data, alloc, MADV_HUGEPAGE);  // advice only: ignored where unsupported
-  st->release = [](void* p) { std::free(p); };
-  return Tensor(std::move(st), 0, std::move(shape), dtype);
+}
+
+}  // namespace
+
+Tensor Tensor::empty(Shape shape, DType dtype) {
+  check_dims(shape);
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  return Tensor(allocate(bytes, false), 0, std::move(shape), dtype);
 }
 
 Tensor Tensor::zeros(Shape shape, DType dtype) {
-  Tensor t = empty(std::move(shape), dtype);
-  std::memset(t.data(), 0, t.nbytes());
-  return t;
+  check_dims(shape);
+  const size_t bytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  return Tensor(allocate(bytes, true), 0, std::move(shape), dtype);
 }
 
 Tensor Tensor::from_floats(Shape shape, const std::vector<float>& values, DType dtype) {
@@ -78,21 +103,21 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::to(DType dtype) const {
-  LINNET_CHECK(device() == Device::cpu, "to(): host tensors only");
+  LINNET_CHECK(device() == Device::cpu && !packed(), "to(): row-major host tensors only (a backend's to_host unpacks)");
   Tensor t = empty(shape_, dtype);
   convert(data(), dtype_, t.data(), dtype, static_cast<size_t>(numel()));
   return t;
 }
 
 std::vector<float> Tensor::to_floats() const {
-  LINNET_CHECK(device() == Device::cpu, "to_floats(): host tensors only");
+  LINNET_CHECK(device() == Device::cpu && !packed(), "to_floats(): row-major host tensors only (a backend's to_host unpacks)");
   std::vector<float> v(static_cast<size_t>(numel()));
   convert(data(), dtype_, v.data(), DType::f32, v.size());
   return v;
 }
 
 std::vector<int64_t> Tensor::to_ints() const {
-  LINNET_CHECK(device() == Device::cpu, "to_ints(): host tensors only");
+  LINNET_CHECK(device() == Device::cpu && !packed(), "to_ints(): row-major host tensors only (a backend's to_host unpacks)");
   std::vector<int64_t> v(static_cast<size_t>(numel()));
   convert(data(), dtype_, v.data(), DType::i64, v.size());
   return v;

@@ -20,6 +20,9 @@ struct Storage {
   size_t bytes = 0;
   Device device = Device::cpu;
   std::function<void(void*)> release;  // empty: not owned
+  // > 0: one matrix of this many columns packed for a backend's kernels (the CPU's panels,
+  // core/cpu/packed_matmul.h), not row-major: only that backend's ops read it.
+  int64_t packed_cols = 0;
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -69,7 +72,9 @@ class Tensor {
   // Same elements, other shape: a view.
   Tensor reshape(Shape shape) const;
 
-  // Host-only helpers (throw for device tensors).
+  bool packed() const { return storage_ && storage_->packed_cols > 0; }
+
+  // Host-only helpers (throw for device tensors and packed ones).
   Tensor to(DType dtype) const;             // converted copy
   std::vector<float> to_floats() const;     // any dtype, as f32
   std::vector<int64_t> to_ints() const;     // any dtype, as i64

@@ -45,11 +45,13 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     const DType held = t.rank() == 2 ? matrices : act_;
     return t.dtype() == held ? t : t.to(held);
   };
-  auto param = [&](const std::string& card_name) { return be_.upload(host(card_name)); };
+  // Matrices go up laid out for the backend's products (packed once, here); the rest as they are.
+  auto up = [&](const Tensor& t) { return t.rank() == 2 ? be_.upload_matrix(t) : be_.upload(t); };
+  auto param = [&](const std::string& card_name) { return up(host(card_name)); };
   auto stacked = [&](std::vector<std::string> names) {
     std::vector<Tensor> parts;
     for (auto& n : names) parts.push_back(host(n));
-    return be_.upload(stack_rows(parts));
+    return up(stack_rows(parts));
   };
 
   embedding_.weight = param("embedding.weight");
@@ -92,10 +94,8 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     A.o_proj.weight = param(a + "o_proj.weight");
     if (config.o_bias) A.o_proj.bias = param(a + "o_proj.bias");
     A.inv_freq = inv_freq;
-    A.cache_k = be_.empty({g.batch, kvh, g.max_seq, d}, act_);
-    A.cache_v = be_.empty({g.batch, kvh, g.max_seq, d}, act_);
-    be_.fill_zero(A.cache_k);
-    be_.fill_zero(A.cache_v);
+    A.cache_k = be_.zeros({g.batch, kvh, g.max_seq, d}, act_);
+    A.cache_v = be_.zeros({g.batch, kvh, g.max_seq, d}, act_);
 
     SwiGlu& M = L.mlp;
     const std::string m = p + "mlp.";

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "core/backend.h"
-#include "core/cpu/half_matmul.h"
+#include "core/cpu/packed_matmul.h"
 #include "core/philox.h"
 
 using namespace linnet;
@@ -167,39 +167,55 @@ TEST(CpuBackend, VocabShardOps) {
   EXPECT_EQ(tl.to_floats(), (std::vector<float>{3, 0}));
 }
 
-// Matrix products with bf16 / f16 weights as stored: every kernel this CPU has (few rows)
-// and the widened-block sgemm (many rows) against f32 products on the widened weights.
-TEST(CpuHalfMatmul, EveryKernelEqualsTheF32ProductOnWidenedWeights) {
+// The one CPU product (core/cpu/packed_matmul.h): weights packed as stored (f32, bf16, f16),
+// against a double-precision product on the same weights; every kernel this CPU has gives the
+// same bits; a row's result is the same bits alone or among others, and in a view that starts
+// inside a panel (a tied lm_head's shard).
+TEST(CpuPackedMatmul, EveryKernelGivesTheSameBitsWhateverTheRows) {
   std::mt19937 rng(5);
   std::normal_distribution<float> nd;
   auto be = make_cpu_backend();
-  for (DType dt : {DType::bf16, DType::f16}) {
+  const std::vector<const char*> kernels = cpu::packed_matmul_kernels();
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
     for (int64_t in : {1, 15, 16, 37, 128}) {
-      const int64_t o = 29;
+      const int64_t o = 45, row0 = 7, rows = 29;  // rows [7, 36) of 45: two partial panels
       std::vector<float> wf(static_cast<size_t>(o * in));
       for (auto& v : wf) v = nd(rng);
       const Tensor w = Tensor::from_floats({o, in}, wf).to(dt), wide = w.to(DType::f32);
-      for (int64_t n : {1, 3, 4, 5, 16, 17, 40}) {
-        std::vector<float> xf(static_cast<size_t>(n * in));
-        for (auto& v : xf) v = nd(rng);
-        const Tensor x = Tensor::from_floats({n, in}, xf);
-        Tensor want = Tensor::empty({n, o}, DType::f32), got = Tensor::empty({n, o}, DType::f32);
-        be->matmul(x, wide, nullptr, want);
-        be->matmul(x, w, nullptr, got);
-        std::vector<std::string> kernels = {"(dispatched)"};
-        for (const char* k : cpu::half_matmul_kernels()) kernels.push_back(k);
-        for (const std::string& k : kernels) {
-          if (k != "(dispatched)")
-            cpu::half_matmul(x.ptr<float>(), n, in, static_cast<const uint16_t*>(w.data()), dt, o, got.ptr<float>(), k.c_str());
-          for (int64_t i = 0; i < n * o; ++i) {
-            double scale = 0;
-            for (int64_t t = 0; t < in; ++t)
-              scale += std::abs(xf[(i / o) * in + t] * wide.ptr<float>()[(i % o) * in + t]);
-            ASSERT_NEAR(got.ptr<float>()[i], want.ptr<float>()[i], 1e-6 * scale + 1e-30)
+      const Tensor packed = be->upload_matrix(w);
+      EXPECT_EQ(be->to_host(packed).to_floats(), wide.to_floats()) << "unpacked " << dtype_name(dt);
+      const Tensor view = packed.rows(row0, row0 + rows);
+      const int64_t n_max = 40;
+      std::vector<float> xf(static_cast<size_t>(n_max * in));
+      for (auto& v : xf) v = nd(rng);
+      const Tensor x = Tensor::from_floats({n_max, in}, xf);
+      // Row 0 alone: the bits every other call must give for it.
+      Tensor alone = Tensor::empty({1, rows}, DType::f32);
+      be->matmul(x.rows(0, 1), view, nullptr, alone);
+      for (int64_t n : {1, 3, 12, 13, 40}) {
+        for (const char* k : kernels) {
+          if (std::string(k) == "scalar" && n > 3) continue;  // slow; its bits are checked at n ≤ 3
+          Tensor got = Tensor::empty({n, rows}, DType::f32);
+          cpu::packed_matmul(x.ptr<float>(), n, in, packed.storage()->data, dt, row0, rows, got.ptr<float>(), k);
+          for (int64_t c = 0; c < rows; ++c)
+            ASSERT_EQ(got.ptr<float>()[c], alone.ptr<float>()[c]) << dtype_name(dt) << " kernel " << k << " n " << n;
+          for (int64_t i = 0; i < n * rows; ++i) {
+            const int64_t r = i / rows, c = i % rows;
+            double want = 0, scale = 0;
+            for (int64_t t = 0; t < in; ++t) {
+              const double p = static_cast<double>(xf[r * in + t]) * wide.ptr<float>()[(row0 + c) * in + t];
+              want += p;
+              scale += std::abs(p);
+            }
+            ASSERT_NEAR(got.ptr<float>()[i], want, 1e-6 * scale + 1e-30)
                 << dtype_name(dt) << " kernel " << k << " n " << n << " in " << in << " at " << i;
           }
         }
       }
+      // A row-major weight given straight to matmul is packed for the call: the same bits.
+      Tensor direct = Tensor::empty({1, rows}, DType::f32);
+      be->matmul(x.rows(0, 1), w.rows(row0, row0 + rows).clone(), nullptr, direct);
+      EXPECT_EQ(direct.to_floats(), alone.to_floats()) << dtype_name(dt);
     }
   }
 }

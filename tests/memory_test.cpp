@@ -71,9 +71,9 @@ TEST(Memory, ALoadedModelHoldsWhatInspectSays) {
   const int64_t before = rss_bytes();
   ASSERT_GT(before, 0);
   LoadedModel m = load_model(d.string(), o, *be, comm);
-  // The tied logits are still right: the lm_head is the embedding. (The forward pass also
-  // touches every weight: matrices kept as stored may be the file's own mapped pages, which
-  // count once read.)
+  // The tied logits are still right: the lm_head is the embedding. The file's mapped pages
+  // are gone once loaded (the weights are packed copies), and the KV cache's untouched zero
+  // pages are not held: what is held is the footprint less the unused cache.
   const Tensor logits = m.model->forward(Tensor::from_ints({1, 3}, {5, 17, 29}));
   EXPECT_EQ(logits.shape(), (Shape{1, 3, 32000}));
   const int64_t held = rss_bytes() - before - logits.nbytes();

@@ -1,7 +1,5 @@
 #include "core/cpu/cpu_backend.h"
-#include "core/cpu/half_matmul.h"
-
-#include <cblas.h>
+#include "core/cpu/packed_matmul.h"
 
 #include <cmath>
 #include <cstring>
@@ -31,6 +29,32 @@ void CpuBackend::convert(const Tensor& src, Tensor& dst) {
   linnet::convert(src.data(), src.dtype(), dst.data(), dst.dtype(), static_cast<size_t>(src.numel()));
 }
 
+Tensor CpuBackend::to_host(const Tensor& t) {
+  if (!t.packed()) return t;
+  const int64_t cols = t.storage()->packed_cols;
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  cpu::unpack_rows(t.storage()->data, t.dtype(), cols, packed_row0(t), t.dim(0), out.data());
+  return out;
+}
+
+Tensor CpuBackend::upload_matrix(const Tensor& host) {
+  cpu_expect(host.rank() == 2 && !host.packed() && is_float(host.dtype()), "upload_matrix",
+             "a row-major float matrix, got " + host.describe());
+  const int64_t rows = host.dim(0), cols = host.dim(1);
+  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;  // whole panels
+  auto st = Tensor::empty({padded, cols}, host.dtype()).storage();
+  cpu::pack_matrix(host.data(), host.dtype(), rows, cols, st->data);
+  st->packed_cols = cols;
+  return Tensor(st, 0, host.shape(), host.dtype());
+}
+
+int64_t packed_row0(const Tensor& w) {
+  const size_t off = static_cast<size_t>(static_cast<const char*>(w.data()) - static_cast<const char*>(w.storage()->data));
+  const size_t row_bytes = static_cast<size_t>(w.storage()->packed_cols) * dtype_size(w.dtype());
+  cpu_expect(off % row_bytes == 0, "packed matrix", "a view that does not start on a row: " + w.describe());
+  return static_cast<int64_t>(off / row_bytes);
+}
+
 void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
   cpu_expect_f32(out, "embedding", "out");
   const int64_t n = ids.numel(), w = weight.dim(1), v = weight.dim(0);
@@ -39,8 +63,11 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
   const size_t row_bytes = static_cast<size_t>(w) * dtype_size(weight.dtype());
   for (int64_t i = 0; i < n; ++i) {
     cpu_expect(id[i] >= 0 && id[i] < v, "embedding", str("id ", id[i], " outside [0, ", v, ")"));
-    linnet::convert(static_cast<const char*>(weight.data()) + id[i] * row_bytes, weight.dtype(),
-                    out.ptr<float>() + i * w, DType::f32, static_cast<size_t>(w));
+    if (weight.packed())
+      cpu::unpack_rows_f32(weight.storage()->data, weight.dtype(), w, packed_row0(weight) + id[i], 1, out.ptr<float>() + i * w);
+    else
+      linnet::convert(static_cast<const char*>(weight.data()) + id[i] * row_bytes, weight.dtype(),
+                      out.ptr<float>() + i * w, DType::f32, static_cast<size_t>(w));
   }
 }
 
@@ -50,18 +77,13 @@ void CpuBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Te
              str("w must be f32, bf16 or f16, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
   const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
-  cpu_expect(w.dim(1) == in && out.dim(0) == n && out.dim(1) == o, "matmul",
+  cpu_expect(w.rank() == 2 && w.dim(1) == in && out.dim(0) == n && out.dim(1) == o, "matmul",
              str(x.describe(), " · ", w.describe(), "ᵀ → ", out.describe()));
   if (n == 0) return;
-  if (w.dtype() != DType::f32) {  // weights as stored: widened in registers or in blocks
-    cpu::half_matmul(x.ptr<float>(), n, in, static_cast<const uint16_t*>(w.data()), w.dtype(), o, out.ptr<float>());
-  } else if (n == 1) {
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, o, in, 1.0f, w.ptr<float>(), in, x.ptr<float>(), 1,
-                0.0f, out.ptr<float>(), 1);
-  } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, o, in, 1.0f, x.ptr<float>(), in,
-                w.ptr<float>(), in, 0.0f, out.ptr<float>(), o);
-  }
+  // A weight not uploaded with upload_matrix (a test's, an op's operand) is packed for the
+  // call: the same kernel, so the same bits.
+  const Tensor packed = w.packed() ? w : upload_matrix(w);
+  cpu::packed_matmul(x.ptr<float>(), n, in, packed.storage()->data, w.dtype(), packed_row0(packed), o, out.ptr<float>());
   if (bias) {
     cpu_expect_f32(*bias, "matmul", "bias");
     cpu_expect(bias->numel() == o, "matmul", "bias " + bias->describe());

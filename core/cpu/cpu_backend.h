@@ -1,7 +1,7 @@
 // The CPU backend: the reference every other backend is tested against. Computes in f32
 // whatever the checkpoint's dtype (compute_dtype is f32); matrix weights stay as T stores
-// them (bf16, f16: half the bytes), widened as they are read (core/cpu/half_matmul.h);
-// OpenBLAS for f32 products, OpenMP across cores for the rest.
+// them (bf16, f16: half the bytes), packed once at load and widened as they are read by one
+// batch-invariant product kernel (core/cpu/packed_matmul.h); OpenMP across cores.
 #pragma once
 #include "core/backend.h"
 #include "core/cpu/host_pool.h"
@@ -17,9 +17,12 @@ class CpuBackend final : public Backend {
 
   Tensor empty(const Shape& shape, DType dtype) override { return pool_->empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
-  Tensor to_host(const Tensor& t) override { return t; }
+  Tensor to_host(const Tensor& t) override;
+  // Packed in panels of 32 rows (core/cpu/packed_matmul.h), in the dtype it came in.
+  Tensor upload_matrix(const Tensor& host) override;
   void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
+  Tensor zeros(const Shape& shape, DType dtype) override { return Tensor::zeros(shape, dtype); }
   void synchronize() override {}
   int64_t memory_available() const override;
   void convert(const Tensor& src, Tensor& dst) override;
@@ -63,5 +66,7 @@ class CpuBackend final : public Backend {
     if (!(ok)) ::linnet::cpu_fail(op, what); \
   } while (0)
 void cpu_expect_f32(const Tensor& t, const char* op, const char* arg);
+// The first row of a view into a packed matrix.
+int64_t packed_row0(const Tensor& w);
 
 }  // namespace linnet

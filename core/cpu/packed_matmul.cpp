@@ -1,0 +1,270 @@
+#include "core/cpu/packed_matmul.h"
+
+#include "core/error.h"
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own _mm512_undefined_*().
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace linnet::cpu {
+
+namespace {
+
+enum Kind { kF32 = 0, kBf16 = 1, kF16 = 2 };
+Kind kind_of(DType dt) {
+  if (dt == DType::f32) return kF32;
+  if (dt == DType::bf16) return kBf16;
+  if (dt == DType::f16) return kF16;
+  throw Error(str("packed matrix: dtype ", dtype_name(dt), " is not f32, bf16 or f16"));
+}
+
+// Where column c of a panel's k-slice sits (bf16 interleaves c and c + 16 in one word).
+int64_t slot_of(int64_t c, Kind kind) { return kind == kBf16 ? (c < 16 ? 2 * c : 2 * (c - 16) + 1) : c; }
+
+// A tile: rows × 32 f32 results of one panel, row-major with stride 32.
+using Micro = void (*)(const float* x, int64_t ldx, int64_t k, const void* panel, int rows, float* tile);
+
+// ---- scalar: the reference the vector kernels equal bit for bit ----
+float load_scalar(const void* panel, Kind kind, int64_t i) {
+  if (kind == kF32) return static_cast<const float*>(panel)[i];
+  const uint16_t h = static_cast<const uint16_t*>(panel)[i];
+  return kind == kBf16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+template <Kind K>
+void micro_scalar(const float* x, int64_t ldx, int64_t k, const void* panel, int rows, float* tile) {
+  for (int r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < kPanel; ++c) {
+      float acc = 0;
+      for (int64_t t = 0; t < k; ++t) acc = std::fma(x[r * ldx + t], load_scalar(panel, K, t * kPanel + slot_of(c, K)), acc);
+      tile[r * kPanel + c] = acc;
+    }
+}
+
+// ---- AVX-512: R rows × 2 vectors of 16 accumulators; x broadcast from memory ----
+template <Kind K>
+__attribute__((target("avx512f"))) inline void widen32(const void* panel, int64_t t, __m512& lo, __m512& hi) {
+  if constexpr (K == kF32) {
+    const float* p = static_cast<const float*>(panel) + t * kPanel;
+    lo = _mm512_loadu_ps(p);
+    hi = _mm512_loadu_ps(p + 16);
+  } else if constexpr (K == kBf16) {
+    const __m512i v = _mm512_loadu_si512(static_cast<const uint16_t*>(panel) + t * kPanel);
+    lo = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + t * kPanel;
+    lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+  }
+}
+
+template <Kind K, int R>
+__attribute__((target("avx512f"))) void micro_avx512(const float* x, int64_t ldx, int64_t k, const void* panel, int,
+                                                      float* tile) {
+  constexpr int64_t kBytes = K == kF32 ? 4 : 2;
+  __m512 a[R][2];
+  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < k; ++t) {
+    // 1 KiB ahead on the stream of panels: the hardware prefetcher alone lags at batch 1.
+    _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 512) * kBytes, _MM_HINT_T0);
+    __m512 lo, hi;
+    widen32<K>(panel, t, lo, hi);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xv = _mm512_set1_ps(x[r * ldx + t]);
+      a[r][0] = _mm512_fmadd_ps(xv, lo, a[r][0]);
+      a[r][1] = _mm512_fmadd_ps(xv, hi, a[r][1]);
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    _mm512_storeu_ps(tile + r * kPanel, a[r][0]);
+    _mm512_storeu_ps(tile + r * kPanel + 16, a[r][1]);
+  }
+}
+
+// ---- AVX2 + FMA: R rows × 4 vectors of 8 ----
+template <Kind K>
+__attribute__((target("avx2,fma,f16c"))) inline void widen8x4(const void* panel, int64_t t, __m256 w[4]) {
+  if constexpr (K == kF32) {
+    const float* p = static_cast<const float*>(panel) + t * kPanel;
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_loadu_ps(p + 8 * i);
+  } else if constexpr (K == kBf16) {
+    // Words j of the two halves hold columns (j, j + 16) and (8 + j, 24 + j).
+    const __m256i mask = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + t * kPanel;
+    const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+    w[0] = _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16));   // columns 0–7
+    w[1] = _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16));   // 8–15
+    w[2] = _mm256_castsi256_ps(_mm256_and_si256(v0, mask));  // 16–23
+    w[3] = _mm256_castsi256_ps(_mm256_and_si256(v1, mask));  // 24–31
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(panel) + t * kPanel;
+    for (int i = 0; i < 4; ++i) w[i] = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 * i)));
+  }
+}
+
+template <Kind K, int R>
+__attribute__((target("avx2,fma,f16c"))) void micro_avx2(const float* x, int64_t ldx, int64_t k, const void* panel, int,
+                                                          float* tile) {
+  constexpr int64_t kBytes = K == kF32 ? 4 : 2;
+  __m256 a[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
+  for (int64_t t = 0; t < k; ++t) {
+    _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 512) * kBytes, _MM_HINT_T0);
+    __m256 w[4];
+    widen8x4<K>(panel, t, w);
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + t);
+      for (int i = 0; i < 4; ++i) a[r][i] = _mm256_fmadd_ps(xv, w[i], a[r][i]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < 4; ++i) _mm256_storeu_ps(tile + r * kPanel + 8 * i, a[r][i]);
+}
+
+constexpr int kRows512 = 12;  // 24 accumulators + 2 weight vectors of the 32 registers
+constexpr int kRows2 = 3;     // 12 + 4 of 16
+
+template <Kind K, int... R>
+constexpr std::array<Micro, sizeof...(R)> table512(std::integer_sequence<int, R...>) {
+  return {micro_avx512<K, R + 1>...};
+}
+template <Kind K, int... R>
+constexpr std::array<Micro, sizeof...(R)> table2(std::integer_sequence<int, R...>) {
+  return {micro_avx2<K, R + 1>...};
+}
+
+struct Kernel {
+  const char* name;
+  int max_rows;
+  std::vector<Micro> by_rows[3];  // [kind][rows − 1]
+};
+
+std::vector<Kernel> available() {
+  __builtin_cpu_init();
+  std::vector<Kernel> out;
+  if (__builtin_cpu_supports("avx512f")) {
+    Kernel k{"avx512f", kRows512, {}};
+    auto put = [&](Kind kind, auto table) { k.by_rows[kind].assign(table.begin(), table.end()); };
+    put(kF32, table512<kF32>(std::make_integer_sequence<int, kRows512>{}));
+    put(kBf16, table512<kBf16>(std::make_integer_sequence<int, kRows512>{}));
+    put(kF16, table512<kF16>(std::make_integer_sequence<int, kRows512>{}));
+    out.push_back(std::move(k));
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    Kernel k{"avx2+fma", kRows2, {}};
+    auto put = [&](Kind kind, auto table) { k.by_rows[kind].assign(table.begin(), table.end()); };
+    put(kF32, table2<kF32>(std::make_integer_sequence<int, kRows2>{}));
+    put(kBf16, table2<kBf16>(std::make_integer_sequence<int, kRows2>{}));
+    put(kF16, table2<kF16>(std::make_integer_sequence<int, kRows2>{}));
+    out.push_back(std::move(k));
+  }
+  Kernel s{"scalar", 1, {{micro_scalar<kF32>}, {micro_scalar<kBf16>}, {micro_scalar<kF16>}}};
+  out.push_back(std::move(s));
+  return out;
+}
+
+const std::vector<Kernel> kKernels = available();
+
+const Kernel& find_kernel(const char* name) {
+  if (!name) return kKernels.front();
+  for (const Kernel& k : kKernels)
+    if (std::string(k.name) == name) return k;
+  throw Error(str("packed_matmul: no kernel '", name, "' on this CPU"));
+}
+
+}  // namespace
+
+size_t packed_bytes(int64_t rows, int64_t cols, DType dt) {
+  const int64_t panels = (rows + kPanel - 1) / kPanel;
+  return static_cast<size_t>(panels * kPanel * cols) * dtype_size(dt);
+}
+
+void pack_matrix(const void* src, DType dt, int64_t rows, int64_t cols, void* dst) {
+  const Kind kind = kind_of(dt);
+  const size_t es = dtype_size(dt);
+  const int64_t panels = (rows + kPanel - 1) / kPanel;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p) {
+    char* out = static_cast<char*>(dst) + static_cast<size_t>(p * kPanel * cols) * es;
+    for (int64_t c = 0; c < kPanel; ++c) {
+      const int64_t r = p * kPanel + c, s = slot_of(c, kind);
+      const char* in = static_cast<const char*>(src) + static_cast<size_t>(r * cols) * es;
+      for (int64_t t = 0; t < cols; ++t) {
+        char* o = out + static_cast<size_t>(t * kPanel + s) * es;
+        if (r < rows) std::memcpy(o, in + t * es, es);
+        else std::memset(o, 0, es);
+      }
+    }
+  }
+}
+
+void unpack_rows(const void* packed, DType dt, int64_t cols, int64_t row0, int64_t rows, void* dst) {
+  const Kind kind = kind_of(dt);
+  const size_t es = dtype_size(dt);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = row0 + i, p = r / kPanel, s = slot_of(r % kPanel, kind);
+    const char* in = static_cast<const char*>(packed) + static_cast<size_t>(p * kPanel * cols + s) * es;
+    char* out = static_cast<char*>(dst) + static_cast<size_t>(i * cols) * es;
+    for (int64_t t = 0; t < cols; ++t) std::memcpy(out + t * es, in + static_cast<size_t>(t * kPanel) * es, es);
+  }
+}
+
+void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, int64_t rows, float* dst) {
+  const Kind kind = kind_of(dt);
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = row0 + i, p = r / kPanel, s = slot_of(r % kPanel, kind);
+    const int64_t base = p * kPanel * cols + s;
+    for (int64_t t = 0; t < cols; ++t) dst[i * cols + t] = load_scalar(packed, kind, base + t * kPanel);
+  }
+}
+
+void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt, int64_t row0, int64_t o,
+                   float* out, const char* kernel) {
+  const Kind kind = kind_of(dt);
+  const Kernel& kern = find_kernel(kernel);
+  const size_t panel_bytes = static_cast<size_t>(kPanel * k) * dtype_size(dt);
+  const int64_t p_begin = row0 / kPanel, p_end = (row0 + o + kPanel - 1) / kPanel;
+  // Blocks of rows of x that stay in a core's L2 (≈ 1 MiB) while every panel passes over
+  // them; a block is a whole number of tiles. Blocking over rows only: it never changes
+  // an element's chain over k.
+  const int64_t tile_rows = kern.max_rows;
+  const int64_t block = std::max<int64_t>(tile_rows, ((int64_t{1} << 18) / std::max<int64_t>(k, 1)) / tile_rows * tile_rows);
+  for (int64_t m0 = 0; m0 < n; m0 += block) {
+    const int64_t m1 = std::min(n, m0 + block);
+#pragma omp parallel for schedule(static)
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      alignas(64) float tile[kRows512 * kPanel];
+      const void* panel = static_cast<const char*>(w) + static_cast<size_t>(p) * panel_bytes;
+      const int64_t c0 = std::max(row0, p * kPanel) - p * kPanel, c1 = std::min(row0 + o, (p + 1) * kPanel) - p * kPanel;
+      for (int64_t r0 = m0; r0 < m1; r0 += tile_rows) {
+        const int rows = static_cast<int>(std::min(tile_rows, m1 - r0));
+        kern.by_rows[kind][kern.max_rows == 1 ? 0 : rows - 1](x + r0 * k, k, k, panel, rows, tile);
+        for (int r = 0; r < rows; ++r)
+          std::memcpy(out + (r0 + r) * o + (p * kPanel + c0 - row0), tile + r * kPanel + c0,
+                      static_cast<size_t>(c1 - c0) * sizeof(float));
+      }
+    }
+  }
+}
+
+const char* packed_matmul_kernel() { return kKernels.front().name; }
+
+std::vector<const char*> packed_matmul_kernels() {
+  std::vector<const char*> names;
+  for (const Kernel& k : kKernels) names.push_back(k.name);
+  return names;
+}
+
+}  // namespace linnet::cpu

@@ -1,0 +1,41 @@
+// The CPU's one matrix product: out[n, o] = x[n, k] · W[o, k]ᵀ with W packed once, at load, in
+// panels of 32 rows, kept in the dtype it was stored in (f32, bf16 or f16) and widened in
+// registers; x and out f32.
+//
+// Panel p holds rows [32p, 32p + 32) as [k][32]: the 32 weights a step of the product needs
+// lie in one 64-byte line (bf16, f16). The last panel is padded with zero rows. A bf16 slice
+// interleaves its columns (c, c + 16) in each 32-bit word, so one shift and one mask widen it.
+//
+// Batch invariance by construction (docs/numerics.md): every output element is one f32 fused
+// multiply-add chain over k = 0 … K−1 in order, started at 0 — whatever the number of rows n,
+// the register tile, the thread or the kernel (AVX-512, AVX2, scalar give the same bits). No
+// split over k, no kernel switch with n.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace linnet::cpu {
+
+constexpr int64_t kPanel = 32;
+
+// Bytes a packed [rows, cols] matrix takes (rows rounded up to whole panels).
+size_t packed_bytes(int64_t rows, int64_t cols, DType dt);
+// dst ← src, a row-major [rows, cols] matrix in dt (f32, bf16 or f16), packed in the same dtype.
+void pack_matrix(const void* src, DType dt, int64_t rows, int64_t cols, void* dst);
+// Rows [row0, row0 + rows) of a packed matrix back to row-major, in its dtype (dst) or as f32.
+void unpack_rows(const void* packed, DType dt, int64_t cols, int64_t row0, int64_t rows, void* dst);
+void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, int64_t rows, float* dst);
+
+// out[n, o] = x[n, k] · W[row0 : row0 + o]ᵀ for W packed with k columns.
+// kernel: one of packed_matmul_kernels() (tests run each); null: the best this CPU has.
+void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt, int64_t row0, int64_t o,
+                   float* out, const char* kernel = nullptr);
+
+// The kernel packed_matmul runs here: "avx512f", "avx2+fma" or "scalar"; all of them, best first.
+const char* packed_matmul_kernel();
+std::vector<const char*> packed_matmul_kernels();
+
+}  // namespace linnet::cpu
