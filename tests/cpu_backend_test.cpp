@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/backend.h"
+#include "core/cpu/attention_kernels.h"
 #include "core/cpu/packed_matmul.h"
 #include "core/philox.h"
 
@@ -216,6 +217,42 @@ TEST(CpuPackedMatmul, EveryKernelGivesTheSameBitsWhateverTheRows) {
       Tensor direct = Tensor::empty({1, rows}, DType::f32);
       be->matmul(x.rows(0, 1), w.rows(row0, row0 + rows).clone(), nullptr, direct);
       EXPECT_EQ(direct.to_floats(), alone.to_floats()) << dtype_name(dt);
+    }
+  }
+}
+
+// The attention loops (core/cpu/attention_kernels.h): every kernel this CPU has against the
+// portable one, over head dims with and without a tail and runs of keys with and without one.
+TEST(CpuAttentionKernels, EveryKernelAgreesWithThePortableOne) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  const auto kernels = cpu::all_attention_kernels();
+  const cpu::AttentionKernels& ref = *kernels.back();
+  ASSERT_STREQ(ref.name, "portable");
+  for (int64_t d : {8, 48, 64, 128, 136}) {
+    for (int64_t count : {1, 3, 17, 100}) {
+      const int64_t ldk = d + 5;
+      std::vector<float> q(static_cast<size_t>(d)), keys(static_cast<size_t>(count * ldk)), vals(keys.size());
+      for (auto* v : {&q, &keys, &vals})
+        for (auto& x : *v) x = 3 * nd(rng);
+      std::vector<const float*> vp;
+      for (int64_t j = 0; j < count; ++j) vp.push_back(vals.data() + j * ldk);
+      auto run = [&](const cpu::AttentionKernels& k, std::vector<float>& s, std::vector<float>& out) {
+        s.assign(static_cast<size_t>(count), 0);
+        out.assign(static_cast<size_t>(d), 0);
+        k.scores(q.data(), keys.data(), ldk, count, d, 0.125f, s.data());
+        const float inv = k.softmax(s.data(), count);
+        k.combine(s.data(), vp.data(), count, d, inv, out.data());
+        for (auto& p : s) p *= inv;
+      };
+      std::vector<float> want_s, want_o;
+      run(ref, want_s, want_o);
+      for (const auto* k : kernels) {
+        std::vector<float> s, o;
+        run(*k, s, o);
+        for (int64_t j = 0; j < count; ++j) ASSERT_NEAR(s[j], want_s[j], 2e-6 + 2e-6 * want_s[j]) << k->name << " d " << d << " key " << j;
+        for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(o[i], want_o[i], 2e-5) << k->name << " d " << d << " count " << count;
+      }
     }
   }
 }

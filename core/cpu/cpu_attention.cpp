@@ -1,10 +1,12 @@
 // Attention on the CPU: causal attention among a call's fresh tokens (packed runs), and
-// attention over the KV cache through a page table. Softmax in f32 with the running max
-// subtracted; one (token, head) pair per task.
+// attention over the KV cache through a page table. Softmax in f32 with the max subtracted;
+// one (token, head) pair per task, its loops in core/cpu/attention_kernels.h. A token's result
+// depends only on its own keys and values, whatever else the call holds.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
+#include "core/cpu/attention_kernels.h"
 #include "core/cpu/cpu_backend.h"
 
 namespace linnet {
@@ -18,33 +20,6 @@ struct CacheAddress {
 CacheAddress slot_address(int64_t slot, const AttentionDims& d) {
   const int64_t page = slot / d.page_size, ppr = d.pages_per_row();
   return {page / ppr, (page % ppr) * d.page_size + slot % d.page_size};
-}
-
-// Softmax-weighted sum of values: scores[j] are overwritten by probabilities.
-void softmax_combine(std::vector<float>& scores, int64_t count, const std::vector<const float*>& values,
-                     int64_t d, float* out) {
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < count; ++j) mx = std::max(mx, scores[j]);
-  double sum = 0;
-  for (int64_t j = 0; j < count; ++j) {
-    scores[j] = std::exp(scores[j] - mx);
-    sum += scores[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  std::fill(out, out + d, 0.0f);
-  for (int64_t j = 0; j < count; ++j) {
-    const float p = scores[j] * inv;
-    const float* v = values[j];
-#pragma omp simd
-    for (int64_t i = 0; i < d; ++i) out[i] += p * v[i];
-  }
-}
-
-float dot(const float* a, const float* b, int64_t n) {
-  float s = 0;
-#pragma omp simd reduction(+ : s)
-  for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
 }
 
 void check_dims(const Tensor& qkv, const AttentionDims& d, const Tensor& out, const char* op) {
@@ -87,6 +62,7 @@ void CpuBackend::attention_packed(const Tensor& qkv, const AttentionDims& d, con
   const int32_t* start = run_start.ptr<int32_t>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
   const float* base = qkv.ptr<float>();
+  const cpu::AttentionKernels& k = cpu::attention_kernels();
 #pragma omp parallel
   {
     std::vector<float> scores;
@@ -99,12 +75,11 @@ void CpuBackend::attention_packed(const Tensor& qkv, const AttentionDims& d, con
       scores.resize(static_cast<size_t>(count));
       values.resize(static_cast<size_t>(count));
       const float* q = base + t * w + h * dh;
-      for (int64_t j = 0; j < count; ++j) {
-        const float* row = base + (start[t] + j) * w;
-        scores[j] = dot(q, row + (d.q_heads + g) * dh, dh) * scale;
-        values[j] = row + (d.q_heads + d.kv_heads + g) * dh;
-      }
-      softmax_combine(scores, count, values, dh, out.ptr<float>() + t * d.q_heads * dh + h * dh);
+      const float* first = base + start[t] * w;
+      k.scores(q, first + (d.q_heads + g) * dh, w, count, dh, scale, scores.data());
+      for (int64_t j = 0; j < count; ++j) values[j] = first + j * w + (d.q_heads + d.kv_heads + g) * dh;
+      const float inv = k.softmax(scores.data(), count);
+      k.combine(scores.data(), values.data(), count, dh, inv, out.ptr<float>() + t * d.q_heads * dh + h * dh);
     }
   }
 }
@@ -121,6 +96,7 @@ void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, cons
   const int32_t* pos = positions.ptr<int32_t>();
   const int32_t* tab = table.ptr<int32_t>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const cpu::AttentionKernels& kern = cpu::attention_kernels();
   for (int64_t t = 0; t < n; ++t) {
     if (row[t] < 0) continue;
     cpu_expect(row[t] < table.dim(0) && pos[t] >= 0 && pos[t] / d.page_size < pages,
@@ -155,12 +131,12 @@ void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, cons
         const int64_t base = ((a.row * d.kv_heads + g) * d.max_seq + a.pos) * dh;
         const float* k = cache_k.ptr<float>() + base;
         const float* v = cache_v.ptr<float>() + base;
-        for (int64_t i = 0, end = std::min(d.page_size, count - j0); i < end; ++i) {
-          scores[j0 + i] = dot(q, k + i * dh, dh) * scale;
-          values[j0 + i] = v + i * dh;
-        }
+        const int64_t end = std::min(d.page_size, count - j0);
+        kern.scores(q, k, dh, end, dh, scale, scores.data() + j0);
+        for (int64_t i = 0; i < end; ++i) values[j0 + i] = v + i * dh;
       }
-      softmax_combine(scores, count, values, dh, out.ptr<float>() + t * d.q_heads * dh + h * dh);
+      const float inv = kern.softmax(scores.data(), count);
+      kern.combine(scores.data(), values.data(), count, dh, inv, out.ptr<float>() + t * d.q_heads * dh + h * dh);
     }
   }
 }

@@ -27,6 +27,12 @@ Kind kind_of(DType dt) {
   throw Error(str("packed matrix: dtype ", dtype_name(dt), " is not f32, bf16 or f16"));
 }
 
+// Each output element is the sum, in this order, of kChains multiply-add chains over fixed
+// quarters of k: ((c0 + c1) + c2) + c3. Fixed for every n, so a lone row can run its four
+// chains side by side while a tile of 12 rows runs them one after another.
+constexpr int kChains = 4;
+inline int64_t chain_begin(int64_t k, int q) { return k * q / kChains; }
+
 // Where column c of a panel's k-slice sits (bf16 interleaves c and c + 16 in one word).
 int64_t slot_of(int64_t c, Kind kind) { return kind == kBf16 ? (c < 16 ? 2 * c : 2 * (c - 16) + 1) : c; }
 
@@ -44,9 +50,14 @@ template <Kind K>
 void micro_scalar(const float* x, int64_t ldx, int64_t k, const void* panel, int rows, float* tile) {
   for (int r = 0; r < rows; ++r)
     for (int64_t c = 0; c < kPanel; ++c) {
-      float acc = 0;
-      for (int64_t t = 0; t < k; ++t) acc = std::fma(x[r * ldx + t], load_scalar(panel, K, t * kPanel + slot_of(c, K)), acc);
-      tile[r * kPanel + c] = acc;
+      float sum = 0;
+      for (int q = 0; q < kChains; ++q) {
+        float acc = 0;
+        for (int64_t t = chain_begin(k, q); t < chain_begin(k, q + 1); ++t)
+          acc = std::fma(x[r * ldx + t], load_scalar(panel, K, t * kPanel + slot_of(c, K)), acc);
+        sum = q == 0 ? acc : sum + acc;
+      }
+      tile[r * kPanel + c] = sum;
     }
 }
 
@@ -68,26 +79,46 @@ __attribute__((target("avx512f"))) inline void widen32(const void* panel, int64_
   }
 }
 
+// One step t of a chain for R rows: 32 weights widened, R × 2 multiply-adds.
 template <Kind K, int R>
+__attribute__((target("avx512f"), always_inline)) inline void chain_step(const float* x, int64_t ldx, const void* panel,
+                                                                          int64_t t, __m512 (&a)[R][2]) {
+  constexpr int64_t kBytes = K == kF32 ? 4 : 2;
+  // 1 KiB ahead on each stream: the hardware prefetcher alone lags at batch 1.
+  _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 512) * kBytes, _MM_HINT_T0);
+  __m512 lo, hi;
+  widen32<K>(panel, t, lo, hi);
+  for (int r = 0; r < R; ++r) {
+    const __m512 xv = _mm512_set1_ps(x[r * ldx + t]);
+    a[r][0] = _mm512_fmadd_ps(xv, lo, a[r][0]);
+    a[r][1] = _mm512_fmadd_ps(xv, hi, a[r][1]);
+  }
+}
+
+// G of the kChains chains at once (G > 1 for few rows: the chains' latencies overlap, where
+// one row alone would wait on each multiply-add), each added into the tile in chain order.
+template <Kind K, int R, int G>
 __attribute__((target("avx512f"))) void micro_avx512(const float* x, int64_t ldx, int64_t k, const void* panel, int,
                                                       float* tile) {
-  constexpr int64_t kBytes = K == kF32 ? 4 : 2;
-  __m512 a[R][2];
-  for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < k; ++t) {
-    // 1 KiB ahead on the stream of panels: the hardware prefetcher alone lags at batch 1.
-    _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 512) * kBytes, _MM_HINT_T0);
-    __m512 lo, hi;
-    widen32<K>(panel, t, lo, hi);
-    for (int r = 0; r < R; ++r) {
-      const __m512 xv = _mm512_set1_ps(x[r * ldx + t]);
-      a[r][0] = _mm512_fmadd_ps(xv, lo, a[r][0]);
-      a[r][1] = _mm512_fmadd_ps(xv, hi, a[r][1]);
+  for (int q0 = 0; q0 < kChains; q0 += G) {
+    __m512 a[G][R][2];
+    int64_t begin[G], len[G], common = k;
+    for (int g = 0; g < G; ++g) {
+      begin[g] = chain_begin(k, q0 + g);
+      len[g] = chain_begin(k, q0 + g + 1) - begin[g];
+      common = std::min(common, len[g]);
+      for (int r = 0; r < R; ++r) a[g][r][0] = a[g][r][1] = _mm512_setzero_ps();
     }
-  }
-  for (int r = 0; r < R; ++r) {
-    _mm512_storeu_ps(tile + r * kPanel, a[r][0]);
-    _mm512_storeu_ps(tile + r * kPanel + 16, a[r][1]);
+    for (int64_t i = 0; i < common; ++i)
+      for (int g = 0; g < G; ++g) chain_step<K, R>(x, ldx, panel, begin[g] + i, a[g]);
+    for (int g = 0; g < G; ++g)
+      for (int64_t i = common; i < len[g]; ++i) chain_step<K, R>(x, ldx, panel, begin[g] + i, a[g]);
+    for (int g = 0; g < G; ++g)
+      for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h) {
+          float* o = tile + r * kPanel + 16 * h;
+          _mm512_storeu_ps(o, q0 + g == 0 ? a[g][r][h] : _mm512_add_ps(_mm512_loadu_ps(o), a[g][r][h]));
+        }
   }
 }
 
@@ -117,28 +148,35 @@ template <Kind K, int R>
 __attribute__((target("avx2,fma,f16c"))) void micro_avx2(const float* x, int64_t ldx, int64_t k, const void* panel, int,
                                                           float* tile) {
   constexpr int64_t kBytes = K == kF32 ? 4 : 2;
-  __m256 a[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
-  for (int64_t t = 0; t < k; ++t) {
-    _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 512) * kBytes, _MM_HINT_T0);
-    __m256 w[4];
-    widen8x4<K>(panel, t, w);
-    for (int r = 0; r < R; ++r) {
-      const __m256 xv = _mm256_broadcast_ss(x + r * ldx + t);
-      for (int i = 0; i < 4; ++i) a[r][i] = _mm256_fmadd_ps(xv, w[i], a[r][i]);
+  for (int q = 0; q < kChains; ++q) {
+    __m256 a[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
+    for (int64_t t = chain_begin(k, q); t < chain_begin(k, q + 1); ++t) {
+      _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 512) * kBytes, _MM_HINT_T0);
+      __m256 w[4];
+      widen8x4<K>(panel, t, w);
+      for (int r = 0; r < R; ++r) {
+        const __m256 xv = _mm256_broadcast_ss(x + r * ldx + t);
+        for (int i = 0; i < 4; ++i) a[r][i] = _mm256_fmadd_ps(xv, w[i], a[r][i]);
+      }
     }
+    for (int r = 0; r < R; ++r)
+      for (int i = 0; i < 4; ++i) {
+        float* o = tile + r * kPanel + 8 * i;
+        _mm256_storeu_ps(o, q == 0 ? a[r][i] : _mm256_add_ps(_mm256_loadu_ps(o), a[r][i]));
+      }
   }
-  for (int r = 0; r < R; ++r)
-    for (int i = 0; i < 4; ++i) _mm256_storeu_ps(tile + r * kPanel + 8 * i, a[r][i]);
 }
 
 constexpr int kRows512 = 12;  // 24 accumulators + 2 weight vectors of the 32 registers
 constexpr int kRows2 = 3;     // 12 + 4 of 16
 
+// Chains run at once for a tile of R rows: enough independent multiply-adds in flight.
+constexpr int chains_at_once(int rows) { return rows == 1 ? 4 : rows == 2 ? 2 : 1; }
 template <Kind K, int... R>
 constexpr std::array<Micro, sizeof...(R)> table512(std::integer_sequence<int, R...>) {
-  return {micro_avx512<K, R + 1>...};
+  return {micro_avx512<K, R + 1, chains_at_once(R + 1)>...};
 }
 template <Kind K, int... R>
 constexpr std::array<Micro, sizeof...(R)> table2(std::integer_sequence<int, R...>) {

@@ -6,10 +6,10 @@
 // lie in one 64-byte line (bf16, f16). The last panel is padded with zero rows. A bf16 slice
 // interleaves its columns (c, c + 16) in each 32-bit word, so one shift and one mask widen it.
 //
-// Batch invariance by construction (docs/numerics.md): every output element is one f32 fused
-// multiply-add chain over k = 0 … K−1 in order, started at 0 — whatever the number of rows n,
-// the register tile, the thread or the kernel (AVX-512, AVX2, scalar give the same bits). No
-// split over k, no kernel switch with n.
+// Batch invariance by construction (docs/numerics.md): every output element is the sum, in a
+// fixed order, of four f32 fused multiply-add chains, each over a fixed quarter of k in order
+// from 0 — whatever the number of rows n, the register tile, the thread or the kernel
+// (AVX-512, AVX2, scalar give the same bits). No split of k that depends on n.
 #pragma once
 #include <cstddef>
 #include <cstdint>
