@@ -32,15 +32,21 @@ ModelConfig config() {
   return c;
 }
 
+// Each case runs on a backend and dtype: the rule is per backend (CUDA's cases skip without a GPU).
+struct Case {
+  const char* backend;
+  DType t;
+};
+
 struct Bench {
   ModelConfig c = config();
-  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::unique_ptr<Backend> be;
   SingleCommunicator comm;
   std::unique_ptr<Model> m;
-  explicit Bench(DType t) {
-    c.dtype = t;
-    RandomWeights w(21, t);
-    m = std::make_unique<Model>(c, bind_generics(c, RunOptions{kBatch, kMaxSeq, 1, kPage, t}), w, *be, comm);
+  explicit Bench(Case k) : be(make_backend(k.backend)) {
+    c.dtype = k.t;
+    RandomWeights w(21, k.t);
+    m = std::make_unique<Model>(c, bind_generics(c, RunOptions{kBatch, kMaxSeq, 1, kPage, k.t}), w, *be, comm);
   }
   Model* operator->() { return m.get(); }
 };
@@ -93,7 +99,7 @@ std::vector<uint8_t> bytes_of_row(const Tensor& t, int64_t r) {
 
 // Per call size, the target's results from `run`; all must equal the lone call's.
 template <class Run>
-void expect_invariant(DType t, const char* what, Run run) {
+void expect_invariant(Case t, const char* what, Run run) {
   std::vector<std::vector<uint8_t>> alone;
   for (int64_t others : kOthers) {
     Bench b(t);
@@ -105,12 +111,18 @@ void expect_invariant(DType t, const char* what, Run run) {
     }
     ASSERT_EQ(got.size(), alone.size());
     for (size_t i = 0; i < got.size(); ++i)
-      EXPECT_TRUE(got[i] == alone[i]) << what << " (" << dtype_name(t) << ") result " << i << " differs among " << others
+      EXPECT_TRUE(got[i] == alone[i]) << what << " (" << t.backend << ", " << dtype_name(t.t) << ") result " << i << " differs among " << others
                                       << " others";
   }
 }
 
-class BatchInvariance : public ::testing::TestWithParam<DType> {};
+class BatchInvariance : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    if (std::string(GetParam().backend) == "cuda" && cuda_device_count() == 0)
+      GTEST_SKIP() << "no CUDA device is visible: " << cuda_status();
+  }
+};
 
 TEST_P(BatchInvariance, PrefillSlotsAndDecodeRows) {
   expect_invariant(GetParam(), "prefill_slots / decode_rows", [](Bench& b, const Call& c) {
@@ -308,7 +320,9 @@ TEST_P(BatchInvariance, EvaluatorLogLikelihoodsAloneEqualPacked) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, BatchInvariance, ::testing::Values(DType::f32, DType::bf16),
-                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Backends, BatchInvariance,
+                         ::testing::Values(Case{"cpu", DType::f32}, Case{"cpu", DType::bf16}, Case{"cuda", DType::f32},
+                                           Case{"cuda", DType::bf16}),
+                         [](const auto& info) { return std::string(info.param.backend) + "_" + dtype_name(info.param.t); });
 
 }  // namespace

@@ -74,3 +74,89 @@ TEST(Cuda, RejectsHostTensorsAndBadShapes) {
   EXPECT_THROW(be->gumbel_max(out, 3, 0, 1, 2, 0, 0.f, out, out), Error);
   EXPECT_THROW(make_cuda_backend(cuda_device_count()), Error);
 }
+
+// Batch invariance of the CUDA ops (docs/numerics.md): bitwise, not within a tolerance.
+namespace {
+Tensor random_tensor(Shape s, DType dt, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> v(static_cast<size_t>(s.numel()));
+  for (auto& x : v) x = nd(g);
+  return Tensor::from_floats(std::move(s), v, dt);
+}
+bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+}  // namespace
+
+TEST(CudaBatchInvariance, MatmulRowAloneEqualsAmongOthers) {
+  NEED_GPU();
+  auto be = make_cuda_backend(0);
+  for (DType dt : {DType::bf16, DType::f32}) {
+    const int64_t K = 1000, O = 300;
+    const Tensor x = be->upload(random_tensor({256, K}, dt, 1)), w = be->upload_matrix(random_tensor({O, K}, dt, 2));
+    const Tensor b = be->upload(random_tensor({O}, DType::f32, 3));
+    Tensor alone = be->empty({1, O}, dt);
+    be->matmul(x.rows(0, 1), w, &b, alone);
+    const Tensor want = be->to_host(alone);
+    for (int64_t n : {2, 3, 17, 64, 100, 256}) {
+      Tensor out = be->empty({n, O}, dt);
+      be->matmul(x.rows(0, n), w, &b, out);
+      EXPECT_TRUE(same_bytes(be->to_host(out.rows(0, 1)), want)) << dtype_name(dt) << " among " << n - 1;
+    }
+  }
+}
+
+TEST(CudaBatchInvariance, AttentionPackedRunAnywhereInTheCall) {
+  NEED_GPU();
+  auto be = make_cuda_backend(0);
+  const AttentionDims d{4, 2, 64, 128, 16};
+  const int64_t run = 45;  // the run under test: 45 tokens
+  const Tensor mine = random_tensor({run, d.qkv_width()}, DType::bf16, 4);
+  auto out_of_run = [&](int64_t before, int64_t after) {
+    const int64_t n = before + run + after;
+    Tensor qkv = Tensor::empty({n, d.qkv_width()}, DType::bf16);
+    const Tensor others = random_tensor({n, d.qkv_width()}, DType::bf16, 5);
+    std::memcpy(qkv.data(), others.data(), others.nbytes());
+    std::memcpy(static_cast<char*>(qkv.data()) + before * mine.nbytes() / run, mine.data(), mine.nbytes());
+    std::vector<int64_t> start(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) start[i] = i < before ? i / 7 * 7 : i < before + run ? before : before + run;
+    Tensor out = be->empty({n, d.q_heads * d.head_dim}, DType::bf16);
+    be->attention_packed(be->upload(qkv), d, be->upload(Tensor::from_ints({n}, start)), out);
+    return be->to_host(out.rows(before, before + run));
+  };
+  const Tensor alone = out_of_run(0, 0);
+  for (auto [before, after] : {std::pair<int64_t, int64_t>{1, 0}, {13, 5}, {40, 31}, {100, 3}})
+    EXPECT_TRUE(same_bytes(out_of_run(before, after), alone)) << "run after " << before << " tokens, before " << after;
+}
+
+TEST(CudaBatchInvariance, AttentionCacheWhateverTheCallsSpan) {
+  NEED_GPU();
+  auto be = make_cuda_backend(0);
+  const int64_t rows = 4, max_seq = 4096, page = 16;
+  AttentionDims d{4, 2, 64, max_seq, page};
+  const Tensor ck = be->upload(random_tensor({rows, d.kv_heads, max_seq, d.head_dim}, DType::bf16, 6));
+  const Tensor cv = be->upload(random_tensor({rows, d.kv_heads, max_seq, d.head_dim}, DType::bf16, 7));
+  std::vector<int64_t> table(static_cast<size_t>(rows * (max_seq / page)));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
+  const Tensor tab = be->upload(Tensor::from_ints({rows, max_seq / page}, table));
+  const Tensor q = random_tensor({rows, d.qkv_width()}, DType::bf16, 8);
+  // Token 0 (row 0, position 300) alone, then beside tokens reaching 1000 and 4000 positions.
+  auto token0 = [&](std::vector<int64_t> positions) {
+    const int64_t n = static_cast<int64_t>(positions.size());
+    std::vector<int64_t> r(static_cast<size_t>(n));
+    int64_t span = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      r[i] = i % rows;
+      span = std::max(span, positions[i] + 1);
+    }
+    d.span = span;
+    Tensor out = be->empty({n, d.q_heads * d.head_dim}, DType::bf16);
+    be->attention_cache(be->upload(q.rows(0, n)), d, be->upload(Tensor::from_ints({n}, r)),
+                        be->upload(Tensor::from_ints({n}, positions)), tab, ck, cv, out);
+    return be->to_host(out.rows(0, 1));
+  };
+  const Tensor alone = token0({300});
+  EXPECT_TRUE(same_bytes(token0({300, 999}), alone)) << "beside a token at 999";
+  EXPECT_TRUE(same_bytes(token0({300, 50, 3999, 7}), alone)) << "beside a token at 3999";
+}

@@ -21,6 +21,17 @@ constexpr int kBQ = 16;     // queries per block in attention_packed
 constexpr int kWarps = 4;   // warps per block in attention_packed
 constexpr int kRowsPerWarp = kBQ / kWarps;
 
+// attention_cache's piece of a token's keys: 256 positions up to 64 pieces (16K keys), then
+// 1/64 of its length in whole tiles — from its own length only, so its sum is the same
+// whatever the call holds. At most kMaxCacheSplits pieces.
+constexpr int64_t kCacheSplit = 256;
+constexpr int kMaxCacheSplits = 64;
+__host__ __device__ inline int64_t cache_split_len(int64_t len) {
+  if (len <= kCacheSplit * kMaxCacheSplits) return kCacheSplit;
+  const int64_t piece = (len + kMaxCacheSplits - 1) / kMaxCacheSplits;
+  return (piece + kBK - 1) / kBK * kBK;
+}
+
 // One warp folds one tile into its query's running (m, l, acc). q: the query in shared memory,
 // already scaled; valid: whether this lane's key (row `lane` of the tile) counts. Keys that
 // don't count contribute nothing, whatever their K/V rows hold.
@@ -71,7 +82,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   float* k_sh = q_sh + kBQ * D;         // [kBK][D + 1]
   float* v_sh = k_sh + kBK * (D + 1);   // [kBK][D]
   float* p_sh = v_sh + kBK * D;         // [kWarps][kBK]
-  __shared__ long long s_lo, s_hi;
+  // The block's queries by run (their run_start): each run's keys are walked in tiles that
+  // start at the run's first token, so a query's tiles — and its online softmax — are the
+  // same wherever its run sits in the call and whatever shares the block (batch invariance).
+  __shared__ long long s_run[kBQ], s_last[kBQ];
+  __shared__ int s_runs;
 
   const int h = blockIdx.y;
   const int kvh = h / (q_heads / kv_heads);
@@ -85,19 +100,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     q_sh[i] = n < N ? to_f(qkv[n * width + static_cast<int64_t>(h) * D + d]) * scale : 0.f;
   }
   if (threadIdx.x == 0) {
-    long long lo = LLONG_MAX, hi = -1;
+    int runs = 0;
     for (int r = 0; r < kBQ; ++r) {
       const int64_t n = q0 + r;
       if (n >= N || run_start[n] < 0) continue;
-      lo = min(lo, static_cast<long long>(run_start[n]));
-      hi = max(hi, static_cast<long long>(n));
+      int i = 0;
+      while (i < runs && s_run[i] != run_start[n]) ++i;
+      if (i == runs) s_run[runs++] = run_start[n];
+      s_last[i] = n;  // queries come in order: the run's last so far
     }
-    s_lo = lo;
-    s_hi = hi;
+    s_runs = runs;
   }
   __syncthreads();
-  const int64_t lo = s_lo, hi = s_hi;
-  if (hi < lo) return;  // block-uniform: no active query
 
   int64_t start[kRowsPerWarp], qn[kRowsPerWarp];
   float m[kRowsPerWarp], l[kRowsPerWarp], acc[kRowsPerWarp][DCH];
@@ -113,28 +127,30 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   const int64_t k_off = static_cast<int64_t>(q_heads + kvh) * D;
   const int64_t v_off = static_cast<int64_t>(q_heads + kv_heads + kvh) * D;
-  for (int64_t k0 = lo; k0 <= hi; k0 += kBK) {
-    for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
-      const int j = i / D, d = i - j * D;
-      const int64_t k = k0 + j;
-      float kx = 0.f, vx = 0.f;
-      if (k <= hi) {
-        kx = to_f(qkv[k * width + k_off + d]);
-        vx = to_f(qkv[k * width + v_off + d]);
+  for (int run = 0; run < s_runs; ++run) {  // block-uniform
+    const int64_t lo = s_run[run], hi = s_last[run];
+    for (int64_t k0 = lo; k0 <= hi; k0 += kBK) {
+      for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
+        const int j = i / D, d = i - j * D;
+        const int64_t k = k0 + j;
+        float kx = 0.f, vx = 0.f;
+        if (k <= hi) {
+          kx = to_f(qkv[k * width + k_off + d]);
+          vx = to_f(qkv[k * width + v_off + d]);
+        }
+        k_sh[j * (D + 1) + d] = kx;
+        v_sh[j * D + d] = vx;
       }
-      k_sh[j * (D + 1) + d] = kx;
-      v_sh[j * D + d] = vx;
-    }
-    __syncthreads();
+      __syncthreads();
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      if (start[r] < 0 || k0 > qn[r] || k0 + kBK - 1 < start[r]) continue;  // warp-uniform
-      const int64_t k = k0 + lane;
-      const bool valid = k >= start[r] && k <= qn[r];
-      attend_tile<DCH>(q_sh + (warp * kRowsPerWarp + r) * D, k_sh, v_sh, p_sh + warp * kBK, D,
-                       valid, m[r], l[r], acc[r]);
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        if (start[r] != lo || k0 > qn[r]) continue;  // warp-uniform
+        const bool valid = k0 + lane <= qn[r];
+        attend_tile<DCH>(q_sh + (warp * kRowsPerWarp + r) * D, k_sh, v_sh, p_sh + warp * kBK, D,
+                         valid, m[r], l[r], acc[r]);
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
 
 #pragma unroll
@@ -161,7 +177,7 @@ __global__ void __launch_bounds__(256)
                            const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
                            const int32_t* __restrict__ table, int64_t R, int64_t pages,
                            const T* __restrict__ cache_k, const T* __restrict__ cache_v,
-                           int split_len, float* __restrict__ part) {
+                           float* __restrict__ part) {
   extern __shared__ float smem[];
   const int G = blockDim.x >> 5;
   float* q_sh = smem;                   // [G][D]
@@ -179,6 +195,7 @@ __global__ void __launch_bounds__(256)
   const int64_t row = rows[n];
   if (row < 0 || row >= R) return;  // skipped token (the combine skips it too)
   const int64_t len = static_cast<int64_t>(positions[n]) + 1;
+  const int64_t split_len = cache_split_len(len);  // the token's own: never the batch's
   const int64_t t_begin = static_cast<int64_t>(split) * split_len;
   const int64_t t_end = min(len, t_begin + split_len);
   float* my_part = part + ((n * q_heads + h) * splits + split) * static_cast<int64_t>(D + 2);
@@ -335,20 +352,10 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
-int attention_cache_splits(int64_t N, const AttnGeom& g, int64_t span, int* split_len) {
-  check_geom(g);
+int attention_cache_splits(int64_t span) {
+  // Enough for every length up to span: ⌈len / 256⌉ up to 16K keys, never more than 64.
   span = std::max<int64_t>(1, span);
-  const int64_t blocks_per_split = std::max<int64_t>(1, N * (g.q_heads / heads_per_block(g)));
-  const int64_t target_blocks = 1024;  // a few waves on a 132-SM part
-  int64_t want = (target_blocks + blocks_per_split - 1) / blocks_per_split;
-  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(128, (span + 63) / 64));
-  want = std::max<int64_t>(1, std::min(want, most));
-  int64_t len = (span + want - 1) / want;
-  len = (len + kBK - 1) / kBK * kBK;
-  if (len < kBK) len = kBK;
-  if (len > INT_MAX) throw Error(str("cuda attention_cache: a sequence split of ", len, " positions"));
-  *split_len = static_cast<int>(len);
-  return static_cast<int>((span + len - 1) / len);
+  return static_cast<int>(std::min<int64_t>(kMaxCacheSplits, (span + kCacheSplit - 1) / kCacheSplit));
 }
 
 int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits) {
@@ -358,8 +365,7 @@ int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits) {
 void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                             const int32_t* rows, const int32_t* positions, const int32_t* table,
                             int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
-                            void* out, float* workspace, int splits, int split_len,
-                            cudaStream_t s) {
+                            void* out, float* workspace, int splits, cudaStream_t s) {
   check_geom(g);
   if (N == 0) return;
   const int D = g.head_dim;
@@ -372,7 +378,7 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
     attention_cache_kernel<T, DCH><<<grid, G * 32, smem, s>>>(
         static_cast<const T*>(qkv), g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size,
         g.cache_rows, rows, positions, table, R, pages, static_cast<const T*>(cache_k),
-        static_cast<const T*>(cache_v), split_len, workspace);
+        static_cast<const T*>(cache_v), workspace);
     LINNET_CUDA_LAUNCH_CHECK();
     attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)),
                                   128, 0, s>>>(workspace, splits, g.q_heads, D, rows, R,

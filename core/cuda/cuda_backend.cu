@@ -1,4 +1,4 @@
-// CudaBackend: memory, argument checks, cuBLAS matmul, and dispatch to the kernels in
+// CudaBackend: memory, argument checks, and dispatch to the kernels in
 // elementwise.cu, attention.cu and logits.cu. No logging here (spdlog/fmt can't be included
 // in .cu files under C++20): failures throw linnet::Error.
 #include "core/cuda/cuda_backend.cuh"
@@ -16,11 +16,6 @@ namespace cuda {
 void cuda_failed(cudaError_t err, const char* expr, const char* file, int line) {
   throw Error(str("CUDA error ", static_cast<int>(err), " (", cudaGetErrorName(err), ": ",
                   cudaGetErrorString(err), ") in ", expr, " at ", file, ":", line));
-}
-
-void cublas_failed(cublasStatus_t st, const char* expr, const char* file, int line) {
-  throw Error(str("cuBLAS error ", static_cast<int>(st), " (", cublasGetStatusName(st), ": ",
-                  cublasGetStatusString(st), ") in ", expr, " at ", file, ":", line));
 }
 
 #ifdef LINNET_HAVE_NCCL
@@ -200,14 +195,6 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
   return g;
 }
 
-cudaDataType_t cuda_type(DType t) {
-  switch (t) {
-    case DType::bf16: return CUDA_R_16BF;
-    case DType::f16: return CUDA_R_16F;
-    default: return CUDA_R_32F;
-  }
-}
-
 int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 
 }  // namespace
@@ -216,21 +203,12 @@ int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 CudaBackend::CudaBackend(int device) : device_(device) {
   LINNET_CUDA_CHECK(cudaSetDevice(device_));
   LINNET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  LINNET_CUBLAS_CHECK(cublasCreate(&cublas_));
-  LINNET_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
-  // No reduced-precision split-K reductions: accumulation stays f32 end to end.
-  LINNET_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-  cublas_workspace_bytes_ = size_t{32} << 20;
-  LINNET_CUDA_CHECK(cudaMalloc(&cublas_workspace_, cublas_workspace_bytes_));
-  LINNET_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, cublas_workspace_bytes_));
   pool_ = std::make_shared<MemoryPool>(device_);
 }
 
 CudaBackend::~CudaBackend() {
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
-  if (cublas_) cublasDestroy(cublas_);
-  if (cublas_workspace_) cudaFree(cublas_workspace_);
   if (stream_) cudaStreamDestroy(stream_);
   if (staging_done_) cudaEventDestroy(staging_done_);
   if (staging_) cudaFreeHost(staging_);
@@ -483,47 +461,11 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
     float_type(op, "bias", *bias);
     need(bias->numel() == Out, op, str("bias ", bias->describe(), " should hold ", Out, " entries"));
   }
-  need(N < INT_MAX && In < INT_MAX && Out < INT_MAX, op, "dimensions exceed cuBLAS' int range");
   activate();
   if (N == 0 || Out == 0) return;
-
-  // cublasGemmEx wants A and B of one type: mixed inputs meet in f32 (exact widening).
-  const DType g = x.dtype() == w.dtype() ? x.dtype() : DType::f32;
-  Tensor xg = x, wg = w;
-  if (x.dtype() != g) {
-    xg = empty(x.shape(), g);
-    convert(x, xg);
-  }
-  if (w.dtype() != g) {
-    wg = empty(w.shape(), g);
-    convert(w, wg);
-  }
-  // C may be A's type or f32 (f32 inputs: f32 only); otherwise go through an f32 buffer.
-  const bool direct = out.dtype() == g || out.dtype() == DType::f32;
-  Tensor og = direct ? out : empty(out.shape(), DType::f32);
-  float alpha = 1.f, beta = 0.f;
-  if (bias) {  // C = bias, then C = x·wᵀ + C: one rounding of the f32 sum
-    cuda::launch_bias_rows(bias->data(), dt(*bias), og.data(), dt(og), N, Out, stream_);
-    beta = 1.f;
-  }
-  if (In == 0) {
-    if (!bias) LINNET_CUDA_CHECK(cudaMemsetAsync(og.data(), 0, og.nbytes(), stream_));
-  } else {
-    // Row-major out[N, Out] is column-major outᵀ (Out × N) = wᵀ-as-stored (Out × In) · xᵀ.
-    auto gemm = [&] {
-      return cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(Out), static_cast<int>(N),
-                          static_cast<int>(In), &alpha, wg.data(), cuda_type(g), static_cast<int>(In), xg.data(),
-                          cuda_type(g), static_cast<int>(In), &beta, og.data(), cuda_type(og.dtype()),
-                          static_cast<int>(Out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    };
-    cublasStatus_t st = gemm();
-    if (st == CUBLAS_STATUS_ALLOC_FAILED) {  // cuBLAS allocates outside the pool: give it the cache
-      pool_->free_cached();
-      st = gemm();
-    }
-    LINNET_CUBLAS_CHECK(st);
-  }
-  if (!direct) convert(og, out);
+  // One kernel for every N: the same bits for a row alone or among others (docs/numerics.md).
+  cuda::launch_matmul(x.data(), dt(x), w.data(), dt(w), bias ? bias->data() : nullptr, bias ? dt(*bias) : 0,
+                      out.data(), dt(out), N, In, Out, stream_);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
@@ -661,13 +603,12 @@ void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, 
   // else every position the table reaches (0 … Pages·page_size − 1): at batch 1, context 8K
   // and MaxSeq 131072, splits sized by MaxSeq would leave all but a few blocks idle.
   const int64_t span = dims.span > 0 ? dims.span : std::max(dims.max_seq, table.dim(1) * dims.page_size);
-  int split_len = 0;
-  const int splits = cuda::attention_cache_splits(N, g, span, &split_len);
+  const int splits = cuda::attention_cache_splits(span);
   Tensor ws = empty({cuda::attention_cache_workspace(N, g, splits)}, DType::f32);
   cuda::launch_attention_cache(dt(qkv), qkv.data(), N, g, rows.ptr<int32_t>(),
                                positions.ptr<int32_t>(), table.ptr<int32_t>(), table.dim(0),
                                table.dim(1), cache_k.data(), cache_v.data(), out.data(),
-                               ws.ptr<float>(), splits, split_len, stream_);
+                               ws.ptr<float>(), splits, stream_);
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {

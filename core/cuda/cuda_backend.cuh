@@ -1,7 +1,6 @@
-// The CUDA backend: one device, one stream, one cuBLAS handle, a caching allocator.
+// The CUDA backend: one device, one stream, a caching allocator.
 // Code that needs the stream (a NCCL communicator, say) includes this from a .cu file.
 #pragma once
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -108,9 +107,6 @@ class CudaBackend final : public Backend {
 
   int device_;
   cudaStream_t stream_ = nullptr;
-  cublasHandle_t cublas_ = nullptr;
-  void* cublas_workspace_ = nullptr;
-  size_t cublas_workspace_bytes_ = 0;
   std::shared_ptr<MemoryPool> pool_;
   char* staging_ = nullptr;  // pinned (cudaHostAlloc)
   size_t staging_bytes_ = 0;

@@ -1,7 +1,6 @@
 // Shared pieces of the CUDA backend: error checks that throw linnet::Error, element loads
 // and stores by dtype, warp reductions. Only .cu files include this (it pulls in CUDA headers).
 #pragma once
-#include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,7 +17,6 @@
 namespace linnet::cuda {
 
 [[noreturn]] void cuda_failed(cudaError_t err, const char* expr, const char* file, int line);
-[[noreturn]] void cublas_failed(cublasStatus_t st, const char* expr, const char* file, int line);
 #ifdef LINNET_HAVE_NCCL
 [[noreturn]] void nccl_failed(ncclResult_t r, const char* expr, const char* file, int line);
 #endif
@@ -34,13 +32,6 @@ namespace linnet::cuda {
 
 // After a kernel launch: a bad configuration shows here, at the launch site.
 #define LINNET_CUDA_LAUNCH_CHECK() LINNET_CUDA_CHECK(cudaGetLastError())
-
-#define LINNET_CUBLAS_CHECK(expr)                                                     \
-  do {                                                                                \
-    const cublasStatus_t linnet_st_ = (expr);                                         \
-    if (linnet_st_ != CUBLAS_STATUS_SUCCESS)                                          \
-      ::linnet::cuda::cublas_failed(linnet_st_, #expr, __FILE__, __LINE__);           \
-  } while (0)
 
 #ifdef LINNET_HAVE_NCCL
 #define LINNET_NCCL_CHECK(expr)                                                       \

@@ -44,19 +44,25 @@ struct AttnGeom {
 void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, const int32_t* slots,
                      void* cache_k, void* cache_v, cudaStream_t s);
 
+// ---- matmul.cu ----
+// out[N, O] = x[N, K] · w[O, K]ᵀ (+ bias[O]), any float dtypes, f32 accumulation in a fixed
+// order per element whatever N (batch invariance).
+void launch_matmul(const void* x, int xdt, const void* w, int wdt, const void* bias, int bdt, void* out, int odt,
+                   int64_t N, int64_t K, int64_t O, cudaStream_t s);
+
 // ---- attention.cu ----
 void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                              const int32_t* run_start, void* out, cudaStream_t s);
-// How many sequence splits attention_cache uses to cover positions [0, span), and the f32
-// workspace it needs (elements). span: the most keys a token can reach (Pages·page_size, which
-// may exceed max_seq when the table is wider than a cache row).
-int attention_cache_splits(int64_t N, const AttnGeom& g, int64_t span, int* split_len);
+// attention_cache splits each token's keys [0, len) into pieces of cache_split_len(len)
+// positions — a length that depends on the token's own context only (batch invariance,
+// docs/numerics.md) — and combines the pieces in order. The most pieces any token of a call
+// reaching positions [0, span) has, and the f32 workspace that needs (elements).
+int attention_cache_splits(int64_t span);
 int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits);
 void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                             const int32_t* rows, const int32_t* positions, const int32_t* table,
                             int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
-                            void* out, float* workspace, int splits, int split_len,
-                            cudaStream_t s);
+                            void* out, float* workspace, int splits, cudaStream_t s);
 
 // ---- logits.cu ----
 void launch_logit_stats(const void* logits, int dt, int64_t N, int64_t Vs, int64_t valid,
