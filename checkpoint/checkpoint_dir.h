@@ -25,7 +25,6 @@ class CheckpointDir {
   const SafetensorsFile& file_of(const std::string& name) const;  // missing → Error
   Tensor view(const std::string& name) const;
   Tensor read(const std::string& name) const;
-  void drop_pages(const std::string& name) const { file_of(name).drop_pages(name); }
   Tensor read_rows(const std::string& name, int64_t begin, int64_t end) const;
   Tensor read_cols(const std::string& name, int64_t begin, int64_t end) const;
 

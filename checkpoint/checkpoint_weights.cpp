@@ -19,13 +19,10 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   if (stored != declared_)
     throw Error(str(dir_.file_of(p.hf_name).path(), ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored),
                     ", but config.json's torch_dtype says ", dtype_name(declared_)));
-  // By the next read the model has laid this one out on its backend: the file's pages can go.
-  if (!last_.empty()) dir_.drop_pages(last_);
-  last_ = p.hf_name;
   const auto [begin, end] = p.shard_range(shard);
   // A whole matrix: a view of the mapped file, no copy (the backend lays it out in its own
-  // memory; nothing keeps the view). A slice: only its bytes are read. Vectors are copied,
-  // as a backend may hold them as they come.
+  // memory and gives the file's pages back as it goes: Tensor::drop_pages). A slice: only its
+  // bytes are read. Vectors are copied, as a backend may hold them as they come.
   const bool whole = p.split == Split::mirrored || (p.split == Split::rows && begin == 0 && end == p.full[0] && end == p.per_shard);
   if (whole && p.full.rank() == 2) return dir_.view(p.hf_name);
   if (p.split == Split::mirrored) return dir_.read(p.hf_name);

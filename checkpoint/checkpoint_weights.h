@@ -24,7 +24,6 @@ class CheckpointWeights final : public WeightSource {
   const CheckpointDir& dir_;
   DType declared_;
   std::set<std::string> used_;
-  std::string last_;  // the tensor read before: its mapped pages go back at the next read
 };
 
 // Everything a rank needs to run a checkpoint: its config, the bound generics, and the model.

@@ -18,6 +18,16 @@
 #include <nlohmann/json.hpp>
 
 namespace linnet {
+
+namespace {
+// The whole pages inside [p, p + bytes) of a read-only mapping, given back (still valid).
+void drop_mapped_pages(const void* p, size_t bytes) {
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p), e = b + bytes;
+  const uintptr_t first = (b + page - 1) / page * page, last = e / page * page;
+  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+}  // namespace
 namespace {
 
 using json = nlohmann::json;
@@ -173,6 +183,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   mapping_->data = p;
   mapping_->bytes = size;
   mapping_->release = [size](void* q) { ::munmap(q, size); };
+  mapping_->drop_pages = [](const void* q, size_t bytes) { drop_mapped_pages(q, bytes); };
 
   const auto* bytes = static_cast<const unsigned char*>(p);
   uint64_t header_len = 0;
@@ -234,18 +245,11 @@ Tensor SafetensorsFile::view(const std::string& name) const {
   return Tensor(mapping_, offset, ti.shape, ti.dtype);
 }
 
-void SafetensorsFile::drop_pages(const std::string& name) const {
-  const TensorInfo& ti = info(name);
-  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const uintptr_t b = reinterpret_cast<uintptr_t>(bytes_of(ti)), e = b + (ti.end - ti.begin);
-  const uintptr_t first = (b + page - 1) / page * page, last = e / page * page;  // whole pages inside
-  if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
-}
-
 Tensor SafetensorsFile::read(const std::string& name) const {
   const TensorInfo& ti = info(name);
   Tensor t = Tensor::empty(ti.shape, ti.dtype);
   if (ti.end > ti.begin) std::memcpy(t.data(), bytes_of(ti), ti.end - ti.begin);
+  drop_mapped_pages(bytes_of(ti), ti.end - ti.begin);  // copied: the file's pages can go
   return t;
 }
 
@@ -261,6 +265,7 @@ Tensor SafetensorsFile::read_rows(const std::string& name, int64_t begin, int64_
   // rows > 0 here unless begin == end == 0, where nothing is copied.
   const size_t row_bytes = rows ? (ti.end - ti.begin) / static_cast<size_t>(rows) : 0;
   if (t.nbytes()) std::memcpy(t.data(), bytes_of(ti) + static_cast<size_t>(begin) * row_bytes, t.nbytes());
+  drop_mapped_pages(bytes_of(ti) + static_cast<size_t>(begin) * row_bytes, t.nbytes());
   return t;
 }
 
@@ -278,6 +283,7 @@ Tensor SafetensorsFile::read_cols(const std::string& name, int64_t begin, int64_
   const char* src = bytes_of(ti) + static_cast<size_t>(begin) * es;
   char* dst = static_cast<char*>(t.data());
   for (int64_t r = 0; r < rows; ++r) std::memcpy(dst + static_cast<size_t>(r) * dst_row, src + static_cast<size_t>(r) * src_row, dst_row);
+  drop_mapped_pages(bytes_of(ti), ti.end - ti.begin);  // every page was touched
   return t;
 }
 

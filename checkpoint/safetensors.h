@@ -45,9 +45,6 @@ class SafetensorsFile {
   // bytes are not aligned for the dtype (a foreign writer's choice), an aligned copy instead.
   Tensor view(const std::string& name) const;
   Tensor read(const std::string& name) const;  // owning copy
-  // Gives the tensor's mapped pages back (they stay valid: touched again, they are read
-  // again from the file): a load that has packed a tensor holds it once, not twice.
-  void drop_pages(const std::string& name) const;
   // Rows [begin, end) of dimension 0 (rank >= 1), copied; touches only those bytes.
   Tensor read_rows(const std::string& name, int64_t begin, int64_t end) const;
   // Columns [begin, end) of a 2-D tensor, copied row by row; touches only those bytes.

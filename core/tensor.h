@@ -23,6 +23,10 @@ struct Storage {
   // > 0: one matrix of this many columns packed for a backend's kernels (the CPU's panels,
   // core/cpu/packed_matmul.h), not row-major: only that backend's ops read it.
   int64_t packed_cols = 0;
+  // Non-empty: gives the pages of [p, p + bytes) back to the system, the data staying valid
+  // (a read-only file mapping: touched again, they are read again). A loader that has copied
+  // a tensor out of the file calls it as it goes, so the weights are not held twice.
+  std::function<void(const void* p, size_t bytes)> drop_pages;
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -73,6 +77,11 @@ class Tensor {
   Tensor reshape(Shape shape) const;
 
   bool packed() const { return storage_ && storage_->packed_cols > 0; }
+  // Gives this view's pages back where its storage can (a mapped file; see Storage): for a
+  // loader done copying it. The data stay valid.
+  void drop_pages() const {
+    if (storage_ && storage_->drop_pages) storage_->drop_pages(data(), nbytes());
+  }
 
   // Host-only helpers (throw for device tensors and packed ones).
   Tensor to(DType dtype) const;             // converted copy

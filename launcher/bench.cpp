@@ -142,6 +142,7 @@ int cmd_bench(const Args& args) {
   ModelConfig config;
   std::unique_ptr<Model> model;
   std::string source;
+  const auto load_start = std::chrono::steady_clock::now();
   if (vm.count("random-weights")) {
     const std::string c = vm["config"].as<std::string>();
     bool preset = false;
@@ -160,6 +161,9 @@ int cmd_bench(const Args& args) {
     config = m.config;
     model = std::move(m.model);
   }
+  // Loading (or making random weights) up to a model ready on every rank of the group.
+  comm.barrier();
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const Generics g = model->generics();
   const DType act = be.compute_dtype(g.t);
   const double bw = be.device() == Device::cpu ? host_read_bandwidth() : copy_bandwidth(be, act);
@@ -203,7 +207,7 @@ int cmd_bench(const Args& args) {
 
   nlohmann::json report = {
       {"model", source}, {"backend", be.name()}, {"dtype", dtype_name(g.t)}, {"shards", g.shards},
-      {"batch", g.batch}, {"prompt", prompt}, {"gen", gen}, {"repeats", repeats},
+      {"batch", g.batch}, {"prompt", prompt}, {"gen", gen}, {"repeats", repeats}, {"load_s", load_s},
       {"ceilings", {{"bandwidth_GBps", bw / 1e9}, {"bandwidth", be.device() == Device::cpu ? "read" : "copy"},
                     {"matmul_TFLOPs", rate / 1e12}}},
       {"prefill", {{"median_s", pre.median}, {"min_s", pre.min}, {"max_s", pre.max},
@@ -215,6 +219,7 @@ int cmd_bench(const Args& args) {
   if (ranks.world_rank() == 0) {
     std::printf("linnet bench: %s, backend %s, T %s, Shards %lld, Batch %lld\n", source.c_str(), be.name().c_str(),
                 dtype_name(g.t), static_cast<long long>(g.shards), static_cast<long long>(g.batch));
+    std::printf("load: %.2f s (%s)\n", load_s, vm.count("random-weights") ? "making random weights" : "reading the checkpoint");
     std::printf("ceilings: %s %.1f GB/s, matmul %.2f TFLOP/s (measured now)\n",
                 be.device() == Device::cpu ? "read" : "copy", bw / 1e9, rate / 1e12);
     std::printf("%-8s %12s %14s %14s %12s %10s\n", "phase", "median", "throughput", "collectives", "floor", "of floor");

@@ -21,6 +21,7 @@ Tensor stack_rows(const std::vector<Tensor>& parts) {
   for (const auto& p : parts) {
     LINNET_CHECK(p.dtype() == out.dtype(), "stacking ", p.describe(), " onto ", out.describe());
     std::memcpy(dst, p.data(), p.nbytes());
+    p.drop_pages();
     dst += p.nbytes();
   }
   return out;
@@ -39,14 +40,24 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
   // backend keeps it: matrices in weight_dtype(T) (on the CPU: T, as stored), the rest in
   // the compute dtype.
   const DType matrices = backend.weight_dtype(g.t);
+  // Each source is let go of as soon as it is copied (drop_pages: a mapped file's pages go
+  // back), so a load holds the weights once, not beside the file.
+  auto converted = [](const Tensor& t, DType dt) {
+    if (t.dtype() == dt) return t;
+    Tensor c = t.to(dt);
+    t.drop_pages();
+    return c;
+  };
   auto host = [&](const std::string& card_name) {
-    Tensor t = weights.read(specs.at(card_name), shard);
-    if (t.dtype() != g.t) t = t.to(g.t);
-    const DType held = t.rank() == 2 ? matrices : act_;
-    return t.dtype() == held ? t : t.to(held);
+    Tensor t = converted(weights.read(specs.at(card_name), shard), g.t);
+    return converted(t, t.rank() == 2 ? matrices : act_);
   };
   // Matrices go up laid out for the backend's products (packed once, here); the rest as they are.
-  auto up = [&](const Tensor& t) { return t.rank() == 2 ? be_.upload_matrix(t) : be_.upload(t); };
+  auto up = [&](const Tensor& t) {
+    Tensor d = t.rank() == 2 ? be_.upload_matrix(t) : be_.upload(t);
+    if (d.data() != t.data()) t.drop_pages();
+    return d;
+  };
   auto param = [&](const std::string& card_name) { return up(host(card_name)); };
   auto stacked = [&](std::vector<std::string> names) {
     std::vector<Tensor> parts;

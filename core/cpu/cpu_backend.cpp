@@ -1,6 +1,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/packed_matmul.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -43,7 +44,20 @@ Tensor CpuBackend::upload_matrix(const Tensor& host) {
   const int64_t rows = host.dim(0), cols = host.dim(1);
   const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;  // whole panels
   auto st = Tensor::empty({padded, cols}, host.dtype()).storage();
-  cpu::pack_matrix(host.data(), host.dtype(), rows, cols, st->data);
+  // In pieces of ~8 MiB of source: a piece read from a mapped file is given back once packed,
+  // so even the largest matrix is never held twice (peak RSS: weights + one piece).
+  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(host.dtype());
+  const int64_t panels = padded / cpu::kPanel;
+  const int64_t step = std::max<int64_t>(1, static_cast<int64_t>((size_t{8} << 20) / (row_bytes * cpu::kPanel + 1)));
+  const auto& drop = host.storage()->drop_pages;
+  for (int64_t p0 = 0; p0 < panels; p0 += step) {
+    const int64_t p1 = std::min(panels, p0 + step);
+    cpu::pack_panels(host.data(), host.dtype(), rows, cols, p0, p1, st->data);
+    if (drop) {
+      const int64_t r1 = std::min(rows, p1 * cpu::kPanel);
+      drop(static_cast<const char*>(host.data()) + p0 * cpu::kPanel * row_bytes, static_cast<size_t>(r1 - p0 * cpu::kPanel) * row_bytes);
+    }
+  }
   st->packed_cols = cols;
   return Tensor(st, 0, host.shape(), host.dtype());
 }

@@ -229,12 +229,11 @@ size_t packed_bytes(int64_t rows, int64_t cols, DType dt) {
   return static_cast<size_t>(panels * kPanel * cols) * dtype_size(dt);
 }
 
-void pack_matrix(const void* src, DType dt, int64_t rows, int64_t cols, void* dst) {
+void pack_panels(const void* src, DType dt, int64_t rows, int64_t cols, int64_t p0, int64_t p1, void* dst) {
   const Kind kind = kind_of(dt);
   const size_t es = dtype_size(dt);
-  const int64_t panels = (rows + kPanel - 1) / kPanel;
 #pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < panels; ++p) {
+  for (int64_t p = p0; p < p1; ++p) {
     char* out = static_cast<char*>(dst) + static_cast<size_t>(p * kPanel * cols) * es;
     for (int64_t c = 0; c < kPanel; ++c) {
       const int64_t r = p * kPanel + c, s = slot_of(c, kind);

@@ -23,8 +23,9 @@ constexpr int64_t kPanel = 32;
 
 // Bytes a packed [rows, cols] matrix takes (rows rounded up to whole panels).
 size_t packed_bytes(int64_t rows, int64_t cols, DType dt);
-// dst ← src, a row-major [rows, cols] matrix in dt (f32, bf16 or f16), packed in the same dtype.
-void pack_matrix(const void* src, DType dt, int64_t rows, int64_t cols, void* dst);
+// Panels [p0, p1) of dst ← src, a row-major [rows, cols] matrix in dt (f32, bf16 or f16),
+// packed in the same dtype (a caller may pack in pieces, giving each piece's source back).
+void pack_panels(const void* src, DType dt, int64_t rows, int64_t cols, int64_t p0, int64_t p1, void* dst);
 // Rows [row0, row0 + rows) of a packed matrix back to row-major, in its dtype (dst) or as f32.
 void unpack_rows(const void* packed, DType dt, int64_t cols, int64_t row0, int64_t rows, void* dst);
 void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, int64_t rows, float* dst);
