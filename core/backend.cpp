@@ -10,6 +10,8 @@
 
 namespace linnet {
 
+Tensor Backend::upload_matrix(const std::vector<Tensor>& parts) { return upload_matrix(stack_rows(parts)); }
+
 namespace {
 // The first number in a file (memory.max holds "max" when there is no limit).
 int64_t read_number(const std::string& path, int64_t fallback) {

@@ -62,6 +62,8 @@ class Backend {
   // A matrix weight (a Linear's or the embedding's [rows, cols]) laid out once for the
   // backend's products; to_host gives it back row-major. Same as upload where nothing is gained.
   virtual Tensor upload_matrix(const Tensor& host) { return upload(host); }
+  // The parts' rows stacked into one matrix (q|k|v, gate|up), laid out as upload_matrix does.
+  virtual Tensor upload_matrix(const std::vector<Tensor>& parts);
   // Several at once: one staged copy each way on a device (a decode step's control arrays go
   // up in one transfer; its choices come back with one wait).
   virtual std::vector<Tensor> upload_many(const std::vector<Tensor>& hosts) {

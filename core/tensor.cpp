@@ -131,4 +131,22 @@ std::string Tensor::describe() const {
   return s + "; " + dtype_name(dtype_) + "]";
 }
 
+Tensor stack_rows(const std::vector<Tensor>& parts) {
+  LINNET_CHECK(!parts.empty(), "stack_rows of no tensors");
+  int64_t rows = 0;
+  for (const auto& p : parts) rows += p.dim(0);
+  Shape s = parts[0].shape();
+  s[0] = rows;
+  Tensor out = Tensor::empty(s, parts[0].dtype());
+  char* dst = static_cast<char*>(out.data());
+  for (const auto& p : parts) {
+    LINNET_CHECK(p.dtype() == out.dtype() && p.numel() == p.dim(0) * (out.numel() / std::max<int64_t>(rows, 1)),
+                 "stacking ", p.describe(), " onto ", out.describe());
+    std::memcpy(dst, p.data(), p.nbytes());
+    p.drop_pages();
+    dst += p.nbytes();
+  }
+  return out;
+}
+
 }  // namespace linnet

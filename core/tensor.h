@@ -98,4 +98,7 @@ class Tensor {
   DType dtype_ = DType::f32;
 };
 
+// The parts' rows one after another (same dtype and row shape): a new host tensor.
+Tensor stack_rows(const std::vector<Tensor>& parts);
+
 }  // namespace linnet

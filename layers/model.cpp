@@ -8,26 +8,6 @@
 
 namespace linnet {
 
-namespace {
-
-// Stacks host tensors' rows (q|k|v, gate|up) into one.
-Tensor stack_rows(const std::vector<Tensor>& parts) {
-  int64_t rows = 0;
-  for (const auto& p : parts) rows += p.dim(0);
-  Shape s = parts[0].shape();
-  s[0] = rows;
-  Tensor out = Tensor::empty(s, parts[0].dtype());
-  char* dst = static_cast<char*>(out.data());
-  for (const auto& p : parts) {
-    LINNET_CHECK(p.dtype() == out.dtype(), "stacking ", p.describe(), " onto ", out.describe());
-    std::memcpy(dst, p.data(), p.nbytes());
-    p.drop_pages();
-    dst += p.nbytes();
-  }
-  return out;
-}
-
-}  // namespace
 
 Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
              Communicator& comm)
@@ -62,7 +42,10 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
   auto stacked = [&](std::vector<std::string> names) {
     std::vector<Tensor> parts;
     for (auto& n : names) parts.push_back(host(n));
-    return up(stack_rows(parts));
+    if (parts[0].rank() != 2) return be_.upload(stack_rows(parts));  // biases
+    Tensor d = be_.upload_matrix(parts);
+    for (const auto& p : parts) p.drop_pages();
+    return d;
   };
 
   embedding_.weight = param("embedding.weight");

@@ -1,6 +1,8 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/packed_matmul.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -38,28 +40,60 @@ Tensor CpuBackend::to_host(const Tensor& t) {
   return out;
 }
 
-Tensor CpuBackend::upload_matrix(const Tensor& host) {
-  cpu_expect(host.rank() == 2 && !host.packed() && is_float(host.dtype()), "upload_matrix",
-             "a row-major float matrix, got " + host.describe());
-  const int64_t rows = host.dim(0), cols = host.dim(1);
-  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;  // whole panels
-  auto st = Tensor::empty({padded, cols}, host.dtype()).storage();
-  // In pieces of ~8 MiB of source: a piece read from a mapped file is given back once packed,
-  // so even the largest matrix is never held twice (peak RSS: weights + one piece).
-  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(host.dtype());
-  const int64_t panels = padded / cpu::kPanel;
+namespace {
+// Maps in the pages of [p, p + bytes) of a mapping ahead of reading them (advice: a kernel
+// without MADV_POPULATE_READ faults them in one by one as before).
+void populate(const void* p, size_t bytes) {
+  const uintptr_t page = 4096, b = reinterpret_cast<uintptr_t>(p) / page * page;
+  ::madvise(reinterpret_cast<void*>(b), reinterpret_cast<uintptr_t>(p) + bytes - b, MADV_POPULATE_READ);
+}
+
+// Packs `part` (row-major) into panels [first, …) of a packed matrix at dst, in pieces of
+// ~8 MiB of source: a piece read from a mapped file is given back once packed, so even the
+// largest matrix is never held twice (peak RSS: weights + one piece).
+void pack_part(const Tensor& part, int64_t first_panel, void* dst) {
+  const int64_t rows = part.dim(0), cols = part.dim(1);
+  const size_t row_bytes = static_cast<size_t>(cols) * dtype_size(part.dtype());
+  const int64_t panels = (rows + cpu::kPanel - 1) / cpu::kPanel;
   const int64_t step = std::max<int64_t>(1, static_cast<int64_t>((size_t{8} << 20) / (row_bytes * cpu::kPanel + 1)));
-  const auto& drop = host.storage()->drop_pages;
+  const auto& drop = part.storage()->drop_pages;
+  char* base = static_cast<char*>(dst) + static_cast<size_t>(first_panel * cpu::kPanel) * row_bytes;
   for (int64_t p0 = 0; p0 < panels; p0 += step) {
     const int64_t p1 = std::min(panels, p0 + step);
-    cpu::pack_panels(host.data(), host.dtype(), rows, cols, p0, p1, st->data);
-    if (drop) {
-      const int64_t r1 = std::min(rows, p1 * cpu::kPanel);
-      drop(static_cast<const char*>(host.data()) + p0 * cpu::kPanel * row_bytes, static_cast<size_t>(r1 - p0 * cpu::kPanel) * row_bytes);
-    }
+    const char* piece = static_cast<const char*>(part.data()) + p0 * cpu::kPanel * row_bytes;
+    const size_t piece_bytes = static_cast<size_t>(std::min(rows, p1 * cpu::kPanel) - p0 * cpu::kPanel) * row_bytes;
+    if (drop) populate(piece, piece_bytes);  // a mapped file: its pages in one call, not a fault each
+    cpu::pack_panels(part.data(), part.dtype(), rows, cols, p0, p1, base);
+    if (drop) drop(piece, piece_bytes);
+  }
+}
+
+}  // namespace
+
+Tensor CpuBackend::upload_matrix(const Tensor& host) { return upload_matrix(std::vector<Tensor>{host}); }
+
+Tensor CpuBackend::upload_matrix(const std::vector<Tensor>& parts) {
+  cpu_expect(!parts.empty(), "upload_matrix", "no parts");
+  const Tensor& first = parts[0];
+  int64_t rows = 0;
+  bool whole_panels = true;  // every part but the last a whole number of panels
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Tensor& p = parts[i];
+    cpu_expect(p.rank() == 2 && !p.packed() && is_float(p.dtype()) && p.dtype() == first.dtype() && p.dim(1) == first.dim(1),
+               "upload_matrix", "row-major float matrices of one dtype and width, got " + p.describe());
+    if (i + 1 < parts.size() && p.dim(0) % cpu::kPanel != 0) whole_panels = false;
+    rows += p.dim(0);
+  }
+  if (!whole_panels) return upload_matrix(stack_rows(parts));  // tiny test models
+  const int64_t cols = first.dim(1), padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st = Tensor::empty({padded, cols}, first.dtype()).storage();
+  int64_t panel = 0;
+  for (const Tensor& p : parts) {
+    pack_part(p, panel, st->data);
+    panel += p.dim(0) / cpu::kPanel;
   }
   st->packed_cols = cols;
-  return Tensor(st, 0, host.shape(), host.dtype());
+  return Tensor(st, 0, {rows, cols}, first.dtype());
 }
 
 int64_t packed_row0(const Tensor& w) {

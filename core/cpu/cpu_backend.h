@@ -20,6 +20,8 @@ class CpuBackend final : public Backend {
   Tensor to_host(const Tensor& t) override;
   // Packed in panels of 32 rows (core/cpu/packed_matmul.h), in the dtype it came in.
   Tensor upload_matrix(const Tensor& host) override;
+  // Each part packed straight into its panels where the parts before it are whole panels.
+  Tensor upload_matrix(const std::vector<Tensor>& parts) override;
   void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
   Tensor zeros(const Shape& shape, DType dtype) override { return Tensor::zeros(shape, dtype); }
