@@ -37,6 +37,7 @@ struct Case {
   const char* backend;
   DType t;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.backend << " " << dtype_name(c.t); }
 
 struct Bench {
   ModelConfig c = config();
