@@ -2,6 +2,7 @@
 // its call — alone, or among 1, 3, 15 or 63 others of mixed lengths, wherever it sits in the
 // call and whichever cache row or pages it has. Bitwise, not within a tolerance.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -319,6 +320,31 @@ TEST_P(BatchInvariance, EvaluatorLogLikelihoodsAloneEqualPacked) {
     EXPECT_EQ(small[i].loglikelihood, packed[i].loglikelihood) << "window " << i << " in calls of 16 tokens";
     EXPECT_EQ(one[0].greedy, packed[i].greedy) << "window " << i;
   }
+}
+
+// Nor on how many threads run it (the CPU splits a product by panels, attention by heads).
+TEST(BatchInvarianceCpu, ThreadCountDoesNotChangeBits) {
+  const Call call(15);
+  std::vector<int64_t> toks, rows, pos, seg, tgt;
+  for (size_t i = 0; i < call.seqs.size(); ++i)
+    for (size_t p = 0; p < call.seqs[i].size(); ++p) {
+      toks.push_back(call.seqs[i][p]);
+      pos.push_back(static_cast<int64_t>(p));
+      seg.push_back(static_cast<int64_t>(i));
+      tgt.push_back(p + 1 < call.seqs[i].size() ? call.seqs[i][p + 1] : -100);
+    }
+  const int threads = omp_get_max_threads();
+  std::vector<std::vector<uint8_t>> got;
+  for (int n : {1, 2, 3}) {
+    omp_set_num_threads(n);
+    Bench b(Case{"cpu", DType::f32});
+    const Tensor lp = b->log_probs_packed(i32(toks), i32(pos), i32(seg), Tensor::from_ints({static_cast<int64_t>(tgt.size())}, tgt, DType::i64));
+    const auto* p = static_cast<const uint8_t*>(lp.data());
+    got.emplace_back(p, p + lp.nbytes());
+  }
+  omp_set_num_threads(threads);
+  EXPECT_TRUE(got[0] == got[1]) << "1 thread vs 2";
+  EXPECT_TRUE(got[0] == got[2]) << "1 thread vs 3";
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, BatchInvariance,
