@@ -96,13 +96,17 @@ TEST(CudaBatchInvariance, MatmulRowAloneEqualsAmongOthers) {
     const int64_t K = 1000, O = 300;
     const Tensor x = be->upload(random_tensor({256, K}, dt, 1)), w = be->upload_matrix(random_tensor({O, K}, dt, 2));
     const Tensor b = be->upload(random_tensor({O}, DType::f32, 3));
-    Tensor alone = be->empty({1, O}, dt);
-    be->matmul(x.rows(0, 1), w, &b, alone);
-    const Tensor want = be->to_host(alone);
-    for (int64_t n : {2, 3, 17, 64, 100, 256}) {
-      Tensor out = be->empty({n, O}, dt);
-      be->matmul(x.rows(0, n), w, &b, out);
-      EXPECT_TRUE(same_bytes(be->to_host(out.rows(0, 1)), want)) << dtype_name(dt) << " among " << n - 1;
+    // Rows at every place in a tile (first, last, the next tile's first) alone, then among others.
+    for (int64_t r : {0, 1, 31, 32, 33, 255}) {
+      Tensor alone = be->empty({1, O}, dt);
+      be->matmul(x.rows(r, r + 1), w, &b, alone);
+      const Tensor want = be->to_host(alone);
+      for (int64_t n : {2, 3, 17, 64, 100, 256}) {
+        if (n <= r) continue;
+        Tensor out = be->empty({n, O}, dt);
+        be->matmul(x.rows(0, n), w, &b, out);
+        EXPECT_TRUE(same_bytes(be->to_host(out.rows(r, r + 1)), want)) << dtype_name(dt) << " row " << r << " of " << n;
+      }
     }
   }
 }
@@ -141,7 +145,7 @@ TEST(CudaBatchInvariance, AttentionCacheWhateverTheCallsSpan) {
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
   const Tensor tab = be->upload(Tensor::from_ints({rows, max_seq / page}, table));
   const Tensor q = random_tensor({rows, d.qkv_width()}, DType::bf16, 8);
-  // Token 0 (row 0, position 300) alone, then beside tokens reaching 1000 and 4000 positions.
+  // Token 0 (row 0) alone, then beside tokens reaching 1000 and 4000 positions.
   auto token0 = [&](std::vector<int64_t> positions) {
     const int64_t n = static_cast<int64_t>(positions.size());
     std::vector<int64_t> r(static_cast<size_t>(n));
@@ -156,7 +160,9 @@ TEST(CudaBatchInvariance, AttentionCacheWhateverTheCallsSpan) {
                         be->upload(Tensor::from_ints({n}, positions)), tab, ck, cv, out);
     return be->to_host(out.rows(0, 1));
   };
-  const Tensor alone = token0({300});
-  EXPECT_TRUE(same_bytes(token0({300, 999}), alone)) << "beside a token at 999";
-  EXPECT_TRUE(same_bytes(token0({300, 50, 3999, 7}), alone)) << "beside a token at 3999";
+  for (int64_t at : {300, 255, 256, 257}) {  // inside a split and at its edges
+    const Tensor alone = token0({at});
+    EXPECT_TRUE(same_bytes(token0({at, 999}), alone)) << "position " << at << " beside a token at 999";
+    EXPECT_TRUE(same_bytes(token0({at, 50, 3999, 7}), alone)) << "position " << at << " beside a token at 3999";
+  }
 }

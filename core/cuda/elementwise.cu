@@ -112,14 +112,6 @@ __global__ void swiglu_kernel(const T* gu, T* out, int64_t N, int64_t I) {
   }
 }
 
-__global__ void bias_rows_kernel(const void* bias, int bdt, void* out, int odt, int64_t N,
-                                 int64_t O) {
-  const int64_t total = N * O;
-  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
-       idx += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    store_any(out, odt, idx, load_any(bias, bdt, idx % O));
-}
-
 // Copies in units of U (the widest of 16, 8, 4, 2, 1 bytes that divides the row).
 template <class U>
 __global__ void gather_rows_kernel(const U* src, int64_t src_rows, const int32_t* index, U* out,
@@ -229,12 +221,6 @@ void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I,
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
-void launch_bias_rows(const void* bias, int bdt, void* out, int odt, int64_t N, int64_t O,
-                      cudaStream_t s) {
-  if (N * O == 0) return;
-  bias_rows_kernel<<<blocks_for(N * O, kThreads), kThreads, 0, s>>>(bias, bdt, out, odt, N, O);
-  LINNET_CUDA_LAUNCH_CHECK();
-}
 
 void launch_gather_rows(const void* src, int64_t src_rows, const int32_t* index, void* out,
                         int64_t M, int64_t row_bytes, cudaStream_t s) {

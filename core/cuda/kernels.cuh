@@ -21,9 +21,6 @@ void launch_rope(int dt, void* x, int64_t N, int64_t W, int64_t head_begin, int6
                  int64_t D, const int32_t* positions, const void* inv_freq, int if_dt,
                  cudaStream_t s);
 void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s);
-// out[n, o] = bias[o] (the matmul's bias, added through beta = 1).
-void launch_bias_rows(const void* bias, int b_dt, void* out, int out_dt, int64_t N, int64_t O,
-                      cudaStream_t s);
 // out[m] = src[index[m]] (row_bytes each) or zeros where index[m] < 0 or >= src_rows.
 void launch_gather_rows(const void* src, int64_t src_rows, const int32_t* index, void* out,
                         int64_t M, int64_t row_bytes, cudaStream_t s);
