@@ -8,7 +8,6 @@
 
 namespace linnet {
 
-
 Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
              Communicator& comm)
     : config_(config), g_(g), be_(backend), comm_(comm), ctx_{backend, comm}, act_(backend.compute_dtype(g.t)) {
