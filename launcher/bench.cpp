@@ -1,6 +1,7 @@
 // linnet bench: latency and throughput of prefill and decode at given shapes, each beside its
 // floor measured in the same run (bytes / copy bandwidth for decode, FLOPs / matmul rate for
 // prefill), with the collectives' share when Shards > 1. Not a test: numbers, not verdicts.
+#include <cblas.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -57,17 +58,20 @@ Stats time_it(Backend& be, int warmup, int repeats, F f, TimedCommunicator* comm
 // streams its weights at (a copy also writes, and ran on fewer threads).
 double host_read_bandwidth() {
   const int64_t n = int64_t{64} << 20;  // 256 MiB of f32: far past the caches
-  std::vector<float> a(static_cast<size_t>(n), 1.0f);
+  // On huge pages, as the weights are (Tensor::empty): 4 KiB pages would measure TLB misses.
+  Tensor buf = Tensor::empty({n}, DType::f32);
+  std::fill(buf.ptr<float>(), buf.ptr<float>() + n, 1.0f);
+  const float* a = buf.ptr<float>();
   double sink = 0;
   constexpr int64_t kChunk = 4096;
   auto once = [&] {
     double total = 0;
 #pragma omp parallel for reduction(+ : total) schedule(static)
     for (int64_t c = 0; c < n / kChunk; ++c) {
-      const float* p = a.data() + c * kChunk;
+      const float* p = a + c * kChunk;
       float part = 0;
       for (int64_t k = 0; k < kChunk; k += 16) {
-        __builtin_prefetch(p + k + 2048);  // 8 KiB ahead, as the weight kernels read
+        __builtin_prefetch(p + k + 1024);  // 4 KiB ahead, as the weight kernels read
         float line = 0;
 #pragma omp simd reduction(+ : line)
         for (int64_t j = 0; j < 16; ++j) line += p[k + j];
@@ -96,8 +100,22 @@ double copy_bandwidth(Backend& be, DType dt) {
   const Stats s = time_it(be, 2, 5, [&] { be.convert(a, b); });
   return 2.0 * static_cast<double>(a.nbytes()) / s.median;
 }
+// The machine's f32 matrix rate: on the CPU OpenBLAS's sgemm (a library tuned to the core,
+// independent of the backend's own kernel); on CUDA the backend's product.
 double matmul_rate(Backend& be, DType dt) {
-  const int64_t n = be.device() == Device::cpu ? 1024 : 8192;
+  if (be.device() == Device::cpu) {
+    const int n = 1024;
+    std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), c(a.size());
+    std::vector<double> t;
+    for (int r = 0; r < 7; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, a.data(), n, 0.0f, c.data(), n);
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return 2.0 * n * n * n / t[t.size() / 2];
+  }
+  const int64_t n = 8192;
   Tensor x = be.upload(Tensor::from_floats({n, n}, std::vector<float>(n * n, 0.5f), dt));
   Tensor y = be.empty({n, n}, dt);
   const Stats s = time_it(be, 2, 5, [&] { be.matmul(x, x, nullptr, y); });
