@@ -37,6 +37,7 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
 
 std::vector<std::string> CheckpointWeights::unused(const ModelConfig& config) const {
   std::vector<std::string> out;
+  if (packed_.used()) return out;  // the matrices came from the packed file, made from these
   for (const std::string& name : dir_.names()) {
     if (used_.count(name)) continue;
     // Buffers older exports carry and transformers ignores too; a tied lm_head.weight copy.
@@ -61,6 +62,8 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   CheckpointDir files(dir);
   CheckpointWeights weights(files, m.config.dtype);
   m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
+  m.from_packed_file = weights.used_packed_file();
+  if (m.from_packed_file && comm.rank() == 0) spdlog::info("{}: matrices mapped from {}", dir, kPackedFileName);
   if (const auto unused = weights.unused(m.config); !unused.empty() && comm.rank() == 0) {
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 6; ++i) list += (i ? ", " : "") + unused[i];

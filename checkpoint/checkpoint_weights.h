@@ -7,6 +7,7 @@
 #include <string>
 
 #include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/packed_file.h"
 #include "layers/model.h"
 
 namespace linnet {
@@ -15,8 +16,13 @@ class CheckpointWeights final : public WeightSource {
  public:
   // `declared`: config.json's torch_dtype; a tensor stored in another dtype is an error (a
   // checkpoint whose files disagree with its config is broken, and would load lossy).
-  CheckpointWeights(const CheckpointDir& dir, DType declared) : dir_(dir), declared_(declared) {}
+  CheckpointWeights(const CheckpointDir& dir, DType declared) : dir_(dir), declared_(declared), packed_(dir.dir()) {}
   Tensor read(const ParamSpec& p, int64_t shard) override;
+  // From the checkpoint's packed file (checkpoint/packed_file.h) where it holds this matrix.
+  Tensor packed(const std::string& name, const std::string& format, DType dtype, const Shape& shape) override {
+    return packed_.matrix(name, format, dtype, shape);
+  }
+  bool used_packed_file() const { return packed_.used(); }
   // Tensors of the files that no read() asked for (buffers transformers ignores left out).
   std::vector<std::string> unused(const ModelConfig& config) const;
 
@@ -24,6 +30,7 @@ class CheckpointWeights final : public WeightSource {
   const CheckpointDir& dir_;
   DType declared_;
   std::set<std::string> used_;
+  PackedFile packed_;
 };
 
 // Everything a rank needs to run a checkpoint: its config, the bound generics, and the model.
@@ -31,6 +38,7 @@ struct LoadedModel {
   ModelConfig config;
   Generics generics;
   std::unique_ptr<Model> model;
+  bool from_packed_file = false;  // its matrices mapped from the checkpoint's packed file
 };
 
 // Reads config.json, binds the generics (Shards = comm.size() unless options say otherwise),

@@ -64,6 +64,9 @@ class Backend {
   virtual Tensor upload_matrix(const Tensor& host) { return upload(host); }
   // The parts' rows stacked into one matrix (q|k|v, gate|up), laid out as upload_matrix does.
   virtual Tensor upload_matrix(const std::vector<Tensor>& parts);
+  // The name of the layout upload_matrix gives (a packed file saved in it is taken as it is:
+  // upload_matrix of a tensor already in it returns that tensor); "" where it is row-major.
+  virtual std::string packed_format() const { return ""; }
   // Several at once: one staged copy each way on a device (a decode step's control arrays go
   // up in one transfer; its choices come back with one wait).
   virtual std::vector<Tensor> upload_many(const std::vector<Tensor>& hosts) {

@@ -1,11 +1,17 @@
-// linnet init / linnet import-llama2c: make a Hugging Face checkpoint directory.
+// linnet init / linnet import-llama2c: make a Hugging Face checkpoint directory; linnet pack:
+// save its matrices in the CPU backend's layout beside it (checkpoint/packed_file.h).
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+
+#include "checkpoint/checkpoint_weights.h"
 #include "checkpoint/hf_config.h"
+#include "checkpoint/packed_file.h"
 #include "checkpoint/presets.h"
 #include "checkpoint/write_checkpoint.h"
 #include "core/error.h"
 #include "launcher/options.h"
+#include "parallel/communicator.h"
 
 namespace linnet::cli {
 
@@ -34,6 +40,31 @@ int cmd_init(const Args& args) {
   const std::string out = vm["out"].as<std::string>();
   write_random_checkpoint(c, out, dtype, vm["seed"].as<uint64_t>());
   spdlog::info("wrote {} ({} layers, hidden {}, vocab {}, {})", out, c.layers, c.hidden, c.vocab, dtype_name(dtype));
+  return 0;
+}
+
+int cmd_pack(const Args& args) {
+  po::options_description desc("linnet pack");
+  desc.add_options()
+      ("checkpoint", po::value<std::string>()->required(), "a checkpoint directory (the packed file is written into it)")
+      ("dtype", po::value<std::string>(), "bf16, f16 or f32: the T later runs use (default: the config's torch_dtype)");
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "linnet pack --checkpoint DIR [--dtype T]")) return 0;
+  const std::string dir = vm["checkpoint"].as<std::string>();
+  RunOptions o{1, 64, 1, 64, std::nullopt};
+  if (vm.count("dtype")) {
+    o.dtype = parse_dtype(vm["dtype"].as<std::string>());
+    if (!is_float(*o.dtype)) throw UsageError("--dtype must be bf16, f16 or f32");
+  }
+  // The CPU backend lays the matrices out as its loads would; the file is those bytes.
+  auto backend = make_cpu_backend();
+  SingleCommunicator comm;
+  const auto t0 = std::chrono::steady_clock::now();
+  LoadedModel m = load_model(dir, o, *backend, comm);
+  write_packed_file(dir, *m.model, backend->packed_format());
+  spdlog::info("wrote {}/{} ({} matrices, {}, layout {}) in {:.1f} s", dir, kPackedFileName, m.model->matrices().size(),
+               dtype_name(m.generics.t), backend->packed_format(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }
 

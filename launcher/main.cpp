@@ -51,6 +51,7 @@ const std::vector<Subcommand>& subcommands() {
       {"devices", "the CPU backend's kernels and threads, the CUDA devices (or why none); exit 1 without a GPU", cmd_devices},
       {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
       {"init", "write a random-weight Hugging Face checkpoint", cmd_init},
+      {"pack", "save a checkpoint's matrices in the CPU backend's layout, mapped by later loads", cmd_pack},
       {"import-llama2c", "convert a llama2.c checkpoint to a Hugging Face checkpoint", cmd_import_llama2c},
       {"run", "call a sequence of entries on one loaded model", cmd_run, true},
       {"bench", "time prefill and decode beside their measured floors", cmd_bench, true},

@@ -46,8 +46,17 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     for (const auto& p : parts) p.drop_pages();
     return d;
   };
+  // A matrix by the model's name for it: from a file already in the backend's layout where the
+  // source has one (one shard only), else read from its parts. Kept in matrices_ either way.
+  auto matrix = [&](const std::string& name, const std::vector<std::string>& parts, const Shape& shape) {
+    Tensor m;
+    if (g.shards == 1 && !be_.packed_format().empty()) m = weights.packed(name, be_.packed_format(), matrices, shape);
+    m = m.defined() ? be_.upload_matrix(m) : parts.size() == 1 ? param(parts[0]) : stacked(parts);
+    matrices_.emplace_back(name, m);
+    return m;
+  };
 
-  embedding_.weight = param("embedding.weight");
+  embedding_.weight = matrix("embedding.weight", {"embedding.weight"}, specs.at("embedding.weight").shard_shape());
   norm_ = RmsNorm{param("norm.weight"), static_cast<float>(config.rms_norm_eps)};
   if (config.tie_word_embeddings) {
     // A view of the embedding's rows: the tied matrix is held once (the last shard of a
@@ -55,7 +64,7 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     const auto [begin, end] = specs.at("lm_head.weight").shard_range(shard);
     lm_head_.weight = embedding_.weight.rows(begin, end);
   } else {
-    lm_head_.weight = param("lm_head.weight");
+    lm_head_.weight = matrix("lm_head.weight", {"lm_head.weight"}, specs.at("lm_head.weight").shard_shape());
   }
 
   std::vector<float> freq = rope_inv_freq(config);
@@ -72,7 +81,8 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     GroupedQueryAttention& A = L.attention;
     A.dims = AttentionDims{qh, kvh, d, g.max_seq, g.page_size};
     const std::string a = p + "attention.";
-    A.qkv_proj.weight = stacked({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"});
+    A.qkv_proj.weight = matrix(a + "qkv_proj.weight", {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+                               {(qh + 2 * kvh) * d, g.hidden});
     if (config.qkv_bias) A.qkv_proj.bias = stacked({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"});
     // The card's q_proj/k_proj/v_proj are views of the stacked product's rows.
     const int64_t rq = qh * d, rk = kvh * d;
@@ -84,7 +94,7 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
       A.k_proj.bias = A.qkv_proj.bias.rows(rq, rq + rk);
       A.v_proj.bias = A.qkv_proj.bias.rows(rq + rk, rq + 2 * rk);
     }
-    A.o_proj.weight = param(a + "o_proj.weight");
+    A.o_proj.weight = matrix(a + "o_proj.weight", {a + "o_proj.weight"}, specs.at(a + "o_proj.weight").shard_shape());
     if (config.o_bias) A.o_proj.bias = param(a + "o_proj.bias");
     A.inv_freq = inv_freq;
     A.cache_k = be_.zeros({g.batch, kvh, g.max_seq, d}, act_);
@@ -92,7 +102,7 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
 
     SwiGlu& M = L.mlp;
     const std::string m = p + "mlp.";
-    M.gate_up.weight = stacked({m + "gate.weight", m + "up.weight"});
+    M.gate_up.weight = matrix(m + "gate_up.weight", {m + "gate.weight", m + "up.weight"}, {2 * inner, g.hidden});
     if (config.mlp_bias) M.gate_up.bias = stacked({m + "gate.bias", m + "up.bias"});
     M.gate.weight = M.gate_up.weight.rows(0, inner);
     M.up.weight = M.gate_up.weight.rows(inner, 2 * inner);
@@ -100,7 +110,7 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
       M.gate.bias = M.gate_up.bias.rows(0, inner);
       M.up.bias = M.gate_up.bias.rows(inner, 2 * inner);
     }
-    M.down.weight = param(m + "down.weight");
+    M.down.weight = matrix(m + "down.weight", {m + "down.weight"}, specs.at(m + "down.weight").shard_shape());
     if (config.mlp_bias) M.down.bias = param(m + "down.bias");
   }
 

@@ -73,6 +73,10 @@ class Model {
 
   // Host copy of every layer's cache_k and cache_v, for tests of "state unchanged".
   std::vector<Tensor> cache_snapshot();
+  // Every matrix as the backend holds it (Backend::packed_format), by the model's name for it
+  // ("embedding.weight", "layers[0].attention.qkv_proj.weight", …; a tied lm_head is the
+  // embedding): what a packed file saves (checkpoint/packed_file.h).
+  const std::vector<std::pair<std::string, Tensor>>& matrices() const { return matrices_; }
 
  private:
   // The layers over a plan: the residual stream [N, H] after the last layer.
@@ -116,6 +120,7 @@ class Model {
   Context ctx_;
   DType act_;  // the backend's compute dtype
 
+  std::vector<std::pair<std::string, Tensor>> matrices_;
   Embedding embedding_;
   std::vector<DecoderLayer> layers_;
   RmsNorm norm_;

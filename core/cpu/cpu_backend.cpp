@@ -70,7 +70,10 @@ void pack_part(const Tensor& part, int64_t first_panel, void* dst) {
 
 }  // namespace
 
-Tensor CpuBackend::upload_matrix(const Tensor& host) { return upload_matrix(std::vector<Tensor>{host}); }
+Tensor CpuBackend::upload_matrix(const Tensor& host) {
+  if (host.packed()) return host;  // already in panels (a packed file's view): used as it is
+  return upload_matrix(std::vector<Tensor>{host});
+}
 
 Tensor CpuBackend::upload_matrix(const std::vector<Tensor>& parts) {
   cpu_expect(!parts.empty(), "upload_matrix", "no parts");

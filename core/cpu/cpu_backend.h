@@ -22,6 +22,7 @@ class CpuBackend final : public Backend {
   Tensor upload_matrix(const Tensor& host) override;
   // Each part packed straight into its panels where the parts before it are whole panels.
   Tensor upload_matrix(const std::vector<Tensor>& parts) override;
+  std::string packed_format() const override { return "cpu-panels32-v1"; }
   void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;
   Tensor zeros(const Shape& shape, DType dtype) override { return Tensor::zeros(shape, dtype); }
