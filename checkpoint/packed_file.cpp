@@ -63,8 +63,10 @@ Tensor PackedFile::matrix(const std::string& name, const std::string& format, DT
   const auto& meta = file_->metadata();
   const auto rows = meta.find("linnet.rows." + name);
   const Tensor v = file_->view(name);
-  if (rows == meta.end() || std::stoll(rows->second) != shape[0] || v.rank() != 2 || v.dim(1) != shape[1] ||
-      v.dtype() != dtype || v.storage() == nullptr)
+  // The layout's whole panels of 32 rows: a shorter tensor would be read past its end.
+  const int64_t panels_rows = (shape[0] + 31) / 32 * 32;
+  if (rows == meta.end() || rows->second != std::to_string(shape[0]) || v.rank() != 2 || v.dim(0) != panels_rows ||
+      v.dim(1) != shape[1] || v.dtype() != dtype || v.storage() == nullptr)
     throw Error(str(file_->path(), ": tensor '", name, "' is ", v.describe(), " for a matrix of ", shape.to_string(),
                     " (a damaged packed file: remove it or run linnet pack again)"));
   // A storage of its own (the packed kernels find a view's first row from its start) that

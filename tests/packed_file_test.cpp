@@ -86,3 +86,28 @@ TEST(PackedFile, TheCommandWritesIt) {
   EXPECT_NE(bad.output.find("nowhere"), std::string::npos) << bad.output;
   fs::remove_all(d);
 }
+
+// A packed file that claims to fit but holds a matrix of the wrong size is an error naming
+// the file and the tensor, never a read past its end.
+TEST(PackedFile, AWrongSizedMatrixIsAnErrorNamingIt) {
+  const fs::path d = fresh_checkpoint("linnet_packed_bad", DType::bf16);
+  {
+    SafetensorsWriter w((d / kPackedFileName).string());
+    w.set_metadata("linnet.format", make_cpu_backend()->packed_format());
+    w.set_metadata("linnet.dtype", "bf16");
+    w.set_metadata("linnet.source", checkpoint_fingerprint(d.string()));
+    w.set_metadata("linnet.rows.embedding.weight", "97");
+    w.declare("embedding.weight", DType::bf16, {32, 64});  // 97 rows need 128
+    const std::vector<uint16_t> zeros(32 * 64, 0);
+    w.write("embedding.weight", zeros.data(), zeros.size() * 2);
+    w.finish();
+  }
+  try {
+    Loaded l(d);
+    FAIL() << "loaded a damaged packed file";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(kPackedFileName), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("embedding.weight"), std::string::npos) << e.what();
+  }
+  fs::remove_all(d);
+}
