@@ -182,21 +182,32 @@ resume | requeue)  # preempted mid-run, then resumed (or requeued): the same fil
     grep -q "already done" job2.log || fail "the resumed job did not resume"
   else
     scontrol requeue "$job" || fail "scontrol requeue"
-    # A requeued job waits out a begin-time delay (about 2 min); start it as soon as it is
-    # pending with that reason. Until it runs again (or is gone): the reason can show up late
-    # on a loaded machine, after a moment of PENDING for another reason.
-    for ((t = 0; t < 150; ++t)); do  # first the requeue takes effect: the run ends
-      [[ $(squeue -h -j "$job" -o %T 2>/dev/null) != RUNNING ]] && break
+    # Follow the job through scontrol, whose record says Restarts= and outlives the run by
+    # MinJobAge; a query that fails on a loaded machine is asked again, never read as "gone".
+    # A requeued job waits out a begin-time delay (about 2 min): start it soon after it is
+    # pending for that reason — but not in the same second its nodes revoked the first run's
+    # credential (whole seconds), or slurmd kills it: "Job credential revoked", FAILED.
+    seen="" hurried=""
+    for ((t = 0; t < 1500; ++t)); do
+      if ! rec=$(scontrol show job -o "$job" 2>&1); then
+        grep -q "Invalid job id" <<<"$rec" && { seen+=" gone"; break; }
+        sleep 0.2
+        continue
+      fi
+      state=$(sed -n 's/.* JobState=\([A-Z_]*\).*/\1/p' <<<"$rec")
+      reason=$(sed -n 's/.* Reason=\([^ ]*\).*/\1/p' <<<"$rec")
+      restarts=$(sed -n 's/.* Restarts=\([0-9]*\).*/\1/p' <<<"$rec")
+      [[ $seen == *" $state/${restarts:-?}" ]] || seen+=" $state/${restarts:-?}"
+      if [[ ${restarts:-0} -ge 1 ]]; then
+        if [[ $state == PENDING && $reason == BeginTime && -z $hurried ]]; then
+          scontrol update JobId="$job" StartTime=now+3 2>/dev/null && hurried=1
+        fi
+        [[ $state =~ ^(COMPLETED|FAILED|CANCELLED|TIMEOUT|NODE_FAIL|OUT_OF_MEMORY|BOOT_FAIL|DEADLINE)$ ]] && break
+      fi
       sleep 0.2
     done
-    for ((t = 0; t < 300; ++t)); do
-      state=$(squeue -h -j "$job" -o %T 2>/dev/null)
-      [[ -z $state || $state == RUNNING ]] && break
-      [[ $(squeue -h -j "$job" -o %r 2>/dev/null) == BeginTime ]] && scontrol update JobId="$job" StartTime=now 2>/dev/null
-      sleep 0.2
-    done
-    for ((t = 0; t < 240; ++t)); do [[ -z $(squeue -h -j "$job") ]] && break; sleep 1; done
-    [[ -z $(squeue -h -j "$job") ]] || fail "the requeued job did not finish in 240 s"
+    echo "states after the requeue (JobState/Restarts):$seen"
+    [[ $seen == *" gone" || $state == COMPLETED ]] || { cat job.log; fail "the requeued job did not complete in 300 s"; }
     grep -q "already done" job.log || { cat job.log; fail "the requeued job did not resume"; }
   fi
   [[ ! -e out.jsonl.part0 ]] || fail "parts left behind"
