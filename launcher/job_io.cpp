@@ -134,10 +134,10 @@ static std::map<std::string, std::string> finished_lines(const std::string& path
     const std::string line = text.substr(at, eol - at);
     at = eol + 1;
     if (line.empty()) continue;
-    try {
-      const json j = json::parse(line);
+    try {  // parse_json: a line nested past the limit is refused like any other bad line
+      const json j = parse_json(line, path);
       if (j.is_object() && j.contains("id")) out.emplace(j["id"].dump(), line);
-    } catch (const json::exception&) {
+    } catch (const std::exception&) {
     }
   }
   return out;
@@ -235,9 +235,9 @@ std::vector<json> JobOutput::results_of_this_run() const {
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
-      json j = json::parse(line);
+      json j = parse_json(line, path_);
       if (j.is_object() && !done_before_.count(j.value("id", json()).dump())) out.push_back(std::move(j));
-    } catch (const json::exception&) {
+    } catch (const std::exception&) {
     }
   }
   return out;

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace linnet::cli {
 
@@ -127,10 +128,10 @@ void HttpServer::routes() {
     auto r = std::make_shared<Reply>();
     try {
       json body;
-      try {
-        body = json::parse(req.body);
-      } catch (const json::parse_error& e) {
-        throw ApiError(400, str("the request body is not valid JSON: ", e.what()));
+      try {  // with the nesting limit: a deep body would overflow the stack of what walks it
+        body = parse_json(req.body, "the request body");
+      } catch (const Error& e) {
+        throw ApiError(400, e.what());
       }
       r->params = parse_completion(body, tok_, model_);
     } catch (const ApiError& e) {

@@ -438,7 +438,7 @@ def faults_checks(srv, ranks):
     wait_for("the pages of a stream whose client left freed",
              lambda: (lambda m: m["linnet_kv_pages_used"] == 0 and m["linnet_requests_running"] == 0 and
                       m["linnet_requests_cancelled_total"] == before["linnet_requests_cancelled_total"] + 1)(metrics(base)),
-             timeout=5)
+             timeout=20)
     spent = metrics(base)["linnet_generation_tokens_total"] - before["linnet_generation_tokens_total"]
     check(spent < 1000, f"{spent} tokens generated for a client that left after 3")
     # 2. The same without streaming: noticed by the whitespace heartbeat within seconds.
@@ -448,11 +448,12 @@ def faults_checks(srv, ranks):
     s.close()
     wait_for("a non-streaming request whose client left cancelled",
              lambda: metrics(base)["linnet_requests_cancelled_total"] == before["linnet_requests_cancelled_total"] + 1,
-             timeout=8)
-    wait_for("its pages freed", lambda: metrics(base)["linnet_kv_pages_used"] == 0, timeout=5)
+             timeout=20)
+    wait_for("its pages freed", lambda: metrics(base)["linnet_kv_pages_used"] == 0, timeout=20)
     # 3. Bad bodies: 400s with the OpenAI error shape naming the field; 413 past --max-body.
     for raw, status, words in [
-            (b"{not json", 400, "not valid JSON"),
+            (b"{not json", 400, "the request body: malformed JSON"),
+            (b'{"prompt": "hi", "stop": ' + b"[" * 2000 + b"]" * 2000 + b"}", 400, "nested deeper than 64 levels"),
             (b"[1, 2]", 400, "must be a JSON object"),
             (json.dumps({"prompt": "hi", "max_tokens": "10"}).encode(), 400, "`max_tokens` must be a non-negative integer"),
             (json.dumps({"prompt": "hi", "max_tokens": 1e300}).encode(), 400, "`max_tokens` must be a non-negative integer"),
@@ -489,7 +490,12 @@ def faults_checks(srv, ranks):
         got += s.recv(4096)
     target = srv.proc.pid if ranks == 1 else srv.rank_pid(0)
     os.kill(target, signal.SIGTERM)
-    wait_for("/health says draining", lambda: http(base, "GET", "/health")[0] == 503, timeout=5)
+    # Noticed at the next step; the bound is generous because ctest runs a SLURM job beside
+    # this on the same 2 cores (the 600-token stream outlasts it either way).
+    try:
+        wait_for("/health says draining", lambda: http(base, "GET", "/health")[0] == 503, timeout=30)
+    except AssertionError as e:
+        raise AssertionError(f"{e}; log:\n{srv.tail()}")
     st, body = http(base, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})
     check(st == 503 and "shutting down" in body["error"]["message"], f"during the drain: {st} {body}")
     s.settimeout(60)
