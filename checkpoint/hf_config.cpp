@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -57,13 +58,17 @@ struct Reader {
     return j[key].get<std::string>();
   }
   // An id, or a list of ids (eos_token_id of Llama 3 Instruct: 128001, 128008, 128009).
-  std::vector<int64_t> token_ids(const char* key) const {
+  // Each must be a token of the vocabulary: a larger one would wrap where ids are 32-bit,
+  // and could never be generated anyway.
+  std::vector<int64_t> token_ids(const char* key, int64_t vocab) const {
     if (!given(j, key)) return {};
     const json& v = j[key];
     std::vector<int64_t> out;
     for (const json& e : v.is_array() ? v : json::array({v})) {
-      if (!e.is_number_integer() || e.get<int64_t>() < 0)
+      if (!e.is_number_integer() || (e.is_number_unsigned() && e.get<uint64_t>() > INT64_MAX) || e.get<int64_t>() < 0)
         fail(str("'", key, "' must be a token id or a list of them, got ", v.dump()));
+      if (e.get<int64_t>() >= vocab)
+        fail(str("'", key, "' = ", e.dump(), " is not a token id: vocab_size is ", vocab));
       out.push_back(e.get<int64_t>());
     }
     return out;
@@ -293,8 +298,8 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     else r.fail(str("unsupported ", key, " '", t, "' (supported: bfloat16, float16, float32)"));
     break;
   }
-  if (const auto bos = r.token_ids("bos_token_id"); !bos.empty()) c.bos_token_id = bos[0];
-  c.eos_token_ids = r.token_ids("eos_token_id");
+  if (const auto bos = r.token_ids("bos_token_id", c.vocab); !bos.empty()) c.bos_token_id = bos[0];
+  c.eos_token_ids = r.token_ids("eos_token_id", c.vocab);
   return c;
 }
 
@@ -310,10 +315,10 @@ ModelConfig load_hf_config(const std::string& path) {
     const json g = read_json_file(gen.string(), "generation config");
     if (!g.is_object()) throw Error(str(gen.string(), ": generation config must be a JSON object"));
     Reader r{g, gen.string()};
-    for (int64_t id : r.token_ids("eos_token_id"))
+    for (int64_t id : r.token_ids("eos_token_id", c.vocab))
       if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) == c.eos_token_ids.end())
         c.eos_token_ids.push_back(id);
-    if (const auto bos = r.token_ids("bos_token_id"); !c.bos_token_id && !bos.empty()) c.bos_token_id = bos[0];
+    if (const auto bos = r.token_ids("bos_token_id", c.vocab); !c.bos_token_id && !bos.empty()) c.bos_token_id = bos[0];
   }
   return c;
 }

@@ -1,5 +1,5 @@
 // Named model configurations for `linnet init` and benchmarks: a tiny GQA default and the
-// published shapes of well-known checkpoints (the configs in shared/configs).
+// published shapes of well-known checkpoints (the configs in tests/fixtures/configs).
 #pragma once
 #include <string>
 #include <vector>

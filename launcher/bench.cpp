@@ -150,12 +150,19 @@ int cmd_bench(const Args& args) {
   if (vm.count("random-weights") && !vm.count("config")) throw UsageError("bench: --random-weights needs --config");
   if (!vm.count("random-weights") && !vm.count("checkpoint"))
     throw UsageError("bench: give --checkpoint DIR, or --config CFG --random-weights");
+  check_report_option(vm, "json");
   RunOptions o = run_options(vm);
   Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
   Backend& be = ranks.backend();
   TimedCommunicator comm(ranks.shards(), be);
   if (!vm.count("shards")) o.shards = comm.size();
-  if (o.max_seq == 0) o.max_seq = ((prompt + gen * (warmup + repeats) + 63) / 64) * 64;
+  if (o.max_seq == 0) {  // every step the run takes, in whole pages; checked: --gen 2^62 must not wrap
+    int64_t steps = 0, need = 0;
+    if (__builtin_mul_overflow(gen, int64_t{warmup} + repeats, &steps) || __builtin_add_overflow(prompt, steps + 63, &need))
+      throw UsageError(str("bench: --prompt ", prompt, " + --gen ", gen, " x (", warmup, " + ", repeats,
+                           ") runs are more positions than a sequence can hold"));
+    o.max_seq = need / 64 * 64;
+  }
 
   ModelConfig config;
   std::unique_ptr<Model> model;

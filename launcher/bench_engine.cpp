@@ -72,6 +72,7 @@ int cmd_bench_engine(const Args& args) {
                 rows = positive_option(vm, "max-rows"), budget = positive_option(vm, "max-batch-tokens"),
                 docs = positive_option(vm, "documents");
   if (hi < lo) throw UsageError("--prompt-max must be at least --prompt-min");
+  check_report_option(vm, "json");
   RunOptions o = run_options(vm);
   Ranks ranks(0, vm["backend"].as<std::string>(), threads_option(vm));
   if (ranks.shards().size() != 1) throw UsageError("bench-engine runs on one rank");

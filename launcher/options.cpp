@@ -1,6 +1,11 @@
 #include "launcher/options.h"
 
 #include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
 
 namespace linnet::cli {
 
@@ -77,6 +82,20 @@ int64_t positive_option(const po::variables_map& vm, const char* name) {
   else v = vm[name].as<int64_t>();
   if (v < 1) throw UsageError(str("--", name, " must be at least 1, got ", v));
   return v;
+}
+
+void check_report_option(const po::variables_map& vm, const char* name) {
+  namespace fs = std::filesystem;
+  if (!vm.count(name)) return;
+  const fs::path p(vm[name].as<std::string>());
+  const fs::path parent = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (fs::exists(p, ec) && !fs::is_regular_file(p, ec))
+    throw Error(str(p.string(), ": --", name, " names something that is not a regular file"));
+  if (!fs::is_directory(parent, ec))
+    throw Error(str(p.string(), ": cannot write --", name, ": directory ", parent.string(), " does not exist"));
+  if (::access(parent.c_str(), W_OK | X_OK) != 0 || (fs::exists(p, ec) && ::access(p.c_str(), W_OK) != 0))
+    throw Error(str(p.string(), ": cannot write --", name, ": ", std::strerror(errno)));
 }
 
 }  // namespace linnet::cli

@@ -32,4 +32,8 @@ int threads_option(const po::variables_map& vm);
 // A count that must be positive: UsageError "--gen must be at least 1, got -5" otherwise.
 int64_t positive_option(const po::variables_map& vm, const char* name);
 
+// --NAME FILE where a report will be written at the end of a long run: checked before the
+// run (its folder exists and is writable, it is not a directory), so a typo fails at once.
+void check_report_option(const po::variables_map& vm, const char* name);
+
 }  // namespace linnet::cli

@@ -141,6 +141,16 @@ TEST(Cli, SizesAreCheckedForOverflowAndAgainstMemory) {
     r = run_linnet({"bench", "--config", "tiny", "--random-weights", "--backend", "cpu", opt, value});
     EXPECT_ERROR(r, 2, opt + " must be at least 1, got " + value);
   }
+  // A --gen that would wrap the positions it needs, and a --json report that cannot be
+  // written: refused before anything runs.
+  r = run_linnet({"bench", "--config", "tiny", "--random-weights", "--backend", "cpu", "--gen", "4611686018427387904"});
+  EXPECT_ERROR(r, 2, "runs are more positions than a sequence can hold");
+  r = run_linnet({"bench", "--config", "tiny", "--random-weights", "--backend", "cpu", "--json", "/nonexistent-dir/r.json"});
+  EXPECT_ERROR(r, 1, "/nonexistent-dir/r.json: cannot write --json: directory /nonexistent-dir does not exist");
+  {  // bench-engine: checked before it looks for the checkpoint
+    r = run_linnet({"bench-engine", "--checkpoint", "/nonexistent", "--backend", "cpu", "--json", "/nonexistent-dir/r.json"});
+    EXPECT_ERROR(r, 1, "/nonexistent-dir/r.json: cannot write --json: directory /nonexistent-dir does not exist");
+  }
 }
 
 // ---- hostile files -------------------------------------------------------------------------
@@ -205,6 +215,15 @@ TEST(Cli, NonRegularFilesAreRefusedByName) {
   fs::create_symlink("model.safetensors", d / "loop/model.safetensors");
   r = run_linnet(run_args(d / "loop", d / "calls.json"));
   EXPECT_ERROR(r, 1, "loop/model.safetensors: cannot open: Too many levels of symbolic links");
+  // Tokenizer files: a FIFO or directory there is refused by name, not passed over for the
+  // next kind (which said "holds no tokenizer.json …").
+  fs::create_directories(d / "tok_fifo");
+  ASSERT_EQ(::mkfifo((d / "tok_fifo/tokenizer.json").c_str(), 0600), 0);
+  r = run_linnet({"tokenize", "--checkpoint", (d / "tok_fifo").string(), "--text", "hi"}, 20);
+  EXPECT_ERROR(r, 1, "tok_fifo/tokenizer.json: tokenizer is a FIFO, not a regular file");
+  fs::create_directories(d / "tok_dir/tokenizer.model");
+  r = run_linnet({"tokenize", "--checkpoint", (d / "tok_dir").string(), "--text", "hi"}, 20);
+  EXPECT_ERROR(r, 1, "tok_dir/tokenizer.model: tokenizer is a directory, not a regular file");
 }
 
 TEST(Cli, UnusedTensorsAreNamedOnce) {

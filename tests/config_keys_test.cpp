@@ -167,11 +167,12 @@ TEST(ConfigKeys, EveryEndOfSequenceIdIsKept) {
   const fs::path d = fs::temp_directory_path() / "linnet_cfg_eos";
   fs::remove_all(d);
   fs::create_directories(d);
-  std::ofstream(d / "config.json") << with(llama(), "eos_token_id", {128001, 128008, 128009}).dump();
+  const json llama3 = with(llama(), "vocab_size", 128256);
+  std::ofstream(d / "config.json") << with(llama3, "eos_token_id", {128001, 128008, 128009}).dump();
   EXPECT_EQ(load_hf_config(d.string()).eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
   // generation_config.json adds its own (Llama 3 Instruct's config says 128001, its
   // generation config 128001, 128009); duplicates are kept once.
-  std::ofstream(d / "config.json") << with(llama(), "eos_token_id", 128001).dump();
+  std::ofstream(d / "config.json") << with(llama3, "eos_token_id", 128001).dump();
   std::ofstream(d / "generation_config.json") << R"({"bos_token_id": 128000, "eos_token_id": [128001, 128009]})";
   const ModelConfig c = load_hf_config(d.string());
   EXPECT_EQ(c.eos_token_ids, (std::vector<int64_t>{128001, 128009}));
@@ -180,6 +181,15 @@ TEST(ConfigKeys, EveryEndOfSequenceIdIsKept) {
   EXPECT_NE(error_of([&] { load_hf_config(d.string()); }).find("generation_config.json: 'eos_token_id' must be a token id"),
             std::string::npos);
   EXPECT_NE(parse_error(with(llama(), "eos_token_id", {1, -2})).find("'eos_token_id' must be a token id"),
+            std::string::npos);
+  // Ids outside the vocabulary are refused, never wrapped to 32 bits (4294967298 ran as 2).
+  EXPECT_NE(parse_error(with(llama(), "eos_token_id", 4294967298LL)).find("'eos_token_id' = 4294967298 is not a token id: vocab_size is 100"),
+            std::string::npos);
+  EXPECT_NE(parse_error(with(llama(), "bos_token_id", 100)).find("'bos_token_id' = 100 is not a token id"), std::string::npos);
+  EXPECT_NE(parse_error(with(llama(), "eos_token_id", json::array({1, 18446744073709551615ULL}))).find("must be a token id"),
+            std::string::npos);
+  std::ofstream(d / "generation_config.json") << R"({"eos_token_id": [128001, 128256]})";
+  EXPECT_NE(error_of([&] { load_hf_config(d.string()); }).find("generation_config.json: 'eos_token_id' = 128256 is not a token id"),
             std::string::npos);
 }
 

@@ -17,7 +17,8 @@ namespace linnet::tok {
 // ---- small helpers -----------------------------------------------------------------------
 
 std::string read_file(const std::string& path);
-bool file_exists(const std::string& path);
+// False when nothing is there; throws naming the file when it is not a regular file.
+bool file_exists(const std::string& path, const std::string& what);
 std::string base64_decode(std::string_view in, const std::string& what);
 
 // Length of the UTF-8 character starting at s[i]; an invalid byte counts as one character.

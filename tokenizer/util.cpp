@@ -57,9 +57,11 @@ std::string unicode_normalize(std::string_view s, UnicodeForm form) {
   return out;
 }
 
-bool file_exists(const std::string& path) {
+bool file_exists(const std::string& path, const std::string& what) {
   std::error_code ec;
-  return std::filesystem::is_regular_file(path, ec);
+  if (!std::filesystem::exists(path, ec)) return false;
+  require_regular_file(path, what);  // a FIFO or directory there is refused by name, not passed over
+  return true;
 }
 
 std::string base64_decode(std::string_view in, const std::string& what) {
@@ -275,7 +277,7 @@ std::string Decoder::flush() {
 
 bool add_bos_by_default(const std::string& checkpoint_dir, const Tokenizer& tokenizer) {
   const std::string config = (std::filesystem::path(checkpoint_dir) / "tokenizer_config.json").string();
-  if (tok::file_exists(config)) {
+  if (tok::file_exists(config, "tokenizer config")) {
     const nlohmann::json j = read_json_file(config, "tokenizer config");
     if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean())
       return j["add_bos_token"].get<bool>() && tokenizer.bos_id() >= 0;
@@ -291,8 +293,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir) {
   const std::string json = (fs::path(checkpoint_dir) / "tokenizer.json").string();
   const std::string model = (fs::path(checkpoint_dir) / "tokenizer.model").string();
   const std::string bin = (fs::path(checkpoint_dir) / "tokenizer.bin").string();
-  if (tok::file_exists(json)) return load_hf_tokenizer(json);
-  if (tok::file_exists(model)) {
+  if (tok::file_exists(json, "tokenizer")) return load_hf_tokenizer(json);
+  if (tok::file_exists(model, "tokenizer")) {
     // A SentencePiece model is a protobuf (first byte 0x0a: field 1, the pieces); a
     // tiktoken rank file is text lines "<base64 token> <rank>".
     std::string head;
@@ -316,7 +318,7 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir) {
     if (tiktoken) return load_tiktoken_tokenizer(model);
     return load_sentencepiece_tokenizer(model);
   }
-  if (tok::file_exists(bin)) return load_llama2c_tokenizer(bin);
+  if (tok::file_exists(bin, "tokenizer")) return load_llama2c_tokenizer(bin);
   throw Error(str("tokenizer: ", checkpoint_dir,
                   " holds no tokenizer.json, tokenizer.model or tokenizer.bin"));
 }
