@@ -25,11 +25,10 @@ bool better(const Candidate& a, const Candidate& b) { return a.logit > b.logit |
 
 }  // namespace
 
-std::vector<int32_t> Model::choose_rows(const Tensor& x, const std::vector<int32_t>& select,
-                                        const std::vector<RowChoice>& choices) {
-  const int64_t r = static_cast<int64_t>(select.size()), s = comm_.rank();
+std::vector<int32_t> Model::choose_rows(const Hidden& hidden, const std::vector<RowChoice>& choices) {
+  const int64_t r = hidden.rows, s = comm_.rank();
   const int64_t valid = g_.vocab_valid(s), offset = g_.vocab_begin(s);
-  Tensor local = shard_logits(final_hidden(x, select), g_.t);  // rounded to T, as generate sees them
+  Tensor local = shard_logits(final_hidden(hidden), g_.t);  // rounded to T, as generate sees them
   Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
   be_.argmax(local, valid, offset, value, index);
   std::vector<int64_t> filtered;  // rows with top-k or top-p

@@ -39,7 +39,7 @@ Tensor Model::forward(const Tensor& tokens) {
   const int64_t b = c.dim("B"), s = c.dim("S");
   std::vector<int32_t> all(static_cast<size_t>(b * s));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
-  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr), all).reshape({b, s, g_.vocab});
+  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr, all)).reshape({b, s, g_.vocab});
 }
 
 Tensor Model::next_token(const Tensor& tokens) {
@@ -48,7 +48,7 @@ Tensor Model::next_token(const Tensor& tokens) {
   const int64_t b = c.dim("B"), s = c.dim("S");
   std::vector<int32_t> last;
   for (int64_t r = 0; r < b; ++r) last.push_back(static_cast<int32_t>(r * s + s - 1));
-  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr), last);
+  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr, last));
 }
 
 // ---- the contiguous cache ----
@@ -69,7 +69,7 @@ Tensor Model::rows_step(const std::vector<int64_t>& ids, const std::vector<int64
     plan.add(static_cast<int32_t>(ids[r]), static_cast<int32_t>(at), -1, static_cast<int32_t>(r),
              static_cast<int32_t>(page * ps + at % ps));
   }
-  return logits(run(plan, table), select);
+  return logits(run(plan, table, select));
 }
 
 Tensor Model::decode(const Tensor& token, int32_t pos) {
@@ -99,7 +99,7 @@ Tensor Model::prefill(const Tensor& tokens, int32_t pos) {
     }
     select.push_back(static_cast<int32_t>(r * s + s - 1));
   }
-  return logits(run(plan, nullptr), select);
+  return logits(run(plan, nullptr, select));
 }
 
 Tensor Model::decode_rows(const Tensor& tokens, const Tensor& positions) {
@@ -136,7 +136,7 @@ Tensor Model::prefill_slots(const Tensor& tokens, const Tensor& slots, const Ten
                static_cast<int32_t>(slot[i] * g_.max_seq + j));
     select.push_back(static_cast<int32_t>(plan.size() - 1));
   }
-  return logits(run(plan, nullptr), select);
+  return logits(run(plan, nullptr, select));
 }
 
 // ---- packed ----
@@ -153,7 +153,7 @@ Tensor Model::hidden_packed(const Tensor& tokens, const Tensor& positions, const
     plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, -1);
     select.push_back(static_cast<int32_t>(p));
   }
-  Tensor h = final_hidden(run(plan, nullptr), select);
+  Tensor h = final_hidden(run(plan, nullptr, select));
   Tensor out = be_.empty(h.shape(), g_.t);
   be_.convert(h, out);
   return be_.to_host(out);
@@ -177,7 +177,7 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
   }
   TokenPlan plan;
   for (int64_t p = 0; p < n; ++p) plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, -1);
-  Tensor x = run(plan, nullptr);
+  Tensor x = run(plan, nullptr).x;
 
   // Only the tokens whose targets count go through the lm_head, in chunks, so no rank ever
   // holds a [P, Vocab] block of logits (SPEC §6).

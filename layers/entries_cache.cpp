@@ -92,7 +92,7 @@ Tensor Model::step_packed(const Tensor& tokens, const Tensor& rows, const Tensor
                static_cast<int32_t>(slot));
     }
   }
-  return logits(run(plan, nullptr), select);
+  return logits(run(plan, nullptr, select));
 }
 
 // ---- paged ----
@@ -124,7 +124,7 @@ Tensor Model::step_paged(const Tensor& tokens, const Tensor& positions, const Te
   TokenPlan plan;
   std::vector<int32_t> select;
   plan_step_paged(tokens, positions, rows, slots, last, step_tokens, step_positions, table, plan, select);
-  return logits(run(plan, &table), select);
+  return logits(run(plan, &table, select));
 }
 
 std::vector<int32_t> Model::step_paged_choose(const Tensor& tokens, const Tensor& positions, const Tensor& rows,
@@ -150,7 +150,7 @@ std::vector<int32_t> Model::step_paged_choose(const Tensor& tokens, const Tensor
     run(plan, &table);  // K/V still written
     return out;
   }
-  const std::vector<int32_t> chosen = choose_rows(run(plan, &table), used, used_choices);
+  const std::vector<int32_t> chosen = choose_rows(run(plan, &table, used), used_choices);
   for (size_t i = 0; i < select.size(); ++i)
     if (where[i] >= 0) out[i] = chosen[static_cast<size_t>(where[i])];
   return out;
@@ -229,7 +229,7 @@ Tensor Model::stepping(const Tensor& token, int32_t pos, int64_t steps, float te
       plan.add(static_cast<int32_t>(cur[b]), at, -1, static_cast<int32_t>(b), static_cast<int32_t>(b * g_.max_seq + at));
     }
     // Sampling never has idle rows, so row k of the choice is batch row b (Philox's counter).
-    const std::vector<int32_t> next = choose(run(plan, nullptr), select, temperature, key0, key1, static_cast<int32_t>(i));
+    const std::vector<int32_t> next = choose(run(plan, nullptr, select), temperature, key0, key1, static_cast<int32_t>(i));
     for (size_t k = 0; k < active.size(); ++k) {
       const int64_t b = active[k];
       o[b * steps + i] = next[k];

@@ -125,7 +125,7 @@ Tensor Model::upload_ints(const std::vector<int32_t>& v) {
   return be_.upload(t);
 }
 
-Tensor Model::run(const TokenPlan& plan, const Tensor* table) {
+Hidden Model::run(const TokenPlan& plan, const Tensor* table, const std::vector<int32_t>& select) {
   DevicePlan dp;
   dp.n = static_cast<int64_t>(plan.size());
   // The plan's arrays (and the table) go to the device in one transfer.
@@ -136,6 +136,7 @@ Tensor Model::run(const TokenPlan& plan, const Tensor* table) {
   };
   std::vector<Tensor> up = {host(plan.ids), host(plan.positions), host(plan.run_start), host(plan.cache_row),
                             host(plan.slots)};
+  up.push_back(host(select));
   if (table) up.push_back(table->dtype() == DType::i32 ? *table : table->to(DType::i32));
   up = be_.upload_many(up);
   dp.ids = up[0];
@@ -143,23 +144,28 @@ Tensor Model::run(const TokenPlan& plan, const Tensor* table) {
   dp.run_start = up[2];
   dp.cache_row = up[3];
   dp.slots = up[4];
-  dp.table = table ? up[5] : identity_table_;
+  Hidden out{Tensor(), up[5], static_cast<int64_t>(select.size())};
+  dp.table = table ? up[6] : identity_table_;
   for (size_t i = 0; i < plan.size(); ++i) {
     dp.any_packed |= plan.run_start[i] >= 0;
     dp.any_cache |= plan.cache_row[i] >= 0;
     if (plan.cache_row[i] >= 0) dp.span = std::max<int64_t>(dp.span, plan.positions[i] + 1);
     dp.any_write |= plan.slots[i] >= 0;
   }
-  Tensor x = be_.empty({dp.n, g_.hidden}, act_);
-  if (dp.n == 0) return x;
-  embedding_.forward(ctx_, dp.ids, x);
-  for (const auto& layer : layers_) layer.forward(ctx_, x, dp);
-  return x;
+  out.x = be_.empty({dp.n, g_.hidden}, act_);
+  if (dp.n == 0) return out;
+  embedding_.forward(ctx_, dp.ids, out.x);
+  for (const auto& layer : layers_) layer.forward(ctx_, out.x, dp);
+  return out;
 }
 
 Tensor Model::final_hidden(const Tensor& x, const std::vector<int32_t>& select) {
-  Tensor rows = be_.empty({static_cast<int64_t>(select.size()), g_.hidden}, act_);
-  be_.gather_rows(x, upload_ints(select), rows);  // −1 → a zero row, which stays zero
+  return final_hidden(Hidden{x, upload_ints(select), static_cast<int64_t>(select.size())});
+}
+
+Tensor Model::final_hidden(const Hidden& hidden) {
+  Tensor rows = be_.empty({hidden.rows, g_.hidden}, act_);
+  be_.gather_rows(hidden.x, hidden.select, rows);  // −1 → a zero row, which stays zero
   Tensor h = be_.empty(rows.shape(), act_);
   norm_.forward(ctx_, rows, h);
   return h;
@@ -185,9 +191,9 @@ Tensor Model::shard_logits(const Tensor& h, DType dt) {
   return converted;
 }
 
-Tensor Model::logits(const Tensor& x, const std::vector<int32_t>& select) {
-  const int64_t r = static_cast<int64_t>(select.size());
-  Tensor local = shard_logits(final_hidden(x, select), g_.t);
+Tensor Model::logits(const Hidden& hidden) {
+  const int64_t r = hidden.rows;
+  Tensor local = shard_logits(final_hidden(hidden), g_.t);
   if (g_.shards == 1) return be_.to_host(local);
   // All-gather the vocab shards, then lay them side by side, dropping lm_head's padding.
   Tensor gathered = be_.empty({g_.shards, r, local.dim(1)}, g_.t);
@@ -200,11 +206,11 @@ Tensor Model::logits(const Tensor& x, const std::vector<int32_t>& select) {
   return be_.to_host(full);
 }
 
-std::vector<int32_t> Model::choose(const Tensor& x, const std::vector<int32_t>& select, float temperature,
-                                   uint64_t key0, uint64_t key1, int32_t step) {
-  const int64_t r = static_cast<int64_t>(select.size()), s = comm_.rank();
+std::vector<int32_t> Model::choose(const Hidden& hidden, float temperature, uint64_t key0, uint64_t key1,
+                                   int32_t step) {
+  const int64_t r = hidden.rows, s = comm_.rank();
   // Logits rounded to T, as the entries return them, so generate picks what decode shows.
-  Tensor local = shard_logits(final_hidden(x, select), g_.t);
+  Tensor local = shard_logits(final_hidden(hidden), g_.t);
   Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
   if (temperature > 0)
     be_.gumbel_max(local, g_.vocab_valid(s), g_.vocab_begin(s), key0, key1, step, temperature, value, index);

@@ -79,16 +79,18 @@ class Model {
   const std::vector<std::pair<std::string, Tensor>>& matrices() const { return matrices_; }
 
  private:
-  // The layers over a plan: the residual stream [N, H] after the last layer.
-  Tensor run(const TokenPlan& plan, const Tensor* table);
-  // Final norm of the selected rows of x (index −1: a zero row) → [R, H] on the device.
+  // The layers over a plan: the residual stream [N, H] after the last layer, with the rows
+  // `select` names for the head (uploaded with the plan).
+  Hidden run(const TokenPlan& plan, const Tensor* table, const std::vector<int32_t>& select = {});
+  // Final norm of the selected rows (index −1: a zero row) → [R, H] on the device.
+  Tensor final_hidden(const Hidden& h);
   Tensor final_hidden(const Tensor& x, const std::vector<int32_t>& select);
   // lm_head over normed rows → this shard's logits [R, Vocab/Shards] in dtype `dt`.
   Tensor shard_logits(const Tensor& h, DType dt);
   // Full logits [R, Vocab] in T on the host (all-gather across shards).
-  Tensor logits(const Tensor& x, const std::vector<int32_t>& select);
+  Tensor logits(const Hidden& h);
   // Greedy (temperature 0) or Gumbel-max choice per row of x's selected rows.
-  std::vector<int32_t> choose(const Tensor& x, const std::vector<int32_t>& select, float temperature,
+  std::vector<int32_t> choose(const Hidden& h, float temperature,
                               uint64_t key0, uint64_t key1, int32_t step);
   // One token per cache row r at positions[r] (negative: idle), attending over the cache
   // through `table` (the contiguous cache when null); inputs already checked.
@@ -107,7 +109,7 @@ class Model {
                        const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions,
                        const Tensor& table, TokenPlan& plan, std::vector<int32_t>& select);
   // Each selected row's token under its own choice (greedy, Gumbel-max, top-k / top-p).
-  std::vector<int32_t> choose_rows(const Tensor& x, const std::vector<int32_t>& select,
+  std::vector<int32_t> choose_rows(const Hidden& h,
                                    const std::vector<RowChoice>& choices);
   Tensor stepping(const Tensor& token, int32_t pos, int64_t steps, float temperature, uint64_t key0, uint64_t key1,
                   std::optional<int32_t> eos, int32_t* steps_taken);

@@ -34,4 +34,12 @@ struct DevicePlan {
   int64_t span = 0;  // the longest position a cache-attending token has, + 1
 };
 
+// The residual stream after the last layer, and which of its rows go on to the head (index
+// −1: a zero row), already on the device: uploaded with the plan, in the same one copy.
+struct Hidden {
+  Tensor x;       // [N, H]
+  Tensor select;  // [R] i32 on the device
+  int64_t rows = 0;
+};
+
 }  // namespace linnet
