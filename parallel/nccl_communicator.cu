@@ -49,25 +49,35 @@ double init_timeout() {
 
 // Polls a non-blocking communicator until its last call is done: an error (or the deadline,
 // during setup) aborts it and throws.
+void NcclCommunicator::abort_locked() {
+  if (ncclComm* c = nccl_.exchange(nullptr)) ncclCommAbort(c);
+}
+
 void NcclCommunicator::wait(int code, const char* call, double timeout_s) {
   ncclResult_t r = static_cast<ncclResult_t>(code);
   const auto t0 = std::chrono::steady_clock::now();
   for (int spins = 0; r == ncclInProgress; ++spins) {
     if (failed_.load()) break;
     if (timeout_s > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > timeout_s) {
-      ncclCommAbort(nccl_);
-      nccl_ = nullptr;
+      {
+        std::lock_guard lock(abort_mu_);
+        abort_locked();
+      }
       throw Error(str("nccl: ", call, " did not finish within ", timeout_s, " s (a rank gone?); aborted"));
     }
     // Collectives are usually queued within microseconds: spin first, then sleep.
     if (spins > 2000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    std::lock_guard lock(abort_mu_);
+    if (!nccl_) break;  // the watchdog aborted it (failed_ says why)
     ncclCommGetAsyncError(nccl_, &r);
   }
   if (failed_.load()) throw Error(str("nccl: the communicator failed and was aborted: ", error_));
   if (r != ncclSuccess) {
     const std::string why = ncclGetErrorString(r);
-    ncclCommAbort(nccl_);
-    nccl_ = nullptr;
+    {
+      std::lock_guard lock(abort_mu_);
+      abort_locked();
+    }
     throw Error(str("nccl: ", call, " failed: ", why));
   }
 }
@@ -95,23 +105,37 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* 
       const ncclResult_t r = ncclCommInitRankConfig(&c, mpi_.size(), setup.id, mpi_.rank(), &config);
       nccl_ = c;
       wait(r, "ncclCommInitRankConfig", init_timeout());
+      // NCCL connects its rings lazily, at the first collective, and allocates their buffers
+      // then: one small all-reduce here keeps that inside the retry below.
+      if (backend_) {
+        Tensor one = backend_->zeros({1}, DType::f32);
+        wait(ncclAllReduce(one.data(), one.data(), 1, ncclFloat32, ncclSum, nccl_, stream_), "ncclAllReduce (warm-up)",
+             init_timeout());
+        CUDA_COMM_CHECK(cudaStreamSynchronize(stream_));
+      }
     } catch (const Error& e) {
       failure = e.what();
     }
-    // Out of memory at setup while the backend's pool held free blocks: every rank gives its
-    // cache back and tries once more, with a fresh id.
-    const bool memory = failure.find("memory") != std::string::npos || failure.find("ystem error") != std::string::npos;
-    if (attempt == 0 && backend_ && !mpi_.all_ok(!memory)) {
+    // A setup that failed while the backend's pool held free blocks (NCCL reports a failed
+    // device allocation as "unhandled cuda error", not as memory): every rank gives its cache
+    // back and tries once more, with a fresh id. A timeout is not retried (a peer is gone).
+    const bool retry = !failure.empty() && failure.find("did not finish within") == std::string::npos;
+    if (attempt == 0 && backend_ && !mpi_.all_ok(!retry)) {
       backend_->release_cached_memory();
-      if (nccl_) ncclCommAbort(nccl_);
-      nccl_ = nullptr;
+      {
+        std::lock_guard lock(abort_mu_);
+        abort_locked();
+      }
+      failure.clear();
       continue;
     }
     break;
   }
   if (!mpi_.all_ok(failure.empty())) {
-    if (nccl_) ncclCommAbort(nccl_);
-    nccl_ = nullptr;
+    {
+      std::lock_guard lock(abort_mu_);
+      abort_locked();
+    }
     throw Error(failure.empty() ? std::string("nccl: another rank failed to set up NCCL")
                                 : str("nccl on GPU ", device_, ": ", failure));
   }
@@ -121,13 +145,13 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* 
   watchdog_ = std::thread([this] {
     while (!stop_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      ncclComm* c = nccl_;
-      if (!c || stop_.load()) continue;
+      std::lock_guard lock(abort_mu_);
+      if (!nccl_ || stop_.load()) continue;
       ncclResult_t r = ncclSuccess;
-      if (ncclCommGetAsyncError(c, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress) {
+      if (ncclCommGetAsyncError(nccl_, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress) {
         error_ = ncclGetErrorString(r);
         failed_.store(true);
-        ncclCommAbort(c);
+        abort_locked();
         return;
       }
     }

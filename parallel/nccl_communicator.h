@@ -66,12 +66,15 @@ class NcclCommunicator final : public Communicator {
   void all_reduce(Tensor& t, bool sum);
   // r is an ncclResult_t (int-compatible enum): polls the non-blocking communicator.
   void wait(int r, const char* call, double timeout_s = 0);
+  // Aborts the communicator once, whichever thread sees the failure first; abort_mu_ held.
+  void abort_locked();
 
   MpiCommunicator mpi_;
   int device_;
   CUstream_st* stream_;
   Backend* backend_;
   std::atomic<ncclComm*> nccl_{nullptr};  // read by the watchdog too
+  std::mutex abort_mu_;                    // polls and the abort never overlap: no use after free
   std::thread watchdog_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::string error_;  // what the watchdog saw (set before failed_)

@@ -38,7 +38,9 @@ TEST(CudaModule, RunsWithTheCudaLibrariesHidden) {
   std::ofstream(d / "calls.json") << R"([{"entry": "generate", "args": {"token": [[3]], "pos": 0}, "generics": {"Steps": 3}, "outputs": ["ids"]}])";
   const std::string run = std::string(LINNET_BINARY) + " run --checkpoint " + tiny().string() + " --calls " +
                           (d / "calls.json").string() + " --print --backend ";
-  const std::string hide = "mount -t tmpfs tmpfs /usr/local/cuda && ! ls /usr/local/cuda/lib64/libcudart* 2>/dev/null && ";
+  // Nor may the environment point elsewhere (PyTorch's nvidia/*/lib on LD_LIBRARY_PATH).
+  const std::string hide = "unset LD_LIBRARY_PATH LINNET_CUDA_MODULE; mount -t tmpfs tmpfs /usr/local/cuda && "
+                           "! ls /usr/local/cuda/lib64/libcudart* 2>/dev/null && ";
   auto hidden = [&](const std::string& backend) {
     return run_command({"/usr/bin/unshare", "-m", "--propagation", "private", "sh", "-c", hide + run + backend}, 60, true);
   };
