@@ -3,6 +3,8 @@
 // request alone.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -272,6 +274,41 @@ TEST(Evaluator, RollingWindowsScoreEveryTokenOnce) {
   const Window w = continuation_window(0, prompt(1, 30), prompt(2, 5), 1, 16);
   EXPECT_EQ(w.context.size() + w.scored.size(), 17u);
   EXPECT_EQ(w.scored.size(), 5u);
+}
+
+// A document four windows long (MaxSeq 16, 50 tokens), scored by the evaluator in packed calls,
+// against a direct computation: each window's input — the last 16 tokens of BOS + text before
+// its end — through the `forward` entry, and log-softmax of the full logits at its new tokens.
+TEST(Evaluator, RollingDocumentEqualsADirectComputation) {
+  const auto text = prompt(801, 50);
+  const int64_t max_len = 16;
+  Tiny model(1);
+  Evaluator ev(*model.model, 24);  // windows split across packed calls
+  std::vector<WindowScore> scores;
+  ev.score(rolling_windows(0, text, 1, max_len), scores);
+  double got = 0;
+  int64_t scored = 0;
+  for (const auto& s : scores) got += s.loglikelihood, scored += s.tokens;
+  std::vector<int64_t> full = {1};
+  full.insert(full.end(), text.begin(), text.end());
+  const int64_t n = static_cast<int64_t>(text.size()), vocab = model->generics().vocab;
+  double want = 0;
+  int64_t counted = 0;
+  for (int64_t p = 0; p < n; p += max_len) {  // new tokens text[p, e)
+    const int64_t e = std::min(n, p + max_len), s = std::max<int64_t>(0, e - max_len), len = e - s;
+    const auto logits = model->forward(Tensor::from_ints({1, len}, std::vector<int64_t>(full.begin() + s, full.begin() + e)))
+                            .to_floats();
+    for (int64_t j = p; j < e; ++j, ++counted) {
+      const float* row = logits.data() + (j - s) * vocab;
+      double mx = row[0], sum = 0;
+      for (int64_t v = 1; v < vocab; ++v) mx = std::max<double>(mx, row[v]);
+      for (int64_t v = 0; v < vocab; ++v) sum += std::exp(row[v] - mx);
+      want += row[full[static_cast<size_t>(j + 1)]] - mx - std::log(sum);
+    }
+  }
+  EXPECT_EQ(scored, n);
+  EXPECT_EQ(counted, n);
+  EXPECT_NEAR(got, want, 1e-4 * std::abs(want));
 }
 
 // A cancelled request (a client gone) frees its pages at once, waiting or running, and the

@@ -150,6 +150,39 @@ TEST(Eval, MalformedLinesAreNamed) {
   EXPECT_NE(out.at("2")["error"].get<std::string>().find("malformed JSON"), std::string::npos);
 }
 
+// --resume after a kill: the finished lines stay as they are, the cut-off one and the rest are
+// scored again, on one rank and on two replicas; the file equals an uninterrupted run's.
+TEST(Eval, ResumeScoresOnlyWhatIsMissing) {
+  const fs::path d = fresh_dir("resume");
+  ASSERT_EQ(linnet_run(args(kFixture / "rolling.jsonl", d / "full.jsonl")).exit_code, 0);
+  std::vector<std::string> full;
+  {
+    std::ifstream in(d / "full.jsonl");
+    for (std::string line; std::getline(in, line);) full.push_back(line);
+  }
+  ASSERT_EQ(full.size(), 9u);
+  for (int np : {0, 2}) {
+    SCOPED_TRACE(np);
+    {
+      std::ofstream o(d / "out.jsonl");
+      for (int i = 0; i < 3; ++i) o << full[i] << "\n";
+      o << full[3].substr(0, 25);  // as a kill leaves it
+    }
+    std::vector<std::string> a = args(kFixture / "rolling.jsonl", d / "out.jsonl", {"--resume"});
+    if (np) a.insert(a.end(), {"--tp", "1"});
+    const auto r = linnet_run(a, 180, np);
+    if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.output.find("6 documents (0 errors, 3 already done)"), std::string::npos) << r.output;  // this run's
+    std::vector<json> got, want;
+    std::ifstream in(d / "out.jsonl");
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("{", 0) == 0 && line.back() == '}') got.push_back(json::parse(line));
+    for (const auto& l : full) want.push_back(json::parse(l));
+    EXPECT_EQ(got, want);
+  }
+}
+
 // stories15M (where it can be had): the same scores from one rank and from two, as two
 // shards of one replica and as two replicas.
 TEST(Eval, Stories15MScoresEqualAcrossRanks) {

@@ -166,6 +166,18 @@ TEST(Generate, PreemptionAndPrefixSharingChangeNoOutput) {
   EXPECT_EQ(read_jsonl(d / "tight.jsonl"), read_jsonl(d / "roomy.jsonl"));
   EXPECT_NE(r.errors.find("KV pool: 16 pages"), std::string::npos) << r.errors;
   EXPECT_EQ(r.errors.find(" 0 preemptions"), std::string::npos) << "the tight pool never preempted: " << r.errors;
+  // A fraction of the free memory: ample here, the same output; too small a fraction names
+  // what does not fit; neither a fraction nor bytes is a usage error.
+  r = linnet_run(args(ckpt, d / "in.jsonl", d / "half.jsonl", {"--max-seq", "256", "--page-size", "16", "--kv-cache-memory", "0.5"}));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(read_jsonl(d / "half.jsonl"), read_jsonl(d / "roomy.jsonl"));
+  r = linnet_run(args(ckpt, d / "in.jsonl", d / "none.jsonl", {"--max-seq", "256", "--kv-cache-memory", "1e-15"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("fewer than MaxSeq = 256 (one whole sequence): lower --max-seq or raise --kv-cache-memory"),
+            std::string::npos) << r.errors;
+  r = linnet_run(args(ckpt, d / "in.jsonl", d / "none.jsonl", {"--kv-cache-memory", "lots"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.errors.find("--kv-cache-memory 'lots': expected a fraction in (0, 1] or bytes"), std::string::npos) << r.errors;
 }
 
 TEST(Generate, MalformedLinesAreNamedAndSkippedOrStop) {
