@@ -107,10 +107,13 @@ namespace {
 void outputs_do_not_depend_on_batch_nor_ranks(const fs::path& ckpt, const std::vector<std::string>& texts,
                                               const std::string& name) {
   const fs::path d = fresh_dir(name);
-  for (const char* mode : {"greedy", "sampled"}) {
+  // Greedy; top-k sampling; top-p (nucleus) sampling, whose candidates cross the vocab shards.
+  for (const std::string mode : {"greedy", "top-k", "top-p"}) {
     SCOPED_TRACE(mode);
     const std::vector<std::string> sampling =
-        std::string(mode) == "greedy" ? std::vector<std::string>{} : std::vector<std::string>{"--temperature", "0.9", "--top-k", "50", "--seed", "7"};
+        mode == "greedy" ? std::vector<std::string>{}
+        : mode == "top-k" ? std::vector<std::string>{"--temperature", "0.9", "--top-k", "50", "--seed", "7"}
+                          : std::vector<std::string>{"--temperature", "1.1", "--top-p", "0.9", "--seed", "11"};
     write(d / "in.jsonl", prompts_of(texts));
     auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "all.jsonl", sampling));
     ASSERT_EQ(r.exit_code, 0) << r.errors;
