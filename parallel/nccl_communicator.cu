@@ -47,12 +47,12 @@ double init_timeout() {
 }
 }  // namespace
 
-// Polls a non-blocking communicator until its last call is done: an error (or the deadline,
-// during setup) aborts it and throws.
 void NcclCommunicator::abort_locked() {
   if (ncclComm* c = nccl_.exchange(nullptr)) ncclCommAbort(c);
 }
 
+// Polls a non-blocking communicator until its last call is done: an error (or the deadline,
+// during setup) aborts it and throws.
 void NcclCommunicator::wait(int code, const char* call, double timeout_s) {
   ncclResult_t r = static_cast<ncclResult_t>(code);
   const auto t0 = std::chrono::steady_clock::now();
