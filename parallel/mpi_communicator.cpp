@@ -63,18 +63,50 @@ void MpiCommunicator::stage_out(const Tensor& host, Tensor& t) {
   backend_->copy_from_host(host, t);
 }
 
+// MPI_Allreduce picks its algorithm by message size (OpenMPI: recursive doubling, ring,
+// segmented ring), and with three or more ranks each associates a float sum its own way: an
+// element's bits would change with the number of tokens in the call. So float sums over 3+
+// ranks go in rank order: rank c sums chunk c of everyone's values (an all-to-all), then the
+// sums are gathered. The same bytes move as in a ring all-reduce. Two ranks' a + b needs no
+// order; integer sums and maxima are exact.
+void MpiCommunicator::rank_order_sum(float* x, int n) {
+  std::vector<int> begin(static_cast<size_t>(size_) + 1), count(static_cast<size_t>(size_));
+  for (int r = 0; r <= size_; ++r) begin[r] = static_cast<int>(static_cast<int64_t>(n) * r / size_);
+  for (int r = 0; r < size_; ++r) count[r] = begin[r + 1] - begin[r];
+  const int mine = count[rank_];
+  std::vector<float> parts(static_cast<size_t>(mine) * size_);
+  std::vector<int> recv_count(static_cast<size_t>(size_), mine), recv_at(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) recv_at[r] = r * mine;
+  LINNET_MPI_CHECK(MPI_Alltoallv(x, count.data(), begin.data(), MPI_FLOAT, parts.data(), recv_count.data(),
+                                 recv_at.data(), MPI_FLOAT, comm_));
+  float* sum = x + begin[rank_];
+  for (int i = 0; i < mine; ++i) {
+    float s = parts[i];
+    for (int r = 1; r < size_; ++r) s = s + parts[static_cast<size_t>(r) * mine + i];
+    sum[i] = s;
+  }
+  LINNET_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, x, count.data(), begin.data(), MPI_FLOAT, comm_));
+}
+
 void MpiCommunicator::all_reduce_host(Tensor& t, MPI_Op op, const char* what) {
   const int n = count_of(t.numel(), t, what);
   if (n == 0) return;
+  const bool in_order = op == MPI_SUM && size_ > 2 && is_float(t.dtype());
   const MPI_Datatype type = reduce_type(t.dtype());
   if (type != MPI_DATATYPE_NULL) {
-    LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data(), n, type, op, comm_));
+    if (in_order)
+      rank_order_sum(t.ptr<float>(), n);
+    else
+      LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, t.data(), n, type, op, comm_));
     return;
   }
   LINNET_CHECK(t.dtype() == DType::bf16 || t.dtype() == DType::f16, "mpi ", what, " of ", t.describe());
   std::vector<float> wide(static_cast<size_t>(n));
   convert(t.data(), t.dtype(), wide.data(), DType::f32, wide.size());
-  LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide.data(), n, MPI_FLOAT, op, comm_));
+  if (in_order)
+    rank_order_sum(wide.data(), n);
+  else
+    LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, wide.data(), n, MPI_FLOAT, op, comm_));
   convert(wide.data(), DType::f32, t.data(), t.dtype(), wide.size());
 }
 

@@ -3,7 +3,9 @@
 // - Host tensors are reduced in place with MPI_Allreduce (MPI_IN_PLACE); gathers and
 //   broadcasts move raw bytes, so any dtype works there.
 // - Sums and maxima: f32, i32 and i64 directly; bf16 and f16 are widened to f32, reduced, and
-//   rounded back once (round to nearest even).
+//   rounded back once (round to nearest even). Float sums over 3+ ranks are added in rank
+//   order, ((x₀ + x₁) + x₂) + …, by an all-to-all and a gather: MPI_Allreduce's association
+//   changes with the message size, and a token's bits must not change with the batch.
 // - Device tensors (tensor.device() != cpu) are staged through the host with the Backend given
 //   at construction: backend->to_host(t), the host collective, backend->copy_from_host(host, t).
 //   This is the path for two ranks sharing one GPU (NCCL refuses that) and for checking; a
@@ -48,6 +50,8 @@ class MpiCommunicator final : public Communicator {
  private:
   void all_reduce(Tensor& t, MPI_Op op, const char* what);
   void all_reduce_host(Tensor& t, MPI_Op op, const char* what);
+  // x[i] = ((x₀[i] + x₁[i]) + x₂[i]) + … over the ranks in order, for every i whatever n.
+  void rank_order_sum(float* x, int n);
   void need_backend(const Tensor& t, const char* what) const;  // throws without one
   Tensor stage_in(const Tensor& t, const char* what);  // a host tensor holding t's values
   void stage_out(const Tensor& host, Tensor& t);       // t = host, if t is not that host tensor

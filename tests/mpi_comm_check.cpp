@@ -141,6 +141,38 @@ void check_collectives(Communicator& comm, Backend* device) {
       expect(std::fabs(got[i] - v[i] * size) <= 1e-5f * std::fabs(v[i] * size) + 1e-6f, "all_reduce_sum f32 random",
              where, " [", i, "]");
   }
+  // Float sums are the rank-order sum ((x₀ + x₁) + x₂) + … of every element, bit for bit,
+  // whatever the count (MPI_Allreduce alone changed association with the size at 3 ranks):
+  // magnitudes that differ by rank make the association show.
+  for (DType d : {DType::f32, DType::bf16})
+    for (int64_t count : {int64_t{1}, int64_t{5}, int64_t{1000}, int64_t{4096}, int64_t{65537}, int64_t{300000}}) {
+      const float scale[] = {1e4f, 1.f, 1e-3f, 3e2f};
+      auto part = [&](int r) {
+        std::mt19937 gen(77u + static_cast<uint32_t>(r));
+        std::normal_distribution<float> nd;
+        std::vector<float> v(static_cast<size_t>(count));
+        for (auto& e : v) e = nd(gen) * scale[r % 4];
+        return Tensor::from_floats({count}, v, d);
+      };
+      std::vector<std::vector<float>> parts;
+      for (int r = 0; r < size; ++r) parts.push_back(part(r).to_floats());
+      Tensor x = place(part(rank));
+      comm.all_reduce_sum(x);
+      const Tensor got = device ? device->to_host(x) : x;
+      std::vector<float> sum(static_cast<size_t>(count));
+      for (int64_t i = 0; i < count; ++i) {
+        float s = parts[0][i];
+        for (int r = 1; r < size; ++r) s = s + parts[r][i];
+        sum[i] = s;
+      }
+      const Tensor want = Tensor::from_floats({count}, sum, d);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < count; ++i)
+        differ += std::memcmp(static_cast<const char*>(got.data()) + i * dtype_size(d),
+                              static_cast<const char*>(want.data()) + i * dtype_size(d), dtype_size(d)) != 0;
+      expect(differ == 0, "all_reduce_sum ", dtype_name(d), where, " of ", count, " elements: ", differ,
+             " differ from the rank-order sum");
+    }
   // Integer sums, and a view (rows of a larger tensor) reduced in place without touching the rest.
   {
     Tensor x = Tensor::from_ints({4}, {1, -2, 3, 1000000000000LL}, DType::i64);
