@@ -164,6 +164,50 @@ NcclCommunicator::~NcclCommunicator() {
   if (nccl_ && !failed_.load()) ncclCommDestroy(nccl_);
 }
 
+// Runs `call` on the communicator under abort_mu_, so the watchdog can't abort (free) it
+// while a collective is being enqueued; the result is then polled by wait().
+template <class F>
+int NcclCommunicator::issue(F&& call) {
+  std::lock_guard lock(abort_mu_);
+  ncclComm* c = nccl_.load();
+  if (!c) throw Error(str("nccl: the communicator failed and was aborted: ", error_));
+  return static_cast<int>(call(c));
+}
+
+// Over 3+ ranks a ring or tree all-reduce associates a float sum by chunks whose bounds move
+// with the element count: a token's bits would change with the batch. So, as MpiCommunicator
+// does: rank c receives chunk c of every rank's values (grouped sends and receives), adds
+// them in rank order, and the sums are all-gathered — the same bytes as a ring.
+void NcclCommunicator::rank_order_sum(Tensor& t) {
+  const int S = size(), me = rank();
+  const int64_t n = t.numel(), c = (n + S - 1) / S;
+  Tensor wide = backend_->zeros({S * c}, DType::f32);  // padded to S whole chunks
+  Tensor flat = wide.rows(0, n).reshape(t.shape());
+  backend_->convert(t, flat);
+  Tensor parts = backend_->empty({S, c}, DType::f32);
+  const size_t chunk_bytes = static_cast<size_t>(c) * sizeof(float);
+  CUDA_COMM_CHECK(cudaMemcpyAsync(parts.rows(me, me + 1).data(), static_cast<char*>(wide.data()) + me * chunk_bytes,
+                                  chunk_bytes, cudaMemcpyDeviceToDevice, stream_));
+  wait(issue([&](ncclComm* comm) {
+         ncclGroupStart();
+         for (int q = 0; q < S; ++q) {
+           if (q == me) continue;
+           ncclSend(static_cast<char*>(wide.data()) + q * chunk_bytes, static_cast<size_t>(c), ncclFloat32, q, comm,
+                    stream_);
+           ncclRecv(parts.rows(q, q + 1).data(), static_cast<size_t>(c), ncclFloat32, q, comm, stream_);
+         }
+         return ncclGroupEnd();
+       }),
+       "ncclSend/ncclRecv (rank-order sum)");
+  Tensor sum = parts.rows(0, 1);
+  for (int q = 1; q < S; ++q) backend_->add(sum, parts.rows(q, q + 1));
+  wait(issue([&](ncclComm* comm) {
+         return ncclAllGather(sum.data(), wide.data(), static_cast<size_t>(c), ncclFloat32, comm, stream_);
+       }),
+       "ncclAllGather (rank-order sum)");
+  backend_->convert(flat, t);
+}
+
 void NcclCommunicator::all_reduce(Tensor& t, bool sum) {
   if (!on_device(t)) {
     if (sum)
@@ -174,18 +218,28 @@ void NcclCommunicator::all_reduce(Tensor& t, bool sum) {
   }
   if (t.numel() == 0) return;
   CUDA_COMM_CHECK(cudaSetDevice(device_));
+  const bool is_float_sum = sum && (t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16);
+  if (is_float_sum && size() > 2 && backend_) {
+    rank_order_sum(t);
+    return;
+  }
   // bf16 / f16 sums in f32, as the MPI path sums: NCCL's ring would round to 16 bits at every
   // hop, and the result must not depend on which communicator was picked. A max is exact.
-  if (sum && (t.dtype() == DType::bf16 || t.dtype() == DType::f16) && backend_) {
+  if (is_float_sum && t.dtype() != DType::f32 && backend_) {
     Tensor wide = backend_->empty(t.shape(), DType::f32);
     backend_->convert(t, wide);
-    wait(ncclAllReduce(wide.data(), wide.data(), static_cast<size_t>(wide.numel()), ncclFloat32, ncclSum, nccl_, stream_),
+    wait(issue([&](ncclComm* comm) {
+           return ncclAllReduce(wide.data(), wide.data(), static_cast<size_t>(wide.numel()), ncclFloat32, ncclSum,
+                                comm, stream_);
+         }),
          "ncclAllReduce");
     backend_->convert(wide, t);
     return;
   }
-  wait(ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()), nccl_type(t), sum ? ncclSum : ncclMax, nccl_,
-                     stream_),
+  wait(issue([&](ncclComm* comm) {
+         return ncclAllReduce(t.data(), t.data(), static_cast<size_t>(t.numel()), nccl_type(t),
+                              sum ? ncclSum : ncclMax, comm, stream_);
+       }),
        "ncclAllReduce");
 }
 
@@ -201,7 +255,10 @@ void NcclCommunicator::all_gather(const Tensor& local, Tensor& out) {
                local.describe(), " into ", out.describe(), " over ", size(), " ranks");
   if (local.numel() == 0) return;
   CUDA_COMM_CHECK(cudaSetDevice(device_));
-  wait(ncclAllGather(local.data(), out.data(), local.nbytes(), ncclInt8, nccl_, stream_), "ncclAllGather");
+  wait(issue([&](ncclComm* comm) {
+         return ncclAllGather(local.data(), out.data(), local.nbytes(), ncclInt8, comm, stream_);
+       }),
+       "ncclAllGather");
 }
 
 void NcclCommunicator::broadcast(Tensor& t, int root) {
@@ -212,7 +269,10 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   if (root < 0 || root >= size()) throw Error(str("nccl broadcast from root ", root, " of ", size(), " ranks"));
   if (t.numel() == 0) return;
   CUDA_COMM_CHECK(cudaSetDevice(device_));
-  wait(ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclInt8, root, nccl_, stream_), "ncclBroadcast");
+  wait(issue([&](ncclComm* comm) {
+         return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclInt8, root, comm, stream_);
+       }),
+       "ncclBroadcast");
 }
 
 extern "C" Communicator* linnet_cuda_make_nccl_communicator(MPI_Comm comm, int cuda_device, void* stream,

@@ -2,7 +2,8 @@
 //
 // - Device tensors: ncclAllReduce (sum in f32 for bf16/f16 — as the MPI path — else in the
 //   tensor's dtype; max in its own), ncclAllGather and ncclBroadcast (raw bytes, any dtype),
-//   enqueued on `stream`.
+//   enqueued on `stream`. Float sums over 3+ ranks are added in rank order instead (grouped
+//   sends and receives, then a gather), as MpiCommunicator does: the same bits for any batch.
 // - Setup is non-blocking with a deadline (LINNET_NCCL_TIMEOUT, default 300 s) and aborts on
 //   failure; a watchdog thread aborts the communicator on an asynchronous NCCL error, so a
 //   peer lost mid-run ends this rank instead of hanging it.
@@ -64,6 +65,9 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void all_reduce(Tensor& t, bool sum);
+  void rank_order_sum(Tensor& t);  // float sums over 3+ ranks, in rank order (see the .cu)
+  template <class F>
+  int issue(F&& call);  // call(comm) under abort_mu_; throws once the communicator is aborted
   // r is an ncclResult_t (int-compatible enum): polls the non-blocking communicator.
   void wait(int r, const char* call, double timeout_s = 0);
   // Aborts the communicator once, whichever thread sees the failure first; abort_mu_ held.
