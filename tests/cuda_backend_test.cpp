@@ -2,8 +2,11 @@
 // the CPU backend in backend_ops_test.cpp. Tests that need a GPU skip without one.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "core/backend.h"
 
@@ -75,6 +78,48 @@ TEST(Cuda, RejectsHostTensorsAndBadShapes) {
   EXPECT_THROW(make_cuda_backend(cuda_device_count()), Error);
 }
 
+// LINNET_CUDA_MATMUL: auto (tensor cores for 16-bit products) or simt; anything else is
+// refused by name. Both agree with each other to bf16's bound.
+TEST(Cuda, MatmulKernelChoice) {
+  NEED_GPU();
+  struct Env {
+    explicit Env(const char* v) { setenv("LINNET_CUDA_MATMUL", v, 1); }
+    ~Env() { unsetenv("LINNET_CUDA_MATMUL"); }
+  };
+  {
+    Env e("tensor");
+    try {
+      make_cuda_backend(0);
+      ADD_FAILURE() << "LINNET_CUDA_MATMUL=tensor was taken";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("LINNET_CUDA_MATMUL=tensor"), std::string::npos) << err.what();
+    }
+  }
+  std::mt19937 g(9);
+  std::normal_distribution<float> nd;
+  std::vector<float> xv(100 * 512), wv(96 * 512);
+  for (auto& v : xv) v = nd(g);
+  for (auto& v : wv) v = nd(g) * 0.05f;
+  auto product = [&](const char* kernel, int64_t n) {
+    Env e(kernel);
+    auto be = make_cuda_backend(0);
+    const Tensor x = be->upload(Tensor::from_floats({100, 512}, xv, DType::bf16)).rows(0, n);
+    const Tensor w = be->upload_matrix(Tensor::from_floats({96, 512}, wv, DType::bf16));
+    Tensor out = be->empty({n, 96}, DType::f32);
+    be->matmul(x, w, nullptr, out);
+    return be->to_host(out).to_floats();
+  };
+  for (int64_t n : {7, 100}) {  // the narrow and the wide tensor-core kernel
+    const auto tc = product("auto", n), simt = product("simt", n);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < tc.size(); ++i) {
+      num += (tc[i] - simt[i]) * (tc[i] - simt[i]);
+      den += simt[i] * simt[i];
+    }
+    EXPECT_LE(std::sqrt(num / den), 1e-5) << n << " rows: bf16 products (exact in f32) summed two ways";
+  }
+}
+
 // Batch invariance of the CUDA ops (docs/numerics.md): bitwise, not within a tolerance.
 namespace {
 Tensor random_tensor(Shape s, DType dt, uint32_t seed) {
@@ -92,23 +137,28 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 TEST(CudaBatchInvariance, MatmulRowAloneEqualsAmongOthers) {
   NEED_GPU();
   auto be = make_cuda_backend(0);
-  for (DType dt : {DType::bf16, DType::f32}) {
-    const int64_t K = 1000, O = 300;
-    const Tensor x = be->upload(random_tensor({256, K}, dt, 1)), w = be->upload_matrix(random_tensor({O, K}, dt, 2));
-    const Tensor b = be->upload(random_tensor({O}, DType::f32, 3));
-    // Rows at every place in a tile (first, last, the next tile's first) alone, then among others.
-    for (int64_t r : {0, 1, 31, 32, 33, 255}) {
-      Tensor alone = be->empty({1, O}, dt);
-      be->matmul(x.rows(r, r + 1), w, &b, alone);
-      const Tensor want = be->to_host(alone);
-      for (int64_t n : {2, 3, 17, 64, 100, 256}) {
-        if (n <= r) continue;
-        Tensor out = be->empty({n, O}, dt);
-        be->matmul(x.rows(0, n), w, &b, out);
-        EXPECT_TRUE(same_bytes(be->to_host(out.rows(r, r + 1)), want)) << dtype_name(dt) << " row " << r << " of " << n;
+  // bf16 and f16 take the tensor-core kernels (narrow up to 64 rows, wide past it), f32 the
+  // SIMT one. K: a tail past the last whole mma step (1000), chains that are empty or short
+  // (24), rows not 16-byte aligned (1003: element loads), Llama's 4096.
+  for (DType dt : {DType::bf16, DType::f16, DType::f32})
+    for (int64_t K : {1000, 24, 1003, 4096}) {
+      const int64_t O = 300;
+      const Tensor x = be->upload(random_tensor({256, K}, dt, 1)), w = be->upload_matrix(random_tensor({O, K}, dt, 2));
+      const Tensor b = be->upload(random_tensor({O}, DType::f32, 3));
+      // Rows at every place in a tile (first, last, the next tile's first) alone, then among others.
+      for (int64_t r : {0, 1, 15, 16, 31, 32, 33, 63, 64, 255}) {
+        Tensor alone = be->empty({1, O}, dt);
+        be->matmul(x.rows(r, r + 1), w, &b, alone);
+        const Tensor want = be->to_host(alone);
+        for (int64_t n : {2, 3, 17, 64, 65, 100, 256}) {
+          if (n <= r) continue;
+          Tensor out = be->empty({n, O}, dt);
+          be->matmul(x.rows(0, n), w, &b, out);
+          EXPECT_TRUE(same_bytes(be->to_host(out.rows(r, r + 1)), want))
+              << dtype_name(dt) << " K " << K << " row " << r << " of " << n;
+        }
       }
     }
-  }
 }
 
 TEST(CudaBatchInvariance, AttentionPackedRunAnywhereInTheCall) {
@@ -164,5 +214,52 @@ TEST(CudaBatchInvariance, AttentionCacheWhateverTheCallsSpan) {
     const Tensor alone = token0({at});
     EXPECT_TRUE(same_bytes(token0({at, 999}), alone)) << "position " << at << " beside a token at 999";
     EXPECT_TRUE(same_bytes(token0({at, 50, 3999, 7}), alone)) << "position " << at << " beside a token at 3999";
+  }
+}
+
+// Past 16K keys a token's pieces are 1/64 of its length; 300 such tokens of Llama-3-8B's
+// heads need more partials than one workspace chunk holds (the backend then goes in chunks of
+// tokens). Each token equals itself alone, bit for bit, and the CPU within bf16's bound; a span
+// too short for a token (a caller's broken contract) still reads all its keys.
+TEST(CudaBatchInvariance, AttentionCacheLongContextsInChunks) {
+  NEED_GPU();
+  auto be = make_cuda_backend(0);
+  auto cpu = make_cpu_backend();
+  const int64_t max_seq = 20480, page = 16, n = 300;
+  AttentionDims d{32, 8, 128, max_seq, page};
+  const Tensor hk = random_tensor({1, d.kv_heads, max_seq, d.head_dim}, DType::bf16, 16);
+  const Tensor hv = random_tensor({1, d.kv_heads, max_seq, d.head_dim}, DType::bf16, 17);
+  const Tensor hq = random_tensor({n, d.qkv_width()}, DType::bf16, 18);
+  std::vector<int64_t> table(static_cast<size_t>(max_seq / page)), pos(static_cast<size_t>(n));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
+  for (int64_t i = 0; i < n; ++i) pos[i] = 20000 + i;
+  const Tensor htab = Tensor::from_ints({1, max_seq / page}, table);
+  const Tensor ck = be->upload(hk), cv = be->upload(hv), tab = be->upload(htab);
+  auto run = [&](Backend& b, const Tensor& k, const Tensor& v, const Tensor& t, int64_t first, int64_t count,
+                 int64_t span) {
+    d.span = span;
+    std::vector<int64_t> p(pos.begin() + first, pos.begin() + first + count);
+    Tensor out = b.empty({count, d.q_heads * d.head_dim}, DType::bf16);
+    b.attention_cache(b.upload(hq.rows(first, first + count)), d, b.upload(Tensor::zeros({count}, DType::i32)),
+                      b.upload(Tensor::from_ints({count}, p)), t, k, v, out);
+    return b.to_host(out);
+  };
+  const Tensor all = run(*be, ck, cv, tab, 0, n, 20000 + n);
+  for (int64_t t : {0, 1, 251, 252, 253, 299}) {
+    const Tensor alone = run(*be, ck, cv, tab, t, 1, pos[t] + 1);
+    EXPECT_TRUE(same_bytes(all.rows(t, t + 1), alone)) << "token " << t << " of " << n;
+    const auto want = run(*cpu, hk, hv, htab, t, 1, pos[t] + 1).to_floats(), got = alone.to_floats();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      num += (got[i] - want[i]) * (got[i] - want[i]);
+      den += want[i] * want[i];
+    }
+    EXPECT_LE(std::sqrt(num / den), 1e-2) << "token " << t << " against the CPU";
+    if (t == 299) {  // span 300: two pieces' worth of splits for 20300 keys
+      const auto short_span = run(*be, ck, cv, tab, t, 1, 300).to_floats();
+      double e = 0;
+      for (size_t i = 0; i < got.size(); ++i) e += (short_span[i] - got[i]) * (short_span[i] - got[i]);
+      EXPECT_LE(std::sqrt(e / den), 1e-2) << "a span shorter than the token's context";
+    }
   }
 }

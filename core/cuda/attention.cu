@@ -197,7 +197,9 @@ __global__ void __launch_bounds__(256)
   const int64_t len = static_cast<int64_t>(positions[n]) + 1;
   const int64_t split_len = cache_split_len(len);  // the token's own: never the batch's
   const int64_t t_begin = static_cast<int64_t>(split) * split_len;
-  const int64_t t_end = min(len, t_begin + split_len);
+  // The last split takes whatever is left: a token past the call's span (a caller's broken
+  // contract) is then slower, never silently short of keys.
+  const int64_t t_end = split == splits - 1 ? len : min(len, t_begin + split_len);
   float* my_part = part + ((n * q_heads + h) * splits + split) * static_cast<int64_t>(D + 2);
   if (t_begin >= t_end) {  // block-uniform
     if (lane == 0) {

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
+#include <string>
 
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/kernels.cuh"
@@ -201,6 +203,12 @@ int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 
 // ---- the backend ---------------------------------------------------------------------------
 CudaBackend::CudaBackend(int device) : device_(device) {
+  if (const char* m = std::getenv("LINNET_CUDA_MATMUL")) {
+    const std::string v = m;
+    if (v != "auto" && v != "simt")
+      throw Error(str("LINNET_CUDA_MATMUL=", v, ": expected auto (tensor cores for 16-bit products) or simt"));
+    tensor_cores_ = v == "auto";
+  }
   LINNET_CUDA_CHECK(cudaSetDevice(device_));
   LINNET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   pool_ = std::make_shared<MemoryPool>(device_);
@@ -463,9 +471,14 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   }
   activate();
   if (N == 0 || Out == 0) return;
-  // One kernel for every N: the same bits for a row alone or among others (docs/numerics.md).
-  cuda::launch_matmul(x.data(), dt(x), w.data(), dt(w), bias ? bias->data() : nullptr, bias ? dt(*bias) : 0,
-                      out.data(), dt(out), N, In, Out, stream_);
+  // Kernels chosen by dtypes, never by N alone unless they give the same bits: a row alone
+  // or among others gets the same result (docs/numerics.md).
+  const void* b = bias ? bias->data() : nullptr;
+  const int bdt = bias ? dt(*bias) : 0;
+  if (tensor_cores_ && cuda::matmul_tc_applies(dt(x), dt(w)))
+    cuda::launch_matmul_tc(x.data(), dt(x), w.data(), b, bdt, out.data(), dt(out), N, In, Out, stream_);
+  else
+    cuda::launch_matmul(x.data(), dt(x), w.data(), dt(w), b, bdt, out.data(), dt(out), N, In, Out, stream_);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
@@ -604,11 +617,22 @@ void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, 
   // and MaxSeq 131072, splits sized by MaxSeq would leave all but a few blocks idle.
   const int64_t span = dims.span > 0 ? dims.span : std::max(dims.max_seq, table.dim(1) * dims.page_size);
   const int splits = cuda::attention_cache_splits(span);
-  Tensor ws = empty({cuda::attention_cache_workspace(N, g, splits)}, DType::f32);
-  cuda::launch_attention_cache(dt(qkv), qkv.data(), N, g, rows.ptr<int32_t>(),
-                               positions.ptr<int32_t>(), table.ptr<int32_t>(), table.dim(0),
-                               table.dim(1), cache_k.data(), cache_v.data(), out.data(),
-                               ws.ptr<float>(), splits, stream_);
+  // The partials take N · q_heads · splits · (D + 2) floats: 17 GB for a 16K-token prefill of
+  // Llama-3-8B at once. Tokens go in chunks whose workspace stays under 256 MiB (a token's
+  // arithmetic does not depend on its chunk), the one buffer reused in stream order.
+  const int64_t per_token = cuda::attention_cache_workspace(1, g, splits);
+  const int64_t chunk = std::clamp<int64_t>((int64_t{64} << 20) / std::max<int64_t>(per_token, 1), 1, N);
+  Tensor ws = empty({per_token * chunk}, DType::f32);
+  const auto* q = static_cast<const char*>(qkv.data());
+  auto* o = static_cast<char*>(out.data());
+  const size_t q_row = dtype_size(qkv.dtype()) * qkv.dim(1), o_row = dtype_size(out.dtype()) * out.dim(1);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t n = std::min(chunk, N - n0);
+    cuda::launch_attention_cache(dt(qkv), q + n0 * q_row, n, g, rows.ptr<int32_t>() + n0,
+                                 positions.ptr<int32_t>() + n0, table.ptr<int32_t>(), table.dim(0),
+                                 table.dim(1), cache_k.data(), cache_v.data(), o + n0 * o_row,
+                                 ws.ptr<float>(), splits, stream_);
+  }
 }
 
 void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {

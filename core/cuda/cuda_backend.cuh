@@ -106,6 +106,9 @@ class CudaBackend final : public Backend {
   char* staging(size_t bytes);
 
   int device_;
+  // Tensor cores for bf16 × bf16 and f16 × f16 products (matmul_tc.cu); LINNET_CUDA_MATMUL=simt
+  // turns them off (matmul.cu for every product), chosen once per backend.
+  bool tensor_cores_ = true;
   cudaStream_t stream_ = nullptr;
   std::shared_ptr<MemoryPool> pool_;
   char* staging_ = nullptr;  // pinned (cudaHostAlloc)

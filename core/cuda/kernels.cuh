@@ -47,6 +47,13 @@ void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, cons
 void launch_matmul(const void* x, int xdt, const void* w, int wdt, const void* bias, int bdt, void* out, int odt,
                    int64_t N, int64_t K, int64_t O, cudaStream_t s);
 
+// ---- matmul_tc.cu ----
+// The same product on tensor cores, for x and w of one 16-bit dtype (bf16 or f16): four f32
+// mma chains over fixed ranges of k, summed in order — the same bits for any N.
+bool matmul_tc_applies(int xdt, int wdt);
+void launch_matmul_tc(const void* x, int xdt, const void* w, const void* bias, int bdt, void* out, int odt, int64_t N,
+                      int64_t K, int64_t O, cudaStream_t s);
+
 // ---- attention.cu ----
 void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                              const int32_t* run_start, void* out, cudaStream_t s);
