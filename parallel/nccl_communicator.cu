@@ -111,6 +111,11 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* 
         Tensor one = backend_->zeros({1}, DType::f32);
         wait(ncclAllReduce(one.data(), one.data(), 1, ncclFloat32, ncclSum, nccl_, stream_), "ncclAllReduce (warm-up)",
              init_timeout());
+        // Sends and receives connect lazily too, peer by peer: the rank-order sum's, likewise.
+        if (mpi_.size() > 2) {
+          Tensor few = backend_->zeros({mpi_.size()}, DType::f32);
+          rank_order_sum(few, init_timeout());
+        }
         CUDA_COMM_CHECK(cudaStreamSynchronize(stream_));
       }
     } catch (const Error& e) {
@@ -177,8 +182,9 @@ int NcclCommunicator::issue(F&& call) {
 // Over 3+ ranks a ring or tree all-reduce associates a float sum by chunks whose bounds move
 // with the element count: a token's bits would change with the batch. So, as MpiCommunicator
 // does: rank c receives chunk c of every rank's values (grouped sends and receives), adds
-// them in rank order, and the sums are all-gathered — the same bytes as a ring.
-void NcclCommunicator::rank_order_sum(Tensor& t) {
+// them in rank order, and the sums are all-gathered: the bits MpiCommunicator gives, and the
+// bytes a ring all-reduce moves.
+void NcclCommunicator::rank_order_sum(Tensor& t, double timeout_s) {
   const int S = size(), me = rank();
   const int64_t n = t.numel(), c = (n + S - 1) / S;
   Tensor wide = backend_->zeros({S * c}, DType::f32);  // padded to S whole chunks
@@ -189,22 +195,26 @@ void NcclCommunicator::rank_order_sum(Tensor& t) {
   CUDA_COMM_CHECK(cudaMemcpyAsync(parts.rows(me, me + 1).data(), static_cast<char*>(wide.data()) + me * chunk_bytes,
                                   chunk_bytes, cudaMemcpyDeviceToDevice, stream_));
   wait(issue([&](ncclComm* comm) {
-         ncclGroupStart();
-         for (int q = 0; q < S; ++q) {
+         // The group is always closed; the first failing call's code wins over the end's.
+         ncclResult_t r = ncclGroupStart();
+         if (r != ncclSuccess) return r;
+         for (int q = 0; q < S && r == ncclSuccess; ++q) {
            if (q == me) continue;
-           ncclSend(static_cast<char*>(wide.data()) + q * chunk_bytes, static_cast<size_t>(c), ncclFloat32, q, comm,
-                    stream_);
-           ncclRecv(parts.rows(q, q + 1).data(), static_cast<size_t>(c), ncclFloat32, q, comm, stream_);
+           r = ncclSend(static_cast<char*>(wide.data()) + q * chunk_bytes, static_cast<size_t>(c), ncclFloat32, q,
+                        comm, stream_);
+           if (r == ncclSuccess)
+             r = ncclRecv(parts.rows(q, q + 1).data(), static_cast<size_t>(c), ncclFloat32, q, comm, stream_);
          }
-         return ncclGroupEnd();
+         const ncclResult_t end = ncclGroupEnd();
+         return r != ncclSuccess ? r : end;
        }),
-       "ncclSend/ncclRecv (rank-order sum)");
+       "ncclSend/ncclRecv (rank-order sum)", timeout_s);
   Tensor sum = parts.rows(0, 1);
   for (int q = 1; q < S; ++q) backend_->add(sum, parts.rows(q, q + 1));
   wait(issue([&](ncclComm* comm) {
          return ncclAllGather(sum.data(), wide.data(), static_cast<size_t>(c), ncclFloat32, comm, stream_);
        }),
-       "ncclAllGather (rank-order sum)");
+       "ncclAllGather (rank-order sum)", timeout_s);
   backend_->convert(flat, t);
 }
 

@@ -65,7 +65,8 @@ class NcclCommunicator final : public Communicator {
 
  private:
   void all_reduce(Tensor& t, bool sum);
-  void rank_order_sum(Tensor& t);  // float sums over 3+ ranks, in rank order (see the .cu)
+  // Float sums over 3+ ranks, in rank order (see the .cu); timeout_s as wait()'s.
+  void rank_order_sum(Tensor& t, double timeout_s = 0);
   template <class F>
   int issue(F&& call);  // call(comm) under abort_mu_; throws once the communicator is aborted
   // r is an ncclResult_t (int-compatible enum): polls the non-blocking communicator.

@@ -185,10 +185,15 @@ TEST(BackendOps, Matmul) {
           be.matmul(x, w, with_bias ? &b : nullptr, y);
           return {be.to_host(y)};
         };
-        // f32 out from bf16 inputs: products are exact in f32, so the bound stays tight.
+        // f32 out from bf16 inputs: products are exact in f32, so the bound stays tight. On
+        // tensor cores (x and w both 16-bit) each mma step's sum is truncated, not rounded
+        // (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021): an error biased
+        // by up to one ulp per 16 k — ~1e-5 of the sum at K = 4096, more for a lone output
+        // whose sum cancels; 1e-4 still sits far below bf16's own rounding (4e-3).
+        const bool tensor_cores = t.x == DType::bf16 && t.w == DType::bf16;
         check_op("matmul", str(s.n, "x", s.in, "->", s.out, with_bias ? " +bias" : ""),
                  str("x=", dtype_name(t.x), ",w=", dtype_name(t.w), ",o=", dtype_name(t.out)), run,
-                 {{"out", bound_for(t.out, 2e-5)}});
+                 {{"out", bound_for(t.out, tensor_cores ? 1e-4 : 2e-5)}});
       }
 }
 

@@ -51,16 +51,8 @@ __device__ __forceinline__ void load_tile(T* dst, const T* __restrict__ src, int
     for (int i = 0; i < kPer; ++i) {
       const int e = t + i * threads, r = e / (KS / 8), k = e % (KS / 8) * 8;
       const int64_t gr = row0 + r, gk = k0 + k;
-      if (gr < rows && gk + 8 <= K) {
-        v[i] = *reinterpret_cast<const uint4*>(src + gr * K + gk);
-      } else if (gr < rows && gk < K) {  // the last vector of a row: partly past K
-        alignas(16) T part[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) part[j] = gk + j < K ? src[gr * K + gk + j] : from_f<T>(0.f);
-        v[i] = *reinterpret_cast<const uint4*>(part);
-      } else {
-        v[i] = make_uint4(0, 0, 0, 0);
-      }
+      // gk is a multiple of 8 and so is K: a vector is wholly inside the row or wholly past it.
+      v[i] = gr < rows && gk < K ? *reinterpret_cast<const uint4*>(src + gr * K + gk) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
@@ -138,6 +130,10 @@ __global__ void __launch_bounds__(128)
   const int warp = threadIdx.x / 32, wr = warp / 2 * 32, wc = warp % 2 * 32;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWT, m0 = static_cast<int64_t>(blockIdx.y) * kWT;
   FragC total[2][2], acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) wmma::fill_fragment(total[i][j], 0.f);  // never read: q == 0 copies
   for (int q = 0; q < kChains; ++q) {
     const int64_t kb = chain_begin(K, q), ke = chain_begin(K, q + 1);
 #pragma unroll
