@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_weights.h"
+#include "core/profiling_backend.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/presets.h"
 #include "checkpoint/random_weights.h"
@@ -136,12 +137,13 @@ int cmd_bench(const Args& args) {
       ("warmup", po::value<int>()->default_value(1), "untimed repeats")
       ("repeats", po::value<int>()->default_value(3), "timed repeats (median, min, max reported)")
       ("json", po::value<std::string>(), "write the report as JSON here")
+      ("profile", "after the timed runs, one prefill and --gen decode steps more with each op timed")
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica");
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet bench (--checkpoint DIR | --config CFG --random-weights) [--layers L] [--batch B] [--prompt P] [--gen G] "
-             "[--warmup W] [--repeats R] [--json FILE] [--max-seq S] [--shards N] [--dtype T] [--backend cpu|cuda|auto] "
+             "[--warmup W] [--repeats R] [--json FILE] [--profile] [--max-seq S] [--shards N] [--dtype T] [--backend cpu|cuda|auto] "
              "[--tp K] [--threads N]"))
     return 0;
   const int64_t prompt = positive_option(vm, "prompt"), gen = positive_option(vm, "gen");
@@ -154,11 +156,13 @@ int cmd_bench(const Args& args) {
   RunOptions o = run_options(vm);
   Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
   Backend& be = ranks.backend();
+  // The model calls its ops through this; it times them only while armed (--profile).
+  ProfilingBackend model_be(be);
   TimedCommunicator comm(ranks.shards(), be);
   if (!vm.count("shards")) o.shards = comm.size();
   if (o.max_seq == 0) {  // every step the run takes, in whole pages; checked: --gen 2^62 must not wrap
     int64_t steps = 0, need = 0;
-    if (__builtin_mul_overflow(gen, int64_t{warmup} + repeats, &steps) || __builtin_add_overflow(prompt, steps + 63, &need))
+    if (__builtin_mul_overflow(gen, int64_t{warmup} + repeats + (vm.count("profile") ? 1 : 0), &steps) || __builtin_add_overflow(prompt, steps + 63, &need))
       throw UsageError(str("bench: --prompt ", prompt, " + --gen ", gen, " x (", warmup, " + ", repeats,
                            ") runs are more positions than a sequence can hold"));
     o.max_seq = need / 64 * 64;
@@ -178,11 +182,11 @@ int cmd_bench(const Args& args) {
     check_fits(config, g, be.compute_dtype(g.t), be.weight_dtype(g.t), be.memory_available(), ranks.sharing_memory(), false,
                str(be.name(), " backend"));
     RandomWeights w(0, config.dtype);
-    model = std::make_unique<Model>(config, g, w, be, comm);
+    model = std::make_unique<Model>(config, g, w, model_be, comm);
     source = c + " (random weights)";
   } else {
     source = vm["checkpoint"].as<std::string>();
-    LoadedModel m = load_model(source, o, be, comm, ranks.sharing_memory());
+    LoadedModel m = load_model(source, o, model_be, comm, ranks.sharing_memory());
     config = m.config;
     model = std::move(m.model);
   }
@@ -230,6 +234,44 @@ int cmd_bench(const Args& args) {
   const double dec_flops = 2.0 * static_cast<double>(matmul_params) * g.batch;
   const double dec_floor = std::max((wbytes + kv) / bw, dec_flops / rate), pre_floor = pre_flops / rate;
 
+  // --profile: the same work once more, each op timed (device time on a GPU). What the ops
+  // do not cover is the host's planning, uploads and launch gaps.
+  nlohmann::json profile;
+  std::string profile_text;
+  if (vm.count("profile")) {
+    auto measure = [&](const char* phase, int64_t steps, auto&& work) {
+      model_be.reset();
+      be.synchronize();
+      comm.barrier();
+      model_be.arm(true);
+      const auto t0 = std::chrono::steady_clock::now();
+      work();
+      be.synchronize();
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      model_be.arm(false);
+      double in_ops = 0;
+      nlohmann::json ops = nlohmann::json::array();
+      profile_text += str(phase, " (", steps, steps == 1 ? " call" : " steps", ", ", wall * 1e3, " ms wall):\n");
+      for (const auto& t : model_be.report()) {
+        in_ops += t.seconds;
+        ops.push_back({{"op", t.op}, {"calls", t.calls}, {"seconds", t.seconds}});
+        char line[160];
+        std::snprintf(line, sizeof line, "  %-18s %8lld calls %10.3f ms %9.1f us/call %6.1f%%\n", t.op.c_str(),
+                      static_cast<long long>(t.calls), t.seconds * 1e3, t.seconds / t.calls * 1e6, 100 * t.seconds / wall);
+        profile_text += line;
+      }
+      char line[160];
+      std::snprintf(line, sizeof line, "  %-18s %8s       %10.3f ms %9s        %6.1f%%\n", "(outside the ops)", "",
+                    (wall - in_ops) * 1e3, "", 100 * (wall - in_ops) / wall);
+      profile_text += line;
+      profile[phase] = {{"wall_s", wall}, {"steps", steps}, {"ops", ops}};
+    };
+    measure("prefill", 1, [&] { model->prefill(prompt_t, 0); });
+    measure("decode", gen, [&] {
+      for (int64_t i = 0; i < gen; ++i) model->decode(step, static_cast<int32_t>(pos++));
+    });
+  }
+
   nlohmann::json report = {
       {"model", source}, {"backend", be.name()}, {"dtype", dtype_name(g.t)}, {"shards", g.shards},
       {"batch", g.batch}, {"prompt", prompt}, {"gen", gen}, {"repeats", repeats}, {"load_s", load_s},
@@ -252,6 +294,11 @@ int cmd_bench(const Args& args) {
                 g.batch * prompt / pre.median, pre_comm * 1e3, pre_floor * 1e3, 100 * pre_floor / pre.median);
     std::printf("%-8s %9.3f ms %10.0f tok/s %11.3f ms %9.3f ms %9.0f%%\n", "decode", per_tok * 1e3, g.batch / per_tok,
                 dec_comm * 1e3, dec_floor * 1e3, 100 * dec_floor / per_tok);
+    if (!profile.is_null()) {
+      report["profile"] = profile;
+      std::printf("profile (each op timed on its own: %s):\n%s", be.device() == Device::cpu ? "wall time" : "device time, CUDA events",
+                  profile_text.c_str());
+    }
     if (vm.count("json")) {
       std::ofstream out(vm["json"].as<std::string>());
       out << report.dump(2) << "\n";

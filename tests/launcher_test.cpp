@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -221,4 +222,32 @@ TEST(Bench, ReportsFiguresBesideTheirFloorsOnTheCpu) {
   // On the CPU the decode floor is a read bandwidth measured with the run's own threads.
   EXPECT_GT(j["ceilings"]["bandwidth_GBps"].get<double>(), 0);
   EXPECT_EQ(j["ceilings"]["bandwidth"], "read");
+  EXPECT_FALSE(j.contains("profile")) << "no --profile, no profile";
+}
+
+// --profile: one more prefill and --gen decode steps with each op timed. Tiny has 2 layers,
+// each with 4 products (qkv, o, gate_up, down), and the lm_head: 9 a step.
+TEST(Bench, ProfileCountsEveryOpOfAPhase) {
+  const fs::path d = fresh_dir("bench-profile");
+  const Output r = linnet_cmd("bench --config tiny --random-weights --backend cpu --batch 2 --prompt 8 --gen 5 "
+                              "--warmup 0 --repeats 1 --profile --json " + (d / "bench.json").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("(outside the ops)"), std::string::npos) << r.out;
+  const auto j = nlohmann::json::parse(slurp(d / "bench.json"));
+  for (const auto& [phase, steps] : {std::pair{"prefill", 1}, std::pair{"decode", 5}}) {
+    const auto& p = j["profile"][phase];
+    ASSERT_TRUE(p.is_object()) << j.dump(2);
+    EXPECT_EQ(p["steps"], steps);
+    std::map<std::string, int64_t> calls;
+    double in_ops = 0;
+    for (const auto& op : p["ops"]) {
+      calls[op["op"].get<std::string>()] = op["calls"].get<int64_t>();
+      in_ops += op["seconds"].get<double>();
+    }
+    EXPECT_EQ(calls["matmul"], 9 * steps) << phase;
+    EXPECT_EQ(calls["attention_cache"], 2 * steps) << phase;
+    EXPECT_EQ(calls["kv_write"], 2 * steps) << phase;
+    EXPECT_GT(in_ops, 0) << phase;
+    EXPECT_LE(in_ops, p["wall_s"].get<double>()) << phase << ": the ops took longer than the phase";
+  }
 }
