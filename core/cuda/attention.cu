@@ -222,33 +222,56 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
   for (int c = 0; c < DCH; ++c) acc[c] = 0.f;
 
+  // Each tile: warp 0 finds its 32 keys' places in the cache once (page table, cache row,
+  // physical position; -1 for a missing key), then all threads load the rows from there —
+  // 16-byte vectors of 8 elements where D allows, else element by element.
+  __shared__ int64_t key_at[kBK];
+  const bool vec = sizeof(T) == 2 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kBK) {
-    for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
-      const int j = i / D, d = i - j * D;
-      const int64_t t = t0 + j;
-      float kx = 0.f, vx = 0.f;
+    if (threadIdx.x < kBK) {
+      const int64_t t = t0 + threadIdx.x;
+      int64_t at = -1;
       if (t < t_end) {
         const int64_t pj = t / page_size;
         const int64_t page = pj < pages ? trow[pj] : -1;
         if (page >= 0 && page < num_pages) {
           const int64_t crow = page / ppr;
           const int64_t phys = (page - crow * ppr) * page_size + (t - pj * page_size);
-          const int64_t at = ((crow * kv_heads + kvh) * max_seq + phys) * D + d;
-          kx = to_f(cache_k[at]);
-          vx = to_f(cache_v[at]);
+          at = ((crow * kv_heads + kvh) * max_seq + phys) * D;
         }
       }
-      k_sh[j * (D + 1) + d] = kx;
-      v_sh[j * D + d] = vx;
+      key_at[threadIdx.x] = at;
     }
     __syncthreads();
-    const int64_t t = t0 + lane;
-    bool valid = t < t_end;
-    if (valid) {
-      const int64_t pj = t / page_size;
-      const int64_t page = pj < pages ? trow[pj] : -1;
-      valid = page >= 0 && page < num_pages;
+    if (vec) {
+      const int per_row = D / 8;
+      for (int i = threadIdx.x; i < kBK * per_row; i += blockDim.x) {
+        const int j = i / per_row, d0 = (i - j * per_row) * 8;
+        const int64_t at = key_at[j];
+        uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+        if (at >= 0) {
+          kr = *reinterpret_cast<const uint4*>(cache_k + at + d0);
+          vr = *reinterpret_cast<const uint4*>(cache_v + at + d0);
+        }
+        const T* ke = reinterpret_cast<const T*>(&kr);
+        const T* ve = reinterpret_cast<const T*>(&vr);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          k_sh[j * (D + 1) + d0 + e] = to_f(ke[e]);
+          v_sh[j * D + d0 + e] = to_f(ve[e]);
+        }
+      }
+    } else {
+      for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
+        const int j = i / D, d = i - j * D;
+        const int64_t at = key_at[j];
+        k_sh[j * (D + 1) + d] = at >= 0 ? to_f(cache_k[at + d]) : 0.f;
+        v_sh[j * D + d] = at >= 0 ? to_f(cache_v[at + d]) : 0.f;
+      }
     }
+    __syncthreads();
+    const bool valid = key_at[lane] >= 0;
     attend_tile<DCH>(q_sh + warp * D, k_sh, v_sh, p_sh + warp * kBK, D, valid, m, l, acc);
     __syncthreads();
   }
