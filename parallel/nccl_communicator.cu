@@ -147,14 +147,34 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* 
   // The watchdog: an error NCCL meets later (a peer gone mid-collective) would leave the
   // stream waiting for ever; it aborts the communicator, which ends the kernels, so the
   // next wait on the stream fails and the job ends.
-  watchdog_ = std::thread([this] {
+  // It also aborts when a collective is still unfinished LINNET_NCCL_TIMEOUT after it was
+  // enqueued: a peer lost over NVLink or P2P often raises no error at all.
+  const double deadline_s = init_timeout();
+  watchdog_ = std::thread([this, deadline_s] {
+    cudaSetDevice(device_);
     while (!stop_.load()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      double overdue_s = 0;
+      {
+        std::lock_guard lock(pending_mu_);
+        while (!pending_.empty() && cudaEventQuery(pending_.front().first) != cudaErrorNotReady) {
+          spare_events_.push_back(pending_.front().first);
+          pending_.pop_front();
+        }
+        if (!pending_.empty())
+          overdue_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - pending_.front().second).count();
+      }
       std::lock_guard lock(abort_mu_);
       if (!nccl_ || stop_.load()) continue;
       ncclResult_t r = ncclSuccess;
-      if (ncclCommGetAsyncError(nccl_, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress) {
-        error_ = ncclGetErrorString(r);
+      std::string why;
+      if (ncclCommGetAsyncError(nccl_, &r) == ncclSuccess && r != ncclSuccess && r != ncclInProgress)
+        why = ncclGetErrorString(r);
+      else if (overdue_s > deadline_s)
+        why = str("a collective enqueued ", static_cast<int>(overdue_s), " s ago has not finished (LINNET_NCCL_TIMEOUT ",
+                  deadline_s, " s; a rank gone?)");
+      if (!why.empty()) {
+        error_ = why;
         failed_.store(true);
         abort_locked();
         return;
@@ -167,6 +187,26 @@ NcclCommunicator::~NcclCommunicator() {
   stop_.store(true);
   if (watchdog_.joinable()) watchdog_.join();
   if (nccl_ && !failed_.load()) ncclCommDestroy(nccl_);
+  cudaSetDevice(device_);
+  for (auto& [e, t] : pending_) cudaEventDestroy(e);
+  for (CUevent_st* e : spare_events_) cudaEventDestroy(e);
+}
+
+void NcclCommunicator::mark_enqueued() {
+  std::lock_guard lock(pending_mu_);
+  cudaEvent_t e = nullptr;
+  if (!spare_events_.empty()) {
+    e = spare_events_.back();
+    spare_events_.pop_back();
+  } else {
+    CUDA_COMM_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  }
+  const cudaError_t r = cudaEventRecord(e, stream_);
+  if (r != cudaSuccess) {
+    spare_events_.push_back(e);
+    cuda_error(r, "cudaEventRecord(collective done)", __FILE__, __LINE__);
+  }
+  pending_.emplace_back(e, std::chrono::steady_clock::now());
 }
 
 // Runs `call` on the communicator under abort_mu_, so the watchdog can't abort (free) it
@@ -215,6 +255,7 @@ void NcclCommunicator::rank_order_sum(Tensor& t, double timeout_s) {
          return ncclAllGather(sum.data(), wide.data(), static_cast<size_t>(c), ncclFloat32, comm, stream_);
        }),
        "ncclAllGather (rank-order sum)", timeout_s);
+  mark_enqueued();
   backend_->convert(flat, t);
 }
 
@@ -243,6 +284,7 @@ void NcclCommunicator::all_reduce(Tensor& t, bool sum) {
                                 comm, stream_);
          }),
          "ncclAllReduce");
+    mark_enqueued();
     backend_->convert(wide, t);
     return;
   }
@@ -251,6 +293,7 @@ void NcclCommunicator::all_reduce(Tensor& t, bool sum) {
                               sum ? ncclSum : ncclMax, comm, stream_);
        }),
        "ncclAllReduce");
+  mark_enqueued();
 }
 
 void NcclCommunicator::all_reduce_sum(Tensor& t) { all_reduce(t, true); }
@@ -269,6 +312,7 @@ void NcclCommunicator::all_gather(const Tensor& local, Tensor& out) {
          return ncclAllGather(local.data(), out.data(), local.nbytes(), ncclInt8, comm, stream_);
        }),
        "ncclAllGather");
+  mark_enqueued();
 }
 
 void NcclCommunicator::broadcast(Tensor& t, int root) {
@@ -283,6 +327,7 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
          return ncclBroadcast(t.data(), t.data(), t.nbytes(), ncclInt8, root, comm, stream_);
        }),
        "ncclBroadcast");
+  mark_enqueued();
 }
 
 extern "C" Communicator* linnet_cuda_make_nccl_communicator(MPI_Comm comm, int cuda_device, void* stream,

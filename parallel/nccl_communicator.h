@@ -39,8 +39,17 @@ std::unique_ptr<Communicator> make_nccl_communicator(MPI_Comm comm, int cuda_dev
 
 #if defined(LINNET_HAVE_NCCL) && defined(LINNET_HAVE_MPI)
 
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
 struct ncclComm;     // ncclComm_t is ncclComm*
 struct CUstream_st;  // cudaStream_t is CUstream_st*
+struct CUevent_st;   // cudaEvent_t is CUevent_st*
 
 namespace linnet {
 
@@ -83,6 +92,13 @@ class NcclCommunicator final : public Communicator {
   std::thread watchdog_;
   std::atomic<bool> stop_{false}, failed_{false};
   std::string error_;  // what the watchdog saw (set before failed_)
+  // Each enqueued collective's completion event and when it was enqueued: one still pending
+  // after LINNET_NCCL_TIMEOUT (a peer gone without an error NCCL could report, as over NVLink)
+  // makes the watchdog abort, instead of the stream waiting for ever.
+  void mark_enqueued();
+  std::mutex pending_mu_;
+  std::deque<std::pair<CUevent_st*, std::chrono::steady_clock::time_point>> pending_;
+  std::vector<CUevent_st*> spare_events_;
 };
 
 }  // namespace linnet
