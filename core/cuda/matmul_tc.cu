@@ -36,17 +36,19 @@ template <class T>
 using FragB = wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major>;
 using FragC = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
 
-// dst[r][0 .. KS) (row stride LD) = src[row0 + r][k0 .. k0 + KS), zeros past `rows` and K;
-// the R × KS tile shared by `threads` threads from index `t`. With `vec` (K % 8 == 0 and
-// 16-byte aligned bases) by 16-byte vectors, all issued before the first store; else by
-// element. Both load the same values.
+// An R × KS tile of src rows [row0, row0 + R), k [k0, k0 + KS) — zeros past `rows` and K —
+// shared by `threads` threads (index t), staged through registers as 16-byte vectors: fetch
+// issues the loads (the next tile's, while the current one is multiplied), put stores them
+// into shared memory (row stride LD). For K % 8 == 0 and 16-byte aligned bases; else
+// load_tile_by_element. Both load the same values.
 template <class T, int R, int KS, int LD, int threads>
-__device__ __forceinline__ void load_tile(T* dst, const T* __restrict__ src, int64_t row0, int64_t rows, int64_t k0,
-                                          int64_t K, bool vec, int t) {
-  constexpr int kVecs = R * KS / 8, kPer = kVecs / threads;
+struct VectorTile {
+  static constexpr int kVecs = R * KS / 8, kPer = kVecs / threads;
   static_assert(kVecs % threads == 0, "the tile splits evenly over the threads");
-  if (vec) {
-    uint4 v[kPer];
+  uint4 v[kPer];
+
+  __device__ __forceinline__ void fetch(const T* __restrict__ src, int64_t row0, int64_t rows, int64_t k0, int64_t K,
+                                        int t) {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int e = t + i * threads, r = e / (KS / 8), k = e % (KS / 8) * 8;
@@ -54,17 +56,23 @@ __device__ __forceinline__ void load_tile(T* dst, const T* __restrict__ src, int
       // gk is a multiple of 8 and so is K: a vector is wholly inside the row or wholly past it.
       v[i] = gr < rows && gk < K ? *reinterpret_cast<const uint4*>(src + gr * K + gk) : make_uint4(0, 0, 0, 0);
     }
+  }
+  __device__ __forceinline__ void put(T* dst, int t) const {
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
       const int e = t + i * threads, r = e / (KS / 8), k = e % (KS / 8) * 8;
       *reinterpret_cast<uint4*>(dst + r * LD + k) = v[i];
     }
-  } else {
-    for (int e = t; e < R * KS; e += threads) {
-      const int r = e / KS, k = e % KS;
-      const int64_t gr = row0 + r, gk = k0 + k;
-      dst[r * LD + k] = gr < rows && gk < K ? src[gr * K + gk] : from_f<T>(0.f);
-    }
+  }
+};
+
+template <class T, int R, int KS, int LD, int threads>
+__device__ __forceinline__ void load_tile_by_element(T* dst, const T* __restrict__ src, int64_t row0, int64_t rows,
+                                                     int64_t k0, int64_t K, int t) {
+  for (int e = t; e < R * KS; e += threads) {
+    const int r = e / KS, k = e % KS;
+    const int64_t gr = row0 + r, gk = k0 + k;
+    dst[r * LD + k] = gr < rows && gk < K ? src[gr * K + gk] : from_f<T>(0.f);
   }
 }
 
@@ -91,10 +99,7 @@ __global__ void __launch_bounds__(32 * kChains)
   const int64_t kb = chain_begin(K, q), ke = chain_begin(K, q + 1);
   FragC acc;
   wmma::fill_fragment(acc, 0.f);
-  for (int64_t k0 = kb; k0 < ke; k0 += kNKS) {
-    load_tile<T, 16, kNKS, kNLD, 32>(xs[q], x, m0, N, k0, K, vec, lane);
-    load_tile<T, 16, kNKS, kNLD, 32>(ws[q], w, n0, O, k0, K, vec, lane);
-    __syncwarp();
+  auto multiply = [&](int64_t k0) {  // the staged step's mma steps, up to the chain's end
     for (int kk = 0; kk < kNKS && k0 + kk < ke; kk += 16) {
       FragA<T> a;
       FragB<T> b;
@@ -102,7 +107,32 @@ __global__ void __launch_bounds__(32 * kChains)
       wmma::load_matrix_sync(b, ws[q] + kk, kNLD);
       wmma::mma_sync(acc, a, b, acc);
     }
-    __syncwarp();
+  };
+  if (vec) {
+    VectorTile<T, 16, kNKS, kNLD, 32> xt, wt;
+    if (kb < ke) {
+      xt.fetch(x, m0, N, kb, K, lane);
+      wt.fetch(w, n0, O, kb, K, lane);
+    }
+    for (int64_t k0 = kb; k0 < ke; k0 += kNKS) {
+      xt.put(xs[q], lane);
+      wt.put(ws[q], lane);
+      __syncwarp();
+      if (k0 + kNKS < ke) {  // the next step's loads fly while this one multiplies
+        xt.fetch(x, m0, N, k0 + kNKS, K, lane);
+        wt.fetch(w, n0, O, k0 + kNKS, K, lane);
+      }
+      multiply(k0);
+      __syncwarp();
+    }
+  } else {
+    for (int64_t k0 = kb; k0 < ke; k0 += kNKS) {
+      load_tile_by_element<T, 16, kNKS, kNLD, 32>(xs[q], x, m0, N, k0, K, lane);
+      load_tile_by_element<T, 16, kNKS, kNLD, 32>(ws[q], w, n0, O, k0, K, lane);
+      __syncwarp();
+      multiply(k0);
+      __syncwarp();
+    }
   }
   wmma::store_matrix_sync(cs[q], acc, 20, wmma::mem_row_major);
   __syncthreads();
@@ -140,11 +170,25 @@ __global__ void __launch_bounds__(128)
     for (int i = 0; i < 2; ++i)
 #pragma unroll
       for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+    VectorTile<T, kWT, kWKS, kWLD, 128> xt, wt;
+    if (vec && kb < ke) {
+      xt.fetch(x, m0, N, kb, K, threadIdx.x);
+      wt.fetch(w, n0, O, kb, K, threadIdx.x);
+    }
     for (int64_t k0 = kb; k0 < ke; k0 += kWKS) {
       __syncthreads();  // the previous step's fragments are read
-      load_tile<T, kWT, kWKS, kWLD, 128>(xs, x, m0, N, k0, K, vec, threadIdx.x);
-      load_tile<T, kWT, kWKS, kWLD, 128>(ws, w, n0, O, k0, K, vec, threadIdx.x);
+      if (vec) {
+        xt.put(xs, threadIdx.x);
+        wt.put(ws, threadIdx.x);
+      } else {
+        load_tile_by_element<T, kWT, kWKS, kWLD, 128>(xs, x, m0, N, k0, K, threadIdx.x);
+        load_tile_by_element<T, kWT, kWKS, kWLD, 128>(ws, w, n0, O, k0, K, threadIdx.x);
+      }
       __syncthreads();
+      if (vec && k0 + kWKS < ke) {  // the next step's loads fly while this one multiplies
+        xt.fetch(x, m0, N, k0 + kWKS, K, threadIdx.x);
+        wt.fetch(w, n0, O, k0 + kWKS, K, threadIdx.x);
+      }
       for (int kk = 0; kk < kWKS && k0 + kk < ke; kk += 16) {
         FragA<T> a[2];
         FragB<T> b[2];
