@@ -29,6 +29,9 @@ struct AttentionDims {
   int64_t max_seq = 0;
   int64_t page_size = 0;
   int64_t span = 0;  // attention_cache: the call's longest position + 1 (0: not given)
+  // attention_cache: the longest run of consecutive tokens on one cache row (0: not given).
+  // A speed hint (a prefill chunk's tokens can share K/V reads); results never depend on it.
+  int64_t row_run = 0;
   int64_t pages_per_row() const { return max_seq / page_size; }
   int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }
 };

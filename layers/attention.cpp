@@ -16,6 +16,7 @@ void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DeviceP
   if (plan.any_cache) {
     AttentionDims d = dims;
     d.span = plan.span;  // splits sized by this call's longest context, not MaxSeq
+    d.row_run = plan.row_run;  // prefill chunks: K/V reads shared among a row's tokens
     be.attention_cache(qkv, d, plan.cache_row, plan.positions, plan.table, cache_k, cache_v, attn);
   }
   o_proj.forward_partial(ctx, attn, out);

@@ -146,7 +146,10 @@ Hidden Model::run(const TokenPlan& plan, const Tensor* table, const std::vector<
   dp.slots = up[4];
   Hidden out{Tensor(), up[5], static_cast<int64_t>(select.size())};
   dp.table = table ? up[6] : identity_table_;
-  for (size_t i = 0; i < plan.size(); ++i) {
+  for (size_t i = 0, run = 0; i < plan.size(); ++i) {
+    const bool cache = plan.cache_row[i] >= 0;
+    run = cache && i > 0 && plan.cache_row[i - 1] == plan.cache_row[i] ? run + 1 : (cache ? 1 : 0);
+    dp.row_run = std::max<int64_t>(dp.row_run, static_cast<int64_t>(run));
     dp.any_packed |= plan.run_start[i] >= 0;
     dp.any_cache |= plan.cache_row[i] >= 0;
     if (plan.cache_row[i] >= 0) dp.span = std::max<int64_t>(dp.span, plan.positions[i] + 1);

@@ -32,6 +32,7 @@ struct DevicePlan {
   Tensor ids, positions, run_start, cache_row, slots, table;
   bool any_packed = false, any_cache = false, any_write = false;
   int64_t span = 0;  // the longest position a cache-attending token has, + 1
+  int64_t row_run = 0;  // the longest run of consecutive cache-attending tokens on one row
 };
 
 // The residual stream after the last layer, and which of its rows go on to the head (index

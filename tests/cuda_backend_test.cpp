@@ -194,32 +194,43 @@ TEST(CudaBatchInvariance, AttentionCacheWhateverTheCallsSpan) {
   std::vector<int64_t> table(static_cast<size_t>(rows * (max_seq / page)));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
   const Tensor tab = be->upload(Tensor::from_ints({rows, max_seq / page}, table));
-  const Tensor q = random_tensor({rows, d.qkv_width()}, DType::bf16, 8);
-  // Token 0 (row 0) alone, then beside tokens reaching 1000 and 4000 positions.
-  auto token0 = [&](std::vector<int64_t> positions) {
+  const Tensor q = random_tensor({8, d.qkv_width()}, DType::bf16, 8);
+  // Tokens i = 0 … n−1 (q row i, cache row cache_row(i), their positions) in one call.
+  auto cache_row = [&](int64_t i, int64_t first) { return (first + i) % rows; };
+  auto call = [&](std::vector<int64_t> positions, int64_t row_run = 0, int64_t first = 0) {
     const int64_t n = static_cast<int64_t>(positions.size());
+    d.row_run = row_run;  // ≥ 2: several tokens a block, walking their rows in turn
     std::vector<int64_t> r(static_cast<size_t>(n));
     int64_t span = 0;
     for (int64_t i = 0; i < n; ++i) {
-      r[i] = i % rows;
+      r[i] = cache_row(i, first);
       span = std::max(span, positions[i] + 1);
     }
     d.span = span;
     Tensor out = be->empty({n, d.q_heads * d.head_dim}, DType::bf16);
-    be->attention_cache(be->upload(q.rows(0, n)), d, be->upload(Tensor::from_ints({n}, r)),
+    be->attention_cache(be->upload(q.rows(first, first + n)), d, be->upload(Tensor::from_ints({n}, r)),
                         be->upload(Tensor::from_ints({n}, positions)), tab, ck, cv, out);
-    return be->to_host(out.rows(0, 1));
+    return be->to_host(out);
   };
+  // Token 0 (row 0) alone, then beside tokens reaching 1000 and 4000 positions.
   for (int64_t at : {300, 255, 256, 257}) {  // inside a split and at its edges
-    const Tensor alone = token0({at});
-    EXPECT_TRUE(same_bytes(token0({at, 999}), alone)) << "position " << at << " beside a token at 999";
-    EXPECT_TRUE(same_bytes(token0({at, 50, 3999, 7}), alone)) << "position " << at << " beside a token at 3999";
+    const Tensor alone = call({at});
+    EXPECT_TRUE(same_bytes(call({at, 999}).rows(0, 1), alone)) << "position " << at << " beside a token at 999";
+    EXPECT_TRUE(same_bytes(call({at, 50, 3999, 7}).rows(0, 1), alone)) << "position " << at << " beside a token at 3999";
   }
+  // Grouped (row_run ≥ 2: here G = 2, so 8 tokens a block): rows 0 1 2 3 0 1 — rows 0 and 1
+  // walked for two tokens each, over the union of their ranges — and each token equal to
+  // itself alone on its row (q row i, cache row i % 4).
+  const std::vector<int64_t> at = {300, 50, 3999, 7, 20, 1300};
+  const Tensor grouped = call(at, 2);
+  for (int64_t i = 0; i < static_cast<int64_t>(at.size()); ++i)
+    EXPECT_TRUE(same_bytes(grouped.rows(i, i + 1), call({at[i]}, 0, i))) << "token " << i << " grouped";
 }
 
 // Past 16K keys a token's pieces are 1/64 of its length; 300 such tokens of Llama-3-8B's
 // heads need more partials than one workspace chunk holds (the backend then goes in chunks of
-// tokens). Each token equals itself alone, bit for bit, and the CPU within bf16's bound; a span
+// tokens), and as one row's run they share K/V tiles four tokens a block, each with pieces of
+// its own length. Each token equals itself alone, bit for bit, and the CPU within bf16's bound; a span
 // too short for a token (a caller's broken contract) still reads all its keys.
 TEST(CudaBatchInvariance, AttentionCacheLongContextsInChunks) {
   NEED_GPU();
@@ -232,20 +243,23 @@ TEST(CudaBatchInvariance, AttentionCacheLongContextsInChunks) {
   const Tensor hq = random_tensor({n, d.qkv_width()}, DType::bf16, 18);
   std::vector<int64_t> table(static_cast<size_t>(max_seq / page)), pos(static_cast<size_t>(n));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
-  for (int64_t i = 0; i < n; ++i) pos[i] = 20000 + i;
+  // Lengths 18302 … 18601: pieces of 288 up to 18432 keys, 320 past it — tokens 130 and 131
+  // differ and share a block.
+  for (int64_t i = 0; i < n; ++i) pos[i] = 18301 + i;
   const Tensor htab = Tensor::from_ints({1, max_seq / page}, table);
   const Tensor ck = be->upload(hk), cv = be->upload(hv), tab = be->upload(htab);
   auto run = [&](Backend& b, const Tensor& k, const Tensor& v, const Tensor& t, int64_t first, int64_t count,
                  int64_t span) {
     d.span = span;
+    d.row_run = count;  // one row: a block's tokens share the K/V tiles (count 1: one a block)
     std::vector<int64_t> p(pos.begin() + first, pos.begin() + first + count);
     Tensor out = b.empty({count, d.q_heads * d.head_dim}, DType::bf16);
     b.attention_cache(b.upload(hq.rows(first, first + count)), d, b.upload(Tensor::zeros({count}, DType::i32)),
                       b.upload(Tensor::from_ints({count}, p)), t, k, v, out);
     return b.to_host(out);
   };
-  const Tensor all = run(*be, ck, cv, tab, 0, n, 20000 + n);
-  for (int64_t t : {0, 1, 251, 252, 253, 299}) {
+  const Tensor all = run(*be, ck, cv, tab, 0, n, pos[n - 1] + 1);
+  for (int64_t t : {0, 1, 130, 131, 251, 252, 253, 299}) {
     const Tensor alone = run(*be, ck, cv, tab, t, 1, pos[t] + 1);
     EXPECT_TRUE(same_bytes(all.rows(t, t + 1), alone)) << "token " << t << " of " << n;
     const auto want = run(*cpu, hk, hv, htab, t, 1, pos[t] + 1).to_floats(), got = alone.to_floats();
@@ -255,7 +269,7 @@ TEST(CudaBatchInvariance, AttentionCacheLongContextsInChunks) {
       den += want[i] * want[i];
     }
     EXPECT_LE(std::sqrt(num / den), 1e-2) << "token " << t << " against the CPU";
-    if (t == 299) {  // span 300: two pieces' worth of splits for 20300 keys
+    if (t == 299) {  // span 300: two pieces' worth of splits for 18601 keys
       const auto short_span = run(*be, ck, cv, tab, t, 1, 300).to_floats();
       double e = 0;
       for (size_t i = 0; i < got.size(); ++i) e += (short_span[i] - got[i]) * (short_span[i] - got[i]);

@@ -167,115 +167,152 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // ---- cache ---------------------------------------------------------------------------------
-// grid (N, q_heads / G, splits), block G·32: warp w is q head blockIdx.y·G + w; the G heads
-// share one kv head, so each K/V tile is read once for them. Writes, per (token, head, split),
-// D accumulator values, then the running max and sum: partials [N, q_heads, splits, D + 2].
+// grid (ceil(N / Q), q_heads / G, splits), block Q·G warps: warp w is token blockIdx.x·Q + w / G,
+// q head blockIdx.y·G + w % G. The G heads share one kv head and the Q tokens (consecutive in
+// the call) usually one cache row — a prefill chunk — so each K/V tile is read once for all
+// of them: the block walks the distinct rows of its tokens in turn, and over each row the
+// tiles of the union of its tokens' key ranges; a warp folds exactly the tiles of its own
+// range [t_begin, t_end), with its own mask, in order — the operations it would do alone
+// (Q = 1), so Q is a speed choice that never changes a bit. Writes, per (token, head,
+// split), D accumulator values, then the running max and sum: partials [N, q_heads, splits,
+// D + 2].
+// Two blocks of 16 warps an SM: 64 registers a thread (ptxas spills a few bytes to L1).
 template <class T, int DCH>
-__global__ void __launch_bounds__(256)
-    attention_cache_kernel(const T* __restrict__ qkv, int q_heads, int kv_heads, int D,
+__global__ void __launch_bounds__(512, 2)
+    attention_cache_kernel(const T* __restrict__ qkv, int64_t N, int Q, int q_heads, int kv_heads, int D,
                            float scale, int64_t max_seq, int64_t page_size, int64_t cache_rows,
                            const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
                            const int32_t* __restrict__ table, int64_t R, int64_t pages,
                            const T* __restrict__ cache_k, const T* __restrict__ cache_v,
                            float* __restrict__ part) {
   extern __shared__ float smem[];
-  const int G = blockDim.x >> 5;
-  float* q_sh = smem;                   // [G][D]
-  float* k_sh = q_sh + G * D;           // [kBK][D + 1]
-  float* v_sh = k_sh + kBK * (D + 1);   // [kBK][D]
-  float* p_sh = v_sh + kBK * D;         // [G][kBK]
+  const int warps = blockDim.x >> 5, G = warps / Q;
+  float* q_sh = smem;                      // [warps][D]
+  float* k_sh = q_sh + warps * D;          // [kBK][D + 1]
+  float* v_sh = k_sh + kBK * (D + 1);      // [kBK][D]
+  float* p_sh = v_sh + kBK * D;            // [warps][kBK]
+  __shared__ int64_t key_at[kBK];          // a tile's keys in the cache (-1: missing)
 
-  const int64_t n = blockIdx.x;
   const int split = blockIdx.z, splits = gridDim.z;
   const int h0 = blockIdx.y * G;
   const int kvh = h0 / (q_heads / kv_heads);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int h = h0 + warp;
+  const int h = h0 + warp % G;
+  const int64_t n_first = static_cast<int64_t>(blockIdx.x) * Q;
 
-  const int64_t row = rows[n];
-  if (row < 0 || row >= R) return;  // skipped token (the combine skips it too)
-  const int64_t len = static_cast<int64_t>(positions[n]) + 1;
-  const int64_t split_len = cache_split_len(len);  // the token's own: never the batch's
-  const int64_t t_begin = static_cast<int64_t>(split) * split_len;
-  // The last split takes whatever is left: a token past the call's span (a caller's broken
-  // contract) is then slower, never silently short of keys.
-  const int64_t t_end = split == splits - 1 ? len : min(len, t_begin + split_len);
-  float* my_part = part + ((n * q_heads + h) * splits + split) * static_cast<int64_t>(D + 2);
-  if (t_begin >= t_end) {  // block-uniform
+  // A token's keys in this split: the token's own split length, never the batch's. The last
+  // split takes whatever is left: a token past the call's span (a caller's broken contract)
+  // is then slower, never silently short of keys. Every thread can ask this of any token.
+  auto range = [&](int64_t n, int64_t& row, int64_t& t_begin, int64_t& t_end) {
+    row = n < N ? rows[n] : -1;
+    if (row < 0 || row >= R) {  // skipped token (the combine skips it too)
+      row = -1;
+      return;
+    }
+    const int64_t len = static_cast<int64_t>(positions[n]) + 1;
+    const int64_t split_len = cache_split_len(len);
+    t_begin = static_cast<int64_t>(split) * split_len;
+    t_end = split == splits - 1 ? len : min(len, t_begin + split_len);
+  };
+  const int64_t n = n_first + warp / G;
+  int64_t row = -1, t_begin = 0, t_end = 0;
+  range(n, row, t_begin, t_end);
+  float* my_part = row >= 0 ? part + ((n * q_heads + h) * splits + split) * static_cast<int64_t>(D + 2) : nullptr;
+  const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * D;
+  if (row >= 0)
+    for (int d = lane; d < D; d += 32) q_sh[warp * D + d] = to_f(qkv[n * width + static_cast<int64_t>(h) * D + d]) * scale;
+
+  const int64_t ppr = max_seq / page_size;
+  const int64_t num_pages = cache_rows * ppr;
+  const bool vec = sizeof(T) == 2 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
+  float m = -INFINITY, l = 0.f, acc[DCH];
+#pragma unroll
+  for (int c = 0; c < DCH; ++c) acc[c] = 0.f;
+
+  for (int qi = 0; qi < Q; ++qi) {  // block-uniform: every thread reads the same rows
+    int64_t r_row, lo, hi;
+    range(n_first + qi, r_row, lo, hi);
+    if (r_row < 0) continue;
+    bool seen = false;
+    for (int qj = 0; qj < qi && !seen; ++qj) seen = n_first + qj < N && rows[n_first + qj] == r_row;
+    if (seen) continue;  // that row's tiles were walked already
+    for (int qj = qi + 1; qj < Q; ++qj) {  // the union of the ranges of the tokens on this row
+      int64_t o_row, b, e;
+      range(n_first + qj, o_row, b, e);
+      if (o_row != r_row || b >= e) continue;
+      if (lo >= hi) {
+        lo = b;
+        hi = e;
+      } else {
+        lo = min(lo, b);
+        hi = max(hi, e);
+      }
+    }
+    const bool mine = row == r_row && t_begin < t_end;
+    const int32_t* trow = table + r_row * pages;
+    // Each tile: warp 0 finds its 32 keys' places in the cache once (page table, cache row,
+    // physical position), then all threads load the rows from there — 16-byte vectors of 8
+    // elements where D allows, else element by element.
+    for (int64_t t0 = lo; t0 < hi; t0 += kBK) {  // lo: a multiple of kBK, as every t_begin
+      if (threadIdx.x < kBK) {
+        const int64_t t = t0 + threadIdx.x;
+        int64_t at = -1;
+        if (t < hi) {
+          const int64_t pj = t / page_size;
+          const int64_t page = pj < pages ? trow[pj] : -1;
+          if (page >= 0 && page < num_pages) {
+            const int64_t crow = page / ppr;
+            const int64_t phys = (page - crow * ppr) * page_size + (t - pj * page_size);
+            at = ((crow * kv_heads + kvh) * max_seq + phys) * D;
+          }
+        }
+        key_at[threadIdx.x] = at;
+      }
+      __syncthreads();
+      if (vec) {
+        const int per_row = D / 8;
+        for (int i = threadIdx.x; i < kBK * per_row; i += blockDim.x) {
+          const int j = i / per_row, d0 = (i - j * per_row) * 8;
+          const int64_t at = key_at[j];
+          uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
+          if (at >= 0) {
+            kr = *reinterpret_cast<const uint4*>(cache_k + at + d0);
+            vr = *reinterpret_cast<const uint4*>(cache_v + at + d0);
+          }
+          const T* ke = reinterpret_cast<const T*>(&kr);
+          const T* ve = reinterpret_cast<const T*>(&vr);
+#pragma unroll
+          for (int e = 0; e < 8; ++e) {
+            k_sh[j * (D + 1) + d0 + e] = to_f(ke[e]);
+            v_sh[j * D + d0 + e] = to_f(ve[e]);
+          }
+        }
+      } else {
+        for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
+          const int j = i / D, d = i - j * D;
+          const int64_t at = key_at[j];
+          k_sh[j * (D + 1) + d] = at >= 0 ? to_f(cache_k[at + d]) : 0.f;
+          v_sh[j * D + d] = at >= 0 ? to_f(cache_v[at + d]) : 0.f;
+        }
+      }
+      __syncthreads();
+      if (mine && t0 >= t_begin && t0 < t_end) {  // warp-uniform: this warp's own tiles only
+        const bool valid = key_at[lane] >= 0 && t0 + lane < t_end;
+        attend_tile<DCH>(q_sh + warp * D, k_sh, v_sh, p_sh + warp * kBK, D, valid, m, l, acc);
+      }
+      __syncthreads();
+    }
+  }
+
+  if (row < 0) return;
+  if (t_begin >= t_end) {  // an empty split
     if (lane == 0) {
       my_part[D] = -INFINITY;
       my_part[D + 1] = 0.f;
     }
     return;
   }
-
-  const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * D;
-  for (int i = threadIdx.x; i < G * D; i += blockDim.x) {
-    const int w = i / D, d = i - w * D;
-    q_sh[i] = to_f(qkv[n * width + static_cast<int64_t>(h0 + w) * D + d]) * scale;
-  }
-
-  const int64_t ppr = max_seq / page_size;
-  const int64_t num_pages = cache_rows * ppr;
-  const int32_t* trow = table + row * pages;
-  float m = -INFINITY, l = 0.f, acc[DCH];
-#pragma unroll
-  for (int c = 0; c < DCH; ++c) acc[c] = 0.f;
-
-  // Each tile: warp 0 finds its 32 keys' places in the cache once (page table, cache row,
-  // physical position; -1 for a missing key), then all threads load the rows from there —
-  // 16-byte vectors of 8 elements where D allows, else element by element.
-  __shared__ int64_t key_at[kBK];
-  const bool vec = sizeof(T) == 2 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
-  for (int64_t t0 = t_begin; t0 < t_end; t0 += kBK) {
-    if (threadIdx.x < kBK) {
-      const int64_t t = t0 + threadIdx.x;
-      int64_t at = -1;
-      if (t < t_end) {
-        const int64_t pj = t / page_size;
-        const int64_t page = pj < pages ? trow[pj] : -1;
-        if (page >= 0 && page < num_pages) {
-          const int64_t crow = page / ppr;
-          const int64_t phys = (page - crow * ppr) * page_size + (t - pj * page_size);
-          at = ((crow * kv_heads + kvh) * max_seq + phys) * D;
-        }
-      }
-      key_at[threadIdx.x] = at;
-    }
-    __syncthreads();
-    if (vec) {
-      const int per_row = D / 8;
-      for (int i = threadIdx.x; i < kBK * per_row; i += blockDim.x) {
-        const int j = i / per_row, d0 = (i - j * per_row) * 8;
-        const int64_t at = key_at[j];
-        uint4 kr = make_uint4(0, 0, 0, 0), vr = make_uint4(0, 0, 0, 0);
-        if (at >= 0) {
-          kr = *reinterpret_cast<const uint4*>(cache_k + at + d0);
-          vr = *reinterpret_cast<const uint4*>(cache_v + at + d0);
-        }
-        const T* ke = reinterpret_cast<const T*>(&kr);
-        const T* ve = reinterpret_cast<const T*>(&vr);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          k_sh[j * (D + 1) + d0 + e] = to_f(ke[e]);
-          v_sh[j * D + d0 + e] = to_f(ve[e]);
-        }
-      }
-    } else {
-      for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
-        const int j = i / D, d = i - j * D;
-        const int64_t at = key_at[j];
-        k_sh[j * (D + 1) + d] = at >= 0 ? to_f(cache_k[at + d]) : 0.f;
-        v_sh[j * D + d] = at >= 0 ? to_f(cache_v[at + d]) : 0.f;
-      }
-    }
-    __syncthreads();
-    const bool valid = key_at[lane] >= 0;
-    attend_tile<DCH>(q_sh + warp * D, k_sh, v_sh, p_sh + warp * kBK, D, valid, m, l, acc);
-    __syncthreads();
-  }
-
 #pragma unroll
   for (int c = 0; c < DCH; ++c) {
     const int d = lane + 32 * c;
@@ -395,13 +432,16 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
   if (N == 0) return;
   const int D = g.head_dim;
   const int G = heads_per_block(g);
+  // Tokens a block: one where the call's tokens are each on a row of their own (a decode
+  // step), else up to 16 warps' worth (a prefill chunk: the K/V tiles shared). Speed only.
+  const int Q = g.row_run >= 2 ? std::max(1, 16 / G) : 1;
   const float scale = 1.f / sqrtf(static_cast<float>(D));
-  const size_t smem = sizeof(float) * (G * D + kBK * (2 * D + 1) + G * kBK);
-  const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads / G),
+  const size_t smem = sizeof(float) * (Q * G * D + kBK * (2 * D + 1) + Q * G * kBK);
+  const dim3 grid(static_cast<unsigned>((N + Q - 1) / Q), static_cast<unsigned>(g.q_heads / G),
                   static_cast<unsigned>(splits));
   dispatch(dt, D, [&]<class T, int DCH>() {
-    attention_cache_kernel<T, DCH><<<grid, G * 32, smem, s>>>(
-        static_cast<const T*>(qkv), g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size,
+    attention_cache_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
+        static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size,
         g.cache_rows, rows, positions, table, R, pages, static_cast<const T*>(cache_k),
         static_cast<const T*>(cache_v), workspace);
     LINNET_CUDA_LAUNCH_CHECK();

@@ -194,6 +194,7 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
   g.max_seq = d.max_seq;
   g.page_size = d.page_size;
   g.cache_rows = cache_rows;
+  g.row_run = d.row_run;
   return g;
 }
 

@@ -36,6 +36,7 @@ struct AttnGeom {
   int64_t max_seq = 0;
   int64_t page_size = 0;
   int64_t cache_rows = 0;  // rows of cache_k / cache_v
+  int64_t row_run = 0;     // AttentionDims::row_run (a speed hint)
 };
 
 void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, const int32_t* slots,
