@@ -70,6 +70,18 @@ void MpiCommunicator::stage_out(const Tensor& host, Tensor& t) {
 // sums are gathered. The same bytes move as in a ring all-reduce. Two ranks' a + b needs no
 // order; integer sums and maxima are exact.
 void MpiCommunicator::rank_order_sum(float* x, int n) {
+  // Small sums (a decode step's rows): every rank's values gathered and added here — one
+  // collective instead of two, which is what a few hundred floats cost.
+  if (static_cast<int64_t>(n) * size_ * static_cast<int64_t>(sizeof(float)) <= kGatherSumBytes) {
+    std::vector<float> all(static_cast<size_t>(n) * size_);
+    LINNET_MPI_CHECK(MPI_Allgather(x, n, MPI_FLOAT, all.data(), n, MPI_FLOAT, comm_));
+    for (int i = 0; i < n; ++i) {
+      float s = all[i];
+      for (int r = 1; r < size_; ++r) s = s + all[static_cast<size_t>(r) * n + i];
+      x[i] = s;
+    }
+    return;
+  }
   std::vector<int> begin(static_cast<size_t>(size_) + 1), count(static_cast<size_t>(size_));
   for (int r = 0; r <= size_; ++r) begin[r] = static_cast<int>(static_cast<int64_t>(n) * r / size_);
   for (int r = 0; r < size_; ++r) count[r] = begin[r + 1] - begin[r];

@@ -32,6 +32,9 @@ class MpiCommunicator final : public Communicator {
  public:
   // `backend` stages device tensors; nullptr when every tensor is on the host.
   explicit MpiCommunicator(MPI_Comm comm, Backend* backend = nullptr);
+  // Up to this many bytes of everyone's values, float sums over 3+ ranks gather them all (one
+  // collective); past it, an all-to-all of chunks and a gather of their sums (a ring's bytes).
+  static constexpr int64_t kGatherSumBytes = 64 << 10;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }

@@ -221,12 +221,28 @@ int NcclCommunicator::issue(F&& call) {
 
 // Over 3+ ranks a ring or tree all-reduce associates a float sum by chunks whose bounds move
 // with the element count: a token's bits would change with the batch. So, as MpiCommunicator
-// does: rank c receives chunk c of every rank's values (grouped sends and receives), adds
-// them in rank order, and the sums are all-gathered: the bits MpiCommunicator gives, and the
-// bytes a ring all-reduce moves.
+// does: small sums gather everyone's values and add them in rank order; larger ones send rank
+// c chunk c of every rank's values (grouped sends and receives), which it adds in rank order,
+// and the sums are all-gathered: the bits MpiCommunicator gives, and the bytes a ring moves.
 void NcclCommunicator::rank_order_sum(Tensor& t, double timeout_s) {
   const int S = size(), me = rank();
   const int64_t n = t.numel(), c = (n + S - 1) / S;
+  if (n * S * static_cast<int64_t>(sizeof(float)) <= MpiCommunicator::kGatherSumBytes) {
+    // Small sums: everyone's values gathered, added in rank order here (one collective).
+    Tensor mine = backend_->empty({n}, DType::f32);
+    Tensor flat_mine = mine.reshape(t.shape());
+    backend_->convert(t, flat_mine);
+    Tensor all = backend_->empty({S, n}, DType::f32);
+    wait(issue([&](ncclComm* comm) {
+           return ncclAllGather(mine.data(), all.data(), static_cast<size_t>(n), ncclFloat32, comm, stream_);
+         }),
+         "ncclAllGather (rank-order sum)", timeout_s);
+    mark_enqueued();
+    Tensor sum = all.rows(0, 1);
+    for (int q = 1; q < S; ++q) backend_->add(sum, all.rows(q, q + 1));
+    backend_->convert(sum.reshape(t.shape()), t);
+    return;
+  }
   Tensor wide = backend_->zeros({S * c}, DType::f32);  // padded to S whole chunks
   Tensor flat = wide.rows(0, n).reshape(t.shape());
   backend_->convert(t, flat);
