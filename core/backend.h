@@ -110,6 +110,12 @@ class Backend {
   virtual std::string device_id() const { return ""; }
   // A timer for this backend's work (the host clock where work is synchronous).
   virtual std::unique_ptr<DeviceTimer> make_timer();
+  // A tuned library's matrix rate (FLOP/s) on this device for dtype dt — the ceiling
+  // `linnet bench` holds prefill to — and which library ("" and 0 where there is none).
+  virtual double library_matmul_rate(DType, std::string* source) {
+    if (source) source->clear();
+    return 0;
+  }
   // dst = src converted to dst's dtype (same element count).
   virtual void convert(const Tensor& src, Tensor& dst) = 0;
 

@@ -49,6 +49,7 @@ class ProfilingBackend final : public Backend {
   int device_index() const override { return inner_.device_index(); }
   std::string device_id() const override { return inner_.device_id(); }
   std::unique_ptr<DeviceTimer> make_timer() override { return inner_.make_timer(); }
+  double library_matmul_rate(DType dt, std::string* source) override { return inner_.library_matmul_rate(dt, source); }
 
   void convert(const Tensor& src, Tensor& dst) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;

@@ -102,7 +102,8 @@ double copy_bandwidth(Backend& be, DType dt) {
   return 2.0 * static_cast<double>(a.nbytes()) / s.median;
 }
 // The machine's f32 matrix rate: on the CPU OpenBLAS's sgemm (a library tuned to the core,
-// independent of the backend's own kernel); on CUDA the backend's product.
+// independent of the backend's own kernel); on CUDA the backend's own product (cuBLAS's
+// comes from Backend::library_matmul_rate).
 double matmul_rate(Backend& be, DType dt) {
   if (be.device() == Device::cpu) {
     const int n = 1024;
@@ -196,7 +197,20 @@ int cmd_bench(const Args& args) {
   const Generics g = model->generics();
   const DType act = be.compute_dtype(g.t);
   const double bw = be.device() == Device::cpu ? host_read_bandwidth() : copy_bandwidth(be, act);
-  const double rate = matmul_rate(be, act);
+  // The matmul ceiling: on the CPU OpenBLAS; on a GPU cuBLAS where it can be opened, else the
+  // backend's own product (then a prefill "of floor" only compares linnet with itself).
+  const double own_rate = matmul_rate(be, act);
+  std::string rate_source = be.device() == Device::cpu ? "OpenBLAS sgemm" : "linnet's own";
+  double rate = own_rate;
+  if (be.device() != Device::cpu) {
+    std::string lib;
+    if (const double r = be.library_matmul_rate(act, &lib); r > 0) {
+      rate = r;
+      rate_source = lib;
+    } else if (!lib.empty()) {
+      rate_source += str(" (", lib, ")");
+    }
+  }
 
   // Parameters this rank streams per decode step, and the FLOPs of a prefill.
   // Matrices in the backend's weight dtype (the CPU keeps bf16/f16 as stored), the rest in act.
@@ -276,19 +290,22 @@ int cmd_bench(const Args& args) {
       {"model", source}, {"backend", be.name()}, {"dtype", dtype_name(g.t)}, {"shards", g.shards},
       {"batch", g.batch}, {"prompt", prompt}, {"gen", gen}, {"repeats", repeats}, {"load_s", load_s},
       {"ceilings", {{"bandwidth_GBps", bw / 1e9}, {"bandwidth", be.device() == Device::cpu ? "read" : "copy"},
-                    {"matmul_TFLOPs", rate / 1e12}}},
+                    {"matmul_TFLOPs", rate / 1e12}, {"matmul", rate_source}}},
       {"prefill", {{"median_s", pre.median}, {"min_s", pre.min}, {"max_s", pre.max},
                    {"tokens_per_s", g.batch * prompt / pre.median}, {"collective_s", pre_comm},
                    {"floor_s", pre_floor}, {"fraction_of_floor", pre_floor / pre.median}}},
       {"decode", {{"ms_per_step", per_tok * 1e3}, {"min_ms", dec.min / gen * 1e3}, {"max_ms", dec.max / gen * 1e3},
                   {"tokens_per_s", g.batch / per_tok}, {"collective_ms_per_step", dec_comm * 1e3},
                   {"floor_ms", dec_floor * 1e3}, {"fraction_of_floor", dec_floor / per_tok}}}};
+  if (be.device() != Device::cpu) report["ceilings"]["own_matmul_TFLOPs"] = own_rate / 1e12;
   if (ranks.world_rank() == 0) {
     std::printf("linnet bench: %s, backend %s, T %s, Shards %lld, Batch %lld\n", source.c_str(), be.name().c_str(),
                 dtype_name(g.t), static_cast<long long>(g.shards), static_cast<long long>(g.batch));
     std::printf("load: %.2f s (%s)\n", load_s, vm.count("random-weights") ? "making random weights" : "reading the checkpoint");
-    std::printf("ceilings: %s %.1f GB/s, matmul %.2f TFLOP/s (measured now)\n",
-                be.device() == Device::cpu ? "read" : "copy", bw / 1e9, rate / 1e12);
+    std::printf("ceilings: %s %.1f GB/s, matmul %.2f TFLOP/s (%s, measured now)", be.device() == Device::cpu ? "read" : "copy",
+                bw / 1e9, rate / 1e12, rate_source.c_str());
+    if (be.device() != Device::cpu && rate != own_rate) std::printf("; linnet's own product %.2f TFLOP/s", own_rate / 1e12);
+    std::printf("\n");
     std::printf("%-8s %12s %14s %14s %12s %10s\n", "phase", "median", "throughput", "collectives", "floor", "of floor");
     std::printf("%-8s %9.2f ms %10.0f tok/s %11.2f ms %9.2f ms %9.0f%%\n", "prefill", pre.median * 1e3,
                 g.batch * prompt / pre.median, pre_comm * 1e3, pre_floor * 1e3, 100 * pre_floor / pre.median);

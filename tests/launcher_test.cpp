@@ -222,6 +222,7 @@ TEST(Bench, ReportsFiguresBesideTheirFloorsOnTheCpu) {
   // On the CPU the decode floor is a read bandwidth measured with the run's own threads.
   EXPECT_GT(j["ceilings"]["bandwidth_GBps"].get<double>(), 0);
   EXPECT_EQ(j["ceilings"]["bandwidth"], "read");
+  EXPECT_EQ(j["ceilings"]["matmul"], "OpenBLAS sgemm");
   EXPECT_FALSE(j.contains("profile")) << "no --profile, no profile";
 }
 

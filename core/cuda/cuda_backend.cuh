@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
   void release_cached_memory() override;
   void convert(const Tensor& src, Tensor& dst) override;
   std::unique_ptr<DeviceTimer> make_timer() override;
+  double library_matmul_rate(DType dt, std::string* source) override;  // cuBLAS (cublas_rate.cu)
 
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
   void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
