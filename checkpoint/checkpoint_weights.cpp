@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "checkpoint/hf_config.h"
+#include "checkpoint/random_weights.h"
 #include "layers/footprint.h"
 
 #include <spdlog/spdlog.h>
@@ -48,10 +49,13 @@ std::vector<std::string> CheckpointWeights::unused(const ModelConfig& config) co
   return out;
 }
 
-LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
-                       int ranks_sharing) {
+namespace {
+// config's generics under `options` (Shards: the group's size unless they say), checked to
+// fit the backend's memory.
+LoadedModel bound(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
+                  int ranks_sharing) {
   LoadedModel m;
-  m.config = load_hf_config(dir);
+  m.config = config;
   if (options.shards == 1 && comm.size() > 1) options.shards = comm.size();
   m.generics = bind_generics(m.config, options);
   if (m.generics.shards != comm.size())
@@ -59,6 +63,21 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   check_fits(m.config, m.generics, backend.compute_dtype(m.generics.t), backend.weight_dtype(m.generics.t),
              backend.memory_available(), ranks_sharing,
              options.max_seq == 0, str(backend.name(), " backend"));
+  return m;
+}
+}  // namespace
+
+LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
+                         int ranks_sharing) {
+  LoadedModel m = bound(config, options, backend, comm, ranks_sharing);
+  RandomWeights weights(0, m.config.dtype);
+  m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
+  return m;
+}
+
+LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
+                       int ranks_sharing) {
+  LoadedModel m = bound(load_hf_config(dir), options, backend, comm, ranks_sharing);
   CheckpointDir files(dir);
   CheckpointWeights weights(files, m.config.dtype);
   m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);

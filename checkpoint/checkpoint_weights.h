@@ -47,5 +47,9 @@ struct LoadedModel {
 // the backend. Shard 0 warns once about tensors the files hold but the model does not use.
 LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
                        int ranks_sharing = 1);
+// The same for a config with deterministic random weights (RandomWeights, seed 0): what the
+// benchmarks run at a real model's shapes without its checkpoint.
+LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
+                         int ranks_sharing = 1);
 
 }  // namespace linnet

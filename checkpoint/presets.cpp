@@ -76,4 +76,8 @@ ModelConfig preset_config(const std::string& name) {
   return parse_hf_config(nlohmann::json::parse(it->second), "preset " + name);
 }
 
+ModelConfig preset_or_config(const std::string& name_or_path) {
+  return presets().count(name_or_path) ? preset_config(name_or_path) : load_hf_config(name_or_path);
+}
+
 }  // namespace linnet

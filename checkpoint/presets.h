@@ -11,5 +11,7 @@ namespace linnet {
 std::vector<std::string> preset_names();
 // Throws linnet::Error listing the presets for an unknown name.
 ModelConfig preset_config(const std::string& name);
+// A preset's name, else the path of a config.json (or its directory).
+ModelConfig preset_or_config(const std::string& name_or_path);
 
 }  // namespace linnet

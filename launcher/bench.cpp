@@ -175,15 +175,9 @@ int cmd_bench(const Args& args) {
   const auto load_start = std::chrono::steady_clock::now();
   if (vm.count("random-weights")) {
     const std::string c = vm["config"].as<std::string>();
-    bool preset = false;
-    for (const auto& n : preset_names()) preset |= n == c;
-    config = preset ? preset_config(c) : load_hf_config(c);
+    config = preset_or_config(c);
     if (vm.count("layers")) config.layers = positive_option(vm, "layers");
-    const Generics g = bind_generics(config, o);
-    check_fits(config, g, be.compute_dtype(g.t), be.weight_dtype(g.t), be.memory_available(), ranks.sharing_memory(), false,
-               str(be.name(), " backend"));
-    RandomWeights w(0, config.dtype);
-    model = std::make_unique<Model>(config, g, w, model_be, comm);
+    model = std::move(random_model(config, o, model_be, comm, ranks.sharing_memory()).model);
     source = c + " (random weights)";
   } else {
     source = vm["checkpoint"].as<std::string>();

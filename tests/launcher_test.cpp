@@ -226,6 +226,24 @@ TEST(Bench, ReportsFiguresBesideTheirFloorsOnTheCpu) {
   EXPECT_FALSE(j.contains("profile")) << "no --profile, no profile";
 }
 
+// bench-engine at a config's shapes with random weights (what a GPU run measures without a
+// checkpoint), the baselines left out: only the continuous-batching figures.
+TEST(BenchEngine, RandomWeightsWithoutBaselines) {
+  const fs::path d = fresh_dir("bench-engine");
+  const Output r = linnet_cmd("bench-engine --config tiny --random-weights --backend cpu --prompts 6 --prompt-min 4 "
+                              "--prompt-max 12 --max-new-tokens 5 --no-single --no-eval --json " + (d / "r.json").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(slurp(d / "r.json"));
+  EXPECT_EQ(j["model"], "tiny (random weights)");
+  EXPECT_GT(j["generate"]["batched_tok_s"].get<double>(), 0);
+  EXPECT_FALSE(j["generate"].contains("single_s"));
+  EXPECT_FALSE(j.contains("eval"));
+  EXPECT_EQ(r.out.find("one at a time"), std::string::npos) << r.out;
+  const Output bad = linnet_cmd("bench-engine --random-weights --backend cpu");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("--random-weights needs --config"), std::string::npos) << bad.out;
+}
+
 // --profile: one more prefill and --gen decode steps with each op timed. Tiny has 2 layers,
 // each with 4 products (qkv, o, gate_up, down), and the lm_head: 9 a step.
 TEST(Bench, ProfileCountsEveryOpOfAPhase) {
