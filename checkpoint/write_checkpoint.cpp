@@ -8,6 +8,7 @@
 #include "checkpoint/hf_config.h"
 #include "checkpoint/random_weights.h"
 #include "checkpoint/safetensors.h"
+#include "core/files.h"
 #include "layers/parameters.h"
 
 namespace linnet {
@@ -18,9 +19,7 @@ namespace {
 
 void write_config(const ModelConfig& c, const std::string& dir) {
   fs::create_directories(dir);
-  std::ofstream out(fs::path(dir) / "config.json");
-  out << to_hf_config(c).dump(2) << "\n";
-  if (!out) throw Error(str(dir, "/config.json: cannot write"));
+  write_text_file((fs::path(dir) / "config.json").string(), to_hf_config(c).dump(2) + "\n", "the config");
 }
 
 }  // namespace
@@ -130,9 +129,7 @@ ModelConfig import_llama2c(const std::string& bin_path, const std::string& dir) 
   for (const char* tok : {"tokenizer.model", "tokenizer.bin"}) {
     const fs::path src = fs::path(bin_path).parent_path() / tok;
     if (!fs::exists(src)) continue;
-    const fs::path dst = fs::path(dir) / tok;
-    fs::copy_file(src, dst, fs::copy_options::overwrite_existing);
-    fs::permissions(dst, fs::perms::owner_write, fs::perm_options::add);  // sources may be read-only
+    write_text_file((fs::path(dir) / tok).string(), read_text_file(src.string(), "tokenizer"), "the tokenizer");
   }
   return c;
 }

@@ -1,11 +1,13 @@
 #include "core/files.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 
@@ -55,6 +57,54 @@ nlohmann::json parse_json(const std::string& text, const std::string& source) {
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {
   return parse_json(read_text_file(path, what), path);
+}
+
+// ---- writing ----
+
+OutputFile::OutputFile(std::string path, const char* mode, std::string what)
+    : path_(std::move(path)), what_(std::move(what)) {
+  file_ = std::fopen(path_.c_str(), mode);
+  if (!file_) fail("cannot open", errno);
+}
+
+OutputFile::~OutputFile() {
+  if (file_) std::fclose(file_);
+}
+
+void OutputFile::fail(const char* doing, int err) {
+  throw Error(str(path_, ": ", doing, " ", what_, ": ", std::strerror(err), " (errno ", err, ")"));
+}
+
+void OutputFile::write(std::string_view bytes) {
+  if (!file_) fail("write after closing", EBADF);
+  errno = 0;
+  if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file_) != bytes.size())
+    fail("cannot write", errno ? errno : EIO);
+}
+
+void OutputFile::flush() {
+  if (!file_) return;
+  errno = 0;
+  if (std::fflush(file_) != 0) fail("cannot write", errno ? errno : EIO);
+}
+
+void OutputFile::close() {
+  if (!file_) return;
+  flush();
+  // fsync: the data is on the disk when we say it is written. Pipes, terminals and devices
+  // such as /dev/null cannot be synced (EINVAL, ENOTSUP, EROFS): nothing to wait for there.
+  if (::fsync(::fileno(file_)) != 0 && errno != EINVAL && errno != ENOTSUP && errno != EROFS) {
+    const int err = errno;
+    std::fclose(std::exchange(file_, nullptr));
+    fail("cannot write", err);
+  }
+  if (std::fclose(std::exchange(file_, nullptr)) != 0) fail("cannot close", errno);
+}
+
+void write_text_file(const std::string& path, std::string_view content, const std::string& what) {
+  OutputFile f(path, "w", what);
+  f.write(content);
+  f.close();
 }
 
 }  // namespace linnet

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/error.h"
 #include "layers/model.h"
 
 namespace linnet::engine {
@@ -31,6 +32,12 @@ std::vector<Window> rolling_windows(size_t request, const std::vector<int32_t>& 
 
 Window continuation_window(size_t request, std::vector<int32_t> context, const std::vector<int32_t>& continuation,
                            int32_t prefix, int64_t max_len) {
+  // lm-eval would slice the wrong logits for it (logits[inplen - contlen : inplen] with
+  // contlen > inplen): a line of its own error instead.
+  if (static_cast<int64_t>(continuation.size()) > max_len)
+    throw Error(str("the continuation is ", continuation.size(), " tokens, more than a window can score: a window "
+                    "holds max_length = ", max_len, " tokens after at least one of context (--max-length; "
+                    "lm-eval's max_length)"));
   if (context.empty()) context = {prefix};
   // The model sees the last max_len tokens of context + continuation minus its last token.
   const int64_t total = static_cast<int64_t>(context.size() + continuation.size());

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "checkpoint/checkpoint_weights.h"
+#include "core/files.h"
 #include "core/profiling_backend.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/presets.h"
@@ -151,16 +152,20 @@ int cmd_bench(const Args& args) {
   const int repeats = static_cast<int>(positive_option(vm, "repeats")), warmup = vm["warmup"].as<int>();
   if (warmup < 0) throw UsageError(str("--warmup must be 0 or more, got ", warmup));
   if (vm.count("random-weights") && !vm.count("config")) throw UsageError("bench: --random-weights needs --config");
+  if (vm.count("checkpoint") && (vm.count("random-weights") || vm.count("config")))
+    throw UsageError("bench: --checkpoint runs a checkpoint's weights, --config CFG --random-weights a config's shapes "
+                     "with random ones: give one or the other");
+  if (vm.count("config") && !vm.count("random-weights"))
+    throw UsageError("bench: --config needs --random-weights (a config alone has no weights)");
   if (!vm.count("random-weights") && !vm.count("checkpoint"))
     throw UsageError("bench: give --checkpoint DIR, or --config CFG --random-weights");
   check_report_option(vm, "json");
   RunOptions o = run_options(vm);
-  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
+  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
   Backend& be = ranks.backend();
   // The model calls its ops through this; it times them only while armed (--profile).
   ProfilingBackend model_be(be);
   TimedCommunicator comm(ranks.shards(), be);
-  if (!vm.count("shards")) o.shards = comm.size();
   if (o.max_seq == 0) {  // every step the run takes, in whole pages; checked: --gen 2^62 must not wrap
     int64_t steps = 0, need = 0;
     if (__builtin_mul_overflow(gen, int64_t{warmup} + repeats + (vm.count("profile") ? 1 : 0), &steps) || __builtin_add_overflow(prompt, steps + 63, &need))
@@ -311,9 +316,7 @@ int cmd_bench(const Args& args) {
                   profile_text.c_str());
     }
     if (vm.count("json")) {
-      std::ofstream out(vm["json"].as<std::string>());
-      out << report.dump(2) << "\n";
-      if (!out) throw Error(str(vm["json"].as<std::string>(), ": cannot write the --json report"));
+      write_text_file(vm["json"].as<std::string>(), report.dump(2) + "\n", "the --json report");
     }
   }
   return 0;

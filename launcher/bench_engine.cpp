@@ -12,6 +12,7 @@
 #include <random>
 
 #include "checkpoint/checkpoint_weights.h"
+#include "core/files.h"
 #include "engine/evaluator.h"
 #include "engine/generator.h"
 #include "layers/footprint.h"
@@ -80,6 +81,11 @@ int cmd_bench_engine(const Args& args) {
   if (hi < lo) throw UsageError("--prompt-max must be at least --prompt-min");
   const bool random = vm.count("random-weights") > 0;
   if (random && !vm.count("config")) throw UsageError("bench-engine: --random-weights needs --config");
+  if (vm.count("checkpoint") && (vm.count("random-weights") || vm.count("config")))
+    throw UsageError("bench-engine: --checkpoint runs a checkpoint's weights, --config CFG --random-weights a config's shapes "
+                     "with random ones: give one or the other");
+  if (vm.count("config") && !vm.count("random-weights"))
+    throw UsageError("bench-engine: --config needs --random-weights (a config alone has no weights)");
   if (!random && !vm.count("checkpoint"))
     throw UsageError("bench-engine: give --checkpoint DIR, or --config CFG --random-weights");
   check_report_option(vm, "json");
@@ -204,10 +210,7 @@ int cmd_bench_engine(const Args& args) {
     if (eval_run)
       j["eval"] = {{"evaluator_s", eval_s}, {"direct_s", direct_s}, {"overhead", eval_s / direct_s - 1},
                    {"tokens_scored", scored}};
-    std::FILE* f = std::fopen(vm["json"].as<std::string>().c_str(), "w");
-    if (!f) throw Error(str(vm["json"].as<std::string>(), ": cannot write the report"));
-    std::fprintf(f, "%s\n", j.dump(2).c_str());
-    std::fclose(f);
+    write_text_file(vm["json"].as<std::string>(), j.dump(2) + "\n", "the --json report");
   }
   return 0;
 }

@@ -177,34 +177,42 @@ int cmd_eval(const Args& args) {
       ("output", po::value<std::string>()->required(), "OUT.jsonl: one result per line, in input order")
       ("max-length", po::value<int64_t>()->default_value(0),
        "tokens a window holds (0: max_position_embeddings, as lm-eval's max_length)")
-      ("prefix-token", po::value<int64_t>()->default_value(-1),
-       "the token before a text's first window, and an empty context (-1: BOS, else EOS, as lm-eval)")
+      ("prefix-token", po::value<int64_t>(),
+       "the token before a text's first window, and an empty context (default: BOS, else EOS, as lm-eval)")
       ("max-batch-tokens", po::value<int64_t>()->default_value(2048), "tokens per packed call")
-      ("resume", "keep OUT.jsonl and score only the lines whose ids it lacks")
       ("on-error", po::value<std::string>()->default_value("stop"), "a bad input line: stop (before any work) or skip")
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+  add_output_options(desc);
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm,
              "linnet eval --checkpoint DIR --data IN.jsonl --output OUT.jsonl [--max-length N] [--prefix-token ID] "
-             "[--max-batch-tokens N] [--resume] [--on-error stop|skip] [--shards N] [--dtype T] "
+             "[--max-batch-tokens N] [--resume [--resume-keep-errors] | --overwrite] [--on-error stop|skip] [--shards N] [--dtype T] "
              "[--backend cpu|cuda|auto] [--tp K] [--threads N] [--quiet]"))
     return 0;
   const OnError on_error = on_error_option(vm["on-error"].as<std::string>());
   const int64_t budget = positive_option(vm, "max-batch-tokens");
   RunOptions options = run_options(vm);
-  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
-  if (!vm.count("shards")) options.shards = ranks.shards().size();
+  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
 
   const std::string dir = vm["checkpoint"].as<std::string>(), in_path = vm["data"].as<std::string>();
   const ModelConfig config = load_hf_config(dir);
   const int64_t max_len = vm["max-length"].as<int64_t>() > 0 ? vm["max-length"].as<int64_t>() : config.max_position;
   const auto tok = load_tokenizer(dir);
-  int64_t prefix = vm["prefix-token"].as<int64_t>();
-  if (prefix < 0) prefix = tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id();
-  if (prefix < 0 || prefix >= config.vocab)
-    throw UsageError(str("--prefix-token: the tokenizer has neither BOS nor EOS; give an id in [0, ", config.vocab, ")"));
+  int64_t prefix = 0;
+  if (vm.count("prefix-token")) {
+    prefix = vm["prefix-token"].as<int64_t>();
+    if (prefix >= config.vocab)
+      throw UsageError(str("--prefix-token ", prefix, " is not a token id in [0, Vocab=", config.vocab, ")"));
+  } else {
+    prefix = tok->bos_id() >= 0 ? tok->bos_id() : tok->eos_id();
+    if (prefix < 0)
+      throw UsageError(str("--prefix-token: the tokenizer has neither BOS nor EOS; give an id in [0, ", config.vocab, ")"));
+    if (prefix >= config.vocab)
+      throw Error(str("the tokenizer's ", tok->bos_id() >= 0 ? "BOS" : "EOS", " id ", prefix,
+                      " is beyond the model's Vocab=", config.vocab, " (the checkpoint's tokenizer and config disagree)"));
+  }
   const TokenId bos = tok->bos_id();
   const Encoder encoder{*tok, add_bos_by_default(dir, *tok), bos >= 0 ? tok->decode(std::vector<TokenId>{bos}) : "",
                         config.vocab};
@@ -222,7 +230,7 @@ int cmd_eval(const Args& args) {
     }
   }
   report_input_errors(in_path, lines, on_error);
-  JobOutput out(vm["output"].as<std::string>(), vm.count("resume") > 0, ranks, lines);
+  JobOutput out(vm["output"].as<std::string>(), output_policy(vm), ranks, lines);
 
   // This replica's windows, in its lines' order. The model needs no cache for packed scoring:
   // the smallest one (MaxSeq = PageSize) is bound, windows are positions 0 … max_len − 1.
@@ -289,10 +297,11 @@ int cmd_eval(const Args& args) {
   spdlog::info("replica {}: {} windows in {} packed calls, {} tokens scored, {:.2f} s", ranks.replica(), mine.size(),
                evaluator.calls(), scored_tokens, seconds);
   out.finish();
+  int64_t errors = 0;
   if (ranks.world_rank() == 0) {
     // Over every line this run scored: lm-eval's aggregates (weighted by tokens, words, bytes).
     double ll = 0, rolling_ll = 0;
-    int64_t docs = 0, errors = 0, tokens = 0, words = 0, bytes = 0;
+    int64_t docs = 0, tokens = 0, words = 0, bytes = 0;
     for (const json& r : out.results_of_this_run()) {
       if (r.contains("error")) {
         ++errors;
@@ -322,8 +331,10 @@ int cmd_eval(const Args& args) {
                   std::exp(-rolling_ll / static_cast<double>(words)), std::exp(-rolling_ll / static_cast<double>(bytes)),
                   -rolling_ll / static_cast<double>(bytes) / std::log(2.0));
     std::printf("\n");
+    if (errors) spdlog::error("{} of the lines ended in an error (their lines in {} say why); exit code {}", errors,
+                              vm["output"].as<std::string>(), kExitSomeLinesFailed);
   }
-  return 0;
+  return errors ? kExitSomeLinesFailed : 0;
 }
 
 }  // namespace linnet::cli

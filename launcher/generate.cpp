@@ -131,7 +131,6 @@ int cmd_generate(const Args& args) {
       ("seed", po::value<uint64_t>()->default_value(0), "sampling seed (a prompt's own \"seed\" overrides it)")
       ("stop", po::value<std::vector<std::string>>()->composing(), "stop at this string (repeatable)")
       ("ignore-eos", "do not stop at end-of-sequence tokens (benchmarks)")
-      ("resume", "keep OUT.jsonl and run only the prompts whose ids it lacks")
       ("on-error", po::value<std::string>()->default_value("stop"), "a bad input line: stop (before any work) or skip")
       ("kv-cache-memory", po::value<std::string>()->default_value("0.8"),
        "KV pool: bytes (e.g. 2GiB) or a fraction of the memory free after the weights")
@@ -139,11 +138,12 @@ int cmd_generate(const Args& args) {
       ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once")
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+  add_output_options(desc);
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm,
              "linnet generate --checkpoint DIR --prompts IN.jsonl --output OUT.jsonl [--max-new-tokens N] "
-             "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]… [--ignore-eos] [--resume] "
+             "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]… [--ignore-eos] [--resume [--resume-keep-errors] | --overwrite] "
              "[--on-error stop|skip] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
              "[--page-size P] [--shards N] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N] [--quiet]"))
     return 0;
@@ -159,14 +159,15 @@ int cmd_generate(const Args& args) {
   if (!(defaults.top_p > 0 && defaults.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
   const std::vector<std::string> default_stop =
       vm.count("stop") ? vm["stop"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  for (const auto& s : default_stop)
+    if (s.empty()) throw UsageError("--stop \"\" would end every completion at once: a stop string is not empty");
   const OnError on_error = on_error_option(vm["on-error"].as<std::string>());
   engine::SchedulerLimits limits;
   limits.token_budget = positive_option(vm, "max-batch-tokens");
   limits.max_rows = positive_option(vm, "max-rows");
   const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
   RunOptions options = run_options(vm);
-  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
-  if (!vm.count("shards")) options.shards = ranks.shards().size();
+  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
 
   // The prompts, checked before the weights load.
   const std::string dir = vm["checkpoint"].as<std::string>(), in_path = vm["prompts"].as<std::string>();
@@ -189,7 +190,7 @@ int cmd_generate(const Args& args) {
     }
   }
   report_input_errors(in_path, lines, on_error);
-  JobOutput out(vm["output"].as<std::string>(), vm.count("resume") > 0, ranks, lines);
+  JobOutput out(vm["output"].as<std::string>(), output_policy(vm), ranks, lines);
 
   // The pool: what this replica's requests can use at once, within the memory given to it.
   std::vector<int64_t> lengths;
@@ -258,8 +259,9 @@ int cmd_generate(const Args& args) {
                ranks.replica(), st.steps, st.prefill_tokens, st.generated_tokens, st.preemptions, st.peak_pages,
                gen.pages().num_pages(), seconds);
   out.finish();
+  int64_t errors = 0;
   if (ranks.world_rank() == 0) {
-    int64_t n = 0, errors = 0, prompt_tokens = 0, completion_tokens = 0;
+    int64_t n = 0, prompt_tokens = 0, completion_tokens = 0;
     for (const json& r : out.results_of_this_run()) {
       if (r.contains("error")) {
         ++errors;
@@ -275,8 +277,10 @@ int cmd_generate(const Args& args) {
                 static_cast<long long>(prompt_tokens), static_cast<long long>(completion_tokens), seconds,
                 static_cast<double>(completion_tokens) / seconds,
                 static_cast<double>(prompt_tokens + completion_tokens) / seconds);
+    if (errors) spdlog::error("{} of the prompts ended in an error (their lines in {} say why); exit code {}", errors,
+                              vm["output"].as<std::string>(), kExitSomeLinesFailed);
   }
-  return 0;
+  return errors ? kExitSomeLinesFailed : 0;
 }
 
 }  // namespace linnet::cli

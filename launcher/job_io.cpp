@@ -21,6 +21,16 @@ using nlohmann::json;
 
 std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys) {
   const std::string text = read_text_file(path, "input");
+  // A JSON array (pretty-printed or on one line) would otherwise read as a line of errors each.
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  bool array = false;
+  if (first != std::string::npos && text[first] == '[') try {
+      array = parse_json(text, path).is_array();
+    } catch (const Error&) {
+    }
+  if (array)
+    throw Error(str(path, ": JSON Lines expected: one JSON object per line; this file is a JSON array (write each "
+                    "element on a line of its own, e.g. `jq -c '.[]' ", path, "`)"));
   std::vector<InputLine> out;
   std::map<std::string, size_t> seen;  // id → its line
   size_t line = 0;
@@ -85,6 +95,20 @@ void report_input_errors(const std::string& path, const std::vector<InputLine>& 
 
 // ---- output ----
 
+void add_output_options(po::options_description& desc) {
+  desc.add_options()
+      ("resume", "keep OUT.jsonl's finished lines and run only the rest (lines that ended in an error run again)")
+      ("resume-keep-errors", "with --resume: count OUT.jsonl's error lines as done")
+      ("overwrite", "replace a non-empty OUT.jsonl (without it, or --resume, a non-empty output is refused)");
+}
+
+OutputPolicy output_policy(const po::variables_map& vm) {
+  OutputPolicy p{vm.count("resume") > 0, vm.count("resume-keep-errors") > 0, vm.count("overwrite") > 0};
+  if (p.resume && p.overwrite) throw UsageError("--resume and --overwrite exclude each other");
+  if (p.keep_errors && !p.resume) throw UsageError("--resume-keep-errors needs --resume");
+  return p;
+}
+
 namespace {
 std::string part_path(const std::string& path, int replica) { return str(path, ".part", replica); }
 
@@ -101,8 +125,14 @@ std::vector<std::string> part_files(const std::string& path) {
   return out;
 }
 
-// A run killed while writing leaves a last line without its newline: that line is cut off
-// (its input runs again), so that what --resume appends starts on a line of its own.
+bool holds_bytes(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec) && fs::file_size(path, ec) > 0;
+}
+
+// A run killed while writing (or stopped by a full disk) leaves a last line without its
+// newline: that line is cut off (its input runs again), so that what --resume appends starts
+// on a line of its own.
 void drop_partial_line(const std::string& path) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
@@ -111,67 +141,125 @@ void drop_partial_line(const std::string& path) {
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (text.back() == '\n') return;
   const size_t keep = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
-  spdlog::warn("{}: its last line is incomplete (a run killed while writing it?); it is dropped and runs again", path);
+  const size_t line = static_cast<size_t>(std::count(text.begin(), text.end(), '\n')) + 1;
+  spdlog::warn("{}:{}: the last line is incomplete ({} bytes without a newline: a run killed or stopped while "
+               "writing it); it is dropped and its input runs again", path, line, text.size() - keep);
   fs::resize_file(path, keep);
 }
 
-std::FILE* open_or_throw(const std::string& path, const char* mode) {
-  std::FILE* f = std::fopen(path.c_str(), mode);
-  if (!f) throw Error(str(path, ": cannot write the output: ", std::strerror(errno)));
-  return f;
-}
-}  // namespace
+// One finished line of an output file.
+struct DoneLine {
+  size_t line = 0;
+  std::string text;
+  bool error = false;
+};
 
-// The finished lines a file holds (a last line cut off by a kill, or one that is not JSON,
-// does not count), by id.
-static std::map<std::string, std::string> finished_lines(const std::string& path) {
-  std::map<std::string, std::string> out;
+// The finished lines a file holds, by id (the last line of an id wins, a result over an
+// error line). A line that is not a JSON object with an "id" is named in a warning and left
+// out; so is a last line cut off by a kill (drop_partial_line has warned of it).
+std::map<std::string, DoneLine> finished_lines(const std::string& path, bool warn) {
+  std::map<std::string, DoneLine> out;
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  size_t number = 0;
   for (size_t at = 0; at < text.size();) {
     const size_t eol = text.find('\n', at);
     if (eol == std::string::npos) break;  // no newline: a line a kill cut off
     const std::string line = text.substr(at, eol - at);
     at = eol + 1;
+    ++number;
     if (line.empty()) continue;
     try {  // parse_json: a line nested past the limit is refused like any other bad line
-      const json j = parse_json(line, path);
-      if (j.is_object() && j.contains("id")) out.emplace(j["id"].dump(), line);
-    } catch (const std::exception&) {
+      const json j = parse_json(line, str(path, ":", number));
+      if (!j.is_object() || !j.contains("id")) throw Error(str(path, ":", number, ": not a JSON object with an \"id\""));
+      DoneLine d{number, line, j.contains("error")};
+      auto [it, fresh] = out.emplace(j["id"].dump(), d);
+      if (!fresh && !(d.error && !it->second.error)) it->second = d;
+    } catch (const std::exception& e) {
+      if (warn)
+        spdlog::warn("{} — this line is not a result and is left out of the output ({})", e.what(),
+                     line.size() > 60 ? line.substr(0, 60) + "…" : line);
     }
   }
   return out;
 }
 
-JobOutput::JobOutput(const std::string& path, bool resume, Ranks& ranks, const std::vector<InputLine>& lines)
-    : path_(path), part_(part_path(path, ranks.replica())), ranks_(ranks), resume_(resume) {
+// A file's lines and its parts' (a killed run's), merged by id as finished_lines does.
+std::map<std::string, DoneLine> finished_lines_of_all(const std::string& path, bool warn) {
+  std::map<std::string, DoneLine> all = finished_lines(path, warn);
+  for (const auto& p : part_files(path))
+    for (auto& [id, d] : finished_lines(p, warn)) {
+      auto [it, fresh] = all.emplace(id, d);
+      if (!fresh && !(d.error && !it->second.error)) it->second = std::move(d);
+    }
+  return all;
+}
+}  // namespace
+
+JobOutput::JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines)
+    : path_(path), part_(part_path(path, ranks.replica())), ranks_(ranks), policy_(policy) {
   const int replicas = ranks.replicas();
   writer_ = ranks.shards().rank() == 0;
   for (const auto& l : lines) order_.push_back(l.id.dump());
-  // World rank 0 starts OUT afresh, or (resume) leaves OUT and any parts a killed run left:
-  // their finished lines are gathered into OUT, in input order, when this run finishes.
+  // World rank 0 checks and prepares OUT: a non-empty one is kept for --resume (with any
+  // parts a killed run left: their finished lines are gathered into OUT, in input order, when
+  // this run finishes), replaced with --overwrite, refused otherwise.
   std::string problem;
   if (ranks.world_rank() == 0) {
     try {
-      if (!resume) {
-        std::fclose(open_or_throw(path, "w"));
-        for (const auto& p : part_files(path)) fs::remove(p);
-      } else {
-        drop_partial_line(path);
-        for (const auto& p : part_files(path)) drop_partial_line(p);  // parts are appended to
-        std::fclose(open_or_throw(path, "a"));
+      std::error_code ec;
+      if (fs::exists(path, ec) && !fs::is_regular_file(path, ec) && (policy.resume || replicas > 1))
+        throw Error(str(path, ": --output is not a regular file; --resume and several replicas need one (they "
+                        "read it back and merge into it)"));
+      const auto parts = part_files(path);
+      if (!policy.resume && !policy.overwrite) {
+        std::string held = holds_bytes(path) ? path : "";
+        for (const auto& p : parts)
+          if (held.empty() && holds_bytes(p)) held = p;
+        if (!held.empty())
+          throw UsageError(str(held, " already holds results: give --resume to keep them and run only the lines "
+                               "they lack, or --overwrite to replace them"));
       }
-    } catch (const Error& e) {
-      problem = e.what();
+      if (!policy.resume) {
+        OutputFile(path, "w", "the output").close();
+        for (const auto& p : parts) fs::remove(p);
+      } else {
+        if (fs::exists(path, ec)) drop_partial_line(path);
+        for (const auto& p : parts) drop_partial_line(p);  // parts are appended to
+        OutputFile(path, "a", "the output").close();
+      }
+    } catch (const UsageError& e) {
+      problem = str("U", e.what());
+    } catch (const std::exception& e) {
+      problem = str("E", e.what());
     }
   }
-  ranks.world_barrier();
-  if (!problem.empty()) throw Error(problem);
+  // Every rank learns world rank 0's verdict (a broadcast, not a barrier: the others must
+  // fail with it rather than wait for a rank that has left).
+  ranks.world_broadcast(problem);
+  if (!problem.empty()) {
+    if (problem[0] == 'U') throw UsageError(problem.substr(1));
+    throw Error(problem.substr(1));
+  }
   std::set<std::string> done;
-  if (resume) {
-    for (const auto& [id, line] : finished_lines(path)) done.insert(id);
-    for (const auto& p : part_files(path))
-      for (const auto& [id, line] : finished_lines(p)) done.insert(id);
+  if (policy.resume) {
+    std::set<std::string> input_ids(order_.begin(), order_.end());
+    size_t errors = 0;
+    for (const auto& [id, d] : finished_lines_of_all(path, ranks.world_rank() == 0)) {
+      if (!input_ids.count(id)) {
+        if (ranks.world_rank() == 0)
+          spdlog::warn("{}:{}: id {} is not an id of the input; the line is kept, after the input's lines", path,
+                       d.line, id);
+        continue;
+      }
+      if (d.error && !policy.keep_errors) {
+        ++errors;
+        continue;
+      }
+      done.insert(id);
+    }
+    if (errors && ranks.world_rank() == 0)
+      spdlog::warn("{}: {} line(s) ended in an error; they run again (--resume-keep-errors keeps them)", path, errors);
   }
   done_before_ = done;
   size_t k = 0;
@@ -184,12 +272,10 @@ JobOutput::JobOutput(const std::string& path, bool resume, Ranks& ranks, const s
   }
   // One replica writes OUT itself; several write parts (appended: a part of a killed run keeps
   // its lines), merged at the end.
-  if (writer_) file_ = open_or_throw(replicas == 1 ? path : part_, "a");
+  if (writer_) file_ = std::make_unique<OutputFile>(replicas == 1 ? path : part_, "a", "the output");
 }
 
-JobOutput::~JobOutput() {
-  if (file_) std::fclose(file_);
-}
+JobOutput::~JobOutput() = default;
 
 void JobOutput::put(size_t index, const nlohmann::ordered_json& result) {
   const auto it = std::lower_bound(mine_.begin(), mine_.end(), index);
@@ -202,41 +288,58 @@ void JobOutput::put(size_t index, const nlohmann::ordered_json& result) {
 void JobOutput::write_ready() {
   for (auto it = pending_.find(next_); it != pending_.end(); it = pending_.find(++next_)) {
     if (file_) {
-      std::fprintf(file_, "%s\n", it->second.c_str());
-      std::fflush(file_);  // a finished line survives whatever happens next
+      try {
+        file_->write(it->second + "\n");
+        file_->flush();  // a finished line survives whatever happens next
+      } catch (const Error& e) {
+        throw Error(str(e.what(), ". ", written_, " result line(s) of this run were written whole before it; "
+                        "`--resume` continues from the last complete line"));
+      }
+      ++written_;
     }
     pending_.erase(it);
   }
 }
 
 void JobOutput::finish() {
-  if (file_) std::fclose(file_);
-  file_ = nullptr;
+  if (file_) {
+    file_->close();  // fsynced: the lines are on the disk
+    file_.reset();
+  }
   ranks_.world_barrier();
   const auto parts = part_files(path_);
-  if (ranks_.world_rank() != 0 || (parts.empty() && !resume_)) return;
-  // OUT, every part, this run's and a killed run's: each id once, in input order, written
-  // aside and renamed into place (a kill now leaves the old file whole).
-  std::map<std::string, std::string> all = finished_lines(path_);
-  for (const auto& p : parts) all.merge(finished_lines(p));
+  if (ranks_.world_rank() != 0 || (parts.empty() && !policy_.resume)) return;
+  // OUT, every part, this run's and a killed run's: each id once, in input order (then lines
+  // of ids the input no longer has, as they were), written aside and renamed into place (a
+  // kill now leaves the old file whole).
+  std::map<std::string, DoneLine> all = finished_lines_of_all(path_, false);
   const std::string tmp = path_ + ".merging";
-  std::FILE* out = open_or_throw(tmp, "w");
+  OutputFile out(tmp, "w", "the merged output");
   for (const auto& id : order_)
-    if (auto it = all.find(id); it != all.end()) std::fprintf(out, "%s\n", it->second.c_str());
-  if (std::fclose(out) != 0) throw Error(str(tmp, ": cannot write the merged output"));
+    if (auto it = all.find(id); it != all.end()) {
+      out.write(it->second.text + "\n");
+      all.erase(it);
+    }
+  std::vector<const DoneLine*> others;
+  for (const auto& [id, d] : all) others.push_back(&d);
+  std::sort(others.begin(), others.end(), [](auto* a, auto* b) { return a->line < b->line; });
+  for (const DoneLine* d : others) out.write(d->text + "\n");
+  out.close();
   fs::rename(tmp, path_);
   for (const auto& p : parts) fs::remove(p);
 }
 
 std::vector<json> JobOutput::results_of_this_run() const {
   std::vector<json> out;
+  const std::set<std::string> input_ids(order_.begin(), order_.end());
   std::ifstream in(path_);
   std::string line;
   while (std::getline(in, line)) {
     if (line.empty()) continue;
     try {
       json j = parse_json(line, path_);
-      if (j.is_object() && !done_before_.count(j.value("id", json()).dump())) out.push_back(std::move(j));
+      const std::string id = j.is_object() ? j.value("id", json()).dump() : "";
+      if (input_ids.count(id) && !done_before_.count(id)) out.push_back(std::move(j));
     } catch (const std::exception&) {
     }
   }

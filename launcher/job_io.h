@@ -4,11 +4,15 @@
 // and a progress line on a terminal.
 #pragma once
 #include <chrono>
+#include <boost/program_options.hpp>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "core/files.h"
 
 namespace linnet::cli {
 
@@ -24,7 +28,8 @@ struct InputLine {
 };
 
 // Every non-empty line of the file (each rank reads it alike). A line that is not a JSON
-// object, or has a key outside `keys`, gets its error here; callers add their own.
+// object, or has a key outside `keys`, gets its error here; callers add their own. A file
+// that is one JSON array (not JSON Lines) is refused as a whole.
 std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys);
 
 // What to do with a line that cannot be run: stop before any work (the default), or skip it,
@@ -35,15 +40,28 @@ OnError on_error_option(const std::string& value);
 // stop; logs each as a warning for skip.
 void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy);
 
+// "generate: …" / "eval: …" end: the exit code of a run whose every line was written — 0, or
+// kExitSomeLinesFailed when any of them is an error line (docs/cli.md).
+inline constexpr int kExitSomeLinesFailed = 3;
+
 // The output file of a job over `lines`, as seen from one rank. Lines are spread over the
 // replicas (line k of the ones left to do goes to replica k mod R); each replica's shard 0
 // writes its results in its lines' order, flushed line by line, to OUT itself with one
 // replica, else to a part file OUT.part<r>. At the end world rank 0 gathers OUT and every part
 // (a killed run's too, with --resume) into OUT: each id once, in input order.
+// What to do with an OUT that already holds lines (docs/usage.md): refuse (the default),
+// --overwrite it, or --resume from it — rerunning the lines that ended in an error unless
+// --resume-keep-errors.
+struct OutputPolicy {
+  bool resume = false, keep_errors = false, overwrite = false;
+};
+// --resume, --resume-keep-errors and --overwrite of generate and eval.
+void add_output_options(boost::program_options::options_description& desc);
+OutputPolicy output_policy(const boost::program_options::variables_map& vm);
+
 class JobOutput {
  public:
-  // resume: keep OUT (and parts a killed run left) and leave out the ids they hold.
-  JobOutput(const std::string& path, bool resume, Ranks& ranks, const std::vector<InputLine>& lines);
+  JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines);
   ~JobOutput();
 
   // Indices (into `lines`) this replica does, in order.
@@ -62,10 +80,11 @@ class JobOutput {
 
   std::string path_, part_;
   Ranks& ranks_;
-  bool resume_ = false;
+  OutputPolicy policy_;
   std::vector<std::string> order_;                // every line's id, in input order
   bool writer_ = false;
-  std::FILE* file_ = nullptr;
+  std::unique_ptr<OutputFile> file_;
+  size_t written_ = 0;                            // lines this rank wrote
   std::vector<size_t> mine_;
   size_t next_ = 0, already_ = 0;                 // next of mine() to write
   std::map<size_t, std::string> pending_;         // finished out of order

@@ -3,6 +3,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -112,7 +113,13 @@ int main(int argc, char** argv) {
   }
 #endif
   try {
-    return cmd->run(linnet::cli::Args(argv + 2, argv + argc));
+    const int code = cmd->run(linnet::cli::Args(argv + 2, argv + argc));
+    // Results printed to stdout (tokenize, inspect, run --print, the summaries) count too: a
+    // full disk or a closed pipe behind it is an error, not a silent loss.
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout))
+      throw linnet::Error(linnet::str("stdout: cannot write the results: ", std::strerror(errno ? errno : EIO)));
+    return code;
   } catch (const linnet::cli::UsageError& e) {
     // Every rank parses the same command line, so every rank lands here: no one to wait for.
     spdlog::error("{} (see linnet {} --help)", e.what(), cmd->name);

@@ -71,7 +71,7 @@ def main():
     with open(src, "w") as f:
         for p in ps:
             f.write(json.dumps(p) + "\n")
-    r = subprocess.run([LINNET, "generate", "--checkpoint", CKPT, "--prompts", src, "--output", dst, "--backend", "cpu",
+    r = subprocess.run([LINNET, "generate", "--checkpoint", CKPT, "--prompts", src, "--output", dst, "--overwrite", "--backend", "cpu",
                         *EXTRA], capture_output=True, text=True, check=True)
     m = re.search(r"(\d+) generated in ([\d.]+) s", r.stdout)
     gen_tokens, gen_seconds = int(m.group(1)), float(m.group(2))

@@ -2,7 +2,7 @@
 local-completions, a load of 500 concurrent requests, faults. Run by serve_test.sh (ctest's
 Serve.* cases) as: serve_test.py CASE LINNET SOURCE WORK. Loopback only; every wait bounded.
 
-Cases: openai, lm_eval, load, faults (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
+Cases: openai, lm_eval, load, faults, clients (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
 2); replicas (mpirun -np 2, two replicas of one shard).
 """
 import asyncio
@@ -181,7 +181,7 @@ def generate(ps, *extra):
     with open(src, "w") as f:
         for p in ps:
             f.write(json.dumps(p) + "\n")
-    r = subprocess.run([LINNET, "generate", "--checkpoint", MODEL, "--prompts", src, "--output", dst,
+    r = subprocess.run([LINNET, "generate", "--checkpoint", MODEL, "--prompts", src, "--output", dst, "--overwrite",
                         "--backend", "cpu", "--quiet", *extra], capture_output=True, text=True, timeout=300)
     check(r.returncode == 0, f"linnet generate failed: {r.stderr[-2000:]}")
     with open(dst) as f:
@@ -289,7 +289,7 @@ def case_lm_eval():
     def linnet_eval(*extra):
         ev = os.path.join(TMP, "eval.jsonl")
         r = subprocess.run([LINNET, "eval", "--checkpoint", MODEL, "--data", os.path.join(FIXTURE, "mc.jsonl"),
-                            "--output", ev, "--backend", "cpu", "--quiet", *extra],
+                            "--output", ev, "--overwrite", "--backend", "cpu", "--quiet", *extra],
                            capture_output=True, text=True, timeout=300)
         check(r.returncode == 0, r.stderr[-2000:])
         return {j["id"]: j for j in map(json.loads, open(ev))}
@@ -587,7 +587,8 @@ def case_stories15m():
         for i, (ctx, ch) in enumerate(docs):
             f.write(json.dumps({"id": f"s{i}", "context": ctx, "continuation": [" " + c for c in ch]}) + "\n")
     ev = os.path.join(TMP, "eval.jsonl")
-    r = subprocess.run([LINNET, "eval", "--checkpoint", d, "--data", data, "--output", ev, "--backend", "cpu", "--quiet"],
+    r = subprocess.run([LINNET, "eval", "--checkpoint", d, "--data", data, "--output", ev, "--overwrite", "--backend", "cpu",
+                        "--quiet"],
                        capture_output=True, text=True, timeout=300)
     check(r.returncode == 0, r.stderr[-2000:])
     want = {j["id"]: j for j in map(json.loads, open(ev))}
@@ -631,7 +632,83 @@ def openai_checks_generate(srv, ps):
         print(f"{p['id']}: {r.choices[0].text!r}")
 
 
+def case_clients():
+    """Slow and odd clients. Before: six connections sending a header byte a second held every
+    thread of --http-threads 4 and kept a normal request waiting over 40 s; an HTTP/1.0 client
+    got a chunked HTTP/1.1 answer."""
+    with Server("--http-threads", "4", "--http-timeout", "3", "--http-idle-timeout", "2", name="clients") as srv:
+        stop = threading.Event()
+
+        def trickle(s):
+            for b in b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 200:
+                if stop.is_set():
+                    return
+                try:
+                    s.send(bytes([b]))
+                except OSError:
+                    return
+                time.sleep(1)
+
+        slow = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(6)]
+        for s in slow:
+            threading.Thread(target=trickle, args=(s,), daemon=True).start()
+        time.sleep(1)
+        t0 = time.time()
+        st, body = http(srv.base, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2}, timeout=60)
+        took = time.time() - t0
+        check(st == 200, f"the normal request: {st} {body}")
+        check(took < 12, f"a normal request waited {took:.1f} s behind 6 slow clients (--http-timeout 3)")
+        # The slow ones were closed by the server at their deadline.
+        for s in slow:
+            s.settimeout(15)
+            try:
+                got = s.recv(100)
+            except ConnectionResetError:
+                got = b""
+            check(got == b"" or got.startswith(b"HTTP/1.1 4"), f"a slow client got {got!r}")
+        stop.set()
+        # An idle connection is closed after --http-idle-timeout.
+        idle = socket.create_connection(("127.0.0.1", srv.port))
+        idle.settimeout(15)
+        t0 = time.time()
+        check(idle.recv(100) == b"", "an idle connection got bytes")
+        check(time.time() - t0 < 10, "an idle connection stayed open")
+        # Headers past the limit (64 KiB) end the connection; the server carries on.
+        big = socket.create_connection(("127.0.0.1", srv.port))
+        big.settimeout(15)
+        try:
+            big.sendall(b"GET /health HTTP/1.1\r\n" + b"X-Big: " + b"b" * 4000 + b"\r\n" * 1)
+            for _ in range(40):
+                big.sendall(b"X-More: " + b"c" * 4000 + b"\r\n")
+            answer = big.recv(100)
+        except (ConnectionResetError, BrokenPipeError):
+            answer = b""
+        check(not answer.startswith(b"HTTP/1.1 200"), f"160 KiB of headers were served: {answer!r}")
+        check(http(srv.base, "GET", "/health")[0] == 200, "healthy after the odd clients")
+        # HTTP/1.0: no chunks (the answer ends where the connection does), whole and streamed.
+        for stream in (False, True):
+            body = json.dumps({"prompt": "hi", "max_tokens": 3, "stream": stream}).encode()
+            c = socket.create_connection(("127.0.0.1", srv.port))
+            c.settimeout(30)
+            c.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: "
+                      + str(len(body)).encode() + b"\r\n\r\n" + body)
+            got = b""
+            while True:
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                got += chunk
+            head, _, rest = got.partition(b"\r\n\r\n")
+            check(head.startswith(b"HTTP/1.") and b" 200 " in head.split(b"\r\n")[0], f"HTTP/1.0: {head!r}")
+            check(b"chunked" not in head.lower(), f"an HTTP/1.0 client got chunks: {head!r}")
+            if stream:
+                check(rest.startswith(b"data: {") and rest.rstrip().endswith(b"data: [DONE]"), f"stream: {rest[:200]!r}")
+            else:
+                check(json.loads(rest)["usage"]["completion_tokens"] == 3, f"whole: {rest[:200]!r}")
+
+
 CASES = {
+    "clients": case_clients,
     "stories15M": case_stories15m,
     "openai": case_openai,
     "lm_eval": case_lm_eval,

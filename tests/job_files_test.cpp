@@ -1,0 +1,224 @@
+// What `linnet generate` and `linnet eval` do with their files when things go wrong: a full
+// disk (a write that fails is an error naming the file, never a short file and exit 0), a
+// non-empty output (refused without --resume or --overwrite), --resume naming every line it
+// does not keep, lines that ended in an error (run again; the exit code says so), and input
+// that is not JSON Lines.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/write_checkpoint.h"
+#include "model_fixtures.h"
+#include "mpi_run.h"
+
+using namespace linnet;
+using linnet::testing::linnet_run;
+using linnet::testing::run_command;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("linnet_jobfiles_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Random weights with the byte-level BPE tokenizer of the fixtures (as generate_test's).
+fs::path tiny_text_model() {
+  return linnet::testing::shared_checkpoint("linnet_jobfiles_tiny", [](const std::string& d) {
+    ModelConfig c = linnet::testing::tiny_config();
+    c.vocab = 1398;
+    c.hidden = 48;
+    c.heads = 6;
+    c.kv_heads = 6;
+    c.inner = 96;
+    c.max_position = 256;
+    c.eos_token_ids = {1};
+    write_random_checkpoint(c, d, DType::f32, 21);
+    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
+  });
+}
+
+std::string prompts(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i) s += json{{"id", "p" + std::to_string(i)}, {"text", "the cat sat number " + std::to_string(i)}}.dump() + "\n";
+  return s;
+}
+
+std::vector<std::string> gen(const fs::path& in, const fs::path& out, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"generate", "--checkpoint", tiny_text_model().string(), "--prompts", in.string(),
+                                "--output", out.string(), "--backend", "cpu", "--max-new-tokens", "6"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+std::vector<std::string> ev(const fs::path& in, const fs::path& out, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"eval", "--checkpoint", tiny_text_model().string(), "--data", in.string(),
+                                "--output", out.string(), "--backend", "cpu"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// linnet under a file-size limit (ulimit -f, in KiB): past it a write fails with EFBIG, as on
+// a disk that is full (SIGXFSZ ignored, so the write returns the error instead of killing).
+linnet::testing::MpiRunResult with_file_limit(int kib, const std::vector<std::string>& args) {
+  std::string cmd = "trap '' XFSZ; ulimit -f " + std::to_string(kib) + "; exec '" + std::string(LINNET_BINARY) + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  return run_command({"/bin/bash", "-c", cmd}, 120, true);
+}
+
+size_t lines_of(const std::string& text) { return static_cast<size_t>(std::count(text.begin(), text.end(), '\n')); }
+
+}  // namespace
+
+// Before: "0 completions (0 errors)" and exit 0 with /dev/full; 34 of 40 lines and half a line
+// with exit 0 on a full disk.
+TEST(JobFiles, AFullDiskStopsTheRunNamingTheFileAndResumeCompletesIt) {
+  const fs::path d = fresh_dir("full");
+  write(d / "in.jsonl", prompts(40));
+  auto r = linnet_run(gen(d / "in.jsonl", "/dev/full"));
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_NE(r.errors.find("/dev/full: cannot write the output: No space left on device"), std::string::npos) << r.errors;
+  ASSERT_EQ(linnet_run(gen(d / "in.jsonl", d / "whole.jsonl")).exit_code, 0);
+  const std::string whole = slurp(d / "whole.jsonl");
+  ASSERT_EQ(lines_of(whole), 40u);
+  ASSERT_GT(whole.size(), 3000u);
+  for (const char* command : {"generate", "eval"}) {
+    SCOPED_TRACE(command);
+    const bool is_gen = std::string(command) == "generate";
+    const fs::path out = d / (std::string(command) + ".jsonl"), ref = d / (std::string(command) + "-ref.jsonl");
+    if (!is_gen) ASSERT_EQ(linnet_run(ev(d / "in.jsonl", ref)).exit_code, 0);
+    const std::string want = is_gen ? whole : slurp(ref);
+    // A limit that falls inside a line: the run stops with the file's name and errno's text.
+    const int kib = static_cast<int>(want.size() / 2 / 1024);
+    r = with_file_limit(kib, is_gen ? gen(d / "in.jsonl", out) : ev(d / "in.jsonl", out));
+    EXPECT_EQ(r.exit_code, 1) << r.errors;
+    EXPECT_NE(r.errors.find(out.string() + ": cannot write the output: File too large"), std::string::npos) << r.errors;
+    EXPECT_NE(r.errors.find("--resume"), std::string::npos) << r.errors;
+    const std::string part = slurp(out);
+    EXPECT_LT(part.size(), want.size());
+    EXPECT_EQ(want.compare(0, part.size(), part), 0) << "what was written is not a prefix of the whole";
+    // --resume: the cut-off line is named and dropped, the rest runs; the same file as one run.
+    r = linnet_run(is_gen ? gen(d / "in.jsonl", out, {"--resume"}) : ev(d / "in.jsonl", out, {"--resume"}));
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    if (part.back() != '\n')
+      EXPECT_NE(r.errors.find("the last line is incomplete"), std::string::npos) << r.errors;
+    EXPECT_EQ(slurp(out), want);
+  }
+}
+
+TEST(JobFiles, ResultsPrintedToAFullStdoutAreAnError) {
+  const auto r = run_command({"/bin/bash", "-c",
+                              "exec '" + std::string(LINNET_BINARY) + "' tokenize --checkpoint '" +
+                                  tiny_text_model().string() + "' --text 'hello world' > /dev/full"},
+                             60, true);
+  EXPECT_EQ(r.exit_code, 1) << r.errors;
+  EXPECT_NE(r.errors.find("stdout: cannot write the results: No space left on device"), std::string::npos) << r.errors;
+}
+
+// Before: an existing output was replaced without a word (4 lines where there were 8).
+TEST(JobFiles, ANonEmptyOutputIsRefusedWithoutResumeOrOverwrite) {
+  const fs::path d = fresh_dir("refuse");
+  write(d / "in.jsonl", prompts(4));
+  write(d / "out.jsonl", "{\"id\": \"earlier\", \"text\": \"kept\"}\n");
+  for (const auto& args : {gen(d / "in.jsonl", d / "out.jsonl"), ev(d / "in.jsonl", d / "out.jsonl")}) {
+    const auto r = linnet_run(args);
+    EXPECT_EQ(r.exit_code, 2) << r.errors;
+    EXPECT_NE(r.errors.find("out.jsonl already holds results: give --resume"), std::string::npos) << r.errors;
+    EXPECT_NE(r.errors.find("--overwrite"), std::string::npos) << r.errors;
+    EXPECT_EQ(slurp(d / "out.jsonl"), "{\"id\": \"earlier\", \"text\": \"kept\"}\n");
+  }
+  // A part a killed multi-replica run left counts too.
+  fs::remove(d / "out.jsonl");
+  write(d / "out.jsonl.part1", "{\"id\": \"p1\", \"text\": \"x\"}\n");
+  auto r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl"));
+  EXPECT_EQ(r.exit_code, 2) << r.errors;
+  EXPECT_NE(r.errors.find("out.jsonl.part1 already holds results"), std::string::npos) << r.errors;
+  r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl", {"--overwrite"}));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(lines_of(slurp(d / "out.jsonl")), 4u);
+  EXPECT_FALSE(fs::exists(d / "out.jsonl.part1"));
+  r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl", {"--overwrite", "--resume"}));
+  EXPECT_EQ(r.exit_code, 2) << r.errors;
+  EXPECT_NE(r.errors.find("--resume and --overwrite exclude each other"), std::string::npos) << r.errors;
+}
+
+// Before: --resume dropped unparseable lines and lines of unknown ids without a word, and
+// counted an earlier error line as done.
+TEST(JobFiles, ResumeNamesWhatItDropsAndRerunsErrorLines) {
+  const fs::path d = fresh_dir("resume");
+  write(d / "in.jsonl", prompts(5));
+  ASSERT_EQ(linnet_run(gen(d / "in.jsonl", d / "whole.jsonl")).exit_code, 0);
+  std::vector<std::string> whole;
+  {
+    std::istringstream in(slurp(d / "whole.jsonl"));
+    for (std::string l; std::getline(in, l);) whole.push_back(l);
+  }
+  ASSERT_EQ(whole.size(), 5u);
+  const std::string earlier =
+      whole[0] + "\n" + "this line is not JSON\n" + R"({"id": "p1", "error": "an earlier failure"})" "\n" + whole[2] +
+      "\n" + R"({"id": "gone", "text": "from an older input"})" "\n";
+  write(d / "out.jsonl", earlier);
+  auto r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl", {"--resume"}));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("out.jsonl:2: malformed JSON"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("is not a result and is left out"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("out.jsonl:5: id \"gone\" is not an id of the input; the line is kept"), std::string::npos)
+      << r.errors;
+  EXPECT_NE(r.errors.find("1 line(s) ended in an error; they run again"), std::string::npos) << r.errors;
+  EXPECT_NE(r.output.find("3 completions (0 errors, 2 already done)"), std::string::npos) << r.output;
+  // Input order, p1's error replaced by its result, the unknown id kept at the end.
+  EXPECT_EQ(slurp(d / "out.jsonl"), whole[0] + "\n" + whole[1] + "\n" + whole[2] + "\n" + whole[3] + "\n" + whole[4] +
+                                        "\n" + R"({"id": "gone", "text": "from an older input"})" "\n");
+  // --resume-keep-errors counts an error line as done.
+  write(d / "out.jsonl", R"({"id": "p1", "error": "an earlier failure"})" "\n");
+  r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl", {"--resume", "--resume-keep-errors"}));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("4 completions (0 errors, 1 already done)"), std::string::npos) << r.output;
+  EXPECT_NE(slurp(d / "out.jsonl").find("an earlier failure"), std::string::npos);
+}
+
+// Before: a run whose every line failed printed "0 completions" and exited 0.
+TEST(JobFiles, ARunWithErrorLinesExitsThree) {
+  const fs::path d = fresh_dir("errors");
+  write(d / "in.jsonl", R"({"id": "a", "text": "the cat", "max_new_tokens": 100000})" "\n"
+                        R"({"id": "b", "text": "the dog", "max_new_tokens": 100000})" "\n");
+  auto r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl"));
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  EXPECT_NE(r.output.find("0 completions (2 errors"), std::string::npos) << r.output;
+  EXPECT_NE(r.errors.find("2 of the prompts ended in an error"), std::string::npos) << r.errors;
+  write(d / "docs.jsonl", R"({"id": "ok", "text": "the cat sat"})" "\n" R"({"id": "bad", "context": "x"})" "\n");
+  r = linnet_run(ev(d / "docs.jsonl", d / "scores.jsonl", {"--on-error", "skip"}));
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  EXPECT_NE(r.output.find("1 documents (1 errors"), std::string::npos) << r.output;
+}
+
+TEST(JobFiles, AJsonArrayIsNamedAsSuch) {
+  const fs::path d = fresh_dir("array");
+  for (const std::string text : {std::string(R"([{"text": "a"}, {"text": "b"}])"),
+                                 std::string("[\n  {\"text\": \"a\"},\n  {\"text\": \"b\"}\n]\n")}) {
+    write(d / "in.json", text);
+    const auto r = linnet_run(gen(d / "in.json", d / "out.jsonl"));
+    EXPECT_EQ(r.exit_code, 1) << r.errors;
+    EXPECT_NE(r.errors.find("JSON Lines expected: one JSON object per line; this file is a JSON array"),
+              std::string::npos)
+        << r.errors;
+    EXPECT_EQ(r.errors.find("malformed"), std::string::npos) << r.errors;
+  }
+}
