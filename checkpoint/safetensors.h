@@ -40,6 +40,8 @@ class SafetensorsFile {
   const TensorInfo& info(const std::string& name) const;  // missing → Error
   std::vector<std::string> names() const;                 // in data-offset order
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // Where the data section starts: 8 + the header's length (tensor i's bytes are at data_start() + begin).
+  size_t data_start() const { return data_start_; }
 
   // Zero-copy host tensor into the mapping; it keeps the mapping alive on its own. If the
   // bytes are not aligned for the dtype (a foreign writer's choice), an aligned copy instead.

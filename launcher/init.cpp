@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cstdio>
 
 #include "checkpoint/checkpoint_weights.h"
 #include "checkpoint/hf_config.h"
@@ -47,10 +48,23 @@ int cmd_pack(const Args& args) {
   po::options_description desc("linnet pack");
   desc.add_options()
       ("checkpoint", po::value<std::string>()->required(), "a checkpoint directory (the packed file is written into it)")
-      ("dtype", po::value<std::string>(), "bf16, f16 or f32: the T later runs use (default: the config's torch_dtype)");
+      ("dtype", po::value<std::string>(), "bf16, f16 or f32: the T later runs use (default: the config's torch_dtype)")
+      ("verify", "check the checkpoint's packed file instead (its source files and every matrix's checksum); exit 1 "
+                 "when a load would not use it whole");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet pack --checkpoint DIR [--dtype T]")) return 0;
+  if (!parse(args, desc, vm, "linnet pack --checkpoint DIR [--dtype T] | --verify")) return 0;
   const std::string dir = vm["checkpoint"].as<std::string>();
+  if (vm.count("verify")) {
+    if (vm.count("dtype")) throw UsageError("--verify checks the file as written; it takes no --dtype");
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto problems = verify_packed_file(dir);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (const auto& p : problems) spdlog::error("{}/{}: {}", dir, kPackedFileName, p);
+    std::printf("%s/%s: %s (%.2f s)\n", dir.c_str(), kPackedFileName,
+                problems.empty() ? "sound: made from these files, every matrix matches its checksum"
+                                 : str(problems.size(), " problem(s); loads will not use it whole").c_str(), s);
+    return problems.empty() ? 0 : 1;
+  }
   RunOptions o{1, 64, 1, 64, std::nullopt};
   if (vm.count("dtype")) {
     o.dtype = parse_dtype(vm["dtype"].as<std::string>());
@@ -61,7 +75,7 @@ int cmd_pack(const Args& args) {
   SingleCommunicator comm;
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel m = load_model(dir, o, *backend, comm);
-  write_packed_file(dir, *m.model, backend->packed_format());
+  write_packed_file(dir, m.model->matrices(), m.generics.t, backend->packed_format());
   spdlog::info("wrote {}/{} ({} matrices, {}, layout {}) in {:.1f} s", dir, kPackedFileName, m.model->matrices().size(),
                dtype_name(m.generics.t), backend->packed_format(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
