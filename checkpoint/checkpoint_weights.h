@@ -22,11 +22,17 @@ class CheckpointWeights final : public WeightSource {
   Tensor packed(const std::string& name, const std::string& format, DType dtype, const Shape& shape) override {
     return packed_.matrix(name, format, dtype, shape);
   }
-  bool used_packed_file() const { return packed_.used(); }
+  // Every matrix came from the packed file (none of its matrices was refused).
+  bool used_packed_file() const { return packed_.used() && packed_.refused() == 0; }
+  double packed_verify_seconds() const { return packed_.verify_seconds(); }
   // Tensors of the files that no read() asked for (buffers transformers ignores left out).
   std::vector<std::string> unused(const ModelConfig& config) const;
+  // The first NaN or Inf this rank's reads found ("" when none): file, tensor and element.
+  const std::string& non_finite() const { return non_finite_; }
 
  private:
+  void check_finite(const ParamSpec& p, const Tensor& t, int64_t row0, int64_t col0);
+  std::string non_finite_;
   const CheckpointDir& dir_;
   DType declared_;
   std::set<std::string> used_;
@@ -40,6 +46,10 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   bool from_packed_file = false;  // its matrices mapped from the checkpoint's packed file
 };
+
+// options with Shards resolved for a shard group: unset (0) is the group's size; a given
+// Shards must equal it (an Error saying how to get it otherwise).
+RunOptions with_shards(RunOptions options, const Communicator& comm);
 
 // Reads config.json, binds the generics (Shards = comm.size() unless options say otherwise),
 // checks that the rank's share fits the backend's memory (`ranks_sharing` ranks of this size

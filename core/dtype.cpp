@@ -1,5 +1,7 @@
 #include "core/dtype.h"
 
+#include <algorithm>
+
 #include <cmath>
 
 #include "core/error.h"
@@ -144,6 +146,38 @@ void convert(const void* src, DType st, void* dst, DType dt, size_t n) {
     return;
   }
   each(n, [&](size_t i) { return load(src, st, i); }, [&](size_t i, double v) { store(dst, dt, i, v); });
+}
+
+namespace {
+template <class Bits>
+int64_t first_with_exponent(const Bits* v, int64_t count, Bits exponent) {
+  // In 1 MiB pieces: the pieces run in parallel, the first piece that has one gives its index.
+  constexpr int64_t kPiece = (1 << 20) / sizeof(Bits);
+  const int64_t pieces = (count + kPiece - 1) / kPiece;
+  int64_t found = count;
+#pragma omp parallel for schedule(dynamic, 1) reduction(min : found) if (pieces > 1)
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t end = std::min(count, (p + 1) * kPiece);
+    bool any = false;
+    for (int64_t i = p * kPiece; i < end; ++i) any |= (v[i] & exponent) == exponent;
+    if (!any) continue;
+    for (int64_t i = p * kPiece; i < end; ++i)
+      if ((v[i] & exponent) == exponent) {
+        found = std::min(found, i);
+        break;
+      }
+  }
+  return found == count ? -1 : found;
+}
+}  // namespace
+
+int64_t first_non_finite(const void* data, DType t, int64_t count) {
+  switch (t) {
+    case DType::f32: return first_with_exponent(static_cast<const uint32_t*>(data), count, uint32_t{0x7f800000});
+    case DType::bf16: return first_with_exponent(static_cast<const uint16_t*>(data), count, uint16_t{0x7f80});
+    case DType::f16: return first_with_exponent(static_cast<const uint16_t*>(data), count, uint16_t{0x7c00});
+    default: return -1;
+  }
 }
 
 }  // namespace linnet

@@ -42,4 +42,8 @@ float round_to(DType t, float x);
 // Element-wise conversion between any two dtypes (floats round, ints truncate toward zero).
 void convert(const void* src, DType src_type, void* dst, DType dst_type, size_t count);
 
+// Index of the first NaN or ±Inf among `count` values of float dtype t, or -1 when all are
+// finite (by their exponent bits: no conversion, any length in parallel).
+int64_t first_non_finite(const void* data, DType t, int64_t count);
+
 }  // namespace linnet

@@ -30,6 +30,10 @@ class Communicator {
   virtual bool all_ok(bool ok) = 0;
 };
 
+// The error one or more ranks of the group met ("" where none did), on every rank: the
+// lowest such rank's message. `mine`: this rank's ("" when it has none). Collective.
+std::string first_error(Communicator& comm, const std::string& mine);
+
 // One rank: every collective is the identity.
 class SingleCommunicator final : public Communicator {
  public:

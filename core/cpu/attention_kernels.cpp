@@ -81,9 +81,10 @@ void LINNET_AVX512 scores_avx512(const float* q, const float* keys, int64_t ldk,
 }
 
 // exp(x) for x ≤ 0 (scores less their max): x = n·ln2 + r, |r| ≤ ln2/2, a degree-7 Taylor
-// polynomial for exp(r) (error below an f32 ulp there), then × 2ⁿ. Below −88 it is 0.
+// polynomial for exp(r) (error below an f32 ulp there), then × 2ⁿ. Below −88 it is 0. A NaN
+// stays NaN (as in the reference): vmaxps returns its second operand when either is NaN.
 LINNET_AVX512 inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-88.0f));
+  x = _mm512_max_ps(_mm512_set1_ps(-88.0f), x);
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);  // ln2 in two parts (Cody–Waite)

@@ -47,6 +47,14 @@ __device__ __forceinline__ void attend_tile(const float* q, const float* ks, con
     for (int d = 0; d < D; ++d) dot = fmaf(q[d], k[d], dot);
     s = dot;
   }
+  // A NaN score (from a NaN or Inf activation) makes the row NaN, as the reference's softmax
+  // does; fmaxf alone would drop it and the key would count as masked.
+  if (__any_sync(0xffffffffu, valid && isnan(s))) {  // warp-uniform
+    m = l = NAN;
+#pragma unroll
+    for (int c = 0; c < DCH; ++c) acc[c] = NAN;
+    return;
+  }
   const float m_new = fmaxf(m, warp_max(s));
   if (m_new == -INFINITY) return;  // warp-uniform: nothing valid so far
   const float p = valid ? expf(s - m_new) : 0.f;
@@ -156,7 +164,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     if (start[r] < 0) continue;
-    const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+    const float inv = l[r] > 0.f || isnan(l[r]) ? 1.f / l[r] : 0.f;  // NaN stays NaN
     T* o = out + qn[r] * static_cast<int64_t>(q_heads) * D + static_cast<int64_t>(h) * D;
 #pragma unroll
     for (int c = 0; c < DCH; ++c) {
@@ -335,10 +343,15 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, int spl
   if (row < 0 || row >= R) return;
   const float* base = part + (n * q_heads + h) * static_cast<int64_t>(splits) * (D + 2);
   float M = -INFINITY;
-  for (int s = 0; s < splits; ++s) M = fmaxf(M, base[s * (D + 2) + D]);
+  for (int s = 0; s < splits; ++s) {  // a NaN split (see attend_tile) makes M NaN, not dropped
+    const float m = base[s * (D + 2) + D];
+    M = isnan(m) || m > M ? m : M;
+  }
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float num = 0.f, den = 0.f;
-    if (M != -INFINITY) {
+    if (isnan(M)) {
+      num = den = NAN;
+    } else if (M != -INFINITY) {
       for (int s = 0; s < splits; ++s) {
         const float* p = base + s * static_cast<int64_t>(D + 2);
         if (p[D] == -INFINITY) continue;
@@ -348,7 +361,7 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, int spl
       }
     }
     out[n * q_heads * static_cast<int64_t>(D) + static_cast<int64_t>(h) * D + d] =
-        from_f<T>(den > 0.f ? num / den : 0.f);
+        from_f<T>(den > 0.f || isnan(den) ? num / den : 0.f);
   }
 }
 
