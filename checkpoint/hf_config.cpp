@@ -148,6 +148,14 @@ RopeSpec parse_rope_parameters(const Reader& r, const json& o) {
   const bool per_layer_type =
       !o.empty() && std::all_of(o.begin(), o.end(), [](const json& v) { return v.is_object(); });
   if (!per_layer_type) return parse_rope_object(r, o, "rope_parameters");
+  // transformers reads this form only for models whose layers have types of their own RoPE
+  // (Gemma 3, …); a Llama or Qwen2 config reads rope_parameters' own top-level keys, finds no
+  // rope_type and runs default RoPE — so linnet would compute another model. Refused.
+  const std::string type = r.j.value("model_type", "");
+  if (type == "llama" || type == "qwen2" || type == "mistral")
+    r.fail(str("rope_parameters in the per-layer-type form (keys ", o.begin().key(),
+               ", …) is not read so by transformers for model_type '", type,
+               "' (it would run default RoPE): give one RoPE object {\"rope_type\", \"rope_theta\", …}"));
   std::optional<RopeSpec> first;
   std::string first_key;
   for (const auto& [layer_type, v] : o.items()) {
@@ -303,10 +311,45 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
   return c;
 }
 
+std::string not_a_checkpoint(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path p(path);
+  if (!fs::exists(p, ec)) return str(path, ": no such checkpoint directory");
+  if (!fs::is_directory(p, ec)) {
+    const std::string ext = p.extension().string();
+    std::string why = str(path, ": a checkpoint is a directory (config.json + *.safetensors, as Hugging Face saves it), "
+                                "not a file");
+    if (ext == ".bin" || ext == ".pt")
+      why += str("; for a llama2.c model (such as stories15M.bin), `linnet import-llama2c --input ", path,
+                 " --out DIR` makes one");
+    else if (ext == ".safetensors")
+      why += str("; give the directory that holds it with its config.json (", p.has_parent_path() ? p.parent_path().string() : ".", "?)");
+    else if (ext == ".gguf")
+      why += "; GGUF files are llama.cpp's: linnet reads the Hugging Face checkpoint they were made from";
+    return why;
+  }
+  if (fs::exists(p / "config.json", ec)) return "";
+  std::vector<std::string> inside;
+  for (fs::directory_iterator it(p, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_directory(ec) && fs::exists(it->path() / "config.json", ec)) inside.push_back(it->path().filename().string());
+  std::sort(inside.begin(), inside.end());
+  if (inside.empty()) return str(path, ": not a checkpoint: it holds no config.json");
+  std::string list;
+  for (size_t i = 0; i < inside.size() && i < 8; ++i) list += (i ? ", " : "") + inside[i];
+  if (inside.size() > 8) list += str(", … (", inside.size() - 8, " more)");
+  return str(path, ": not a checkpoint (no config.json), but its subfolder", inside.size() > 1 ? "s " : " ", list,
+             inside.size() > 1 ? " are checkpoints: give one of them" : " is one: give it",
+             " (e.g. --checkpoint ", (p / inside[0]).string(), ")");
+}
+
 ModelConfig load_hf_config(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
   const bool dir = fs::is_directory(path, ec);
+  // A checkpoint folder, or a config file itself (*.json): anything else is named for what it is.
+  if (dir || fs::path(path).extension() != ".json")
+    if (const std::string why = not_a_checkpoint(path); !why.empty()) throw Error(why);
   const std::string file = dir ? (fs::path(path) / "config.json").string() : path;
   ModelConfig c = parse_hf_config(read_json_file(file, "config"), file);
   // generation_config.json may name more end-of-sequence ids (and the bos id); keep them all.

@@ -1,5 +1,7 @@
 #include "launcher/kv_memory.h"
 
+#include "checkpoint/checkpoint_weights.h"
+
 #include <cmath>
 
 #include "core/error.h"
@@ -33,7 +35,7 @@ KvMemory parse_kv_memory(const std::string& value) {
 int64_t pool_batch(const ModelConfig& config, RunOptions options, Ranks& ranks, const KvMemory& memory,
                    const std::vector<int64_t>& lengths) {
   options.batch = 1;
-  const Generics g = bind_generics(config, options);
+  const Generics g = bind_generics(config, with_shards(options, ranks.shards()));
   Backend& be = ranks.backend();
   const Footprint f = rank_footprint(config, g, be.compute_dtype(g.t), be.weight_dtype(g.t));
   int64_t bytes = memory.bytes;

@@ -5,9 +5,64 @@
 
 #include <cerrno>
 #include <cstring>
+#include <sched.h>
+#include <typeinfo>
+#include <vector>
+#include <algorithm>
 #include <filesystem>
 
 namespace linnet::cli {
+
+namespace {
+
+// Levenshtein distance of two option names (short: a plain table).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::string nearest_option_hint(const std::string& given, const po::options_description& desc) {
+  std::string name = given;
+  while (!name.empty() && name[0] == '-') name.erase(0, 1);
+  if (const size_t eq = name.find('='); eq != std::string::npos) name.resize(eq);
+  auto words = [](const std::string& s) {
+    std::vector<std::string> w;
+    for (size_t at = 0; at <= s.size();) {
+      const size_t dash = std::min(s.find('-', at), s.size());
+      if (dash > at) w.push_back(s.substr(at, dash - at));
+      at = dash + 1;
+    }
+    return w;
+  };
+  const auto mine = words(name);
+  // Best: an option holding every word given (--max-tokens → --max-new-tokens), then the
+  // closest spelling (--temprature → --temperature).
+  std::pair<int, size_t> best{2, 0};
+  std::string found;
+  for (const auto& o : desc.options()) {
+    const std::string candidate = o->long_name();
+    if (candidate.empty()) continue;
+    const auto theirs = words(candidate);
+    bool all = !mine.empty();
+    for (const auto& w : mine) all = all && std::find(theirs.begin(), theirs.end(), w) != theirs.end();
+    const std::pair<int, size_t> score{all ? 0 : 1, edit_distance(name, candidate)};
+    if (score < best) best = score, found = candidate;
+  }
+  if (found.empty() || (best.first == 1 && best.second > std::max<size_t>(2, name.size() / 3))) return "";
+  return str("; did you mean --", found, "?");
+}
 
 namespace {
 
@@ -33,12 +88,23 @@ bool parse(const Args& args, po::options_description& desc, po::variables_map& v
       ("log-level", po::value<std::string>(), "trace, debug, info (default on rank 0), warn (default elsewhere), error or off")
       ("quiet,q", "log warnings and errors only");
   try {
-    po::store(po::command_line_parser(args).options(desc).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
+    po::store(parsed, vm);
     if (vm.count("help")) {
       std::cout << "usage: " << usage << "\n\n" << desc << "\n";
       return false;
     }
     po::notify(vm);
+    // Every number linnet takes on its command line is a count, a size, an id or a limit:
+    // none is negative. Checked on the text, since Boost reads "-1" into an unsigned as 2^64 − 1.
+    for (const po::option& o : parsed.options) {
+      if (o.value.empty() || o.value[0].empty() || o.value[0][0] != '-' || !vm.count(o.string_key)) continue;
+      const std::type_info& t = vm[o.string_key].value().type();
+      if (t == typeid(int) || t == typeid(int64_t) || t == typeid(uint64_t) || t == typeid(float) || t == typeid(double))
+        throw UsageError(str("--", o.string_key, " must be 0 or more, got ", o.value[0]));
+    }
+  } catch (const po::unknown_option& e) {
+    throw UsageError(str(e.what(), nearest_option_hint(e.get_option_name(), desc), " (usage: ", usage, ")"));
   } catch (const po::error& e) {
     throw UsageError(str(e.what(), " (usage: ", usage, ")"));
   }
@@ -61,7 +127,7 @@ RunOptions run_options(const po::variables_map& vm) {
   o.batch = vm["batch"].as<int64_t>();
   o.max_seq = vm["max-seq"].as<int64_t>();
   o.page_size = vm["page-size"].as<int64_t>();
-  if (vm.count("shards")) o.shards = vm["shards"].as<int64_t>();
+  o.shards = vm.count("shards") ? positive_option(vm, "shards") : 0;  // 0: the shard group's size
   if (vm.count("dtype")) {
     const std::string t = vm["dtype"].as<std::string>();
     if (t != "bf16" && t != "f16" && t != "f32") throw UsageError(str("--dtype '", t, "': expected bf16, f16 or f32"));
@@ -73,7 +139,20 @@ RunOptions run_options(const po::variables_map& vm) {
 int threads_option(const po::variables_map& vm) {
   const int n = vm.count("threads") ? vm["threads"].as<int>() : 0;
   if (n < 0) throw UsageError(str("--threads must be 0 (automatic) or more, got ", n));
+  // OpenMP creates what it is asked for: tens of thousands of threads fail inside it (or
+  // crash). More than a few per core only spin against each other.
+  cpu_set_t set;
+  const int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  if (n > 4 * cores)
+    throw UsageError(str("--threads ", n, " is more than 4 × the ", cores, " core(s) this rank may use (at most ",
+                         4 * cores, ")"));
   return n;
+}
+
+int tp_option(const po::variables_map& vm) {
+  const int tp = vm["tp"].as<int>();
+  if (tp < 0) throw UsageError(str("--tp must be 0 (all ranks) or a positive number of ranks, got ", tp));
+  return tp;
 }
 
 int64_t positive_option(const po::variables_map& vm, const char* name) {

@@ -26,8 +26,13 @@ bool parse(const Args& args, po::options_description& desc, po::variables_map& v
 // --batch, --max-seq, --page-size, --shards, --dtype, --threads.
 void add_run_options(po::options_description& desc);
 RunOptions run_options(const po::variables_map& vm);
-// --threads N (0: OpenMP's default, shared among the ranks of a node).
+// --threads N (0: OpenMP's default, shared among the ranks of a node; at most 4 × the cores
+// this rank may use).
 int threads_option(const po::variables_map& vm);
+// --tp K (0: every rank of the job in one replica).
+int tp_option(const po::variables_map& vm);
+// "; did you mean --max-new-tokens?" for an unknown --max-tokens ("" when nothing is close).
+std::string nearest_option_hint(const std::string& given, const po::options_description& desc);
 
 // A count that must be positive: UsageError "--gen must be at least 1, got -5" otherwise.
 int64_t positive_option(const po::variables_map& vm, const char* name);

@@ -59,8 +59,7 @@ int cmd_run(const Args& args) {
              "[--tp K] [--threads N] [--log-level L] [--quiet]"))
     return 0;
   RunOptions options = run_options(vm);
-  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
-  if (!vm.count("shards")) options.shards = ranks.shards().size();
+  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
 
   // Before the weights: the config's refusals and generics, the calls against the card,
   // the inputs, and whether the outputs can be written.

@@ -54,6 +54,9 @@ int cmd_serve(const Args& args) {
       ("max-waiting", po::value<int64_t>()->default_value(1024), "jobs (prompt × n) queued beyond those running; more: 503")
       ("max-body", po::value<int64_t>()->default_value(16 << 20), "bytes of a request body; more: 413")
       ("http-threads", po::value<int64_t>()->default_value(1024), "connections served at once")
+      ("http-timeout", po::value<double>()->default_value(30),
+       "seconds a request may take to arrive whole, and each read or write of a connection may wait")
+      ("http-idle-timeout", po::value<double>()->default_value(5), "seconds an idle keep-alive connection stays open")
       ("kv-cache-memory", po::value<std::string>()->default_value("0.8"),
        "KV pool: bytes (e.g. 2GiB) or a fraction of the memory free after the weights")
       ("max-batch-tokens", po::value<int64_t>()->default_value(512), "tokens per step (prefill chunks + decoding rows)")
@@ -64,8 +67,8 @@ int cmd_serve(const Args& args) {
   po::variables_map vm;
   if (!parse(args, desc, vm,
              "linnet serve --checkpoint DIR [--host H] [--port P] [--served-model-name NAME] [--max-waiting N] "
-             "[--max-body BYTES] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
-             "[--page-size P] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N]"))
+             "[--max-body BYTES] [--http-threads N] [--http-timeout S] [--http-idle-timeout S] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
+             "[--page-size P] [--batch B] [--shards N] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N]"))
     return 0;
   engine::SchedulerLimits limits;
   limits.token_budget = positive_option(vm, "max-batch-tokens");
@@ -77,10 +80,16 @@ int cmd_serve(const Args& args) {
   if (http_options.port < 0 || http_options.port > 65535) throw UsageError("--port must be in [0, 65535]");
   http_options.max_body = static_cast<size_t>(positive_option(vm, "max-body"));
   http_options.threads = static_cast<size_t>(positive_option(vm, "http-threads"));
+  for (const char* name : {"http-timeout", "http-idle-timeout"}) {
+    const double s = vm[name].as<double>();
+    if (!(s >= 0.01 && s <= 86400)) throw UsageError(str("--", name, " must be in [0.01, 86400] seconds, got ", s));
+  }
+  http_options.request_timeout = http_options.io_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(vm["http-timeout"].as<double>() * 1000));
+  http_options.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(vm["http-idle-timeout"].as<double>() * 1000));
   const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
   RunOptions options = run_options(vm);
-  Ranks ranks(vm["tp"].as<int>(), vm["backend"].as<std::string>(), threads_option(vm));
-  if (!vm.count("shards")) options.shards = ranks.shards().size();
+  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
 
   const std::string dir = vm["checkpoint"].as<std::string>();
   const ModelConfig config = load_hf_config(dir);

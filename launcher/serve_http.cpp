@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "launcher/http_connection.h"
 
 namespace linnet::cli {
 
@@ -68,11 +69,20 @@ bool write(httplib::DataSink& sink, Reply& r, const std::string& s) {
 
 std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
+// An answer written as it comes: chunked to an HTTP/1.1 client; to an HTTP/1.0 one, which
+// knows no chunks, as plain bytes ended by closing the connection.
+void provide(const httplib::Request& req, httplib::Response& res, const char* type,
+             std::function<bool(size_t, httplib::DataSink&)> content, std::function<void(bool)> release) {
+  if (req.version == "HTTP/1.0") res.set_content_provider(type, std::move(content), std::move(release));
+  else res.set_chunked_content_provider(type, std::move(content), std::move(release));
+}
+
 }  // namespace
 
 HttpServer::HttpServer(Frontend& frontend, const Tokenizer& tok, ServedModel model, HttpOptions options)
     : frontend_(frontend), tok_(tok), model_(std::move(model)), options_(std::move(options)),
-      server_(std::make_unique<httplib::Server>()) {
+      server_(std::make_unique<GuardedServer>(ConnectionLimits{options_.request_timeout, options_.io_timeout,
+                                                               options_.idle_timeout, 64 << 10, options_.max_body})) {
   routes();
 }
 
@@ -84,6 +94,11 @@ void HttpServer::routes() {
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(options_.max_body);
   svr.set_tcp_nodelay(true);
+  // The request has arrived whole: from here on its connection is the handler's.
+  svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
+    GuardedServer::request_arrived();
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   // Whatever httplib answers by itself (404, 413, 400 on a bad request line) gets the API's
   // error shape too.
   svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -171,8 +186,8 @@ void HttpServer::routes() {
     // The client gone (or the answer cut short): whatever has not finished is cancelled.
     auto release = [this, r](bool) { frontend_.cancel(r->jobs); };
     if (!p.stream) {
-      res.set_chunked_content_provider(
-          "application/json",
+      provide(
+          req, res, "application/json",
           [this, r](size_t, httplib::DataSink& sink) {
             for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) r->apply(e);
             if (r->finished()) {
@@ -191,8 +206,8 @@ void HttpServer::routes() {
       return;
     }
     res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
+    provide(
+        req, res, "text/event-stream",
         [this, r](size_t, httplib::DataSink& sink) {
           const CompletionParams& p = r->params;
           for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) {

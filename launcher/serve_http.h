@@ -2,6 +2,7 @@
 // into jobs for the Frontend, and answered from their events — whole (with whitespace
 // heartbeats while it waits, so a client that left is noticed), or as server-sent events.
 #pragma once
+#include <chrono>
 #include <memory>
 #include <string>
 #include <thread>
@@ -21,6 +22,9 @@ struct HttpOptions {
   int port = 8000;                       // 0: any free port
   size_t max_body = 16 << 20;            // bytes of a request body
   size_t threads = 1024;                 // connections served at once
+  // A request must arrive whole within request_timeout; each read or write waits at most
+  // io_timeout; an idle keep-alive connection closes after idle_timeout (http_connection.h).
+  std::chrono::milliseconds request_timeout{30000}, io_timeout{30000}, idle_timeout{5000};
 };
 
 class HttpServer {

@@ -20,7 +20,7 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   g.layers = c.layers;
   g.batch = o.batch;
   g.max_seq = o.max_seq > 0 ? o.max_seq : c.max_position;
-  g.shards = o.shards;
+  g.shards = o.shards == 0 ? 1 : o.shards;  // unresolved (no shard group): one
   g.page_size = o.page_size;
   g.t = o.dtype.value_or(c.dtype);
   if (!is_float(g.t)) throw Error(str("T must be a float dtype, got ", dtype_name(g.t)));

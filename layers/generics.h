@@ -10,7 +10,7 @@ namespace linnet {
 struct RunOptions {
   int64_t batch = 1;
   int64_t max_seq = 0;  // 0: max_position_embeddings
-  int64_t shards = 1;
+  int64_t shards = 0;  // 0: the shard group's size (the loader decides); alone, 1
   int64_t page_size = 64;
   std::optional<DType> dtype;  // default: the checkpoint's torch_dtype
 };

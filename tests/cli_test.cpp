@@ -139,7 +139,7 @@ TEST(Cli, SizesAreCheckedForOverflowAndAgainstMemory) {
   for (const auto& [opt, value] : std::vector<std::pair<std::string, std::string>>{
            {"--repeats", "0"}, {"--gen", "-5"}, {"--prompt", "0"}}) {
     r = run_linnet({"bench", "--config", "tiny", "--random-weights", "--backend", "cpu", opt, value});
-    EXPECT_ERROR(r, 2, opt + " must be at least 1, got " + value);
+    EXPECT_ERROR(r, 2, opt + (value[0] == '-' ? " must be 0 or more, got " : " must be at least 1, got ") + value);
   }
   // A --gen that would wrap the positions it needs, and a --json report that cannot be
   // written: refused before anything runs.
@@ -333,5 +333,109 @@ TEST(Cli, RunHelpListsEveryOption) {
     const std::string usage = r.output.substr(0, eol), options = r.output.substr(eol);
     EXPECT_NE(usage.find(opt), std::string::npos) << "usage line lacks " << opt << ": " << usage;
     EXPECT_NE(options.find(opt), std::string::npos) << "options lack " << opt << ": " << options;
+  }
+}
+
+// ---- counts, flags that disagree, and errors that name the cause ----------------------------
+
+// Before: --threads 65536 crashed inside OpenMP, --tp -1 ran, eval --max-length -1 and
+// --prefix-token -2 were taken as defaults, tokenize --bench-seconds -1 was accepted and
+// generate --stop "" ended every completion after one token.
+TEST(Cli, CountsAreBounded) {
+  const fs::path d = fresh_dir("counts");
+  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write(d / "in.jsonl", R"({"text": "a"})" "\n");
+  const std::string ck = tiny().string(), calls = (d / "calls.json").string(), in = (d / "in.jsonl").string(),
+                    out = (d / "out.jsonl").string();
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"run", "--checkpoint", ck, "--calls", calls, "--threads", "65536"}, "--threads 65536 is more than 4 ×"},
+      {{"run", "--checkpoint", ck, "--calls", calls, "--threads", "40000"}, "--threads 40000 is more than 4 ×"},
+      {{"run", "--checkpoint", ck, "--calls", calls, "--tp", "-1"}, "--tp must be 0 or more, got -1"},
+      {{"eval", "--checkpoint", ck, "--data", in, "--output", out, "--max-length", "-1"}, "--max-length must be 0 or more"},
+      {{"eval", "--checkpoint", ck, "--data", in, "--output", out, "--prefix-token", "-2"}, "--prefix-token must be 0 or more"},
+      {{"tokenize", "--checkpoint", ck, "--bench", in, "--bench-seconds", "-1"}, "--bench-seconds must be 0 or more"},
+      {{"generate", "--checkpoint", ck, "--prompts", in, "--output", out, "--seed", "-1"}, "--seed must be 0 or more"},
+      {{"generate", "--checkpoint", ck, "--prompts", in, "--output", out, "--stop", ""}, "--stop \"\" would end every completion"},
+      {{"run", "--checkpoint", ck, "--calls", calls, "--shards", "0"}, "--shards must be at least 1, got 0"},
+      {{"serve", "--checkpoint", ck, "--http-timeout", "0"}, "--http-timeout must be in [0.01, 86400] seconds"},
+  };
+  for (const auto& [args, want] : cases) {
+    SCOPED_TRACE(args[0] + " " + args[args.size() - 2] + " " + args.back());
+    EXPECT_ERROR(run_linnet(args), 2, want);
+  }
+}
+
+// Before: `mpirun -np 2 … --shards 1` ran at Shards 2 without a word, and bench took
+// --config --random-weights over --checkpoint.
+TEST(Cli, FlagsThatDisagreeAreRefused) {
+  const fs::path d = fresh_dir("disagree");
+  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  const auto m = linnet::testing::mpi_run(2, LINNET_BINARY, run_args(tiny(), d / "calls.json", {"--shards", "1"}), 60, true);
+  if (m.output.find("mpirun not found") == std::string::npos) {
+    EXPECT_EQ(m.exit_code, 1) << m.errors;
+    EXPECT_NE(m.errors.find("--shards 1 but this replica's shard group has 2 rank(s)"), std::string::npos) << m.errors;
+    EXPECT_NE(m.errors.find("--tp 1"), std::string::npos) << m.errors;
+    // As asked: two replicas of one shard.
+    const auto ok = linnet::testing::mpi_run(2, LINNET_BINARY, run_args(tiny(), d / "calls.json", {"--shards", "1", "--tp", "1"}), 60, true);
+    EXPECT_EQ(ok.exit_code, 0) << ok.errors;
+  }
+  for (const char* cmd : {"bench", "bench-engine"})
+    EXPECT_ERROR(run_linnet({cmd, "--checkpoint", tiny().string(), "--config", "tiny", "--random-weights"}), 2,
+                 "give one or the other");
+  EXPECT_ERROR(run_linnet({"bench", "--checkpoint", tiny().string(), "--config", "tiny"}), 2, "--checkpoint runs");
+  EXPECT_ERROR(run_linnet({"bench", "--config", "tiny"}), 2, "--config needs --random-weights");
+}
+
+// Before: "--prefix-token 40000" said the tokenizer had neither BOS nor EOS, and a
+// continuation longer than the window "a window needs a context and tokens to score".
+TEST(Cli, EvalNamesTheRuleAndTheLengths) {
+  const fs::path d = fresh_dir("eval_rules");
+  const fs::path model = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+  write(d / "in.jsonl", R"({"id": "short", "context": "the cat", "continuation": " sat"})" "\n"
+                        R"({"id": "long", "context": "a", "continuation": " the cat sat on the mat and the dog sat on the log"})" "\n");
+  auto r = run_linnet({"eval", "--checkpoint", model.string(), "--data", (d / "in.jsonl").string(), "--output",
+                       (d / "out.jsonl").string(), "--backend", "cpu", "--prefix-token", "40000"});
+  EXPECT_ERROR(r, 2, "--prefix-token 40000 is not a token id in [0, Vocab=1398)");
+  r = run_linnet({"eval", "--checkpoint", model.string(), "--data", (d / "in.jsonl").string(), "--output",
+                  (d / "out.jsonl").string(), "--backend", "cpu", "--max-length", "4", "--on-error", "skip"});
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  EXPECT_NE(r.errors.find("in.jsonl:2: the continuation is"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("max_length = 4 tokens"), std::string::npos) << r.errors;
+}
+
+// Before: --checkpoint model.safetensors or stories15M.bin said "malformed JSON: invalid
+// literal", and a parent folder "no such file".
+TEST(Cli, ACheckpointThatIsNotOneIsNamedForWhatItIs) {
+  const fs::path d = fresh_dir("not_checkpoint");
+  fs::create_directories(d / "models");
+  fs::copy(tiny(), d / "models/tiny-a");
+  fs::copy(tiny(), d / "models/tiny-b");
+  write(d / "stories15M.bin", std::string(64, '\0'));
+  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {(d / "models/tiny-a/model.safetensors").string(), "a checkpoint is a directory (config.json + *.safetensors"},
+      {(d / "stories15M.bin").string(), "linnet import-llama2c --input"},
+      {(d / "models").string(), "its subfolders tiny-a, tiny-b are checkpoints: give one of them"},
+  };
+  for (const auto& [path, want] : cases) {
+    SCOPED_TRACE(path);
+    const auto r = run_linnet(run_args(path, d / "calls.json"));
+    EXPECT_ERROR(r, 1, want);
+    EXPECT_EQ(r.errors.find("malformed JSON"), std::string::npos) << r.errors;
+  }
+}
+
+TEST(Cli, AnUnknownOptionGetsTheNearestOne) {
+  const fs::path d = fresh_dir("nearest");
+  write(d / "in.jsonl", R"({"text": "a"})" "\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--max-tokens", "did you mean --max-new-tokens?"},
+      {"--temprature", "did you mean --temperature?"},
+      {"--checkpiont", "did you mean --checkpoint?"},
+  };
+  for (const auto& [given, want] : cases) {
+    const auto r = run_linnet({"generate", "--checkpoint", tiny().string(), "--prompts", (d / "in.jsonl").string(),
+                               "--output", (d / "o.jsonl").string(), given, "3"});
+    EXPECT_ERROR(r, 2, want);
   }
 }

@@ -59,15 +59,13 @@ TEST(ConfigKeys, ReadsTransformers5RopeParameters) {
       with(llama(), "rope_parameters", {{"rope_type", "linear"}, {"rope_theta", 1e4}, {"factor", 4.0}}), "cfg.json");
   EXPECT_EQ(l.rope.type, RopeScaling::Type::linear);
   EXPECT_EQ(l.rope.factor, 4.0);
-  // The per-layer-type form, as transformers writes it for models with several layer types.
-  const ModelConfig n = parse_hf_config(with(llama(), "rope_parameters", {{"full_attention", kLlama3Rope}}), "cfg.json");
-  EXPECT_EQ(n.rope_theta, 500000.0);
-  EXPECT_EQ(n.rope.type, RopeScaling::Type::llama3);
-  json other = kLlama3Rope;
-  other["rope_theta"] = 10000.0;
-  EXPECT_EQ(parse_error(with(llama(), "rope_parameters", {{"full_attention", kLlama3Rope}, {"sliding_attention", other}})),
-            "cfg.json: rope_parameters.sliding_attention differs from rope_parameters.full_attention: per-layer-type "
-            "RoPE is not supported");
+  // The per-layer-type form, as transformers writes it for models with several layer types:
+  // transformers 5.24 does not read it so for a Llama (it runs default RoPE: 0.79 relative
+  // error against linnet's llama3 RoPE before), so it is refused naming the key.
+  EXPECT_EQ(parse_error(with(llama(), "rope_parameters", {{"full_attention", kLlama3Rope}})),
+            "cfg.json: rope_parameters in the per-layer-type form (keys full_attention, …) is not read so by "
+            "transformers for model_type 'llama' (it would run default RoPE): give one RoPE object "
+            "{\"rope_type\", \"rope_theta\", …}");
 }
 
 TEST(ConfigKeys, BothSpellingsMustAgree) {

@@ -288,8 +288,10 @@ bool add_bos_by_default(const std::string& checkpoint_dir, const Tokenizer& toke
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  if (!fs::exists(checkpoint_dir, ec)) throw Error(str(checkpoint_dir, ": no such checkpoint directory (tokenizer: not a directory)"));
   if (!fs::is_directory(checkpoint_dir, ec))
-    throw Error(str("tokenizer: ", checkpoint_dir, " is not a directory"));
+    throw Error(str(checkpoint_dir, ": a checkpoint is a directory (its tokenizer files beside config.json), not a file "
+                    "(tokenizer: not a directory)"));
   const std::string json = (fs::path(checkpoint_dir) / "tokenizer.json").string();
   const std::string model = (fs::path(checkpoint_dir) / "tokenizer.model").string();
   const std::string bin = (fs::path(checkpoint_dir) / "tokenizer.bin").string();
