@@ -172,6 +172,58 @@ TEST(TokenizerFixtures, HfUnicodeNormalizers) {
   }
 }
 
+// Added tokens whose flags matter (lstrip, rstrip, single_word, normalized, special), on
+// copies of the tokenizers above: against `tokenizers` on the whole corpus (its last texts
+// are about them).
+TEST(TokenizerFixtures, HfAddedTokenFlags) {
+  for (auto [name, byte_exact] : {std::pair{"hf_added_gpt2", false}, {"hf_added_nfkc", false},
+                                   {"hf_added_spbpe", true}, {"hf_added_metaspace", true}}) {
+    SCOPED_TRACE(name);
+    check_fixture(*load_hf_tokenizer(kFixtures + "/" + name + "/tokenizer.json"), name, byte_exact);
+  }
+}
+
+// The case that was reported: a GPT-2 style tokenizer whose <|endoftext|> has lstrip and
+// rstrip swallows the spaces around it (tokenizers 0.23.3 on hf_added_gpt2).
+TEST(TokenizerFixtures, HfAddedTokenLstripRstrip) {
+  auto t = load_hf_tokenizer(kFixtures + "/hf_added_gpt2/tokenizer.json");
+  EXPECT_EQ(t->encode("Hello  World <|endoftext|> x"),
+            (std::vector<TokenId>{516, 647, 79, 221, 221, 55, 289, 297, 0, 221, 88}));
+  EXPECT_EQ(t->encode("  <|endoftext|>  "), std::vector<TokenId>{0});
+  EXPECT_EQ(t->decode(std::vector<TokenId>{258, 0, 0, 262}), " a<|endoftext|><|endoftext|> b");
+}
+
+// Flag combinations that cannot be reproduced are refused at load, naming the token.
+TEST(TokenizerLoad, AddedTokenRefusals) {
+  std::string d = temp_dir("added");
+  auto with = [&](const std::string& extra, const std::string& added) {
+    write(d + "/tokenizer.json", R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]},)" +
+                                     extra + R"("added_tokens": [)" + added + "]}");
+    return error_of([&] { load_tokenizer(d); });
+  };
+  // tokenizers gives an added token not in the vocabulary the next free id (3 here), whatever
+  // the file says.
+  std::string msg = with("", R"({"id": 7, "content": "<x>", "special": true, "normalized": false})");
+  EXPECT_NE(msg.find("'<x>'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("id 3"), std::string::npos) << msg;
+  EXPECT_EQ(with("", R"({"id": 3, "content": "<x>", "special": true, "normalized": false})"), "(no error)");
+  msg = with("", R"({"id": 5, "content": "ab", "special": true, "normalized": false})");
+  EXPECT_NE(msg.find("id 2"), std::string::npos) << msg;
+  // Metaspace prepend_scheme "first" needs the original offset of every piece: not known
+  // behind a normalizer for pieces after a normalized added token.
+  const std::string meta =
+      R"("pre_tokenizer": {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": false},)";
+  msg = with(meta + R"("normalizer": {"type": "NFKC"},)",
+             R"({"id": 3, "content": "<x>", "special": false, "normalized": true})");
+  EXPECT_NE(msg.find("'<x>'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("normalized"), std::string::npos) << msg;
+  EXPECT_EQ(with(meta, R"({"id": 3, "content": "<x>", "special": false, "normalized": true})"), "(no error)");
+  EXPECT_EQ(with(meta + R"("normalizer": {"type": "NFKC"},)",
+                 R"({"id": 3, "content": "<x>", "special": false, "normalized": false})"),
+            "(no error)");
+  fs::remove_all(d);
+}
+
 TEST(TokenizerFixtures, UnicodeNormalizationKeepsInvalidBytes) {
   using tok::UnicodeForm;
   // e + combining acute → é (NFC); é → e + U+0301 (NFD); ﬁ → fi (NFKC); bytes that are not
