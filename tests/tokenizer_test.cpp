@@ -378,3 +378,115 @@ TEST(TokenizerCli, TokenizeDetokenize) {
   EXPECT_EQ(run(bin + " detokenize --skip-special --checkpoint " + dir + " --jsonl " + d + "/ids.jsonl"), "\"Hello,\"\n\"\"\n");
   fs::remove_all(d);
 }
+
+// ---- whether BOS is added, against transformers 5.24 ----------------------------------
+//
+// tests/fixtures/tokenizers/bos_cases.json (tools/tokenizer_fixtures/make_bos_cases.py): for
+// each tokenizer file and tokenizer_config.json / config.json, what
+// AutoTokenizer.from_pretrained(folder) gives for a few texts. Each case's folder is laid out
+// again here, and add_bos_by_default must decide as transformers did; where linnet's ids
+// without BOS are transformers' (not so where a tokenizer_class makes transformers rebuild a
+// different tokenizer) and the token transformers puts first is linnet's BOS, the ids with
+// BOS must be transformers' too. transformers cannot read llama2.c's tokenizer.bin (it
+// fails, or builds an empty vocabulary from a tokenizer_class): there linnet keeps its own
+// rule (add_bos_token when set, else BOS).
+namespace {
+
+void check_bos_cases(bool stories15m) {
+  const json fx = json::parse(tok::read_file(kFixtures + "/bos_cases.json"));
+  std::size_t decided = 0, full = 0, no_config_class = 0;
+  for (const json& c : fx.at("cases")) {
+    const std::string name = c.at("tokenizer").get<std::string>();
+    const json& src = fx.at("tokenizers").at(name);
+    std::string from = src.at("source").get<std::string>();
+    if (from.starts_with("stories15M:") != stories15m) continue;
+    SCOPED_TRACE(name + " config.json " + c.at("config_json").dump() + " tokenizer_config.json " +
+                 c.at("tokenizer_config").dump());
+    from = stories15m ? stories() + "/" + from.substr(11) : std::string(LINNET_SOURCE_DIR) + "/" + from;
+    const std::string d = temp_dir("bos");
+    const std::string file = d + "/" + src.at("file").get<std::string>();
+    if (src.at("no_post_processor").get<bool>()) {
+      json j = json::parse(tok::read_file(from));
+      j["post_processor"] = nullptr;
+      write(file, j.dump());
+    } else {
+      fs::copy_file(from, file);
+    }
+    if (!c.at("config_json").is_null()) write(d + "/config.json", c["config_json"].dump());
+    if (!c.at("tokenizer_config").is_null()) write(d + "/tokenizer_config.json", c["tokenizer_config"].dump());
+    auto t = load_tokenizer(d);
+    const BosChoice choice = choose_add_bos(d, *t);
+    EXPECT_EQ(choice.add, add_bos_by_default(d, *t));
+    SCOPED_TRACE("linnet: " + std::string(choice.add ? "BOS" : "no BOS") + " (" + choice.why + ")");
+    if (name.starts_with("llama2c")) {
+      const json& tc = c.at("tokenizer_config");
+      const bool want = tc.is_object() && tc.contains("add_bos_token") && tc["add_bos_token"].is_boolean()
+                            ? tc["add_bos_token"].get<bool>()
+                            : true;
+      EXPECT_EQ(choice.add, want);
+      fs::remove_all(d);
+      continue;
+    }
+    if (!c.at("error").is_null()) {  // transformers cannot load this folder: nothing to match
+      fs::remove_all(d);
+      continue;
+    }
+    const json& texts = c.at("texts");
+    const auto ids0 = texts[0].at("ids").get<std::vector<TokenId>>();
+    const auto plain0 = texts[0].at("ids_plain").get<std::vector<TokenId>>();
+    const bool tf_bos = ids0.size() == plain0.size() + 1 && std::equal(plain0.begin(), plain0.end(), ids0.begin() + 1);
+    EXPECT_EQ(choice.add, tf_bos) << "transformers: " << (tf_bos ? "BOS" : "no BOS") << " (" << c.value("class", "") << ")";
+    ++decided;
+    bool all_same = true;
+    for (const json& x : texts) {
+      const std::string text = x.at("text").get<std::string>();
+      const auto ids = x.at("ids").get<std::vector<TokenId>>();
+      const auto plain = x.at("ids_plain").get<std::vector<TokenId>>();
+      if (t->encode(text) != plain || (tf_bos && ids[0] != t->bos_id())) {
+        all_same = false;
+        continue;
+      }
+      EXPECT_EQ(t->encode(text, choice.add), ids) << "\"" << text << "\"";
+    }
+    const json& tc = c.at("tokenizer_config");
+    const json& cj = c.at("config_json");
+    if (!(tc.is_object() && tc.contains("tokenizer_class")) && !(cj.is_object() && cj.value("model_type", "") == "qwen2")) {
+      ++no_config_class;  // TokenizersBackend: the file as it is
+      EXPECT_TRUE(all_same) << "without a tokenizer_class, transformers and linnet should tokenize alike";
+    }
+    full += all_same;
+    fs::remove_all(d);
+  }
+  std::printf("%zu cases decided as transformers, %zu with the same ids throughout\n", decided, full);
+  // Counts of the fixture as made (a check that the cases were read, not skipped).
+  EXPECT_GE(decided, stories15m ? 85u : 340u);
+  EXPECT_GE(full, stories15m ? 41u : 200u);
+  EXPECT_GT(no_config_class, 10u);
+}
+
+}  // namespace
+
+TEST(TokenizerBos, AsTransformers) { check_bos_cases(false); }
+
+TEST(TokenizerBos, AsTransformersStories15M) {
+  LINNET_NEED_STORIES15M();
+  check_bos_cases(true);
+}
+
+// The folder import-llama2c writes (tokenizer.model + tokenizer.bin, both stories15M's) with
+// the tokenizer_config.json proposed for it: BOS, as transformers 5.24 gives it.
+TEST(TokenizerBos, ImportLlama2cFolder) {
+  LINNET_NEED_STORIES15M();
+  const std::string d = temp_dir("l2c");
+  fs::copy_file(stories() + "/tokenizer.model", d + "/tokenizer.model");
+  fs::copy_file(stories() + "/tokenizer.bin", d + "/tokenizer.bin");
+  write(d + "/config.json", R"({"model_type": "llama", "architectures": ["LlamaForCausalLM"]})");
+  auto t = load_tokenizer(d);
+  EXPECT_FALSE(add_bos_by_default(d, *t)) << "transformers 5.24 adds no BOS without tokenizer_config.json";
+  write(d + "/tokenizer_config.json",
+        R"({"tokenizer_class": "LlamaTokenizer", "add_bos_token": true, "add_eos_token": false, "bos_token": "<s>",
+            "eos_token": "</s>", "unk_token": "<unk>"})");
+  EXPECT_TRUE(add_bos_by_default(d, *t));
+  EXPECT_EQ(t->encode("Hello world", true), (std::vector<TokenId>{1, 15043, 3186}));
+  fs::remove_all(d);
+}
