@@ -3,6 +3,9 @@
 // files use. Anything else is refused with an Error naming it.
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
+
+#include <utf8proc.h>
 
 #include "core/error.h"
 #include "core/files.h"
@@ -76,6 +79,130 @@ struct PreTokenizer {
   bool individual_digits = false;    // Digits
 };
 
+// ---- added tokens ---------------------------------------------------------------------
+//
+// As `tokenizers` (0.23) splits text on its added tokens (AddedVocabulary::find_matches):
+// the patterns are matched leftmost-longest, each match searched after the end of the
+// previous one (a match refused by single_word is skipped whole, its text not searched
+// again); then
+//   single_word: refused if the character before the match or after it (within the text
+//                being split) is a word character (Rust regex's Unicode \w);
+//   lstrip:      the match takes the whitespace (Unicode White_Space) before it, but none
+//                of what an earlier match took;
+//   rstrip:      the match takes the whitespace after it (the next match is still searched
+//                from the end of the token itself).
+
+// The code point at s[i] (one invalid byte: none, length 1).
+std::pair<std::int32_t, std::size_t> code_point_at(std::string_view s, std::size_t i) {
+  const std::size_t n = tok::utf8_char_len(s, i);
+  if (n == 1 && static_cast<unsigned char>(s[i]) >= 0x80) return {-1, 1};
+  utf8proc_int32_t cp = -1;
+  utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i), utf8proc_ssize_t(n), &cp);
+  return {cp, n};
+}
+
+// The code point that ends s[0, i) and its length (an invalid byte: none, length 1).
+std::pair<std::int32_t, std::size_t> code_point_before(std::string_view s, std::size_t i) {
+  for (std::size_t k = 2; k <= 4 && k <= i; ++k)
+    if (tok::utf8_char_len(s, i - k) == k) return code_point_at(s, i - k);
+  return code_point_at(s, i - 1);
+}
+
+// Unicode White_Space (Rust regex's \s).
+bool is_white_space(std::int32_t c) {
+  return (c >= 0x09 && c <= 0x0d) || c == 0x20 || c == 0x85 || c == 0xa0 || c == 0x1680 ||
+         (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f || c == 0x205f || c == 0x3000;
+}
+
+// Rust regex's Unicode \w: Alphabetic, marks, decimal digits, connector punctuation,
+// Join_Control. Alphabetic is the letters, Nl, and Other_Alphabetic, which is marks but for
+// the circled / squared Latin letters (So) listed here.
+bool is_word_char(std::int32_t c) {
+  if (c < 0) return false;
+  if (c == 0x200c || c == 0x200d) return true;
+  if ((c >= 0x24b6 && c <= 0x24e9) || (c >= 0x1f130 && c <= 0x1f149) || (c >= 0x1f150 && c <= 0x1f169) ||
+      (c >= 0x1f170 && c <= 0x1f189))
+    return true;
+  switch (utf8proc_category(c)) {
+    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+      return true;
+    default:
+      return false;
+  }
+}
+
+struct AddedToken {
+  std::string pattern;  // the content, or its normalized form (normalized: true)
+  TokenId id;
+  bool single_word, lstrip, rstrip;
+};
+
+class AddedTokenMatcher {
+ public:
+  void add(AddedToken t) {
+    first_[static_cast<unsigned char>(t.pattern[0])] = true;
+    by_len_.push_back(std::move(t));
+    std::stable_sort(by_len_.begin(), by_len_.end(),
+                     [](const auto& a, const auto& b) { return a.pattern.size() > b.pattern.size(); });
+  }
+  bool empty() const { return by_len_.empty(); }
+
+  // Calls piece(begin, end) for the text between tokens and token(id) for each token, in order.
+  template <class PieceFn, class TokenFn>
+  void split(std::string_view s, PieceFn&& piece, TokenFn&& token) const {
+    std::size_t start_offset = 0, pos = 0;
+    while (pos < s.size()) {
+      const AddedToken* m = nullptr;
+      std::size_t start = pos;
+      for (; start < s.size() && !m; ++start) {
+        if (!first_[static_cast<unsigned char>(s[start])]) continue;
+        for (const auto& t : by_len_)
+          if (s.compare(start, t.pattern.size(), t.pattern) == 0) {
+            m = &t;
+            break;
+          }
+        if (m) break;
+      }
+      if (!m) break;
+      std::size_t stop = start + m->pattern.size();
+      pos = stop;
+      if (m->single_word) {
+        const bool word_before = start > 0 && is_word_char(code_point_before(s, start).first);
+        const bool word_after = stop < s.size() && is_word_char(code_point_at(s, stop).first);
+        if (word_before || word_after) continue;
+      }
+      if (m->lstrip) {
+        std::size_t b = start;
+        while (b > 0) {
+          auto [cp, n] = code_point_before(s, b);
+          if (!is_white_space(cp)) break;
+          b -= n;
+        }
+        start = std::max(b, start_offset);
+      }
+      if (m->rstrip) {
+        while (stop < s.size()) {
+          auto [cp, n] = code_point_at(s, stop);
+          if (!is_white_space(cp)) break;
+          stop += n;
+        }
+      }
+      if (start > stop)  // tokenizers panics here ("AddedVocabulary bad split")
+        throw Error("an added token with rstrip overlaps the next added token in a way tokenizers cannot split");
+      if (start_offset < start) piece(start_offset, start);
+      token(m->id);
+      start_offset = stop;
+    }
+    if (start_offset != s.size()) piece(start_offset, s.size());
+  }
+
+ private:
+  bool first_[256] = {};
+  std::vector<AddedToken> by_len_;  // longest first
+};
+
 class HfTokenizer final : public Tokenizer {
  public:
   explicit HfTokenizer(const std::string& path) : path_(path) {
@@ -94,18 +221,39 @@ class HfTokenizer final : public Tokenizer {
       if (bos_ < 0) throw Error(str(path_, ": the tokenizer has no BOS token"));
       out.push_back(bos_);
     }
+    // As tokenizers: added tokens with normalized: false are split off the raw text; each
+    // piece between them is normalized, and those with normalized: true are split off the
+    // normalized piece; what is left is pre-tokenized and encoded.
     std::string norm;
     std::vector<std::string> pieces, next;
-    specials_.split(
-        text, [&](std::string_view seg, bool first) { encode_segment(seg, first, norm, pieces, next, out); },
-        [&](TokenId id) { out.push_back(id); });
+    auto push = [&](TokenId id) { out.push_back(id); };
+    raw_added_.split(
+        text,
+        [&](std::size_t b, std::size_t e) {
+          norm.assign(text.substr(b, e - b));
+          normalize(norm);
+          const bool first = b == 0;  // Metaspace prepend_scheme "first"
+          if (norm_added_.empty()) {
+            encode_normalized(norm, first, pieces, next, out);
+            return;
+          }
+          // Offset 0 of the text is offset 0 of the normalized piece (load() refuses the
+          // files where a later offset could map there too).
+          norm_added_.split(
+              norm,
+              [&](std::size_t nb, std::size_t ne) {
+                encode_normalized(std::string_view(norm).substr(nb, ne - nb), first && nb == 0, pieces, next, out);
+              },
+              push);
+        },
+        push);
     return out;
   }
 
   void decode_token(TokenId id, bool skip_special, bool& at_start, std::string& out) const override {
     if (id < 0 || std::size_t(id) >= decoded_.size() || !has_token_[std::size_t(id)])
       throw Error(str("token id ", id, " is not in the vocabulary (", vocab_size(), " tokens)"));
-    if (special_[std::size_t(id)] && skip_special) return;
+    if (skip_[std::size_t(id)] && skip_special) return;
     const std::string& t = decoded_[std::size_t(id)];
     if (at_start && strip_start_ > 0 && !t.empty()) {
       std::string s = t;
@@ -186,17 +334,9 @@ class HfTokenizer final : public Tokenizer {
       merges_.emplace(key(ia->second, ib->second), tok::BpeMerge{rank++, ic->second});
     }
 
-    for (const auto& t : j.value("added_tokens", json::array())) {
-      TokenId id = t.at("id").get<TokenId>();
-      std::string content = t.at("content").get<std::string>();
-      tokens_[std::size_t(id)] = content;
-      has_token_[std::size_t(id)] = true;
-      special_[std::size_t(id)] = t.value("special", false);
-      specials_.add(content, id);
-    }
-
     if (j.contains("normalizer") && !j["normalizer"].is_null()) load_normalizer(j["normalizer"]);
     if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null()) load_pre_tokenizer(j["pre_tokenizer"]);
+    load_added_tokens(j.value("added_tokens", json::array()));
     std::vector<std::function<void(std::string&)>> per_token;
     bool fused = false;
     if (j.contains("decoder") && !j["decoder"].is_null()) load_decoder(j["decoder"], per_token, fused);
@@ -222,6 +362,79 @@ class HfTokenizer final : public Tokenizer {
   }
 
   static std::uint64_t key(TokenId a, TokenId b) { return (std::uint64_t(std::uint32_t(a)) << 32) | std::uint32_t(b); }
+
+  // The added tokens as tokenizers 0.23 reads them (TokenizerImpl deserialization, then
+  // AddedVocabulary::add_tokens): in file order; empty contents ignored; a content already in
+  // the vocabulary keeps its id, a new one takes the next id after the vocabulary; a content
+  // given twice takes the flags of the last entry. A token with normalized: true is matched
+  // by its normalized form and decodes from it; decode(skip_special) leaves out every id whose
+  // text (that form, for those) is the content of a special token.
+  void load_added_tokens(const json& list) {
+    struct Entry {
+      std::string content;
+      TokenId id;
+      bool special, normalized, single_word, lstrip, rstrip;
+    };
+    std::vector<Entry> entries;
+    tok::StringMap<std::size_t> by_content;
+    TokenId next_id = TokenId(vocab_.size());
+    for (const auto& t : list) {
+      Entry e;
+      e.content = t.at("content").get<std::string>();
+      if (e.content.empty()) continue;
+      e.special = t.value("special", false);
+      e.normalized = t.value("normalized", !e.special);
+      e.single_word = t.value("single_word", false);
+      e.lstrip = t.value("lstrip", false);
+      e.rstrip = t.value("rstrip", false);
+      const TokenId file_id = t.at("id").get<TokenId>();
+      if (auto it = by_content.find(e.content); it != by_content.end()) {
+        e.id = entries[it->second].id;
+        entries[it->second] = e;
+      } else {
+        auto v = vocab_.find(e.content);
+        e.id = v != vocab_.end() ? v->second : next_id++;
+        by_content.emplace(e.content, entries.size());
+        entries.push_back(e);
+      }
+      if (file_id != e.id)
+        throw Error(str(path_, ": added token '", e.content, "' has id ", file_id, " in the file but tokenizers gives it id ",
+                        e.id, " (", vocab_.count(e.content) ? "its id in the vocabulary" : "the next id after the vocabulary",
+                        "); refused rather than encoded with either"));
+    }
+    std::size_t n = tokens_.size();
+    for (const auto& e : entries) n = std::max(n, std::size_t(e.id) + 1);
+    tokens_.resize(n);
+    has_token_.resize(n, false);
+    special_.resize(n, false);
+    std::unordered_set<std::string> special_contents;
+    tok::StringMap<TokenId> patterns_raw, patterns_norm;
+    for (const auto& e : entries) {
+      std::string pattern = e.content;
+      if (e.normalized) normalize(pattern);
+      if (pattern.empty())
+        throw Error(str(path_, ": added token '", e.content, "' (normalized: true) normalizes to nothing"));
+      auto& seen = e.normalized ? patterns_norm : patterns_raw;
+      if (auto it = seen.find(pattern); it != seen.end())
+        throw Error(str(path_, ": added tokens '", e.content, "' and id ", it->second, " are matched by the same text '",
+                        pattern, "' (tokenizers cannot load this file either)"));
+      seen.emplace(pattern, e.id);
+      tokens_[std::size_t(e.id)] = pattern;
+      has_token_[std::size_t(e.id)] = true;
+      special_[std::size_t(e.id)] = e.special;
+      if (e.special) special_contents.insert(e.content);
+      (e.normalized ? norm_added_ : raw_added_).add({pattern, e.id, e.single_word, e.lstrip, e.rstrip});
+      if (e.normalized && !normalizers_.empty())
+        for (const auto& p : pre_)
+          if (p.kind == PreTokenizer::kMetaspace && p.prepend == PreTokenizer::kFirst)
+            throw Error(str(path_, ": added token '", e.content,
+                            "' has normalized: true, with a normalizer and a Metaspace pre-tokenizer with "
+                            "prepend_scheme 'first': which pieces after it start the original text is not "
+                            "reproduced (refused rather than tokenized differently from tokenizers)"));
+    }
+    skip_.assign(n, false);
+    for (std::size_t i = 0; i < n; ++i) skip_[i] = has_token_[i] && special_contents.count(tokens_[i]) > 0;
+  }
 
   void find_bos(const json& p) {
     std::string type = p.value("type", "");
@@ -319,8 +532,8 @@ class HfTokenizer final : public Tokenizer {
           else if (n == 3) cp = ((c(0) & 0x0f) << 12) | ((c(1) & 0x3f) << 6) | (c(2) & 0x3f);
           else cp = ((c(0) & 0x07) << 18) | ((c(1) & 0x3f) << 12) | ((c(2) & 0x3f) << 6) | (c(3) & 0x3f);
           auto it = t.from_cp.find(cp);
-          if (it != t.from_cp.end()) out.push_back(char(it->second));
-          else out.append(s, i, n);
+          if (it == t.from_cp.end()) return;  // as tokenizers: a token with any other character stays as it is
+          out.push_back(char(it->second));
           i += n;
         }
         s = std::move(out);
@@ -471,12 +684,11 @@ class HfTokenizer final : public Tokenizer {
     }
   }
 
-  void encode_segment(std::string_view seg, bool first, std::string& norm, std::vector<std::string>& pieces,
-                      std::vector<std::string>& next, std::vector<TokenId>& out) const {
-    norm.assign(seg);
-    normalize(norm);
+  void encode_normalized(std::string_view norm, bool first, std::vector<std::string>& pieces,
+                         std::vector<std::string>& next, std::vector<TokenId>& out) const {
+    if (norm.empty()) return;
     pieces.clear();
-    pieces.push_back(norm);
+    pieces.emplace_back(norm);
     for (const auto& p : pre_) {
       pre_tokenize(p, first, pieces, next);
       pieces.swap(next);
@@ -552,13 +764,14 @@ class HfTokenizer final : public Tokenizer {
   std::unordered_map<std::uint64_t, tok::BpeMerge> merges_;
   std::vector<std::string> tokens_, decoded_;
   std::vector<bool> has_token_, special_;
+  std::vector<bool> skip_;  // left out by decode(skip_special): its text is a special token's content
   TokenId unk_ = -1, bos_ = -1, eos_ = -1;
   bool template_bos_ = false;  // the post-processor puts BOS first
   TokenId byte_id_[256] = {};
   bool byte_fallback_ = false, fuse_unk_ = false, ignore_merges_ = false, byte_level_ = false;
   std::vector<Normalizer> normalizers_;
   std::vector<PreTokenizer> pre_;
-  tok::SpecialMatcher specials_;
+  AddedTokenMatcher raw_added_, norm_added_;  // normalized: false / true
   std::string strip_content_;
   int strip_start_ = 0;
   mutable std::mutex cache_mu_;

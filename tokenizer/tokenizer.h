@@ -77,8 +77,17 @@ class Decoder {
 // naming the file and what is unsupported.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir);
 
-// Whether text for this checkpoint starts with BOS: tokenizer_config.json's add_bos_token
-// when it says, else what the tokenizer's format does (adds_bos()).
+// Whether text for this checkpoint starts with BOS, as transformers 5.24's
+// AutoTokenizer.from_pretrained(checkpoint_dir) decides it (docs/tokenizers.md has the
+// table): a tokenizer.json's post-processor (add_bos_token is not read then); for a
+// tokenizer.model, tokenizer_config.json's add_bos_token (default false) and the class's
+// bos_token; for llama2.c's tokenizer.bin (which transformers cannot read), add_bos_token
+// when set, else BOS. Never true when the vocabulary has no BOS token.
+struct BosChoice {
+  bool add;
+  std::string why;  // the rule that decided, for messages
+};
+BosChoice choose_add_bos(const std::string& checkpoint_dir, const Tokenizer& tokenizer);
 bool add_bos_by_default(const std::string& checkpoint_dir, const Tokenizer& tokenizer);
 
 // The individual loaders, for tests and tools.

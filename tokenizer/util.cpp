@@ -275,14 +275,127 @@ std::string Decoder::flush() {
   return out;
 }
 
-bool add_bos_by_default(const std::string& checkpoint_dir, const Tokenizer& tokenizer) {
-  const std::string config = (std::filesystem::path(checkpoint_dir) / "tokenizer_config.json").string();
-  if (tok::file_exists(config, "tokenizer config")) {
-    const nlohmann::json j = read_json_file(config, "tokenizer config");
-    if (j.is_object() && j.contains("add_bos_token") && j["add_bos_token"].is_boolean())
-      return j["add_bos_token"].get<bool>() && tokenizer.bos_id() >= 0;
+namespace {
+
+// A SentencePiece model is a protobuf (first byte 0x0a: field 1, the pieces); a tiktoken rank
+// file is text lines "<base64 token> <rank>".
+bool is_tiktoken_file(const std::string& model) {
+  std::string head;
+  {
+    std::ifstream in(model, std::ios::binary);
+    if (!in) throw Error(str("cannot open ", model));
+    head.resize(256);
+    in.read(head.data(), std::streamsize(head.size()));
+    head.resize(std::size_t(in.gcount()));
   }
-  return tokenizer.adds_bos();
+  std::size_t eol = head.find('\n');
+  std::string_view line = std::string_view(head).substr(0, eol == std::string::npos ? head.size() : eol);
+  std::size_t sp = line.find(' ');
+  return sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
+         std::all_of(line.begin(), line.begin() + std::ptrdiff_t(sp),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || c == '='; }) &&
+         std::all_of(line.begin() + std::ptrdiff_t(sp) + 1, line.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '\r'; });
+}
+
+// Python's truth value of a JSON value (what `if add_bos_token:` sees).
+bool truthy(const nlohmann::json& v) {
+  if (v.is_boolean()) return v.get<bool>();
+  if (v.is_null()) return false;
+  if (v.is_number_integer()) return v.get<std::int64_t>() != 0;
+  if (v.is_number()) return v.get<double>() != 0;
+  return !v.empty();  // strings, lists, objects: non-empty
+}
+
+nlohmann::json read_json_if_any(const std::string& path, const std::string& what) {
+  if (!tok::file_exists(path, what)) return nlohmann::json();
+  nlohmann::json j = read_json_file(path, what);
+  return j.is_object() ? j : nlohmann::json();
+}
+
+}  // namespace
+
+BosChoice choose_add_bos(const std::string& checkpoint_dir, const Tokenizer& tokenizer) {
+  namespace fs = std::filesystem;
+  const fs::path dir(checkpoint_dir);
+  const nlohmann::json tc = read_json_if_any((dir / "tokenizer_config.json").string(), "tokenizer config");
+  const bool has_bos = tokenizer.bos_id() >= 0;
+  auto result = [&](bool add, std::string why) {
+    if (add && !has_bos) return BosChoice{false, why + "; but the vocabulary has no BOS token"};
+    return BosChoice{add, std::move(why)};
+  };
+  enum { kJson, kSentencePiece, kTiktoken, kLlama2c } kind;
+  if (tok::file_exists((dir / "tokenizer.json").string(), "tokenizer")) kind = kJson;
+  else if (tok::file_exists((dir / "tokenizer.model").string(), "tokenizer"))
+    kind = is_tiktoken_file((dir / "tokenizer.model").string()) ? kTiktoken : kSentencePiece;
+  else kind = kLlama2c;
+
+  // tokenizer.bin: transformers cannot read it; linnet's own rule.
+  if (kind == kLlama2c) {
+    if (tc.contains("add_bos_token") && tc["add_bos_token"].is_boolean())
+      return result(tc["add_bos_token"].get<bool>(), "tokenizer.bin: tokenizer_config.json's add_bos_token");
+    return result(tokenizer.adds_bos(), "tokenizer.bin: llama2.c puts BOS first");
+  }
+
+  // The class transformers 5.24's AutoTokenizer picks: config.json's model_type qwen2 always
+  // gives Qwen2Tokenizer; else tokenizer_config.json's tokenizer_class (without "Fast");
+  // else TokenizersBackend.
+  const nlohmann::json config = read_json_if_any((dir / "config.json").string(), "model config");
+  std::string cls;
+  if (config.contains("model_type") && config["model_type"] == "qwen2") {
+    cls = "Qwen2Tokenizer";
+  } else if (tc.contains("tokenizer_class") && tc["tokenizer_class"].is_string()) {
+    cls = tc["tokenizer_class"].get<std::string>();
+    if (cls.ends_with("Fast")) cls.resize(cls.size() - 4);
+  }
+  if (cls.empty() || cls == "PreTrainedTokenizer") cls = "TokenizersBackend";
+  // bos_token: tokenizer_config.json's when it has the key (null: none; an AddedToken
+  // object: its content), else the class's default.
+  auto bos_token_given = [&](bool& none) {
+    if (!tc.contains("bos_token")) return false;
+    const auto& b = tc["bos_token"];
+    none = b.is_null() || (b.is_object() && b.contains("content") && b["content"].is_null());
+    return true;
+  };
+
+  if (kind == kJson) {
+    // transformers drops add_bos_token when there is a tokenizer.json and keeps its
+    // post-processor, except for the classes that rebuild it from their own defaults.
+    if (cls == "GPTNeoXTokenizer") return result(false, "tokenizer.json with GPTNeoXTokenizer: its post-processor is rebuilt without BOS");
+    if (cls == "CodeLlamaTokenizer") {
+      bool none = false;
+      if (bos_token_given(none) && none) return result(false, "tokenizer.json with CodeLlamaTokenizer and bos_token null");
+      return result(true, "tokenizer.json with CodeLlamaTokenizer: its post-processor is rebuilt with BOS");
+    }
+    return result(tokenizer.adds_bos(), tokenizer.adds_bos()
+                                            ? "tokenizer.json: its post-processor puts BOS first (add_bos_token is not read)"
+                                            : "tokenizer.json: its post-processor adds no BOS (add_bos_token is not read)");
+  }
+
+  // tokenizer.model (SentencePiece or tiktoken, converted by transformers): BOS when
+  // add_bos_token (default: false, true for CodeLlamaTokenizer) and the class has a bos_token.
+  const std::string file = kind == kTiktoken ? "tokenizer.model (tiktoken)" : "tokenizer.model (SentencePiece)";
+  bool add = cls == "CodeLlamaTokenizer";
+  std::string why = add ? "CodeLlamaTokenizer adds BOS by default" : "add_bos_token is not set (default false)";
+  if (tc.contains("add_bos_token")) {
+    add = truthy(tc["add_bos_token"]);
+    why = str("add_bos_token is ", tc["add_bos_token"].dump());
+  }
+  bool none = false;
+  if (bos_token_given(none)) {
+    if (none) return result(false, str(file, ": ", why, ", bos_token is null"));
+  } else if (cls == "Qwen2Tokenizer") {
+    return result(false, str(file, " with Qwen2Tokenizer: no bos_token"));
+  } else if (cls == "TokenizersBackend" && kind == kTiktoken) {
+    return result(false, str(file, " with ", cls, ": no bos_token"));
+  } else if (cls == "TokenizersBackend" && !has_bos) {
+    return result(false, str(file, ": the model has no BOS piece"));
+  }
+  return result(add, str(file, " with ", cls, ": ", why));
+}
+
+bool add_bos_by_default(const std::string& checkpoint_dir, const Tokenizer& tokenizer) {
+  return choose_add_bos(checkpoint_dir, tokenizer).add;
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir) {
@@ -296,30 +409,8 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& checkpoint_dir) {
   const std::string model = (fs::path(checkpoint_dir) / "tokenizer.model").string();
   const std::string bin = (fs::path(checkpoint_dir) / "tokenizer.bin").string();
   if (tok::file_exists(json, "tokenizer")) return load_hf_tokenizer(json);
-  if (tok::file_exists(model, "tokenizer")) {
-    // A SentencePiece model is a protobuf (first byte 0x0a: field 1, the pieces); a
-    // tiktoken rank file is text lines "<base64 token> <rank>".
-    std::string head;
-    {
-      std::ifstream in(model, std::ios::binary);
-      if (!in) throw Error(str("cannot open ", model));
-      head.resize(256);
-      in.read(head.data(), std::streamsize(head.size()));
-      head.resize(std::size_t(in.gcount()));
-    }
-    std::size_t eol = head.find('\n');
-    std::string_view line = std::string_view(head).substr(0, eol == std::string::npos ? head.size() : eol);
-    std::size_t sp = line.find(' ');
-    bool tiktoken = sp != std::string_view::npos && sp > 0 && sp + 1 < line.size() &&
-                    std::all_of(line.begin(), line.begin() + std::ptrdiff_t(sp), [](char c) {
-                      return std::isalnum(static_cast<unsigned char>(c)) || c == '+' || c == '/' || c == '=';
-                    }) &&
-                    std::all_of(line.begin() + std::ptrdiff_t(sp) + 1, line.end(), [](char c) {
-                      return std::isdigit(static_cast<unsigned char>(c)) || c == '\r';
-                    });
-    if (tiktoken) return load_tiktoken_tokenizer(model);
-    return load_sentencepiece_tokenizer(model);
-  }
+  if (tok::file_exists(model, "tokenizer"))
+    return is_tiktoken_file(model) ? load_tiktoken_tokenizer(model) : load_sentencepiece_tokenizer(model);
   if (tok::file_exists(bin, "tokenizer")) return load_llama2c_tokenizer(bin);
   throw Error(str("tokenizer: ", checkpoint_dir,
                   " holds no tokenizer.json, tokenizer.model or tokenizer.bin"));

@@ -23,6 +23,10 @@ Outputs (all committed; CI has no Python):
                                   U+2019 -> "'" and Replace U+00C5 -> "Aa" (the order
                                   matters: U+212B ANGSTROM SIGN and A + U+030A become U+00C5
                                   only through NFKC)
+  hf_added_gpt2/, hf_added_nfkc/, hf_added_spbpe/, hf_added_metaspace/
+                                  hf_gpt2 / hf_nfkc / hf_spbpe / hf_metaspace with added tokens
+                                  whose flags matter (lstrip, rstrip, single_word, normalized,
+                                  special): added to the tokenizers made above, not trained
   tiktoken_gpt2/tokenizer.model   whisper's gpt2.tiktoken, read with Llama 3's pattern and
                                   special tokens
   expected_<name>.json            per corpus text: ids, ids with BOS, decoded text, decoded
@@ -31,10 +35,11 @@ Outputs (all committed; CI has no Python):
                                   (invalid UTF-8 for tokenizers/tiktoken)
   expected_sp_stories15M.json     sentencepiece on stories15M's tokenizer.model (scripts/fetch-stories15M)
 
-The corpus is append-only: texts that need Unicode normalization come last, so the
-indices of the earlier texts stay valid, and the tokenizers that predate them are still
-trained on the earlier texts alone (their tokenizer.json and the ids of those texts are
-unchanged).
+The corpus is append-only: texts that need Unicode normalization come after the base
+texts, then the texts about added tokens, so the indices of the earlier texts stay valid,
+and the tokenizers that predate them are still trained on the texts they were trained on
+(their tokenizer.json and the ids of those texts are unchanged; their expected_*.json only
+gain cases at the end).
 """
 import base64
 import json
@@ -111,8 +116,9 @@ assert len(SPBPE_ALPHABET) == 90
 
 
 def corpus():
-    """All texts: the original ones, then those that need Unicode normalization."""
-    return corpus_base() + corpus_normalization()
+    """All texts: the original ones, then those that need Unicode normalization, then those
+    about added tokens' flags."""
+    return corpus_base() + corpus_normalization() + corpus_added_tokens()
 
 
 def corpus_base():
@@ -202,6 +208,39 @@ def corpus_normalization():
         "\ud55c\uad6d\uc5b4 \u2460\u2461\u2462 x\u00b2 + y\u00b2 = z\u00b2\u2026 \u2122 "
         "a\u0302\u0323 \u1ead \uff21\uff22\uff23\uff11\uff12\uff13",
         "mixed long sentence needing every normalization")
+    return t
+
+
+def corpus_added_tokens():
+    """Texts for the added tokens of the hf_added_* tokenizers (appended after
+    corpus_normalization): whitespace around tokens with lstrip / rstrip (Unicode White_Space
+    too), single_word boundaries (Rust regex's Unicode \\w: letters, marks, Nd, Pc, ZWJ/ZWNJ,
+    circled letters; not No like U+00B2), tokens matched on the normalized text."""
+    t = []
+    def add(s, note):
+        t.append((s.encode("utf-8"), note))
+    add("Hello  World <|endoftext|> x", "lstrip+rstrip special between spaces")
+    add("<|endoftext|>", "lstrip+rstrip special alone")
+    add("  <|endoftext|>  ", "lstrip+rstrip special with spaces around")
+    add("a<|endoftext|><|endoftext|>b", "adjacent lstrip+rstrip specials")
+    add("a <|endoftext|>\n\n<|endoftext|>  b\t<|endoftext|>\u00a0\u3000c\u0085<|endoftext|>\u200bd \u2028<|endoftext|>",
+        "strip over Unicode whitespace (NBSP, U+3000, NEL, U+2028; U+200B is not whitespace)")
+    add("The capital of France is <mask>. A <mask><mask> and  <mask>x", "RoBERTa-style <mask> (lstrip)")
+    add("<pad>  <pad>\n<pad>x <pad>", "rstrip only")
+    add("<pad>  <|endoftext|> y", "rstrip then lstrip over the same spaces")
+    add("<|endoftext|>\n\n\nx <|endoftext|>\n\n", "rstrip over the start of the next added token")
+    add("sing ing ing, ing. (ing) ing_ ing2 ing\u00b2 ing\u24b6 ing\u200d ing\u200c \u00e9ing e\u0301ing ing\u00e9 "
+        "ing\u0301 ING ing\u2160 ing\u0660 ing- -ing \u65e5ing ing\U0001F600", "single_word boundaries")
+    add(" <sep> x<sep>y <sep>  ", "single_word + lstrip + rstrip")
+    add("ing<|endoftext|>ing <mask>ing <sep><sep>", "single_word next to other added tokens")
+    add("Hello World Hello World!HelloWorld hello world Hello  World", "non-special token with a space")
+    add("file \ufb01le FILE \u2460\u2461 12 \u2474 don\u2019t don't \ufb01\ufb01le", "normalized vs raw added tokens")
+    add("x <|fin|> <|\ufb01n|>y <|fin|>", "special token with normalized: true")
+    add("ING ING\u00b2 ING\u24b6 _ING ING\u200d \u00e9ING \uff49\uff4e\uff47 \uff29\uff2e\uff27",
+        "single_word on the normalized text")
+    add("<raw>xING yING <raw>x\ufb01le", "normalized tokens in the pieces between raw ones")
+    add("<x>a<x> b <x>", "normalized token under Prepend / Metaspace")
+    add("<s>Hi</s> <s> Hi </s>  Hi Hi! <s>Hi", "Llama 2 specials with lstrip / rstrip, single_word Hi")
     return t
 
 
@@ -339,6 +378,44 @@ def main():
         tok = qwen2_style(norm, train_norm)
         save(tok, name)
         write_json(os.path.join(OUT, f"expected_{name}.json"), hf_expected(tok, texts, "<|endoftext|>"))
+
+    # (c3) added tokens whose flags matter, on copies of the tokenizers above (not trained).
+    A = lambda content, **kw: (content, kw)
+    for name, base, bos_name, added in [
+        ("hf_added_gpt2", "hf_gpt2", "<|endoftext|>", [
+            A("<|endoftext|>", special=True, normalized=False, lstrip=True, rstrip=True),  # GPT-2 style EOS
+            A("<mask>", special=True, normalized=False, lstrip=True),                       # RoBERTa's
+            A("<pad>", special=True, normalized=False, rstrip=True),
+            A("ing", special=False, normalized=False, single_word=True),  # also in the vocabulary
+            A("<sep>", special=True, normalized=False, single_word=True, lstrip=True, rstrip=True),
+            A("Hello World", special=False, normalized=True),
+            A("\n\n", special=False, normalized=False),
+        ]),
+        ("hf_added_nfkc", "hf_nfkc", "<|endoftext|>", [
+            A("\ufb01le", special=False, normalized=True),       # matched as "file"
+            A("don\u2019t", special=False, normalized=True),     # matched as "don't" (Replace)
+            A("\u2460\u2461", special=False, normalized=False),  # matched raw only
+            A("ING", special=False, normalized=True, single_word=True),
+            A("<|\ufb01n|>", special=True, normalized=True, lstrip=True),  # special, yet normalized
+            A("<raw>x", special=False, normalized=False),
+        ]),
+        ("hf_added_spbpe", "hf_spbpe", "<s>", [
+            A("<x>", special=False, normalized=True),  # matched as "\u2581<x>" (Prepend)
+            A("<s>", special=True, normalized=False, rstrip=True),
+            A("</s>", special=True, normalized=False, lstrip=True),
+            A("Hi", special=False, normalized=True, single_word=True),
+        ]),
+        ("hf_added_metaspace", "hf_metaspace", "<s>", [
+            A("<x>", special=False, normalized=True),
+            A("</s>", special=True, normalized=False, lstrip=True, rstrip=True),
+            A("Hi", special=False, normalized=True, single_word=True),
+        ]),
+    ]:
+        tok = Tokenizer.from_file(os.path.join(OUT, base, "tokenizer.json"))
+        for content, kw in added:
+            (tok.add_special_tokens if kw["special"] else tok.add_tokens)([AddedToken(content, **kw)])
+        save(tok, name)
+        write_json(os.path.join(OUT, f"expected_{name}.json"), hf_expected(tok, texts, bos_name))
 
     # (d) tiktoken: whisper's gpt2.tiktoken with Llama 3's pattern and special tokens.
     src = os.path.join(whisper_dir, "assets", "gpt2.tiktoken")
