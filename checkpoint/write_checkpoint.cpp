@@ -131,6 +131,15 @@ ModelConfig import_llama2c(const std::string& bin_path, const std::string& dir) 
     if (!fs::exists(src)) continue;
     write_text_file((fs::path(dir) / tok).string(), read_text_file(src.string(), "tokenizer"), "the tokenizer");
   }
+  // What makes transformers 5 (so lm-eval and the openai tests) read the folder as linnet
+  // does: llama2.c's Llama 2 SentencePiece vocabulary, with BOS (docs/tokenizers.md). Without
+  // it transformers adds no BOS to a tokenizer.model and every score differs.
+  if (fs::exists(fs::path(dir) / "tokenizer.model"))
+    write_text_file((fs::path(dir) / "tokenizer_config.json").string(),
+                    nlohmann::json{{"tokenizer_class", "LlamaTokenizer"}, {"add_bos_token", true},
+                                   {"add_eos_token", false}, {"bos_token", "<s>"}, {"eos_token", "</s>"},
+                                   {"unk_token", "<unk>"}}.dump(2) + "\n",
+                    "the tokenizer config");
   return c;
 }
 

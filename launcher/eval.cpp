@@ -184,11 +184,12 @@ int cmd_eval(const Args& args) {
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
   add_output_options(desc);
+  add_bos_option(desc);
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm,
              "linnet eval --checkpoint DIR --data IN.jsonl --output OUT.jsonl [--max-length N] [--prefix-token ID] "
-             "[--max-batch-tokens N] [--resume [--resume-keep-errors] | --overwrite] [--on-error stop|skip] [--shards N] [--dtype T] "
+             "[--max-batch-tokens N] [--resume [--resume-keep-errors] | --overwrite] [--on-error stop|skip] [--add-bos auto|yes|no] [--shards N] [--dtype T] "
              "[--backend cpu|cuda|auto] [--tp K] [--threads N] [--quiet]"))
     return 0;
   const OnError on_error = on_error_option(vm["on-error"].as<std::string>());
@@ -214,7 +215,7 @@ int cmd_eval(const Args& args) {
                       " is beyond the model's Vocab=", config.vocab, " (the checkpoint's tokenizer and config disagree)"));
   }
   const TokenId bos = tok->bos_id();
-  const Encoder encoder{*tok, add_bos_by_default(dir, *tok), bos >= 0 ? tok->decode(std::vector<TokenId>{bos}) : "",
+  const Encoder encoder{*tok, add_bos_from(vm, dir, *tok), bos >= 0 ? tok->decode(std::vector<TokenId>{bos}) : "",
                         config.vocab};
   auto lines = read_input_lines(in_path, {"id", "text", "context", "continuation", "context_tokens", "continuation_tokens"});
   std::vector<engine::Window> windows;

@@ -139,12 +139,13 @@ int cmd_generate(const Args& args) {
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
   add_output_options(desc);
+  add_bos_option(desc);
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm,
              "linnet generate --checkpoint DIR --prompts IN.jsonl --output OUT.jsonl [--max-new-tokens N] "
              "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]… [--ignore-eos] [--resume [--resume-keep-errors] | --overwrite] "
-             "[--on-error stop|skip] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
+             "[--on-error stop|skip] [--add-bos auto|yes|no] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
              "[--page-size P] [--shards N] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N] [--quiet]"))
     return 0;
   SamplingParams defaults;
@@ -173,7 +174,7 @@ int cmd_generate(const Args& args) {
   const std::string dir = vm["checkpoint"].as<std::string>(), in_path = vm["prompts"].as<std::string>();
   const ModelConfig config = load_hf_config(dir);
   const auto tok = load_tokenizer(dir);
-  const bool add_bos = add_bos_by_default(dir, *tok);
+  const bool add_bos = add_bos_from(vm, dir, *tok);
   const bool max_new_given = !vm["max-new-tokens"].defaulted();
   const int64_t max_seq = options.max_seq > 0 ? options.max_seq : config.max_position;
   auto lines = read_input_lines(in_path, {"id", "text", "tokens", "max_new_tokens", "temperature", "top_k", "top_p",

@@ -177,4 +177,22 @@ void check_report_option(const po::variables_map& vm, const char* name) {
     throw Error(str(p.string(), ": cannot write --", name, ": ", std::strerror(errno)));
 }
 
+void add_bos_option(po::options_description& desc) {
+  desc.add_options()("add-bos", po::value<std::string>()->default_value("auto"),
+                     "texts start with BOS: auto (as transformers' tokenizer for this checkpoint does), yes or no");
+}
+
+bool add_bos_from(const po::variables_map& vm, const std::string& checkpoint_dir, const Tokenizer& tok) {
+  const std::string v = vm["add-bos"].as<std::string>();
+  if (v == "no") return false;
+  if (v == "yes") {
+    if (tok.bos_id() < 0) throw UsageError("--add-bos yes: the checkpoint's tokenizer has no BOS token");
+    return true;
+  }
+  if (v != "auto") throw UsageError(str("--add-bos '", v, "': expected auto, yes or no"));
+  const BosChoice c = choose_add_bos(checkpoint_dir, tok);
+  spdlog::info("texts {} BOS: {} (--add-bos yes|no overrides)", c.add ? "start with" : "get no", c.why);
+  return c.add;
+}
+
 }  // namespace linnet::cli

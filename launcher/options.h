@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "launcher/commands.h"
 #include "layers/generics.h"
+#include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
 
@@ -31,6 +32,11 @@ RunOptions run_options(const po::variables_map& vm);
 int threads_option(const po::variables_map& vm);
 // --tp K (0: every rank of the job in one replica).
 int tp_option(const po::variables_map& vm);
+// --add-bos auto|yes|no: whether texts start with BOS — auto as transformers decides it for
+// the checkpoint's tokenizer (tokenizer/tokenizer.h), logged with the reason.
+void add_bos_option(po::options_description& desc);
+bool add_bos_from(const po::variables_map& vm, const std::string& checkpoint_dir, const Tokenizer& tok);
+
 // "; did you mean --max-new-tokens?" for an unknown --max-tokens ("" when nothing is close).
 std::string nearest_option_hint(const std::string& given, const po::options_description& desc);
 

@@ -63,11 +63,12 @@ int cmd_serve(const Args& args) {
       ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once, per replica")
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+  add_bos_option(desc);
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm,
              "linnet serve --checkpoint DIR [--host H] [--port P] [--served-model-name NAME] [--max-waiting N] "
-             "[--max-body BYTES] [--http-threads N] [--http-timeout S] [--http-idle-timeout S] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
+             "[--max-body BYTES] [--add-bos auto|yes|no] [--http-threads N] [--http-timeout S] [--http-idle-timeout S] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
              "[--page-size P] [--batch B] [--shards N] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N]"))
     return 0;
   engine::SchedulerLimits limits;
@@ -111,7 +112,7 @@ int cmd_serve(const Args& args) {
   served.max_seq = loaded.generics.max_seq;
   served.pages = pool.pages_total;
   served.page_size = loaded.generics.page_size;
-  served.add_bos = add_bos_by_default(dir, *tok);
+  served.add_bos = add_bos_from(vm, dir, *tok);
 
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not the end
   std::signal(SIGTERM, on_terminate);

@@ -222,3 +222,18 @@ TEST(JobFiles, AJsonArrayIsNamedAsSuch) {
     EXPECT_EQ(r.errors.find("malformed"), std::string::npos) << r.errors;
   }
 }
+
+// --add-bos overrides what transformers would decide for the checkpoint's tokenizer.
+TEST(JobFiles, AddBosYesAndNo) {
+  const fs::path d = fresh_dir("add_bos");
+  write(d / "in.jsonl", R"({"id": "a", "text": "the cat sat"})" "\n");
+  auto tokens_with = [&](const std::string& v) {
+    const auto r = linnet_run(gen(d / "in.jsonl", d / ("out-" + v + ".jsonl"), {"--add-bos", v}));
+    EXPECT_EQ(r.exit_code, 0) << r.errors;
+    return json::parse(slurp(d / ("out-" + v + ".jsonl")))["prompt_tokens"].get<int>();
+  };
+  EXPECT_EQ(tokens_with("yes"), tokens_with("no") + 1);
+  const auto r = linnet_run(gen(d / "in.jsonl", d / "x.jsonl", {"--add-bos", "maybe"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.errors.find("--add-bos 'maybe': expected auto, yes or no"), std::string::npos) << r.errors;
+}

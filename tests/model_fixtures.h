@@ -124,7 +124,7 @@ inline const Stories15M& stories15m_files() {
 inline std::filesystem::path stories15m_checkpoint() {
   const Stories15M& s = stories15m_files();
   if (s.dir.empty()) return {};
-  return shared_checkpoint("linnet_stories15M",
+  return shared_checkpoint("linnet_stories15M_hf",
                            [&](const std::string& d) { import_llama2c((s.dir / "stories15M.bin").string(), d); });
 }
 

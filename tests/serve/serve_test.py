@@ -547,15 +547,21 @@ def stories15m():
         return None, r.stderr.strip()
     src = r.stdout.strip()
     d = os.path.join(WORK, "stories15M-hf")
-    if not os.path.exists(os.path.join(d, "tokenizer_config.json")):
-        tmp = d + f".tmp{os.getpid()}"
-        subprocess.run([LINNET, "import-llama2c", "--input", os.path.join(src, "stories15M.bin"), "--out", tmp],
-                       check=True, capture_output=True, timeout=300)
-        json.dump({"tokenizer_class": "LlamaTokenizer", "add_bos_token": True, "add_eos_token": False,
-                   "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "legacy": True},
-                  open(os.path.join(tmp, "tokenizer_config.json"), "w"))
-        os.rename(tmp, d)
+    # As a user makes it: import-llama2c writes the tokenizer_config.json that transformers
+    # (so lm-eval) needs to read the folder as linnet does; nothing is added by hand.
+    shutil.rmtree(d, ignore_errors=True)
+    subprocess.run([LINNET, "import-llama2c", "--input", os.path.join(src, "stories15M.bin"), "--out", d],
+                   check=True, capture_output=True, timeout=300)
     return d, ""
+
+
+def documented_lm_eval_args():
+    """The --model_args of docs/serve.md's lm_eval command, as a dict (the test runs that command)."""
+    import re
+    text = open(os.path.join(SOURCE, "docs/serve.md")).read()
+    m = re.search(r"lm_eval --model local-completions \\\n\s*--model_args (\S+)", text)
+    check(m, "docs/serve.md has no lm_eval --model local-completions command")
+    return dict(kv.split("=", 1) for kv in m.group(1).split(","))
 
 
 def case_stories15m():
@@ -599,8 +605,11 @@ def case_stories15m():
               enumerate(["Once upon a time", "Lily and Tom", "The dog ran", "It was a sunny day"])]
         ps += [{"id": "g-sampled", "text": "Once upon a time", "max_new_tokens": 32, "temperature": 0.8, "seed": 9}]
         openai_checks_generate(srv, ps)
-        args = (f"model={NAME},base_url={srv.base}/v1/completions,tokenizer_backend=huggingface,"
-                f"tokenizer={d},num_concurrent=2,max_retries=1,max_length=256,add_bos_token=True")
+        # docs/serve.md's command, with this server's address and folder in place of the doc's.
+        doc = documented_lm_eval_args()
+        check(doc.get("add_bos_token") == "True", f"the documented command lacks add_bos_token=True: {doc}")
+        doc.update(model=NAME, base_url=f"{srv.base}/v1/completions", tokenizer=d, num_concurrent="2", max_retries="1")
+        args = ",".join(f"{k}={v}" for k, v in doc.items())
         r = subprocess.run([os.path.join(os.path.dirname(sys.executable), "lm_eval"), "--model", "local-completions",
                             "--model_args", args, "--tasks", "stories_mc", "--include_path", tasks, "--log_samples",
                             "--output_path", out, "--batch_size", "1"], cwd=TMP, capture_output=True, text=True,
