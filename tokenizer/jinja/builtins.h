@@ -22,6 +22,8 @@ bool apply_test(const std::string& name, const Value& input, CallArgs& args);
 
 // obj.name: Python attribute first (methods), then obj[name]; undefined when neither.
 Value get_attr(const Value& obj, const std::string& name);
+// Python's getattr(obj, name) alone (the attr filter): nullopt when Python has no such attribute.
+std::optional<Value> python_attr(const Value& obj, const std::string& name);
 // obj[key]: the item first, then (for a string key) the attribute; undefined when neither.
 Value get_item(const Value& obj, const Value& key);
 Value slice(const Value& obj, const Value& start, const Value& stop, const Value& step);

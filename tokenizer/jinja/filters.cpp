@@ -135,7 +135,10 @@ Value do_indent(const Value& v, CallArgs& args) {
     rv = lines.empty() ? "" : lines[0];
     if (lines.size() > 1) {
       rv += "\n";
-      for (std::size_t i = 1; i < lines.size(); ++i) rv += (i > 1 ? "\n" : "") + (lines[i].empty() ? "" : indention) + lines[i];
+      for (std::size_t i = 1; i < lines.size(); ++i) {
+        if (i > 1) rv += '\n';
+        if (!lines[i].empty()) rv += indention + lines[i];
+      }
     }
   }
   if (a[1] && a[1]->truthy()) rv = indention + rv;
@@ -234,7 +237,9 @@ const std::map<std::string, Filter>& filters() {
     };
     f["attr"] = [](const Value& v, CallArgs& args) {
       auto a = bind_args("attr", args, {"name"});
-      return get_attr(v, a[0] ? a[0]->str() : "");
+      std::string name = a[0] ? a[0]->str() : "";
+      if (auto x = python_attr(v, name)) return *x;
+      return Value::undefined(str("'", v.type_name(), "' has no attribute '", name, "'"));
     };
     f["batch"] = [](const Value& v, CallArgs& args) {
       auto a = bind_args("batch", args, {"linecount", "fill_with"});

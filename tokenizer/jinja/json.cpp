@@ -137,7 +137,7 @@ Value tojson(const Value& v, CallArgs& args) {
     if (a[1]->is_int()) style.indent = std::string(std::size_t(std::max<std::int64_t>(0, a[1]->as_int())), ' ');
     else if (a[1]->is_string()) style.indent = a[1]->as_string();
     else throw EvalError("indent must be an int or a string, not " + a[1]->type_name());
-    style.item_separator = ",";
+    style.item_separator.assign(1, ',');
   }
   if (a[2] && !a[2]->is_none()) {
     if (!a[2]->is_sequence() || a[2]->items().size() != 2 || !a[2]->items()[0].is_string() || !a[2]->items()[1].is_string())

@@ -214,11 +214,12 @@ Value string_bound(const Value& obj, const std::string& name, CallArgs& args) {
 }
 
 std::string missing_hint(const Value& obj, const Value& key) {
-  if (key.is_string()) return "'" + obj.type_name() + "' has no attribute '" + key.as_string() + "'";
-  return "'" + obj.type_name() + "' has no element " + key.repr();
+  if (key.is_string()) return str("'", obj.type_name(), "' has no attribute '", key.as_string(), "'");
+  return str("'", obj.type_name(), "' has no element ", key.repr());
 }
 
-// Python's getattr(obj, name), sandbox-checked: nullopt when Python raises AttributeError.
+}  // namespace
+
 std::optional<Value> python_attr(const Value& obj, const std::string& name) {
   if (obj.is_undefined()) obj.fail_undefined();
   if (!name.empty() && name[0] == '_') return std::nullopt;  // the sandbox hides private attributes
@@ -242,6 +243,8 @@ std::optional<Value> python_attr(const Value& obj, const std::string& name) {
       return std::nullopt;
   }
 }
+
+namespace {
 
 // Python's obj[key]: nullopt when Python raises TypeError or LookupError.
 std::optional<Value> python_item(const Value& obj, const Value& key) {
@@ -312,7 +315,7 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
     pick(std::int64_t(obj.items().size()), [&](std::size_t i) { out.push_back(obj.items()[i]); });
     return obj.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
   }
-  return Value::undefined("'" + obj.type_name() + "' has no element slice");
+  return Value::undefined(str("'", obj.type_name(), "' has no element slice"));
 }
 
 Value call_value(const Value& callee, CallArgs& args) {

@@ -19,7 +19,7 @@ class Parser {
   Program run() {
     Program p;
     p.body = subparse({});
-    if (!unknown_error_.empty()) throw TemplateError(unknown_error_);
+    if (!unknown_errors_.empty()) throw TemplateError(unknown_errors_.front());
     return p;
   }
 
@@ -30,7 +30,7 @@ class Parser {
   // jinja2 refuses an unknown filter or test when it compiles the template, except inside
   // an if statement or an inline if (a "soft" frame): there it fails only when run.
   bool soft_ = false;
-  std::string unknown_error_;
+  std::vector<std::string> unknown_errors_;
   // Names read inside the macro being parsed (for varargs, kwargs, caller).
   std::vector<std::set<std::string>*> macro_names_;
 
@@ -369,9 +369,11 @@ class Parser {
 
   ExprPtr parse_condexpr() {
     int line = cur().line;
+    std::size_t known_before = unknown_errors_.size();
     ExprPtr e = parse_or();
     while (is_name("if")) {
       next();
+      unknown_errors_.resize(known_before);  // the whole inline if is a soft frame
       bool was = soft_;
       soft_ = true;
       auto c = node(Expr::Kind::CondExpr, line);
@@ -688,8 +690,8 @@ class Parser {
   void check_known(const Token& at, const std::string& name, bool filter, Expr& n) {
     if (filter ? has_filter(name) : has_test(name)) return;
     n.unknown = true;
-    if (!soft_ && unknown_error_.empty())
-      unknown_error_ = str("line ", at.line, ", column ", at.column, ": No ", filter ? "filter" : "test", " named '", name, "'.");
+    if (!soft_)
+      unknown_errors_.push_back(str("line ", at.line, ", column ", at.column, ": No ", filter ? "filter" : "test", " named '", name, "'."));
   }
 
   ExprPtr parse_filter(ExprPtr input, int line) {
