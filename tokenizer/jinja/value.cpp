@@ -145,8 +145,8 @@ std::string Value::str() const {
     case Kind::Int: return std::to_string(i_);
     case Kind::Float: return float_repr(f_);
     case Kind::String: return *s_;
-    case Kind::List: return generator_ ? "<generator object>" : str("[", join_repr(*list_), "]");
-    case Kind::Tuple: return str("(", join_repr(*list_), list_->size() == 1 ? ",)" : ")");
+    case Kind::List: return generator_ ? "<generator object>" : linnet::str("[", join_repr(*list_), "]");
+    case Kind::Tuple: return linnet::str("(", join_repr(*list_), list_->size() == 1 ? ",)" : ")");
     case Kind::Dict: return dict_repr(*dict_);
     case Kind::Namespace: return "<Namespace " + dict_repr(*dict_) + ">";
     case Kind::Function: return "<function " + fn_->name + ">";
