@@ -3,6 +3,7 @@
 // test re-checks them against jinja2); the rest checks the API: errors, globals, loading.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
@@ -285,6 +286,39 @@ TEST(ChatTemplate, NoTemplateIsAnErrorNamingTheFolder) {
   } catch (const linnet::Error& e) {
     EXPECT_NE(std::string(e.what()).find(dir.path.string()), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Jinja, HostileNestingIsASyntaxError) {
+  EXPECT_THROW(render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"), TemplateError);
+  std::string blocks;
+  for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
+  EXPECT_THROW(render(blocks), TemplateError);
+  // Moderate nesting is fine.
+  EXPECT_EQ(render("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}"), "1");
+}
+
+TEST(Jinja, SelfReferenceInANamespacePrintsAsPython) {
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}"),
+            "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
+}
+
+TEST(Jinja, LargeConversationRendersQuickly) {
+  ojson messages = ojson::array();
+  for (int i = 0; i < 2000; ++i)
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(200, 'x') + std::to_string(i)}});
+  Template t = Template::parse(
+      "{% for m in messages %}{% if loop.first and m.role != 'system' %}<sys>{% endif %}<|{{ m.role }}|>{{ m.content | trim }}"
+      "{% if m.tool_calls is defined %}{{ m.tool_calls | tojson }}{% endif %}{% endfor %}",
+      kHf);
+  auto start = std::chrono::steady_clock::now();
+  std::string out = t.render({{"messages", messages}});
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GT(out.size(), 400000u);
+  EXPECT_LT(seconds, 1.0);
 }
 
 }  // namespace

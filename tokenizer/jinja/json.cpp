@@ -68,6 +68,8 @@ std::string key_string(const Value& k) {
 }
 
 void dump(std::string& out, const Value& v, const JsonStyle& style, int level) {
+  // Only a namespace can make a cycle, and namespaces are not JSON; this bounds the rest.
+  if (level > 512) throw EvalError("Circular reference detected");
   auto newline = [&](int lvl) {
     out += '\n';
     for (int i = 0; i < lvl; ++i) out += *style.indent;

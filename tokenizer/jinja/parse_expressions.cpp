@@ -158,6 +158,7 @@ ExprPtr Parser::parse_pow() {
 }
 
 ExprPtr Parser::parse_unary(bool with_filter) {
+  Nested guard(*this);
   int line = cur().line;
   ExprPtr e;
   if (is_op("-") || is_op("+")) {
@@ -350,7 +351,8 @@ std::string Parser::dotted_name() {
   std::string name = expect_name();
   while (is_op(".")) {
     next();
-    name += "." + expect_name();
+    name += '.';
+    name += expect_name();
   }
   return name;
 }

@@ -8,6 +8,7 @@ namespace linnet::jinja {
 
 // Statements up to a block whose tag is one of `ends` (left unread: the caller reads it).
 Body Parser::subparse(const std::set<std::string>& ends) {
+  Nested guard(*this);
   Body body;
   while (true) {
     const Token& t = cur();

@@ -26,6 +26,17 @@ class Parser {
   std::vector<Token> toks_;
   std::size_t i_ = 0;
   int loop_depth_ = 0;
+  // Nesting of expressions and blocks: deeper than any real template would overflow the
+  // stack of this recursive parser (and of the evaluator) on a hostile one.
+  int nesting_ = 0;
+  static constexpr int kMaxNesting = 256;
+  struct Nested {
+    Parser& p;
+    explicit Nested(Parser& parser) : p(parser) {
+      if (++p.nesting_ > kMaxNesting) p.fail("the template nests too deeply");
+    }
+    ~Nested() { --p.nesting_; }
+  };
   // jinja2 refuses an unknown filter or test when it compiles the template, except inside
   // an if statement or an inline if (a "soft" frame): there it fails only when run.
   bool soft_ = false;

@@ -1,5 +1,6 @@
 #include "tokenizer/jinja/value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -119,6 +120,21 @@ std::string float_repr(double f) {
   return sign + digits.substr(0, std::size_t(exp) + 1) + "." + digits.substr(std::size_t(exp) + 1);
 }
 
+// The containers being printed: a namespace can hold itself, and Python prints the inner
+// occurrence as {...} / [...] instead of recursing (Py_ReprEnter).
+thread_local std::vector<const void*> printing;
+
+struct Printing {
+  const void* p;
+  bool again;
+  explicit Printing(const void* x) : p(x), again(std::find(printing.begin(), printing.end(), x) != printing.end()) {
+    if (!again) printing.push_back(p);
+  }
+  ~Printing() {
+    if (!again) printing.pop_back();
+  }
+};
+
 static std::string join_repr(const List& items) {
   std::string out;
   for (std::size_t i = 0; i < items.size(); ++i) {
@@ -145,10 +161,20 @@ std::string Value::str() const {
     case Kind::Int: return std::to_string(i_);
     case Kind::Float: return float_repr(f_);
     case Kind::String: return *s_;
-    case Kind::List: return generator_ ? "<generator object>" : linnet::str("[", join_repr(*list_), "]");
+    case Kind::List: {
+      if (generator_) return "<generator object>";
+      Printing guard(list_.get());
+      return guard.again ? "[...]" : linnet::str("[", join_repr(*list_), "]");
+    }
     case Kind::Tuple: return linnet::str("(", join_repr(*list_), list_->size() == 1 ? ",)" : ")");
-    case Kind::Dict: return dict_repr(*dict_);
-    case Kind::Namespace: return "<Namespace " + dict_repr(*dict_) + ">";
+    case Kind::Dict: {
+      Printing guard(dict_.get());
+      return guard.again ? "{...}" : dict_repr(*dict_);
+    }
+    case Kind::Namespace: {
+      Printing guard(dict_.get());
+      return linnet::str("<Namespace ", guard.again ? "{...}" : dict_repr(*dict_), ">");
+    }
     case Kind::Function: return "<function " + fn_->name + ">";
   }
   return "";
