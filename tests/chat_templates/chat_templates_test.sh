@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# ctest's ChatTemplates.conformance: renders the ~70 real chat templates that PyPI's
+# llama-cpp-python 0.3.36 sdist carries (vendor/llama.cpp/models/templates/) with Python's
+# jinja2 as transformers does (render_reference.py), then with linnet (chat_template_check),
+# and compares byte for byte. Also re-checks tests/jinja/cases.json (jinja_tests' expected
+# outputs) against jinja2. The venv and the sdist are kept in WORK; nothing is committed.
+# Exits 77 (skipped, with the reason) when PyPI cannot be reached.
+#   chat_templates_test.sh CHAT_TEMPLATE_CHECK SOURCE_DIR WORK
+set -euo pipefail
+check=$1 source=$2 work=$3
+here=$source/tests/chat_templates
+req=$here/requirements.txt
+mkdir -p "$work"
+exec 9>"$work/lock"
+flock 9
+
+venv=$work/venv
+want=$(sha256sum "$req" | cut -d' ' -f1)
+if [[ ! -f $venv/.requirements.sha256 || $(cat "$venv/.requirements.sha256") != "$want" ]]; then
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" >"$work/venv.log" 2>&1 ||
+     ! "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >>"$work/venv.log" 2>&1; then
+    echo "chat_templates_test: skipped, cannot make the jinja2 venv (PyPI unreachable?):" >&2
+    tail -3 "$work/venv.log" >&2
+    rm -rf "$venv"
+    exit 77
+  fi
+  echo "$want" >"$venv/.requirements.sha256"
+fi
+
+# The sdist, pinned by its sha256 (sdist.txt).
+sdist=$work/llama_cpp_python-0.3.36.tar.gz
+if [[ ! -f $sdist ]]; then
+  rm -rf "$work/sdist"
+  if ! "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: --require-hashes \
+       -r "$here/sdist.txt" -d "$work/sdist" >"$work/sdist.log" 2>&1; then
+    echo "chat_templates_test: skipped, cannot download llama-cpp-python 0.3.36 from PyPI:" >&2
+    tail -3 "$work/sdist.log" >&2
+    exit 77
+  fi
+  mv "$work/sdist/llama_cpp_python-0.3.36.tar.gz" "$sdist"
+fi
+templates=$work/templates
+if [[ ! -d $templates ]]; then
+  rm -rf "$work/extract" && mkdir -p "$work/extract"
+  tar -xzf "$sdist" -C "$work/extract" --wildcards '*/vendor/llama.cpp/models/templates/*.jinja'
+  mv "$work/extract"/*/vendor/llama.cpp/models/templates "$templates"
+  rm -rf "$work/extract"
+fi
+
+"$venv/bin/python" "$here/render_reference.py" "$templates" "$work/cases.json"
+"$venv/bin/python" "$source/tests/jinja/make_cases.py" --check "$source/tests/jinja/cases.json"
+"$check" "$work/cases.json" "$templates"

@@ -1,0 +1,324 @@
+// The jinja engine and ChatTemplate. The rendering cases come from tests/jinja/cases.json,
+// whose expected outputs Python's jinja2 wrote (tests/jinja/make_cases.py; the conformance
+// test re-checks them against jinja2); the rest checks the API: errors, globals, loading.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "core/files.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/jinja/jinja.h"
+
+namespace {
+
+using linnet::ChatRequest;
+using linnet::ChatTemplate;
+using namespace linnet::jinja;
+using ojson = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+// make_cases.py's NOW (2026-01-15 10:30:00), read in UTC.
+std::time_t fixed_now() {
+  setenv("TZ", "UTC", 1);
+  tzset();
+  std::tm tm{};
+  tm.tm_year = 2026 - 1900;
+  tm.tm_mon = 0;
+  tm.tm_mday = 15;
+  tm.tm_hour = 10;
+  tm.tm_min = 30;
+  return timegm(&tm);
+}
+
+std::string render(std::string_view source, const ojson& context = ojson::object(), Options options = {}) {
+  std::time_t now = fixed_now();
+  return Template::parse(source, options).render(context, {{"strftime_now", strftime_now_function([now] { return now; })}});
+}
+
+const Options kHf{.trim_blocks = true, .lstrip_blocks = true};
+
+struct Case {
+  std::string name;
+  ojson data;
+};
+
+std::vector<Case> load_cases() {
+  std::string path = std::string(LINNET_JINJA_SOURCE_DIR) + "/tests/jinja/cases.json";
+  ojson all = ojson::parse(linnet::read_text_file(path, "jinja cases"));
+  std::vector<Case> out;
+  for (const auto& c : all) out.push_back({c["name"].get<std::string>(), c});
+  return out;
+}
+
+class JinjaCase : public ::testing::TestWithParam<Case> {};
+
+TEST_P(JinjaCase, RendersAsJinja2) {
+  const ojson& c = GetParam().data;
+  Options options;
+  if (c.contains("options")) {
+    const ojson& o = c["options"];
+    options.trim_blocks = o.value("trim_blocks", false);
+    options.lstrip_blocks = o.value("lstrip_blocks", false);
+    options.keep_trailing_newline = o.value("keep_trailing_newline", false);
+  }
+  std::string source = c["template"].get<std::string>();
+  ojson context = c.value("context", ojson::object());
+  if (c.contains("expected")) {
+    std::string got;
+    try {
+      got = render(source, context, options);
+    } catch (const std::exception& e) {
+      FAIL() << "refused: " << e.what();
+    }
+    EXPECT_EQ(got, c["expected"].get<std::string>());
+    return;
+  }
+  std::string kind = c["error"].get<std::string>();
+  if (kind == "syntax") EXPECT_THROW(render(source, context, options), TemplateError);
+  else if (kind == "raise") EXPECT_THROW(render(source, context, options), RaiseError);
+  else EXPECT_THROW(render(source, context, options), RenderError);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, JinjaCase, ::testing::ValuesIn(load_cases()),
+                         [](const ::testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+std::string error_of(std::string_view source, const ojson& context = ojson::object()) {
+  try {
+    render(source, context);
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Jinja, SyntaxErrorsNameLineAndColumn) {
+  EXPECT_EQ(error_of("one\ntwo {{ 1 + }}"), "line 2, column 12: unexpected 'end of print statement'");
+  EXPECT_EQ(error_of("{% if x %}\n{% endfor %}"), "line 2, column 4: Encountered unknown tag 'endfor'.");
+  EXPECT_EQ(error_of("a\n\n  {{ x | nope }}"), "line 3, column 10: No filter named 'nope'.");
+  EXPECT_EQ(error_of("{% for x in y %}"),
+            "line 1, column 17: Unexpected end of template. Jinja was looking for the following tags: 'else' or 'endfor'.");
+  EXPECT_EQ(error_of("{{ 'open }}"), "line 1, column 4: unexpected char \"'\" at 3");
+  EXPECT_EQ(error_of("{# never closed"), "line 1, column 1: Missing end of comment tag");
+}
+
+TEST(Jinja, RuntimeErrorsNameTheLine) {
+  EXPECT_EQ(error_of("a\nb\n{{ x.y }}"), "line 3: 'x' is undefined");
+  EXPECT_EQ(error_of("\n{{ [].append(1) }}"), "line 2: access to attribute 'append' of 'list' object is unsafe.");
+  EXPECT_EQ(error_of("{% macro m() %}\n\n{{ 1 + 'a' }}{% endmacro %}\n{{ m() }}"),
+            "line 3: unsupported operand type(s) for +: 'int' and 'str'");
+}
+
+TEST(Jinja, RaiseExceptionKeepsTheMessage) {
+  try {
+    render("{{ raise_exception('Roles must alternate') }}");
+    FAIL() << "no exception";
+  } catch (const RaiseError& e) {
+    EXPECT_STREQ(e.what(), "Roles must alternate");
+  }
+}
+
+TEST(Jinja, ErrorTypesAreLinnetErrors) {
+  EXPECT_THROW(render("{% if %}"), linnet::Error);
+  EXPECT_THROW(render("{{ x() }}"), linnet::Error);
+  EXPECT_THROW(render("{{ raise_exception('no') }}"), linnet::Error);
+}
+
+TEST(Jinja, HostFunctions) {
+  Globals g = {{"twice", Value::function("twice", [](CallArgs& args) {
+                  return Value(args.positional.at(0).str() + args.positional.at(0).str());
+                })}};
+  EXPECT_EQ(Template::parse("{{ twice('ab') }}").render(ojson::object(), g), "abab");
+  // A context variable hides a global of the same name, as jinja2's render kwargs do.
+  EXPECT_EQ(Template::parse("{{ twice }}").render({{"twice", 2}}, g), "2");
+}
+
+TEST(Jinja, StrftimeNowIsInjectable) {
+  EXPECT_EQ(render("{{ strftime_now('%Y-%m-%d %H:%M') }}"), "2026-01-15 10:30");
+  // Without an injected clock it formats the real time: at least the year is plausible.
+  std::string year = Template::parse("{{ strftime_now('%Y') }}").render(ojson::object());
+  EXPECT_GE(std::stoi(year), 2024);
+}
+
+TEST(Jinja, ContextValuesKeepJsonTypes) {
+  ojson ctx = {{"i", 3}, {"f", 3.0}, {"big", 12345678901234LL}, {"neg", -0.5}, {"b", false}, {"n", nullptr}};
+  EXPECT_EQ(render("{{ i }} {{ f }} {{ big }} {{ neg }} {{ b }} {{ n }} {{ i / 2 }} {{ f // 2 }}", ctx),
+            "3 3.0 12345678901234 -0.5 False None 1.5 1.0");
+}
+
+TEST(Jinja, ATemplateRendersManyTimes) {
+  Template t = Template::parse("{% set ns = namespace(n=0) %}{% for x in xs %}{% set ns.n = ns.n + x %}{% endfor %}{{ ns.n }}");
+  EXPECT_EQ(t.render({{"xs", {1, 2}}}), "3");
+  EXPECT_EQ(t.render({{"xs", {4}}}), "4");
+}
+
+TEST(Jinja, DeepRecursionIsAnError) {
+  EXPECT_THROW(render("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"), RenderError);
+}
+
+// ---- ChatTemplate ----
+
+const char* kChatml =
+    "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+
+ChatRequest two_messages() {
+  ChatRequest r;
+  r.messages = ojson::parse(R"([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}])");
+  return r;
+}
+
+TEST(ChatTemplate, RendersWithGenerationPrompt) {
+  ChatTemplate t = ChatTemplate::single(kChatml, ojson::object());
+  ChatRequest r = two_messages();
+  EXPECT_EQ(t.render(r), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n");
+  r.add_generation_prompt = true;
+  EXPECT_EQ(t.render(r), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(ChatTemplate, PassesSpecialTokensToolsAndKwargs) {
+  ChatTemplate t = ChatTemplate::single(
+      "{{ bos_token }}|{{ tools is none }}|{{ documents is none }}|{{ enable_thinking }}|{{ eos_token }}",
+      {{"bos_token", "<s>"}, {"eos_token", "</s>"}});
+  ChatRequest r = two_messages();
+  r.kwargs = {{"enable_thinking", false}, {"eos_token", "<|end|>"}};
+  EXPECT_EQ(t.render(r), "<s>|True|True|False|<|end|>");
+}
+
+TEST(ChatTemplate, DropsNullKeysAndAliasesReasoning) {
+  ChatTemplate t = ChatTemplate::single("{% for m in messages %}{{ m | tojson }}\n{% endfor %}", ojson::object());
+  ChatRequest r;
+  r.messages = ojson::parse(R"([{"role": "assistant", "content": "4", "tool_calls": null, "reasoning": "2+2"}])");
+  EXPECT_EQ(t.render(r), R"({"thinking": "2+2", "role": "assistant", "content": "4", "reasoning": "2+2", "reasoning_content": "2+2"})"
+                         "\n");
+}
+
+TEST(ChatTemplate, ContinuesTheFinalMessage) {
+  ChatTemplate t = ChatTemplate::single(kChatml, ojson::object());
+  ChatRequest r = two_messages();
+  r.continue_final_message = "content";
+  EXPECT_EQ(t.render(r), "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\nhello");
+  r.add_generation_prompt = true;
+  EXPECT_THROW(t.render(r), linnet::Error);
+  // A template that trims the content: the cut is rstripped.
+  ChatTemplate trimmed = ChatTemplate::single("{% for m in messages %}[{{ m.content | trim }}]{% endfor %}", ojson::object());
+  r.add_generation_prompt = false;
+  r.messages[1]["content"] = "hello ";
+  EXPECT_EQ(trimmed.render(r), "[hi][hello");
+}
+
+TEST(ChatTemplate, RefusesWhatTransformersRefuses) {
+  ChatTemplate t = ChatTemplate::single(kChatml, ojson::object());
+  ChatRequest empty;
+  EXPECT_THROW(t.render(empty), linnet::Error);
+  ChatRequest bad;
+  bad.messages = ojson::parse(R"(["not a message"])");
+  EXPECT_THROW(t.render(bad), linnet::Error);
+}
+
+TEST(ChatTemplate, AParseErrorSurfacesWhenUsed) {
+  ChatTemplate t = ChatTemplate::single("{{ x | from_json }}", ojson::object());
+  EXPECT_THROW(t.render(two_messages()), TemplateError);
+}
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("linnet-jinja-" + std::to_string(::getpid()) + "-" + std::to_string(std::rand()));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  void write(const std::string& name, const std::string& text) const {
+    fs::create_directories((path / name).parent_path());
+    std::ofstream(path / name) << text;
+  }
+};
+
+TEST(ChatTemplate, LoadsTheConfigsTemplateAndSpecialTokens) {
+  TempDir dir;
+  dir.write("tokenizer_config.json", R"({"chat_template": "{{ bos_token }}{{ messages[0].content }}",
+      "bos_token": {"__type": "AddedToken", "content": "<|begin|>"}, "eos_token": "<|end|>", "pad_token": null,
+      "extra_special_tokens": {"image_token": "<img>"}})");
+  ChatTemplate t = ChatTemplate::load(dir.path.string());
+  EXPECT_EQ(t.special_tokens(), ojson({{"bos_token", "<|begin|>"}, {"eos_token", "<|end|>"}, {"image_token", "<img>"}}));
+  EXPECT_EQ(t.render(two_messages()), "<|begin|>hi");
+}
+
+TEST(ChatTemplate, PicksNamedTemplatesAsTransformers) {
+  TempDir dir;
+  dir.write("tokenizer_config.json",
+            R"({"chat_template": [{"name": "default", "template": "D"}, {"name": "tool_use", "template": "T"}]})");
+  ChatTemplate t = ChatTemplate::load(dir.path.string());
+  ChatRequest r = two_messages();
+  EXPECT_EQ(t.render(r), "D");
+  r.tools = ojson::array();
+  EXPECT_EQ(t.render(r), "T");
+  r.template_name = "default";
+  EXPECT_EQ(t.render(r), "D");
+  r.template_name = "nope";
+  EXPECT_THROW(t.render(r), linnet::Error);
+}
+
+TEST(ChatTemplate, TemplateFilesReplaceTheConfigs) {
+  TempDir dir;
+  dir.write("tokenizer_config.json", R"({"chat_template": "config"})");
+  dir.write("chat_template.jinja", "file\n");
+  EXPECT_EQ(ChatTemplate::load(dir.path.string()).render(two_messages()), "file");  // one trailing newline dropped
+  dir.write("additional_chat_templates/tool_use.jinja", "tools file");
+  ChatTemplate t = ChatTemplate::load(dir.path.string());
+  ChatRequest r = two_messages();
+  EXPECT_EQ(t.render(r), "file");
+  r.tools = ojson::array();
+  EXPECT_EQ(t.render(r), "tools file");
+  dir.write("override.jinja", "override");
+  EXPECT_EQ(ChatTemplate::load(dir.path.string(), (dir.path / "override.jinja").string()).render(r), "override");
+}
+
+TEST(ChatTemplate, NoTemplateIsAnErrorNamingTheFolder) {
+  TempDir dir;
+  dir.write("tokenizer_config.json", R"({"eos_token": "</s>"})");
+  try {
+    ChatTemplate::load(dir.path.string());
+    FAIL() << "no error";
+  } catch (const linnet::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.path.string()), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Jinja, HostileNestingIsASyntaxError) {
+  EXPECT_THROW(render("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}"), TemplateError);
+  std::string blocks;
+  for (int i = 0; i < 1000; ++i) blocks += "{% if true %}";
+  EXPECT_THROW(render(blocks), TemplateError);
+  // Moderate nesting is fine.
+  EXPECT_EQ(render("{{ " + std::string(50, '(') + "1" + std::string(50, ')') + " }}"), "1");
+}
+
+TEST(Jinja, SelfReferenceInANamespacePrintsAsPython) {
+  EXPECT_EQ(render("{% set ns = namespace(a=1) %}{% set ns.me = ns %}{{ ns }}"),
+            "<Namespace {'a': 1, 'me': <Namespace {...}>}>");
+}
+
+TEST(Jinja, LargeConversationRendersQuickly) {
+  ojson messages = ojson::array();
+  for (int i = 0; i < 2000; ++i)
+    messages.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", std::string(200, 'x') + std::to_string(i)}});
+  Template t = Template::parse(
+      "{% for m in messages %}{% if loop.first and m.role != 'system' %}<sys>{% endif %}<|{{ m.role }}|>{{ m.content | trim }}"
+      "{% if m.tool_calls is defined %}{{ m.tool_calls | tojson }}{% endif %}{% endfor %}",
+      kHf);
+  auto start = std::chrono::steady_clock::now();
+  std::string out = t.render({{"messages", messages}});
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GT(out.size(), 400000u);
+  EXPECT_LT(seconds, 1.0);
+}
+
+}  // namespace

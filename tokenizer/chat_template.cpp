@@ -1,0 +1,229 @@
+#include "tokenizer/chat_template.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/files.h"
+#include "tokenizer/jinja/pystr.h"
+
+namespace linnet {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+namespace fs = std::filesystem;
+
+const char* kContinueTag = "CONTINUE_FINAL_MESSAGE_TAG ";
+const char* kReasoningFields[] = {"reasoning_content", "thinking", "reasoning"};
+const char* kSpecialTokens[] = {"bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"};
+
+const jinja::Options kTransformersOptions{.trim_blocks = true, .lstrip_blocks = true, .keep_trailing_newline = false};
+
+// A special token as tokenizer_config.json writes it: a string, or an AddedToken object.
+std::optional<std::string> token_text(const ojson& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+  return std::nullopt;
+}
+
+ojson special_tokens_of(const ojson& config) {
+  ojson out = ojson::object();
+  for (const char* key : kSpecialTokens)
+    if (config.contains(key))
+      if (auto t = token_text(config[key])) out[key] = *t;
+  if (config.contains("extra_special_tokens") && config["extra_special_tokens"].is_object())
+    for (auto it = config["extra_special_tokens"].begin(); it != config["extra_special_tokens"].end(); ++it)
+      if (auto t = token_text(it.value())) out[it.key()] = *t;
+  return out;
+}
+
+// _alias_reasoning_fields: {"thinking": r, **message, "reasoning_content": r}.
+ojson alias_reasoning(const ojson& message) {
+  const ojson* reasoning = nullptr;
+  for (const char* key : kReasoningFields)
+    if (message.contains(key) && !message[key].is_null()) {
+      reasoning = &message[key];
+      break;
+    }
+  if (!reasoning) return message;
+  ojson out = ojson::object();
+  out["thinking"] = *reasoning;
+  for (auto it = message.begin(); it != message.end(); ++it) out[it.key()] = it.value();
+  out["reasoning_content"] = *reasoning;
+  return out;
+}
+
+std::string py_strip(const std::string& s) { return jinja::pystr::strip(s, std::nullopt, true, true); }
+
+}  // namespace
+
+ChatTemplate::ChatTemplate(std::map<std::string, std::string> templates, ojson special_tokens, bool named)
+    : templates_(std::move(templates)), named_(named), special_tokens_(std::move(special_tokens)) {
+  if (templates_.empty()) throw Error("no chat template given");
+  for (const auto& [name, text] : templates_) {
+    try {
+      compiled_[name] = jinja::Template::parse(text, kTransformersOptions);
+    } catch (const jinja::TemplateError& e) {
+      compiled_[name] = std::nullopt;
+      parse_errors_[name] = e.what();
+    }
+  }
+}
+
+ChatTemplate ChatTemplate::single(std::string source, ojson special_tokens) {
+  return ChatTemplate({{"default", std::move(source)}}, std::move(special_tokens), false);
+}
+
+ChatTemplate ChatTemplate::load(const std::string& dir, const std::string& override_file) {
+  fs::path root(dir);
+  ojson config = ojson::object();
+  fs::path config_path = root / "tokenizer_config.json";
+  if (fs::exists(config_path)) {
+    std::string text = read_text_file(config_path.string(), "tokenizer config");
+    try {
+      config = ojson::parse(text);
+    } catch (const std::exception& e) {
+      throw Error(str(config_path.string(), ": not valid JSON: ", e.what()));
+    }
+    if (!config.is_object()) throw Error(config_path.string() + ": the tokenizer config is not a JSON object");
+  }
+  ojson special = special_tokens_of(config);
+  if (!override_file.empty()) return single(read_text_file(override_file, "chat template"), special);
+
+  // Template files take priority over the config's entries.
+  std::map<std::string, std::string> files;
+  fs::path jinja_file = root / "chat_template.jinja";
+  if (fs::exists(jinja_file)) files["default"] = read_text_file(jinja_file.string(), "chat template");
+  fs::path extra_dir = root / "additional_chat_templates";
+  if (fs::is_directory(extra_dir))
+    for (const auto& entry : fs::directory_iterator(extra_dir))
+      if (entry.path().extension() == ".jinja")
+        files[entry.path().stem().string()] = read_text_file(entry.path().string(), "chat template");
+  if (files.size() == 1 && files.count("default")) return single(files["default"], special);
+  if (!files.empty()) return ChatTemplate(std::move(files), special, true);
+
+  if (config.contains("chat_template") && !config["chat_template"].is_null()) {
+    const ojson& t = config["chat_template"];
+    if (t.is_string()) return single(t.get<std::string>(), special);
+    if (t.is_array()) {
+      std::map<std::string, std::string> named;
+      for (const auto& entry : t) {
+        if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["name"].is_string() ||
+            !entry["template"].is_string())
+          throw Error(config_path.string() + ": chat_template entries must be {\"name\": …, \"template\": …}");
+        named[entry["name"].get<std::string>()] = entry["template"].get<std::string>();
+      }
+      if (named.empty()) throw Error(config_path.string() + ": chat_template is an empty list");
+      return ChatTemplate(std::move(named), special, true);
+    }
+    throw Error(config_path.string() + ": chat_template must be a string or a list of named templates");
+  }
+  throw Error(str(dir, ": no chat template (none in tokenizer_config.json, no chat_template.jinja, no additional_chat_templates/)"));
+}
+
+const std::string& ChatTemplate::source(bool with_tools, const std::optional<std::string>& name) const {
+  if (!named_) return templates_.begin()->second;
+  if (name) {
+    auto it = templates_.find(*name);
+    if (it == templates_.end()) throw Error("no chat template named '" + *name + "'");
+    return it->second;
+  }
+  if (with_tools && templates_.count("tool_use")) return templates_.at("tool_use");
+  if (templates_.count("default")) return templates_.at("default");
+  std::string names;
+  for (const auto& [n, t] : templates_) names += (names.empty() ? "" : ", ") + n;
+  throw Error("This model has multiple chat templates with no default specified; pass the name of one: " + names);
+}
+
+std::string ChatTemplate::render(const ChatRequest& request) const {
+  const std::string& text = source(request.tools.has_value(), request.template_name);
+  std::string name;
+  for (const auto& [n, t] : templates_)
+    if (&t == &text) name = n;
+  if (!compiled_.at(name)) throw jinja::TemplateError(parse_errors_.at(name));
+  const jinja::Template& tmpl = *compiled_.at(name);
+
+  if (!request.messages.is_array()) throw Error("messages must be a list of messages");
+  if (request.messages.empty()) throw Error("Cannot apply chat template to an empty conversation. Provide at least one message.");
+  if (request.continue_final_message && request.add_generation_prompt)
+    throw Error("continue_final_message and add_generation_prompt are not compatible");
+  if (request.tools && !request.tools->is_array()) throw Error("tools must be a list of JSON schemas");
+  if (request.tools)
+    for (const auto& tool : *request.tools)
+      if (!tool.is_object()) throw Error("Tools should either be a JSON schema, or a callable function with type hints");
+  if (request.documents) {
+    if (!request.documents->is_array()) throw Error("documents must be a list of objects");
+    for (const auto& d : *request.documents)
+      if (!d.is_object()) throw Error("Documents should be a list of dicts with 'title' and 'text' keys!");
+  }
+  if (!request.kwargs.is_object()) throw Error("chat template kwargs must be an object");
+
+  ojson chat = ojson::array();
+  for (const auto& m : request.messages) {
+    if (!m.is_object()) throw Error("Chat messages should be dicts, but got " + m.dump());
+    ojson kept = ojson::object();
+    for (auto it = m.begin(); it != m.end(); ++it)
+      if (!it.value().is_null()) kept[it.key()] = it.value();
+    chat.push_back(alias_reasoning(kept));
+  }
+
+  std::string final_message;
+  if (request.continue_final_message) {
+    const std::string& field = *request.continue_final_message;
+    ojson& last = chat.back();
+    if (!last.contains(field) || last[field].is_null())
+      throw Error("continue_final_message is set but the final message has no \"" + field + "\" to continue!");
+    ojson final_value = last[field];
+    std::vector<std::string> fields = {field};
+    if (field == "reasoning_content" || field == "thinking" || field == "reasoning") {
+      fields.clear();
+      for (const char* f : kReasoningFields)
+        if (last.contains(f) && last[f] == final_value) fields.push_back(f);
+    }
+    bool mentioned = false;
+    for (const auto& f : fields) mentioned = mentioned || text.find(f) != std::string::npos;
+    if (!mentioned) throw Error("continue_final_message is set to \"" + field + "\" but this is not an accepted field in the chat_template");
+    if (final_value.is_array()) {
+      bool found = false;
+      for (auto it = last[field].rbegin(); it != last[field].rend(); ++it) {
+        if (it->is_object() && it->contains("text")) {
+          final_message = (*it)["text"].is_string() ? (*it)["text"].get<std::string>() : (*it)["text"].dump();
+          (*it)["text"] = final_message + kContinueTag;
+          found = true;
+          break;
+        }
+      }
+      if (!found) throw Error("continue_final_message is set but we could not find any text to continue in the final message!");
+    } else {
+      if (!final_value.is_string()) throw Error("continue_final_message: the final message's " + field + " is not text");
+      final_message = final_value.get<std::string>();
+      for (const auto& f : fields) last[f] = last[f].get<std::string>() + kContinueTag;
+    }
+  }
+
+  ojson context = ojson::object();
+  context["messages"] = chat;
+  context["tools"] = request.tools ? *request.tools : ojson(nullptr);
+  context["documents"] = request.documents ? *request.documents : ojson(nullptr);
+  context["add_generation_prompt"] = request.add_generation_prompt;
+  for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) context[it.key()] = it.value();
+  for (auto it = request.kwargs.begin(); it != request.kwargs.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
+      throw Error("render() got multiple values for keyword argument '" + k + "'");
+    context[k] = it.value();
+  }
+
+  std::string rendered = tmpl.render(context, {{"strftime_now", jinja::strftime_now_function(now_)}});
+
+  if (request.continue_final_message) {
+    std::string tag = py_strip(kContinueTag);
+    if (rendered.find(py_strip(final_message)) == std::string::npos || rendered.find(tag) == std::string::npos)
+      throw Error("continue_final_message is set but the final message does not appear in the chat after applying the chat template");
+    auto at = rendered.rfind(tag);
+    if (rendered.compare(at, std::string(kContinueTag).size(), kContinueTag) == 0) rendered.resize(at);
+    else rendered = jinja::pystr::strip(rendered.substr(0, at), std::nullopt, false, true);
+  }
+  return rendered;
+}
+
+}  // namespace linnet

@@ -1,0 +1,442 @@
+// Runs a parsed template. Scoping follows what jinja2's compiled code does: every loop
+// iteration, macro call, set block and call block gets a fresh scope over its parent (so a
+// `set` inside a loop is gone after the iteration; namespaces carry state out), `if` shares
+// its parent's; a macro sees the variables of the scope it was defined in, as they are when
+// it is called.
+#include <cmath>
+
+#include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/builtins.h"
+#include "tokenizer/jinja/jinja.h"
+
+namespace linnet::jinja {
+namespace {
+
+struct Scope {
+  std::shared_ptr<Scope> parent;
+  std::vector<std::pair<std::string, Value>> vars;
+
+  explicit Scope(std::shared_ptr<Scope> p = nullptr) : parent(std::move(p)) {}
+
+  const Value* lookup(const std::string& name) const {
+    for (const Scope* s = this; s; s = s->parent.get())
+      for (const auto& [k, v] : s->vars)
+        if (k == name) return &v;
+    return nullptr;
+  }
+  void set(const std::string& name, Value v) {
+    for (auto& [k, x] : vars)
+      if (k == name) {
+        x = std::move(v);
+        return;
+      }
+    vars.emplace_back(name, std::move(v));
+  }
+};
+using ScopePtr = std::shared_ptr<Scope>;
+
+enum class Flow { Normal, Break, Continue };
+
+constexpr int kMaxDepth = 400;  // nested macro calls; deeper is runaway recursion
+
+class Evaluator {
+ public:
+  int line = 0;
+
+  Flow exec(const Body& body, const ScopePtr& scope, std::string& out) {
+    for (const auto& s : body) {
+      Flow f = exec(*s, scope, out);
+      if (f != Flow::Normal) return f;
+    }
+    return Flow::Normal;
+  }
+
+  Value eval(const Expr& e, const ScopePtr& scope) {
+    int outer = line;
+    line = e.line;
+    Value v = eval_node(e, scope);
+    line = outer;
+    return v;
+  }
+
+ private:
+  int depth_ = 0;
+
+  Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    line = s.line;
+    switch (s.kind) {
+      case Stmt::Kind::Text: out += s.text; return Flow::Normal;
+      case Stmt::Kind::Print: out += eval(*s.expr, scope).str(); return Flow::Normal;
+      case Stmt::Kind::If:
+        for (const auto& [cond, body] : s.branches)
+          if (eval(*cond, scope).truthy()) return exec(body, scope, out);
+        return exec(s.else_body, scope, out);
+      case Stmt::Kind::For: return exec_for(s, scope, out);
+      case Stmt::Kind::Set: assign(s.target, eval(*s.expr, scope), scope); return Flow::Normal;
+      case Stmt::Kind::SetBlock: {
+        Value v(render_body(s.body, scope));
+        assign(s.target, apply_filters(s.filters, v, scope), scope);
+        return Flow::Normal;
+      }
+      case Stmt::Kind::Macro: scope->set(s.macro->name, make_macro(s.macro, scope)); return Flow::Normal;
+      case Stmt::Kind::CallBlock: {
+        const Expr& call = *s.expr;
+        Value callee = eval(*call.a, scope);
+        CallArgs args = eval_args(call.args, scope);
+        args.keyword.emplace_back("caller", make_macro(s.macro, scope));
+        line = s.line;
+        out += call_value(callee, args).str();
+        return Flow::Normal;
+      }
+      case Stmt::Kind::FilterBlock: {
+        Value v(render_body(s.body, scope));
+        out += apply_filters(s.filters, v, scope).str();
+        return Flow::Normal;
+      }
+      case Stmt::Kind::Scope: out += render_body(s.body, scope); return Flow::Normal;
+      case Stmt::Kind::Break: return Flow::Break;
+      case Stmt::Kind::Continue: return Flow::Continue;
+    }
+    return Flow::Normal;
+  }
+
+  std::string render_body(const Body& body, const ScopePtr& scope) {
+    std::string text;
+    exec(body, std::make_shared<Scope>(scope), text);
+    return text;
+  }
+
+  Value apply_filters(const std::vector<ExprPtr>& filters, Value v, const ScopePtr& scope) {
+    for (const auto& f : filters) v = run_filter(*f, v, scope);
+    return v;
+  }
+
+  Value run_filter(const Expr& f, const Value& input, const ScopePtr& scope) {
+    CallArgs args = eval_args(f.args, scope);
+    line = f.line;
+    return apply_filter(f.name, input, args);
+  }
+
+  void bind(const Target& t, const Value& v, Scope& scope) {
+    if (!t.unpack) {
+      scope.set(t.names[0], v);
+      return;
+    }
+    List items = iterate(v);
+    if (items.size() != t.names.size())
+      throw EvalError(items.size() > t.names.size() ? str("too many values to unpack (expected ", t.names.size(), ")")
+                                                    : str("not enough values to unpack (expected ", t.names.size(), ", got ", items.size(), ")"));
+    for (std::size_t i = 0; i < items.size(); ++i) scope.set(t.names[i], items[i]);
+  }
+
+  void assign(const Target& t, const Value& v, const ScopePtr& scope) {
+    if (t.attr.empty()) {
+      bind(t, v, *scope);
+      return;
+    }
+    const Value* ns = scope->lookup(t.names[0]);
+    if (!ns || !ns->is_namespace()) throw EvalError("cannot assign attribute on non-namespace object");
+    if (!t.attr.empty() && t.attr[0] == '_')
+      throw EvalError("Chat templates cannot store underscore-prefixed attributes on a namespace, but got '" + t.attr + "'.");
+    ns->dict_ref().set(Value(t.attr), v);
+  }
+
+  Flow exec_for(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    List items = iterate(eval(*s.expr, scope));
+    if (s.cond) {
+      List kept;
+      for (const Value& item : items) {
+        auto probe = std::make_shared<Scope>(scope);
+        bind(s.target, item, *probe);
+        if (eval(*s.cond, probe).truthy()) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      exec(s.else_body, std::make_shared<Scope>(scope), out);
+      return Flow::Normal;
+    }
+    auto changed_last = std::make_shared<std::optional<List>>();
+    std::int64_t n = std::int64_t(items.size());
+    for (std::int64_t i = 0; i < n; ++i) {
+      auto iteration = std::make_shared<Scope>(scope);
+      auto loop = std::make_shared<Dict>();
+      loop->set(Value("index"), Value(i + 1));
+      loop->set(Value("index0"), Value(i));
+      loop->set(Value("revindex"), Value(n - i));
+      loop->set(Value("revindex0"), Value(n - i - 1));
+      loop->set(Value("first"), Value(i == 0));
+      loop->set(Value("last"), Value(i == n - 1));
+      loop->set(Value("length"), Value(n));
+      loop->set(Value("depth"), Value(1));
+      loop->set(Value("depth0"), Value(0));
+      loop->set(Value("previtem"), i > 0 ? items[std::size_t(i - 1)] : Value::undefined("there is no previous item"));
+      loop->set(Value("nextitem"), i + 1 < n ? items[std::size_t(i + 1)] : Value::undefined("there is no next item"));
+      loop->set(Value("cycle"), Value::function("cycle", [i](CallArgs& args) {
+        if (args.positional.empty()) throw EvalError("no items for cycling given");
+        return args.positional[std::size_t(i) % args.positional.size()];
+      }));
+      loop->set(Value("changed"), Value::function("changed", [changed_last](CallArgs& args) {
+        bool changed = !*changed_last || !equals(Value::list(**changed_last), Value::list(args.positional));
+        *changed_last = args.positional;
+        return Value(changed);
+      }));
+      iteration->set("loop", Value::dict(loop));
+      bind(s.target, items[std::size_t(i)], *iteration);
+      if (exec(s.body, iteration, out) == Flow::Break) break;
+    }
+    return Flow::Normal;
+  }
+
+  // A macro holds its scope weakly: the scope usually holds the macro, and a strong
+  // reference would make a cycle that outlives the render.
+  Value make_macro(const std::shared_ptr<MacroDef>& def, const ScopePtr& defined_in) {
+    std::weak_ptr<Scope> weak = defined_in;
+    return Value::function(def->name, [this, def, weak](CallArgs& args) {
+      ScopePtr scope = weak.lock();
+      if (!scope) throw EvalError("macro '" + def->name + "' called after its scope ended");
+      return call_macro(*def, scope, args);
+    });
+  }
+
+  Value call_macro(const MacroDef& m, const ScopePtr& defined_in, CallArgs& args) {
+    if (depth_ >= kMaxDepth) throw EvalError("maximum recursion depth exceeded in macro '" + m.name + "'");
+    auto scope = std::make_shared<Scope>(defined_in);
+    std::size_t count = m.params.size();
+    auto keyword = args.keyword;
+    std::vector<std::optional<Value>> given(count);
+    for (std::size_t i = 0; i < count && i < args.positional.size(); ++i) given[i] = args.positional[i];
+    if (args.positional.size() < count) {
+      for (std::size_t i = args.positional.size(); i < count; ++i)
+        for (auto it = keyword.begin(); it != keyword.end(); ++it)
+          if (it->first == m.params[i].name) {
+            given[i] = it->second;
+            keyword.erase(it);
+            break;
+          }
+    }
+    Value caller = Value::undefined("No caller defined");
+    for (auto it = keyword.begin(); it != keyword.end(); ++it)
+      if (it->first == "caller" && m.uses_caller) {
+        caller = it->second;
+        keyword.erase(it);
+        break;
+      }
+    if (!m.uses_kwargs && !keyword.empty())
+      throw EvalError("macro '" + m.name + "' takes no keyword argument '" + keyword.front().first + "'");
+    if (!m.uses_varargs && args.positional.size() > count)
+      throw EvalError(str("macro '", m.name, "' takes not more than ", count, " argument(s)"));
+    for (std::size_t i = 0; i < count; ++i) {
+      const Param& p = m.params[i];
+      if (given[i]) scope->set(p.name, *given[i]);
+      else if (p.default_value) scope->set(p.name, eval(*p.default_value, scope));
+      else scope->set(p.name, Value::undefined("parameter '" + p.name + "' was not provided"));
+    }
+    if (m.uses_caller) scope->set("caller", caller);
+    if (m.uses_kwargs) {
+      auto d = std::make_shared<Dict>();
+      for (auto& [k, v] : keyword) d->set(Value(k), v);
+      scope->set("kwargs", Value::dict(d));
+    }
+    if (m.uses_varargs)
+      scope->set("varargs", Value::tuple(args.positional.size() > count ? List(args.positional.begin() + long(count), args.positional.end()) : List{}));
+    ++depth_;
+    std::string text;
+    int outer = line;
+    exec(m.body, scope, text);
+    line = outer;
+    --depth_;
+    return Value(text);
+  }
+
+  CallArgs eval_args(const Arguments& a, const ScopePtr& scope) {
+    CallArgs args;
+    for (const auto& e : a.positional) args.positional.push_back(eval(*e, scope));
+    for (const auto& [k, e] : a.keyword) args.keyword.emplace_back(k, eval(*e, scope));
+    return args;
+  }
+
+  Value eval_node(const Expr& e, const ScopePtr& scope) {
+    using K = Expr::Kind;
+    switch (e.kind) {
+      case K::Const: return e.value;
+      case K::Name: {
+        if (const Value* v = scope->lookup(e.name)) return *v;
+        return Value::undefined("'" + e.name + "' is undefined");
+      }
+      case K::List: case K::Tuple: {
+        List items;
+        for (const auto& x : e.items) items.push_back(eval(*x, scope));
+        return e.kind == K::List ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+      }
+      case K::Dict: {
+        auto d = std::make_shared<Dict>();
+        for (std::size_t i = 0; i + 1 < e.items.size(); i += 2) {
+          Value k = eval(*e.items[i], scope);
+          if (k.is_sequence() && !k.is_tuple()) throw EvalError("unhashable type: 'list'");
+          if (k.is_dict()) throw EvalError("unhashable type: 'dict'");
+          d->set(k, eval(*e.items[i + 1], scope));
+        }
+        return Value::dict(d);
+      }
+      case K::Getattr: {
+        Value obj = eval(*e.a, scope);
+        line = e.line;
+        return get_attr(obj, e.name);
+      }
+      case K::Getitem: {
+        Value obj = eval(*e.a, scope);
+        Value key = eval(*e.b, scope);
+        line = e.line;
+        return get_item(obj, key);
+      }
+      case K::Slice: {
+        Value obj = eval(*e.a, scope);
+        auto part = [&](const ExprPtr& p) { return p ? eval(*p, scope) : Value::none(); };
+        Value b = part(e.b), c = part(e.c), d = part(e.d);
+        line = e.line;
+        return slice(obj, b, c, d);
+      }
+      case K::Call: {
+        Value callee = eval(*e.a, scope);
+        CallArgs args = eval_args(e.args, scope);
+        line = e.line;
+        return call_value(callee, args);
+      }
+      case K::Filter: {
+        Value input = eval(*e.a, scope);
+        return run_filter(e, input, scope);
+      }
+      case K::Test: {
+        Value input = eval(*e.a, scope);
+        CallArgs args = eval_args(e.args, scope);
+        line = e.line;
+        return Value(apply_test(e.name, input, args) != e.negated);
+      }
+      case K::Not: return Value(!eval(*e.a, scope).truthy());
+      case K::Neg: case K::Pos: return unary_op(e.kind == K::Neg ? "-" : "+", eval(*e.a, scope));
+      case K::And: {
+        Value l = eval(*e.a, scope);
+        return l.truthy() ? eval(*e.b, scope) : l;
+      }
+      case K::Or: {
+        Value l = eval(*e.a, scope);
+        return l.truthy() ? l : eval(*e.b, scope);
+      }
+      case K::Binary: {
+        Value l = eval(*e.a, scope);
+        Value r = eval(*e.b, scope);
+        line = e.line;
+        return binary_op(e.name, l, r);
+      }
+      case K::Compare: {
+        Value left = eval(*e.a, scope);
+        for (const auto& [op, rhs] : e.ops) {
+          Value right = eval(*rhs, scope);
+          line = e.line;
+          if (!compare_op(op, left, right)) return Value(false);
+          left = std::move(right);
+        }
+        return Value(true);
+      }
+      case K::CondExpr: {
+        if (eval(*e.a, scope).truthy()) return eval(*e.b, scope);
+        if (e.c) return eval(*e.c, scope);
+        return Value::undefined(str("the inline if-expression on line ", e.line, " evaluated to false and no else section was defined."));
+      }
+    }
+    return Value();
+  }
+};
+
+// dict(**kwargs), dict(mapping), dict(pairs): the `dict` transformers puts in the globals.
+Value make_dict(CallArgs& args) {
+  auto d = std::make_shared<Dict>();
+  if (args.positional.size() > 1) throw EvalError("dict expected at most 1 argument");
+  if (!args.positional.empty()) {
+    const Value& src = args.positional[0];
+    if (src.is_dict()) {
+      d->items = src.dict_ref().items;
+    } else {
+      for (const Value& pair : iterate(src)) {
+        List kv = iterate(pair);
+        if (kv.size() != 2) throw EvalError("dictionary update sequence element has wrong length");
+        d->set(kv[0], kv[1]);
+      }
+    }
+  }
+  for (auto& [k, v] : args.keyword) d->set(Value(k), v);
+  return Value::dict(d);
+}
+
+Value range(CallArgs& args) {
+  auto a = bind_args("range", args, {"start", "stop", "step"});
+  auto num = [](const std::optional<Value>& v) {
+    if (!v || !v->is_int()) throw EvalError("range() arguments must be integers");
+    return v->as_int();
+  };
+  std::int64_t start = 0, stop, step = 1;
+  if (!a[1]) {
+    stop = num(a[0]);
+  } else {
+    start = num(a[0]);
+    stop = num(a[1]);
+    if (a[2]) step = num(a[2]);
+  }
+  if (step == 0) throw EvalError("range() arg 3 must not be zero");
+  List out;
+  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    if (out.size() >= 100000) throw EvalError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    out.emplace_back(i);
+  }
+  return Value::list(std::move(out));
+}
+
+Globals builtin_globals() {
+  return {
+      {"range", Value::function("range", range)},
+      {"dict", Value::function("dict", make_dict)},
+      {"namespace", Value::function("namespace", [](CallArgs& args) {
+         Value d = make_dict(args);
+         for (const auto& [k, v] : d.dict_ref().items)
+           if (k.is_string() && !k.as_string().empty() && k.as_string()[0] == '_')
+             throw EvalError("Chat templates cannot store underscore-prefixed attributes on a namespace, but got " + k.repr() + ". Please rename the attribute.");
+         return Value::namespace_(std::make_shared<Dict>(d.dict_ref()));
+       })},
+      {"raise_exception", Value::function("raise_exception", [](CallArgs& args) -> Value {
+         auto a = bind_args("raise_exception", args, {"message"});
+         throw RaiseError(a[0] ? a[0]->str() : "");
+       })},
+      {"strftime_now", strftime_now_function()},
+  };
+}
+
+}  // namespace
+
+Template Template::parse(std::string_view source, const Options& options) {
+  Template t;
+  t.program_ = parse_program(source, options);
+  return t;
+}
+
+std::string Template::render(const nlohmann::ordered_json& context, const Globals& globals) const {
+  auto base = std::make_shared<Scope>();
+  for (auto& [k, v] : builtin_globals()) base->set(k, v);
+  for (auto& [k, v] : globals) base->set(k, v);
+  auto top = std::make_shared<Scope>(base);
+  if (!context.is_null() && !context.is_object()) throw RenderError("the template context must be a JSON object");
+  if (context.is_object())
+    for (auto it = context.begin(); it != context.end(); ++it) top->set(it.key(), from_json(it.value()));
+  // The template's own top-level variables sit above its context, as jinja2's do.
+  auto scope = std::make_shared<Scope>(top);
+  Evaluator ev;
+  std::string out;
+  try {
+    ev.exec(program_->body, scope, out);
+  } catch (const EvalError& e) {
+    throw RenderError(str("line ", ev.line, ": ", e.what()));
+  }
+  return out;
+}
+
+}  // namespace linnet::jinja

@@ -1,0 +1,369 @@
+#include "tokenizer/jinja/pystr.h"
+
+#include <utf8proc.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace linnet::jinja::pystr {
+
+std::u32string decode(std::string_view s) {
+  std::u32string out;
+  out.reserve(s.size());
+  std::size_t i = 0;
+  while (i < s.size()) {
+    utf8proc_int32_t cp = 0;
+    auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                              utf8proc_ssize_t(s.size() - i), &cp);
+    if (n <= 0) {
+      // Python's surrogateescape: a stray byte survives the round trip through encode().
+      out.push_back(0xDC00 + static_cast<unsigned char>(s[i]));
+      ++i;
+      continue;
+    }
+    out.push_back(char32_t(cp));
+    i += std::size_t(n);
+  }
+  return out;
+}
+
+std::string encode(char32_t c) {
+  if (c >= 0xDC80 && c <= 0xDCFF) return std::string(1, char(c - 0xDC00));
+  utf8proc_uint8_t buf[4];
+  auto n = utf8proc_encode_char(utf8proc_int32_t(c), buf);
+  return std::string(reinterpret_cast<char*>(buf), std::size_t(n));
+}
+
+std::string encode(std::u32string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char32_t c : s) out += encode(c);
+  return out;
+}
+
+std::size_t length(std::string_view s) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < s.size();) {
+    utf8proc_int32_t cp;
+    auto k = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
+                              utf8proc_ssize_t(s.size() - i), &cp);
+    i += k <= 0 ? 1 : std::size_t(k);
+    ++n;
+  }
+  return n;
+}
+
+bool is_space(char32_t c) {
+  switch (c) {
+    case ' ': case '\t': case '\n': case '\v': case '\f': case '\r':
+    case 0x1c: case 0x1d: case 0x1e: case 0x1f: case 0x85: case 0xa0: case 0x1680:
+    case 0x2028: case 0x2029: case 0x202f: case 0x205f: case 0x3000:
+      return true;
+    default:
+      return c >= 0x2000 && c <= 0x200a;
+  }
+}
+
+static utf8proc_category_t category(char32_t c) {
+  if (c > 0x10FFFF) return UTF8PROC_CATEGORY_CN;
+  return utf8proc_category(utf8proc_int32_t(c));
+}
+
+bool is_printable(char32_t c) {
+  if (c == ' ') return true;
+  switch (category(c)) {
+    case UTF8PROC_CATEGORY_CC: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_CS:
+    case UTF8PROC_CATEGORY_CO: case UTF8PROC_CATEGORY_CN: case UTF8PROC_CATEGORY_ZL:
+    case UTF8PROC_CATEGORY_ZP: case UTF8PROC_CATEGORY_ZS:
+      return false;
+    default:
+      return true;
+  }
+}
+
+std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right) {
+  std::u32string u = decode(s);
+  std::u32string set = chars ? decode(*chars) : std::u32string();
+  auto strip_it = [&](char32_t c) { return chars ? set.find(c) != std::u32string::npos : is_space(c); };
+  std::size_t b = 0, e = u.size();
+  if (left)
+    while (b < e && strip_it(u[b])) ++b;
+  if (right)
+    while (e > b && strip_it(u[e - 1])) --e;
+  return encode(std::u32string_view(u).substr(b, e - b));
+}
+
+std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, long maxsplit) {
+  std::vector<std::string> out;
+  if (sep) {
+    std::size_t pos = 0;
+    while (maxsplit < 0 || long(out.size()) < maxsplit) {
+      auto at = s.find(*sep, pos);
+      if (at == std::string_view::npos) break;
+      out.emplace_back(s.substr(pos, at - pos));
+      pos = at + sep->size();
+    }
+    out.emplace_back(s.substr(pos));
+    return out;
+  }
+  std::u32string u = decode(s);
+  std::size_t i = 0;
+  while (i < u.size()) {
+    while (i < u.size() && is_space(u[i])) ++i;
+    if (i == u.size()) break;
+    if (maxsplit >= 0 && long(out.size()) == maxsplit) {
+      std::size_t e = u.size();
+      while (e > i && is_space(u[e - 1])) --e;
+      out.push_back(encode(std::u32string_view(u).substr(i, e - i)));
+      return out;
+    }
+    std::size_t j = i;
+    while (j < u.size() && !is_space(u[j])) ++j;
+    out.push_back(encode(std::u32string_view(u).substr(i, j - i)));
+    i = j;
+  }
+  return out;
+}
+
+std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep, long maxsplit) {
+  if (maxsplit < 0) return split(s, sep, maxsplit);
+  std::vector<std::string> out;
+  if (sep) {
+    std::size_t end = s.size();
+    while (long(out.size()) < maxsplit) {
+      if (end < sep->size()) break;
+      auto at = s.rfind(*sep, end - sep->size());
+      if (at == std::string_view::npos) break;
+      out.emplace_back(s.substr(at + sep->size(), end - at - sep->size()));
+      end = at;
+    }
+    out.emplace_back(s.substr(0, end));
+  } else {
+    std::u32string u = decode(s);
+    std::size_t e = u.size();
+    while (e > 0) {
+      while (e > 0 && is_space(u[e - 1])) --e;
+      if (e == 0) break;
+      if (long(out.size()) == maxsplit) {
+        std::size_t b = 0;
+        while (b < e && is_space(u[b])) ++b;
+        out.push_back(encode(std::u32string_view(u).substr(b, e - b)));
+        e = 0;
+        break;
+      }
+      std::size_t b = e;
+      while (b > 0 && !is_space(u[b - 1])) --b;
+      out.push_back(encode(std::u32string_view(u).substr(b, e - b)));
+      e = b;
+    }
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+static bool is_line_break(char32_t c) {
+  return c == '\n' || c == '\r' || c == '\v' || c == '\f' || c == 0x1c || c == 0x1d || c == 0x1e ||
+         c == 0x85 || c == 0x2028 || c == 0x2029;
+}
+
+std::vector<std::string> splitlines(std::string_view s, bool keepends) {
+  std::u32string u = decode(s);
+  std::vector<std::string> out;
+  std::size_t i = 0, start = 0;
+  while (i < u.size()) {
+    if (!is_line_break(u[i])) {
+      ++i;
+      continue;
+    }
+    std::size_t eol = i;
+    if (u[i] == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;
+    ++i;
+    out.push_back(encode(std::u32string_view(u).substr(start, (keepends ? i : eol) - start)));
+    start = i;
+  }
+  if (start < u.size()) out.push_back(encode(std::u32string_view(u).substr(start)));
+  return out;
+}
+
+std::string replace(std::string_view s, std::string_view old, std::string_view with, long count) {
+  std::string out;
+  if (old.empty()) {
+    // Python inserts `with` between code points (and at both ends).
+    std::u32string u = decode(s);
+    long n = 0;
+    for (char32_t c : u) {
+      if (count < 0 || n < count) {
+        out += with;
+        ++n;
+      }
+      out += encode(c);
+    }
+    if (count < 0 || n < count) out += with;
+    return out;
+  }
+  std::size_t pos = 0;
+  long n = 0;
+  while (count < 0 || n < count) {
+    auto at = s.find(old, pos);
+    if (at == std::string_view::npos) break;
+    out.append(s.substr(pos, at - pos));
+    out.append(with);
+    pos = at + old.size();
+    ++n;
+  }
+  out.append(s.substr(pos));
+  return out;
+}
+
+long count(std::string_view s, std::string_view sub) {
+  if (sub.empty()) return long(length(s)) + 1;
+  long n = 0;
+  for (std::size_t pos = s.find(sub); pos != std::string_view::npos; pos = s.find(sub, pos + sub.size())) ++n;
+  return n;
+}
+
+long find(std::string_view s, std::string_view sub) {
+  auto at = s.find(sub);
+  return at == std::string_view::npos ? -1 : long(length(s.substr(0, at)));
+}
+
+long rfind(std::string_view s, std::string_view sub) {
+  auto at = s.rfind(sub);
+  return at == std::string_view::npos ? -1 : long(length(s.substr(0, at)));
+}
+
+static char32_t to_upper(char32_t c) { return c > 0x10FFFF ? c : char32_t(utf8proc_toupper(utf8proc_int32_t(c))); }
+static char32_t to_lower(char32_t c) { return c > 0x10FFFF ? c : char32_t(utf8proc_tolower(utf8proc_int32_t(c))); }
+static char32_t to_title(char32_t c) { return c > 0x10FFFF ? c : char32_t(utf8proc_totitle(utf8proc_int32_t(c))); }
+static bool is_cased(char32_t c) {
+  auto k = category(c);
+  return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
+}
+
+std::string upper(std::string_view s) {
+  std::u32string u = decode(s);
+  for (auto& c : u) c = to_upper(c);
+  return encode(u);
+}
+
+std::string lower(std::string_view s) {
+  std::u32string u = decode(s);
+  for (auto& c : u) c = to_lower(c);
+  return encode(u);
+}
+
+std::string title(std::string_view s) {
+  std::u32string u = decode(s);
+  bool previous_cased = false;
+  for (auto& c : u) {
+    c = previous_cased ? to_lower(c) : to_title(c);
+    previous_cased = is_cased(c);
+  }
+  return encode(u);
+}
+
+std::string capitalize(std::string_view s) {
+  std::u32string u = decode(s);
+  for (std::size_t i = 0; i < u.size(); ++i) u[i] = i == 0 ? to_title(u[i]) : to_lower(u[i]);
+  return encode(u);
+}
+
+template <class Pred>
+static bool all_of_nonempty(std::string_view s, Pred pred) {
+  std::u32string u = decode(s);
+  return !u.empty() && std::all_of(u.begin(), u.end(), pred);
+}
+
+// Python: at least one cased character, and no cased character of the other case.
+static bool cased_only(std::string_view s, bool want_upper) {
+  bool any = false;
+  for (char32_t c : decode(s)) {
+    auto k = category(c);
+    if (k == UTF8PROC_CATEGORY_LT) return false;
+    if (k == UTF8PROC_CATEGORY_LU) {
+      if (!want_upper) return false;
+      any = true;
+    } else if (k == UTF8PROC_CATEGORY_LL) {
+      if (want_upper) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool is_upper(std::string_view s) { return cased_only(s, true); }
+bool is_lower(std::string_view s) { return cased_only(s, false); }
+bool is_digit(std::string_view s) {
+  return all_of_nonempty(s, [](char32_t c) { return category(c) == UTF8PROC_CATEGORY_ND; });
+}
+bool is_alpha(std::string_view s) {
+  return all_of_nonempty(s, [](char32_t c) {
+    auto k = category(c);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT ||
+           k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_LO;
+  });
+}
+bool is_alnum(std::string_view s) {
+  return all_of_nonempty(s, [](char32_t c) {
+    auto k = category(c);
+    return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT ||
+           k == UTF8PROC_CATEGORY_LM || k == UTF8PROC_CATEGORY_LO || k == UTF8PROC_CATEGORY_ND ||
+           k == UTF8PROC_CATEGORY_NL || k == UTF8PROC_CATEGORY_NO;
+  });
+}
+bool all_space(std::string_view s) { return all_of_nonempty(s, is_space); }
+
+std::string repr(std::string_view s) {
+  std::u32string u = decode(s);
+  bool has_single = u.find(U'\'') != std::u32string::npos;
+  bool has_double = u.find(U'"') != std::u32string::npos;
+  char quote = has_single && !has_double ? '"' : '\'';
+  std::string out(1, quote);
+  char buf[16];
+  for (char32_t c : u) {
+    if (c == char32_t(quote) || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (c < 0x20 || c == 0x7f) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(c));
+      out += buf;
+    } else if (c < 0x7f || is_printable(c)) {
+      out += encode(c);
+    } else if (c < 0x100) {
+      std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(c));
+      out += buf;
+    } else if (c < 0x10000) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", unsigned(c));
+      out += buf;
+    } else {
+      std::snprintf(buf, sizeof buf, "\\U%08x", unsigned(c));
+      out += buf;
+    }
+  }
+  out += quote;
+  return out;
+}
+
+std::string html_escape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&#34;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+}  // namespace linnet::jinja::pystr

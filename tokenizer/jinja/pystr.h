@@ -1,0 +1,44 @@
+// Python's str operations on UTF-8 text: what Python counts and changes per code point
+// (lengths, slices, strip, split, case), so templates see strings as Python does.
+#pragma once
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace linnet::jinja::pystr {
+
+std::u32string decode(std::string_view s);  // invalid bytes stand for themselves (U+0080…U+00FF)
+std::string encode(std::u32string_view s);
+std::string encode(char32_t c);
+std::size_t length(std::string_view s);
+
+bool is_space(char32_t c);  // str.isspace()
+bool is_printable(char32_t c);  // str.isprintable(), for repr()
+
+std::string strip(std::string_view s, const std::optional<std::string>& chars, bool left, bool right);
+// str.split(sep=None, maxsplit=-1) and str.rsplit.
+std::vector<std::string> split(std::string_view s, const std::optional<std::string>& sep, long maxsplit);
+std::vector<std::string> rsplit(std::string_view s, const std::optional<std::string>& sep, long maxsplit);
+std::vector<std::string> splitlines(std::string_view s, bool keepends = false);
+std::string replace(std::string_view s, std::string_view old, std::string_view with, long count);
+long count(std::string_view s, std::string_view sub);
+// Code point index of the first/last occurrence, or -1.
+long find(std::string_view s, std::string_view sub);
+long rfind(std::string_view s, std::string_view sub);
+
+std::string upper(std::string_view s);
+std::string lower(std::string_view s);
+std::string title(std::string_view s);       // str.title()
+std::string capitalize(std::string_view s);  // str.capitalize()
+bool is_upper(std::string_view s);
+bool is_lower(std::string_view s);
+bool is_digit(std::string_view s);
+bool is_alpha(std::string_view s);
+bool is_alnum(std::string_view s);
+bool all_space(std::string_view s);
+
+std::string repr(std::string_view s);         // 'it\'s' → "it's", as Python picks quotes
+std::string html_escape(std::string_view s);  // markupsafe.escape
+
+}  // namespace linnet::jinja::pystr
