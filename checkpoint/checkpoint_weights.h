@@ -1,14 +1,13 @@
 // Weights from a Hugging Face checkpoint directory: each rank reads only its own slices
 // (SPEC §2), and every tensor is checked for presence and shape before it is read.
 #pragma once
-#include <memory>
 #include <set>
 #include <vector>
 #include <string>
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/packed_file.h"
-#include "layers/model.h"
+#include "layers/weight_source.h"
 
 namespace linnet {
 
@@ -38,28 +37,5 @@ class CheckpointWeights final : public WeightSource {
   std::set<std::string> used_;
   PackedFile packed_;
 };
-
-// Everything a rank needs to run a checkpoint: its config, the bound generics, and the model.
-struct LoadedModel {
-  ModelConfig config;
-  Generics generics;
-  std::unique_ptr<Model> model;
-  bool from_packed_file = false;  // its matrices mapped from the checkpoint's packed file
-};
-
-// options with Shards resolved for a shard group: unset (0) is the group's size; a given
-// Shards must equal it (an Error saying how to get it otherwise).
-RunOptions with_shards(RunOptions options, const Communicator& comm);
-
-// Reads config.json, binds the generics (Shards = comm.size() unless options say otherwise),
-// checks that the rank's share fits the backend's memory (`ranks_sharing` ranks of this size
-// on one device or host), checks every parameter's shape, and loads this rank's slices onto
-// the backend. Shard 0 warns once about tensors the files hold but the model does not use.
-LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
-                       int ranks_sharing = 1);
-// The same for a config with deterministic random weights (RandomWeights, seed 0): what the
-// benchmarks run at a real model's shapes without its checkpoint.
-LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
-                         int ranks_sharing = 1);
 
 }  // namespace linnet

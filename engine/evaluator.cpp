@@ -61,10 +61,11 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
     std::vector<std::pair<size_t, size_t>> spans;  // window → its first scored position in the call
     size_t first = next;
     bool want_greedy = false;
+    const int64_t top_n = windows[first].top;  // one call asks one n of likeliest tokens
     while (next < windows.size()) {
       const Window& w = windows[next];
       const int64_t len = static_cast<int64_t>(w.context.size() + w.scored.size()) - 1;
-      if (next > first && static_cast<int64_t>(tok.size()) + len > budget_) break;
+      if (next > first && (static_cast<int64_t>(tok.size()) + len > budget_ || w.top != top_n)) break;
       if (w.context.empty() || w.scored.empty())
         throw Error(str("eval: a window needs a context and tokens to score (request ", w.request, ")"));
       std::vector<int32_t> all = w.context;
@@ -80,17 +81,28 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
       ++next;
     }
     const int64_t p = static_cast<int64_t>(tok.size());
+    TopTokens top{top_n, {}, {}};
     auto [lp, greedy] = model_.score_packed(Tensor::from_ints({p}, tok), Tensor::from_ints({p}, pos),
                                             Tensor::from_ints({p}, seg), Tensor::from_ints({p}, tgt, DType::i64),
-                                            want_greedy);
+                                            want_greedy, top_n > 0 ? &top : nullptr);
     ++calls_;
     const float* v = lp.ptr<float>();
     for (auto [wi, at] : spans) {
       WindowScore& s = out[wi];
-      s.tokens = static_cast<int64_t>(windows[wi].scored.size());
+      const Window& w = windows[wi];
+      s.tokens = static_cast<int64_t>(w.scored.size());
       for (int64_t k = 0; k < s.tokens; ++k) {
         s.loglikelihood += v[at + k];
-        s.greedy = s.greedy && (!windows[wi].greedy || greedy[at + k]);
+        s.greedy = s.greedy && (!w.greedy || greedy[at + k]);
+      }
+      if (w.per_token) s.token_logprobs.assign(v + at, v + at + s.tokens);
+      if (top_n > 0) {
+        s.top.resize(static_cast<size_t>(s.tokens));
+        for (int64_t k = 0; k < s.tokens; ++k)
+          for (int64_t j = 0; j < top_n; ++j) {
+            const size_t i = static_cast<size_t>((static_cast<int64_t>(at) + k) * top_n + j);
+            if (top.ids[i] >= 0) s.top[static_cast<size_t>(k)].emplace_back(top.ids[i], top.logprobs[i]);
+          }
       }
     }
     if (progress) progress(next);

@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace linnet {
@@ -17,13 +18,17 @@ namespace linnet::engine {
 struct Window {
   size_t request = 0;  // the caller's handle
   std::vector<int32_t> context, scored;
-  bool greedy = false;  // whether is_greedy is wanted (an argmax per scored token)
+  bool greedy = false;     // whether is_greedy is wanted (an argmax per scored token)
+  bool per_token = false;  // whether each scored token's ln p is wanted (a server's logprobs)
+  int64_t top = 0;         // the n likeliest tokens at each scored position (0: none)
 };
 
 struct WindowScore {
   double loglikelihood = 0;  // Σ ln p over the scored tokens
   bool greedy = true;        // every scored token was the argmax (when the window asked)
   int64_t tokens = 0;        // scored tokens
+  std::vector<float> token_logprobs;                          // per_token: ln p of each scored token
+  std::vector<std::vector<std::pair<int32_t, float>>> top;    // top > 0: (id, ln p), likeliest first
 };
 
 // lm-eval's rolling windows over `tokens` (utils.get_rolling_token_windows with

@@ -1,7 +1,7 @@
-// The generation engine: a Scheduler over the model's paged pool, each step one paged call
-// (step_paged, or its prefill half alone when no row decodes) with every row's next token
-// chosen next to the logits (Model::step_paged_choose). It calls the model only through
-// those; the model sees a batch of tokens, never requests.
+// The generation engine: a Scheduler over the model's paged pool, each step one call with
+// every row's next token chosen next to the logits: the step's BatchPlan (layers/batch_plan.h)
+// built here once from the scheduler's rows and run as it is (Model::run_batch). The model
+// sees a batch of tokens, never requests.
 #pragma once
 #include <functional>
 #include <memory>

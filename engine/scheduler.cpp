@@ -1,5 +1,7 @@
 #include "engine/scheduler.h"
 
+#include "engine/request_rules.h"
+
 #include <algorithm>
 
 #include "core/error.h"
@@ -14,13 +16,9 @@ std::string Scheduler::submit(Request r) {
   const int64_t n = static_cast<int64_t>(r.prompt.size()), m = r.params.max_new_tokens;
   if (n == 0) return "the prompt has no tokens";
   if (m < 1) return str("max_new_tokens = ", m, " must be at least 1");
-  if (n + m > limits_.max_seq)
-    return str("prompt (", n, " tokens) + max_new_tokens (", m, ") = ", n + m, " exceeds MaxSeq = ", limits_.max_seq,
-               " (raise --max-seq or lower max_new_tokens)");
-  const int64_t ps = pages_.page_size(), need = (n + m + ps - 1) / ps;
-  if (need > pages_.num_pages())
-    return str("prompt + max_new_tokens needs ", need, " pages of ", ps, " positions, but the KV pool has ",
-               pages_.num_pages(), " (raise --kv-cache-memory)");
+  if (std::string why = admission_problem(n, m, PoolLimits{limits_.max_seq, pages_.page_size(), pages_.num_pages()});
+      !why.empty())
+    return why;
   auto s = std::make_unique<Sequence>();
   s->tokens = r.prompt;
   s->prompt_len = n;

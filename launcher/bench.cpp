@@ -10,7 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "core/files.h"
 #include "core/profiling_backend.h"
 #include "checkpoint/hf_config.h"
@@ -18,7 +18,7 @@
 #include "checkpoint/random_weights.h"
 #include "launcher/options.h"
 #include "layers/footprint.h"
-#include "launcher/ranks.h"
+#include "launcher/model_command.h"
 #include "parallel/timed_communicator.h"
 
 namespace linnet::cli {
@@ -144,24 +144,15 @@ int cmd_bench(const Args& args) {
       ("tp", po::value<int>()->default_value(0), "ranks per model replica");
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet bench (--checkpoint DIR | --config CFG --random-weights) [--layers L] [--batch B] [--prompt P] [--gen G] "
-             "[--warmup W] [--repeats R] [--json FILE] [--profile] [--max-seq S] [--shards N] [--dtype T] [--backend cpu|cuda|auto] "
-             "[--tp K] [--threads N]"))
+  if (!parse(args, desc, vm, "linnet bench"))
     return 0;
   const int64_t prompt = positive_option(vm, "prompt"), gen = positive_option(vm, "gen");
   const int repeats = static_cast<int>(positive_option(vm, "repeats")), warmup = vm["warmup"].as<int>();
   if (warmup < 0) throw UsageError(str("--warmup must be 0 or more, got ", warmup));
-  if (vm.count("random-weights") && !vm.count("config")) throw UsageError("bench: --random-weights needs --config");
-  if (vm.count("checkpoint") && (vm.count("random-weights") || vm.count("config")))
-    throw UsageError("bench: --checkpoint runs a checkpoint's weights, --config CFG --random-weights a config's shapes "
-                     "with random ones: give one or the other");
-  if (vm.count("config") && !vm.count("random-weights"))
-    throw UsageError("bench: --config needs --random-weights (a config alone has no weights)");
-  if (!vm.count("random-weights") && !vm.count("checkpoint"))
-    throw UsageError("bench: give --checkpoint DIR, or --config CFG --random-weights");
   check_report_option(vm, "json");
-  RunOptions o = run_options(vm);
-  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
+  ModelCommand cmd = ModelCommand::open(vm, false);
+  RunOptions& o = cmd.options;
+  Ranks& ranks = *cmd.ranks;
   Backend& be = ranks.backend();
   // The model calls its ops through this; it times them only while armed (--profile).
   ProfilingBackend model_be(be);
@@ -174,22 +165,10 @@ int cmd_bench(const Args& args) {
     o.max_seq = need / 64 * 64;
   }
 
-  ModelConfig config;
-  std::unique_ptr<Model> model;
-  std::string source;
+  const ModelConfig& config = cmd.config;
+  const std::string& source = cmd.source;
   const auto load_start = std::chrono::steady_clock::now();
-  if (vm.count("random-weights")) {
-    const std::string c = vm["config"].as<std::string>();
-    config = preset_or_config(c);
-    if (vm.count("layers")) config.layers = positive_option(vm, "layers");
-    model = std::move(random_model(config, o, model_be, comm, ranks.sharing_memory()).model);
-    source = c + " (random weights)";
-  } else {
-    source = vm["checkpoint"].as<std::string>();
-    LoadedModel m = load_model(source, o, model_be, comm, ranks.sharing_memory());
-    config = m.config;
-    model = std::move(m.model);
-  }
+  std::unique_ptr<Model> model = std::move(cmd.load(model_be, comm).model);
   // Loading (or making random weights) up to a model ready on every rank of the group.
   comm.barrier();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();

@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "core/files.h"
 #include "engine/evaluator.h"
 #include "engine/generator.h"
@@ -20,7 +20,7 @@
 #include "checkpoint/presets.h"
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
-#include "launcher/ranks.h"
+#include "launcher/model_command.h"
 
 namespace linnet::cli {
 
@@ -70,38 +70,26 @@ int cmd_bench_engine(const Args& args) {
       ("json", po::value<std::string>(), "write the report as JSON here");
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm,
-             "linnet bench-engine (--checkpoint DIR | --config CFG --random-weights [--layers L]) [--no-single] [--no-eval] [--prompts N] [--prompt-min A] [--prompt-max B] [--max-new-tokens M] "
-             "[--max-rows R] [--max-batch-tokens T] [--documents D] [--batch B] [--max-seq S] [--backend B] [--threads N]"))
+  if (!parse(args, desc, vm, "linnet bench-engine"))
     return 0;
   const int64_t n = positive_option(vm, "prompts"), lo = positive_option(vm, "prompt-min"),
                 hi = positive_option(vm, "prompt-max"), m = positive_option(vm, "max-new-tokens"),
                 rows = positive_option(vm, "max-rows"), budget = positive_option(vm, "max-batch-tokens"),
                 docs = positive_option(vm, "documents");
   if (hi < lo) throw UsageError("--prompt-max must be at least --prompt-min");
-  const bool random = vm.count("random-weights") > 0;
-  if (random && !vm.count("config")) throw UsageError("bench-engine: --random-weights needs --config");
-  if (vm.count("checkpoint") && (vm.count("random-weights") || vm.count("config")))
-    throw UsageError("bench-engine: --checkpoint runs a checkpoint's weights, --config CFG --random-weights a config's shapes "
-                     "with random ones: give one or the other");
-  if (vm.count("config") && !vm.count("random-weights"))
-    throw UsageError("bench-engine: --config needs --random-weights (a config alone has no weights)");
-  if (!random && !vm.count("checkpoint"))
-    throw UsageError("bench-engine: give --checkpoint DIR, or --config CFG --random-weights");
   check_report_option(vm, "json");
-  RunOptions o = run_options(vm);
-  Ranks ranks(0, vm["backend"].as<std::string>(), threads_option(vm));
+  ModelCommand cmd = ModelCommand::open(vm, false);
+  RunOptions& o = cmd.options;
+  Ranks& ranks = *cmd.ranks;
   if (ranks.shards().size() != 1) throw UsageError("bench-engine runs on one rank");
-  const std::string source = random ? vm["config"].as<std::string>() + " (random weights)" : vm["checkpoint"].as<std::string>();
-  ModelConfig config = random ? preset_or_config(vm["config"].as<std::string>()) : load_hf_config(source);
-  if (random && vm.count("layers")) config.layers = positive_option(vm, "layers");
+  const std::string& source = cmd.source;
+  const ModelConfig& config = cmd.config;
   // The pool: every prompt at once when memory allows (as generate sizes it), unless --batch says.
   if (vm["batch"].defaulted())
     o.batch = pool_batch(config, o, ranks, KvMemory{0.8, 0},
                          std::vector<int64_t>(static_cast<size_t>(std::min(n, rows)), hi + m));
   const int64_t rss0 = peak_rss();
-  LoadedModel loaded = random ? random_model(config, o, ranks.backend(), ranks.shards())
-                              : load_model(source, o, ranks.backend(), ranks.shards());
+  LoadedModel loaded = cmd.load();
   Model& model = *loaded.model;
   const Generics& g = loaded.generics;
   const Footprint fp = rank_footprint(loaded.config, g, ranks.backend().compute_dtype(g.t), ranks.backend().weight_dtype(g.t));

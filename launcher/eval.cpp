@@ -7,12 +7,11 @@
 #include <cmath>
 #include <cstdio>
 
-#include "checkpoint/checkpoint_weights.h"
-#include "checkpoint/hf_config.h"
 #include "engine/evaluator.h"
+#include "engine/request_rules.h"
 #include "launcher/job_io.h"
 #include "launcher/options.h"
-#include "launcher/ranks.h"
+#include "launcher/model_command.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
@@ -30,17 +29,10 @@ struct Task {
   int64_t words = 0, bytes = 0;       // rolling: lm-eval's counts of the text
 };
 
+// A list of token ids (empty: an empty context) under the shared rule.
 std::vector<int32_t> ids_of(const json& v, const std::string& what, int64_t vocab) {
-  if (!v.is_array()) throw Error(str("\"", what, "\" must be a list of token ids"));
-  std::vector<int32_t> out;
-  for (size_t i = 0; i < v.size(); ++i) {
-    const json& t = v[i];
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab ||
-        (t.is_number_unsigned() && t.get<uint64_t>() >= static_cast<uint64_t>(vocab)))
-      throw Error(str(what, "[", i, "] = ", t.dump(), " is not a token id in [0, Vocab=", vocab, ")"));
-    out.push_back(static_cast<int32_t>(t.get<int64_t>()));
-  }
-  return out;
+  if (v.is_array() && v.empty()) return {};
+  return engine::token_ids(v, what, vocab);
 }
 
 // How lm-eval's hf backend encodes (HFLM.tok_encode): with the tokenizer's own special tokens
@@ -52,14 +44,7 @@ struct Encoder {
   int64_t vocab;
   std::vector<int32_t> operator()(const std::string& s, bool special = true) const {
     const bool bos = special && add_bos && !(!bos_text.empty() && s.rfind(bos_text, 0) == 0);
-    std::vector<int32_t> out;
-    for (TokenId t : tok.encode(s, bos)) {
-      if (t < 0 || t >= vocab)
-        throw Error(str("the tokenizer gives token id ", t, ", beyond the model's Vocab=", vocab,
-                        " (the checkpoint's tokenizer and config disagree)"));
-      out.push_back(t);
-    }
-    return out;
+    return engine::encode_text(tok, s, bos, vocab, "text");
   }
 };
 
@@ -187,20 +172,17 @@ int cmd_eval(const Args& args) {
   add_bos_option(desc);
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm,
-             "linnet eval --checkpoint DIR --data IN.jsonl --output OUT.jsonl [--max-length N] [--prefix-token ID] "
-             "[--max-batch-tokens N] [--resume [--resume-keep-errors] | --overwrite] [--on-error stop|skip] [--add-bos auto|yes|no] [--shards N] [--dtype T] "
-             "[--backend cpu|cuda|auto] [--tp K] [--threads N] [--quiet]"))
+  if (!parse(args, desc, vm, "linnet eval"))
     return 0;
   const OnError on_error = on_error_option(vm["on-error"].as<std::string>());
   const int64_t budget = positive_option(vm, "max-batch-tokens");
-  RunOptions options = run_options(vm);
-  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
-
-  const std::string dir = vm["checkpoint"].as<std::string>(), in_path = vm["data"].as<std::string>();
-  const ModelConfig config = load_hf_config(dir);
+  ModelCommand cmd = ModelCommand::open(vm, true);
+  Ranks& ranks = *cmd.ranks;
+  const ModelConfig& config = cmd.config;
+  const Tokenizer* tok = cmd.tok.get();
+  const std::string& dir = cmd.source;
+  const std::string in_path = vm["data"].as<std::string>();
   const int64_t max_len = vm["max-length"].as<int64_t>() > 0 ? vm["max-length"].as<int64_t>() : config.max_position;
-  const auto tok = load_tokenizer(dir);
   int64_t prefix = 0;
   if (vm.count("prefix-token")) {
     prefix = vm["prefix-token"].as<int64_t>();
@@ -242,9 +224,9 @@ int cmd_eval(const Args& args) {
       where[i].push_back(mine.size());
       mine.push_back(windows[w]);
     }
-  options.batch = 1;
-  if (options.max_seq == 0) options.max_seq = options.page_size;
-  LoadedModel loaded = load_model(dir, options, ranks.backend(), ranks.shards(), ranks.sharing_memory());
+  cmd.options.batch = 1;
+  if (cmd.options.max_seq == 0) cmd.options.max_seq = cmd.options.page_size;
+  LoadedModel loaded = cmd.load();
   engine::Evaluator evaluator(*loaded.model, std::max(budget, max_len));
 
   Progress progress("eval", out.mine().size(), ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info);

@@ -6,16 +6,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 
-#include "checkpoint/checkpoint_weights.h"
-#include "checkpoint/hf_config.h"
+#include "engine/completion_text.h"
 #include "engine/generator.h"
+#include "engine/request_rules.h"
 #include "launcher/job_io.h"
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
-#include "launcher/ranks.h"
-#include "launcher/stop_text.h"
+#include "launcher/model_command.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
@@ -26,94 +26,44 @@ using nlohmann::json;
 using engine::Request;
 using engine::SamplingParams;
 
-// A prompt line made into a request; throws Error naming the line and what is wrong.
+// A prompt line made into a request; throws Error naming the line and what is wrong. The
+// sampling fields and the token checks are the server's own (engine/request_rules.h).
 struct Prompt {
   Request request;
   std::vector<std::string> stop;
 };
 
-// max_seq_fit > 0: max_new_tokens was not given anywhere, so it is at most what fits in
-// MaxSeq after the prompt (as vLLM does when max_tokens is left out).
-Prompt make_prompt(const InputLine& in, const std::string& where, const SamplingParams& defaults,
-                   const std::vector<std::string>& default_stop, const Tokenizer& tok, bool add_bos, int64_t vocab,
-                   int64_t max_seq_fit) {
+// max_new_tokens not given anywhere (max_seq_fit > 0): at most what fits in MaxSeq after
+// the prompt, as vLLM does when max_tokens is left out.
+Prompt make_prompt(const InputLine& in, const std::string& where, const engine::SamplingFields& defaults,
+                   const Tokenizer& tok, bool add_bos, int64_t vocab, int64_t max_seq_fit) try {
   const json& j = in.value;
-  Prompt p;
-  p.request.params = defaults;
-  p.stop = default_stop;
-  auto fail = [&](const std::string& why) -> void { throw Error(str(where, ": ", why)); };
+  auto fail = [&](const std::string& why) -> void { throw Error(why); };
   if (j.contains("text") == j.contains("tokens")) fail("give exactly one of \"text\" and \"tokens\"");
+  Prompt p;
+  const engine::SamplingFields f = engine::read_sampling(j, defaults);
+  p.request.params = f.params;
+  p.stop = f.stop;
   if (j.contains("text")) {
     if (!j["text"].is_string()) fail("\"text\" must be a string");
     const std::string text = j["text"].get<std::string>();
     if (text.empty()) fail("\"text\" is empty");
-    for (TokenId t : tok.encode(text, add_bos)) {
-      if (t < 0 || t >= vocab)
-        fail(str("the tokenizer gives token id ", t, ", beyond the model's Vocab=", vocab,
-                 " (the checkpoint's tokenizer and config disagree)"));
-      p.request.prompt.push_back(t);
-    }
+    p.request.prompt = engine::encode_text(tok, text, add_bos, vocab, "text");
   } else {
-    if (!j["tokens"].is_array() || j["tokens"].empty()) fail("\"tokens\" must be a non-empty list of token ids");
-    for (size_t i = 0; i < j["tokens"].size(); ++i) {
-      const json& t = j["tokens"][i];
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab ||
-          (t.is_number_unsigned() && t.get<uint64_t>() >= static_cast<uint64_t>(vocab)))
-        fail(str("tokens[", i, "] = ", t.dump(), " is not a token id in [0, Vocab=", vocab, ")"));
-      p.request.prompt.push_back(static_cast<int32_t>(t.get<int64_t>()));
-    }
+    p.request.prompt = engine::token_ids(j["tokens"], "tokens", vocab);
   }
   if (p.request.prompt.empty()) fail("the prompt has no tokens");
   SamplingParams& s = p.request.params;
   if (max_seq_fit > 0 && !j.contains("max_new_tokens"))
-    s.max_new_tokens = std::max<int64_t>(1, std::min(s.max_new_tokens, max_seq_fit - static_cast<int64_t>(p.request.prompt.size())));
-  if (j.contains("max_new_tokens")) {
-    if (!j["max_new_tokens"].is_number_integer() || j["max_new_tokens"].get<int64_t>() < 1)
-      fail(str("\"max_new_tokens\" must be a positive integer, got ", j["max_new_tokens"].dump()));
-    s.max_new_tokens = j["max_new_tokens"].get<int64_t>();
-  }
-  auto number = [&](const char* key, float& v) {
-    if (!j.contains(key)) return;
-    if (!j[key].is_number() || !std::isfinite(j[key].get<double>())) fail(str("\"", key, "\" must be a number"));
-    v = j[key].get<float>();
-  };
-  number("temperature", s.temperature);
-  number("top_p", s.top_p);
-  if (s.temperature < 0) fail(str("\"temperature\" = ", s.temperature, " must be 0 (greedy) or more"));
-  if (!(s.top_p > 0 && s.top_p <= 1)) fail(str("\"top_p\" = ", s.top_p, " must be in (0, 1]"));
-  if (j.contains("top_k")) {
-    if (!j["top_k"].is_number_integer() || j["top_k"].get<int64_t>() < 0)
-      fail(str("\"top_k\" must be 0 (off) or a positive integer, got ", j["top_k"].dump()));
-    s.top_k = j["top_k"].get<int64_t>();
-  }
-  if (j.contains("seed")) {
-    if (!j["seed"].is_number_integer() || (!j["seed"].is_number_unsigned() && j["seed"].get<int64_t>() < 0))
-      fail(str("\"seed\" must be a non-negative integer, got ", j["seed"].dump()));
-    s.seed = j["seed"].get<uint64_t>();
-  }
-  if (j.contains("ignore_eos")) {
-    if (!j["ignore_eos"].is_boolean()) fail("\"ignore_eos\" must be true or false");
-    s.ignore_eos = j["ignore_eos"].get<bool>();
-  }
-  if (j.contains("stop")) {
-    const json& st = j["stop"];
-    p.stop.clear();
-    for (const json& x : st.is_array() ? st : json::array({st})) {
-      if (!x.is_string() || x.get<std::string>().empty()) fail("\"stop\" must be a non-empty string or a list of them");
-      p.stop.push_back(x.get<std::string>());
-    }
-  }
+    s.max_new_tokens = std::max<int64_t>(
+        1, engine::default_max_new(static_cast<int64_t>(p.request.prompt.size()), s.max_new_tokens,
+                                   engine::PoolLimits{max_seq_fit, 1, std::numeric_limits<int64_t>::max()}));
+  s.max_new_tokens = engine::read_integer(j, "max_new_tokens", 1, std::numeric_limits<int64_t>::max(),
+                                          s.max_new_tokens, "a positive integer");
   return p;
+} catch (const Error& e) {
+  throw Error(str(where, ": ", e.what()));
 }
-
-// The text of a request as it is generated, for stop strings: decoded incrementally (special
-// tokens, such as an end-of-sequence, give no text), cut where a stop string starts.
-struct StopText {
-  Decoder decoder;
-  std::string text;
-  std::vector<std::string> stop;
-  bool stopped = false;
-};
 
 }  // namespace
 
@@ -142,49 +92,44 @@ int cmd_generate(const Args& args) {
   add_bos_option(desc);
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm,
-             "linnet generate --checkpoint DIR --prompts IN.jsonl --output OUT.jsonl [--max-new-tokens N] "
-             "[--temperature T] [--top-k K] [--top-p P] [--seed S] [--stop STR]… [--ignore-eos] [--resume [--resume-keep-errors] | --overwrite] "
-             "[--on-error stop|skip] [--add-bos auto|yes|no] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
-             "[--page-size P] [--shards N] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N] [--quiet]"))
+  if (!parse(args, desc, vm, "linnet generate"))
     return 0;
-  SamplingParams defaults;
-  defaults.max_new_tokens = positive_option(vm, "max-new-tokens");
-  defaults.temperature = vm["temperature"].as<float>();
-  defaults.top_k = vm["top-k"].as<int64_t>();
-  defaults.top_p = vm["top-p"].as<float>();
-  defaults.seed = vm["seed"].as<uint64_t>();
-  defaults.ignore_eos = vm.count("ignore-eos") > 0;
-  if (!(defaults.temperature >= 0)) throw UsageError("--temperature must be 0 (greedy) or more");
-  if (defaults.top_k < 0) throw UsageError("--top-k must be 0 (off) or more");
-  if (!(defaults.top_p > 0 && defaults.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
-  const std::vector<std::string> default_stop =
-      vm.count("stop") ? vm["stop"].as<std::vector<std::string>>() : std::vector<std::string>{};
-  for (const auto& s : default_stop)
+  engine::SamplingFields defaults;
+  SamplingParams& d = defaults.params;
+  d.max_new_tokens = positive_option(vm, "max-new-tokens");
+  d.temperature = vm["temperature"].as<float>();
+  d.top_k = vm["top-k"].as<int64_t>();
+  d.top_p = vm["top-p"].as<float>();
+  d.seed = vm["seed"].as<uint64_t>();
+  d.ignore_eos = vm.count("ignore-eos") > 0;
+  if (!(d.temperature >= 0)) throw UsageError("--temperature must be 0 (greedy) or more");
+  if (!(d.top_p > 0 && d.top_p <= 1)) throw UsageError("--top-p must be in (0, 1]");
+  defaults.stop = vm.count("stop") ? vm["stop"].as<std::vector<std::string>>() : std::vector<std::string>{};
+  for (const auto& s : defaults.stop)
     if (s.empty()) throw UsageError("--stop \"\" would end every completion at once: a stop string is not empty");
   const OnError on_error = on_error_option(vm["on-error"].as<std::string>());
   engine::SchedulerLimits limits;
   limits.token_budget = positive_option(vm, "max-batch-tokens");
   limits.max_rows = positive_option(vm, "max-rows");
   const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
-  RunOptions options = run_options(vm);
-  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
+  ModelCommand cmd = ModelCommand::open(vm, true);
+  Ranks& ranks = *cmd.ranks;
+  const ModelConfig& config = cmd.config;
+  const Tokenizer* tok = cmd.tok.get();
 
   // The prompts, checked before the weights load.
-  const std::string dir = vm["checkpoint"].as<std::string>(), in_path = vm["prompts"].as<std::string>();
-  const ModelConfig config = load_hf_config(dir);
-  const auto tok = load_tokenizer(dir);
-  const bool add_bos = add_bos_from(vm, dir, *tok);
+  const std::string in_path = vm["prompts"].as<std::string>();
+  const bool add_bos = add_bos_from(vm, cmd.source, *tok);
   const bool max_new_given = !vm["max-new-tokens"].defaulted();
-  const int64_t max_seq = options.max_seq > 0 ? options.max_seq : config.max_position;
+  const int64_t max_seq = cmd.max_seq();
   auto lines = read_input_lines(in_path, {"id", "text", "tokens", "max_new_tokens", "temperature", "top_k", "top_p",
                                           "seed", "stop", "ignore_eos"});
   std::vector<Prompt> prompts(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     if (!lines[i].error.empty()) continue;
     try {
-      prompts[i] = make_prompt(lines[i], str(in_path, ":", lines[i].line), defaults, default_stop, *tok, add_bos,
-                               config.vocab, max_new_given ? 0 : max_seq);
+      prompts[i] = make_prompt(lines[i], str(in_path, ":", lines[i].line), defaults, *tok, add_bos, config.vocab,
+                               max_new_given ? 0 : max_seq);
       prompts[i].request.index = i;
     } catch (const Error& e) {
       lines[i].error = e.what();
@@ -198,15 +143,13 @@ int cmd_generate(const Args& args) {
   for (size_t i : out.mine())
     if (lines[i].error.empty())
       lengths.push_back(static_cast<int64_t>(prompts[i].request.prompt.size()) + prompts[i].request.params.max_new_tokens);
-  if (vm["batch"].defaulted()) options.batch = pool_batch(config, options, ranks, kv_memory, lengths);  // else as --batch says
-  LoadedModel loaded = load_model(dir, options, ranks.backend(), ranks.shards(), ranks.sharing_memory());
-  std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
-  engine::Generator gen(*loaded.model, limits, eos);
+  if (vm["batch"].defaulted()) cmd.options.batch = pool_batch(config, cmd.options, ranks, kv_memory, lengths);  // else --batch
+  LoadedModel loaded = cmd.load();
+  engine::Generator gen(*loaded.model, limits, engine::end_of_sequence_ids(config, *tok));
   spdlog::info("KV pool: {} pages of {} positions (Batch {} × MaxSeq {}); {} prompts on this replica", gen.pages().num_pages(),
                loaded.generics.page_size, loaded.generics.batch, loaded.generics.max_seq, out.mine().size());
 
-  std::map<size_t, StopText> texts;
+  std::map<size_t, engine::CompletionText> texts;
   size_t finished = 0;
   for (size_t i : out.mine()) {
     if (!lines[i].error.empty()) {
@@ -222,28 +165,19 @@ int cmd_generate(const Args& args) {
       ++finished;
       continue;
     }
-    // The decoder reads the prompt first (its text discarded), so the completion's first
-    // token keeps the space a SentencePiece vocabulary drops at the start of a text.
-    StopText st{tok->decoder(true), "", prompts[i].stop, false};
-    for (int32_t t : prompts[i].request.prompt) st.decoder.push(t);
-    st.decoder.flush();
-    texts.emplace(i, std::move(st));
+    texts.emplace(i, engine::CompletionText(*tok, prompts[i].request.prompt, prompts[i].stop));
   }
   const engine::StopCheck stop = [&](size_t index, const std::vector<int32_t>& generated) {
-    StopText& st = texts.at(index);
-    const size_t before = st.text.size();
-    st.text += st.decoder.push(generated.back());
-    if (cut_at_stop(st.text, before, st.stop)) st.stopped = true;
-    return st.stopped;
+    return texts.at(index).push(generated.back());
   };
   Progress progress("generate", out.mine().size(), ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info);
   const auto t0 = std::chrono::steady_clock::now();
   while (!gen.idle()) {
     for (engine::Completion& c : gen.step(stop)) {
-      StopText& st = texts.at(c.index);
-      if (!st.stopped) st.text += st.decoder.flush();
+      engine::CompletionText& text = texts.at(c.index);
+      text.finish();
       out.put(c.index, nlohmann::ordered_json{{"id", lines[c.index].id},
-                        {"text", st.text},
+                        {"text", text.text()},
                         {"tokens", c.tokens},
                         {"finish_reason", engine::finish_reason_name(c.reason)},
                         {"prompt_tokens", c.prompt_tokens},

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/packed_file.h"
 #include "checkpoint/presets.h"
@@ -28,7 +28,7 @@ int cmd_init(const Args& args) {
       ("layers", po::value<int64_t>(), "override num_hidden_layers (smaller benchmarks of real shapes)")
       ("seed", po::value<uint64_t>()->default_value(0), "random seed: the same seed writes the same weights");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet init --out DIR (--preset NAME | --config config.json) [--dtype T] [--seed N]"))
+  if (!parse(args, desc, vm, "linnet init"))
     return 0;
   if (vm.count("preset") == vm.count("config")) throw UsageError("linnet init: give exactly one of --preset and --config");
   ModelConfig c = vm.count("preset") ? preset_config(vm["preset"].as<std::string>())
@@ -52,7 +52,7 @@ int cmd_pack(const Args& args) {
       ("verify", "check the checkpoint's packed file instead (its source files and every matrix's checksum); exit 1 "
                  "when a load would not use it whole");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet pack --checkpoint DIR [--dtype T] | --verify")) return 0;
+  if (!parse(args, desc, vm, "linnet pack")) return 0;
   const std::string dir = vm["checkpoint"].as<std::string>();
   if (vm.count("verify")) {
     if (vm.count("dtype")) throw UsageError("--verify checks the file as written; it takes no --dtype");
@@ -88,7 +88,7 @@ int cmd_import_llama2c(const Args& args) {
       ("input", po::value<std::string>()->required(), "llama2.c checkpoint (e.g. stories15M.bin)")
       ("out", po::value<std::string>()->required(), "Hugging Face checkpoint directory to write");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet import-llama2c --input MODEL.bin --out DIR")) return 0;
+  if (!parse(args, desc, vm, "linnet import-llama2c")) return 0;
   const ModelConfig c = import_llama2c(vm["input"].as<std::string>(), vm["out"].as<std::string>());
   spdlog::info("wrote {} ({} layers, hidden {}, vocab {}, f32)", vm["out"].as<std::string>(), c.layers, c.hidden, c.vocab);
   return 0;

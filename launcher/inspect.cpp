@@ -71,8 +71,7 @@ int cmd_inspect(const Args& args) {
       "size for this backend's dtypes: cpu, cuda or auto (cuda when a GPU is visible)");
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet inspect --checkpoint DIR [--shards N] [--batch B] [--max-seq S] [--page-size P] [--dtype T] "
-             "[--backend cpu|cuda|auto]"))
+  if (!parse(args, desc, vm, "linnet inspect"))
     return 0;
   const std::string dir = vm["checkpoint"].as<std::string>();
   const ModelConfig config = load_hf_config(dir);

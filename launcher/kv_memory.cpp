@@ -1,6 +1,6 @@
 #include "launcher/kv_memory.h"
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 
 #include <cmath>
 

@@ -9,6 +9,8 @@
 #include <typeinfo>
 #include <vector>
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <filesystem>
 
 namespace linnet::cli {
@@ -82,11 +84,60 @@ void apply_logging(const po::variables_map& vm) {
 
 }  // namespace
 
-bool parse(const Args& args, po::options_description& desc, po::variables_map& vm, const char* usage) {
+namespace {
+
+// What stands for an option's value in a usage line: a name for the well-known ones, else
+// from its type (N for counts, X for numbers, the option's own name for the rest).
+std::string placeholder(const po::option_description& o) {
+  static const std::map<std::string, std::string> named = {
+      {"checkpoint", "DIR"},        {"out", "DIR"},           {"prompts", "IN.jsonl"},      {"data", "IN.jsonl"},
+      {"output", "OUT.jsonl"},      {"calls", "CALLS.json"},  {"inputs", "IN.safetensors"}, {"outputs", "OUT.safetensors"},
+      {"json", "FILE"},             {"jsonl", "FILE|-"},      {"bench", "FILE"},            {"input", "MODEL.bin"},
+      {"backend", "cpu|cuda|auto"}, {"dtype", "bf16|f16|f32"}, {"on-error", "stop|skip"},   {"add-bos", "auto|yes|no"},
+      {"log-level", "LEVEL"},       {"config", "CFG"},        {"preset", "NAME"},           {"kv-cache-memory", "BYTES|FRACTION"},
+      {"host", "HOST"},             {"text", "TEXT"},         {"ids", "IDS"},               {"stop", "STR"},
+      {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE"},        {"tools", "FILE"}};
+  if (auto it = named.find(o.long_name()); it != named.end()) return it->second;
+  const po::value_semantic* v = o.semantic().get();
+  if (dynamic_cast<const po::typed_value<int>*>(v) || dynamic_cast<const po::typed_value<int64_t>*>(v) ||
+      dynamic_cast<const po::typed_value<uint64_t>*>(v))
+    return "N";
+  if (dynamic_cast<const po::typed_value<float>*>(v) || dynamic_cast<const po::typed_value<double>*>(v)) return "X";
+  std::string up = o.long_name();
+  for (char& c : up) c = c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return up;
+}
+
+}  // namespace
+
+std::string usage_of(const std::string& command, const po::options_description& desc) {
+  std::string required, optional;
+  for (const auto& o : desc.options()) {
+    const std::string name = o->long_name();
+    if (name.empty() || name == "help") continue;
+    const po::value_semantic* v = o->semantic().get();
+    std::string item = "--";
+    item.append(name);
+    if (v->max_tokens() > 0) item.append(" ").append(placeholder(*o));
+    if (v->is_required()) {
+      required.append(" ").append(item);
+    } else {
+      optional.append(" [").append(item).append("]");
+      if (v->is_composing()) optional.append("…");  // repeatable
+    }
+  }
+  std::string out = command;
+  out.append(required).append(optional);
+  return out;
+}
+
+bool parse(const Args& args, po::options_description& desc, po::variables_map& vm, const char* command) {
   desc.add_options()
       ("help,h", "show this help")
       ("log-level", po::value<std::string>(), "trace, debug, info (default on rank 0), warn (default elsewhere), error or off")
       ("quiet,q", "log warnings and errors only");
+  const std::string usage_text = usage_of(command, desc);
+  const char* usage = usage_text.c_str();
   try {
     const po::parsed_options parsed = po::command_line_parser(args).options(desc).run();
     po::store(parsed, vm);

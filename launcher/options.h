@@ -21,8 +21,12 @@ class UsageError : public Error {
 
 // Parses args against desc plus the options every subcommand takes (--help, --log-level,
 // --quiet), applies the logging ones, and prints usage and returns false for --help.
-// Anything wrong with the command line throws UsageError.
-bool parse(const Args& args, po::options_description& desc, po::variables_map& vm, const char* usage);
+// Anything wrong with the command line throws UsageError. The usage line is made from desc
+// (usage_of), so it never leaves an option out.
+bool parse(const Args& args, po::options_description& desc, po::variables_map& vm, const char* command);
+// "linnet generate --checkpoint DIR --prompts IN.jsonl … [--max-new-tokens N] …": the
+// required options first, then the others in brackets.
+std::string usage_of(const std::string& command, const po::options_description& desc);
 
 // --batch, --max-seq, --page-size, --shards, --dtype, --threads.
 void add_run_options(po::options_description& desc);

@@ -6,11 +6,11 @@
 
 #include <cstdio>
 
-#include "checkpoint/checkpoint_weights.h"
-#include "checkpoint/hf_config.h"
+#include "runtime/loader.h"
 #include "launcher/calls.h"
 #include "launcher/options.h"
-#include "launcher/ranks.h"
+#include "launcher/model_command.h"
+#include "launcher/run_io.h"
 
 namespace linnet::cli {
 
@@ -53,26 +53,22 @@ int cmd_run(const Args& args) {
       ("print", "print each named output on stdout (rank 0): integer tensors in full, one row a line");
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm,
-             "linnet run --checkpoint DIR --calls CALLS.json [--inputs IN.safetensors] [--outputs OUT.safetensors] "
-             "[--print] [--batch B] [--max-seq S] [--page-size P] [--shards N] [--dtype T] [--backend cpu|cuda|auto] "
-             "[--tp K] [--threads N] [--log-level L] [--quiet]"))
+  if (!parse(args, desc, vm, "linnet run"))
     return 0;
-  RunOptions options = run_options(vm);
-  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
+  ModelCommand cmd = ModelCommand::open(vm, false);
+  Ranks& ranks = *cmd.ranks;
 
   // Before the weights: the config's refusals and generics, the calls against the card,
   // the inputs, and whether the outputs can be written.
-  const std::string dir = vm["checkpoint"].as<std::string>();
-  const Generics g = bind_generics(load_hf_config(dir), options);
+  const Generics g = bind_generics(cmd.config, with_shards(cmd.options, ranks.shards()));
   std::map<std::string, Tensor> inputs;
-  if (vm.count("inputs")) inputs = ranks.read_inputs(ranks.replica_path(vm["inputs"].as<std::string>()));
+  if (vm.count("inputs")) inputs = read_inputs(ranks, replica_path(ranks, vm["inputs"].as<std::string>()));
   const auto calls = read_calls(vm["calls"].as<std::string>(), inputs, g);
-  if (vm.count("outputs")) ranks.set_outputs_pattern(vm["outputs"].as<std::string>());
-  const std::string out_path = vm.count("outputs") ? ranks.replica_path(vm["outputs"].as<std::string>()) : "";
-  if (!out_path.empty()) ranks.check_writable(out_path);
+  const std::string out_pattern = vm.count("outputs") ? vm["outputs"].as<std::string>() : "";
+  const std::string out_path = replica_path(ranks, out_pattern);
+  if (!out_path.empty()) check_writable(ranks, out_path, out_pattern);
 
-  LoadedModel loaded = load_model(dir, options, ranks.backend(), ranks.shards(), ranks.sharing_memory());
+  LoadedModel loaded = cmd.load();
   std::vector<std::pair<std::string, Tensor>> outputs;
   for (const auto& call : calls) {
     std::vector<Tensor> results = loaded.model->call(call.entry, call.args, call.generics);
@@ -84,7 +80,7 @@ int cmd_run(const Args& args) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   }
-  if (!out_path.empty()) ranks.write_outputs(out_path, outputs);
+  if (!out_path.empty()) write_outputs(ranks, out_path, out_pattern, outputs);
   return 0;
 }
 

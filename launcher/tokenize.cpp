@@ -89,7 +89,7 @@ int cmd_tokenize(const Args& args) {
       "bench-lines", po::bool_switch(), "with --bench: encode each line of the file on its own")(
       "bench-seconds", po::value<double>()->default_value(3.0), "minimum duration of --bench");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet tokenize --checkpoint DIR (--text TEXT | --jsonl FILE|- | --bench FILE) [--bos]")) return 0;
+  if (!parse(args, desc, vm, "linnet tokenize")) return 0;
   if (!vm.count("bench") && vm.count("text") == vm.count("jsonl"))
     throw UsageError("tokenize: give exactly one of --text and --jsonl");
   auto tok = load_tokenizer(vm["checkpoint"].as<std::string>());
@@ -118,7 +118,7 @@ int cmd_detokenize(const Args& args) {
       "jsonl", po::value<std::string>(), "file (or - for stdin): one JSON array of ids per line; prints a JSON string per line")(
       "skip-special", po::bool_switch(), "leave special tokens out of the text");
   po::variables_map vm;
-  if (!parse(args, desc, vm, "linnet detokenize --checkpoint DIR (--ids \"1 2 3\" | --jsonl FILE|-) [--skip-special]")) return 0;
+  if (!parse(args, desc, vm, "linnet detokenize")) return 0;
   if (vm.count("ids") == vm.count("jsonl")) throw UsageError("detokenize: give exactly one of --ids and --jsonl");
   auto tok = load_tokenizer(vm["checkpoint"].as<std::string>());
   const bool skip = vm["skip-special"].as<bool>();

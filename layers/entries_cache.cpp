@@ -127,32 +127,32 @@ Tensor Model::step_paged(const Tensor& tokens, const Tensor& positions, const Te
   return logits(run(plan, &table, select));
 }
 
-std::vector<int32_t> Model::step_paged_choose(const Tensor& tokens, const Tensor& positions, const Tensor& rows,
-                                              const Tensor& slots, const Tensor& last, const Tensor& step_tokens,
-                                              const Tensor& step_positions, const Tensor& table,
-                                              const std::vector<RowChoice>& choices) {
-  TokenPlan plan;
-  std::vector<int32_t> select;
-  plan_step_paged(tokens, positions, rows, slots, last, step_tokens, step_positions, table, plan, select);
-  if (choices.size() != select.size())
-    throw Error(str("step_paged_choose: ", choices.size(), " choices for ", select.size(), " output rows"));
+std::vector<int32_t> Model::run_batch(const BatchPlan& plan) {
+  const size_t rows = static_cast<size_t>(plan.rows);
+  LINNET_CHECK(plan.table.size() == rows * static_cast<size_t>(plan.pages) && plan.sample.size() == rows &&
+                   plan.choices.size() == rows,
+               "run_batch: a plan of ", rows, " rows with ", plan.table.size(), " table entries, ", plan.sample.size(),
+               " samples and ", plan.choices.size(), " choices");
+  const Tensor table = Tensor::from_ints({plan.rows, plan.pages}, {plan.table.begin(), plan.table.end()});
   // Only the rows that produce a token go through the lm_head.
-  std::vector<int32_t> used, where(select.size(), -1);
+  std::vector<int32_t> used, where(rows, -1);
   std::vector<RowChoice> used_choices;
-  for (size_t i = 0; i < select.size(); ++i) {
-    if (select[i] < 0) continue;
-    where[i] = static_cast<int32_t>(used.size());
-    used.push_back(select[i]);
-    used_choices.push_back(choices[i]);
+  for (size_t r = 0; r < rows; ++r) {
+    if (plan.sample[r] < 0) continue;
+    LINNET_CHECK(static_cast<size_t>(plan.sample[r]) < plan.tokens.size(), "run_batch: row ", r, " samples token ",
+                 plan.sample[r], " of ", plan.tokens.size());
+    where[r] = static_cast<int32_t>(used.size());
+    used.push_back(plan.sample[r]);
+    used_choices.push_back(plan.choices[r]);
   }
-  std::vector<int32_t> out(select.size(), -1);
+  std::vector<int32_t> out(rows, -1);
   if (used.empty()) {
-    run(plan, &table);  // K/V still written
+    run(plan.tokens, &table);  // K/V still written
     return out;
   }
-  const std::vector<int32_t> chosen = choose_rows(run(plan, &table, used), used_choices);
-  for (size_t i = 0; i < select.size(); ++i)
-    if (where[i] >= 0) out[i] = chosen[static_cast<size_t>(where[i])];
+  const std::vector<int32_t> chosen = choose_rows(run(plan.tokens, &table, used), used_choices);
+  for (size_t r = 0; r < rows; ++r)
+    if (where[r] >= 0) out[r] = chosen[static_cast<size_t>(where[r])];
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "layers/batch_plan.h"
 #include "layers/choice.h"
 #include "layers/decoder_layer.h"
 #include "layers/embedding.h"
@@ -57,12 +58,10 @@ class Model {
                            const std::map<std::string, int64_t>& given = {});
 
   // ---- for the batch engine (engine/), not entries: the same checks and plans ----
-  // step_paged, but each output row (2·Rows of them, as step_paged's) gets its next token
-  // chosen next to the logits (SPEC §8): -1 for an idle row. choices: one per output row.
-  std::vector<int32_t> step_paged_choose(const Tensor& tokens, const Tensor& positions, const Tensor& rows,
-                                         const Tensor& slots, const Tensor& last, const Tensor& step_tokens,
-                                         const Tensor& step_positions, const Tensor& table,
-                                         const std::vector<RowChoice>& choices);
+  // One step of the batch engine as it planned it (layers/batch_plan.h): every token run, its
+  // K/V written, and each row's next token chosen next to the logits (SPEC §8); -1 for a row
+  // that samples nothing. The plan is trusted: the engine built it from its pages.
+  std::vector<int32_t> run_batch(const BatchPlan& plan);
   // log_probs_packed, and per token whether its target is the argmax of its logits
   // (lowest index on ties); both 0 where the target is negative.
   // greedy false: the flags are left out (an argmax over the vocab per token saved).

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "checkpoint/safetensors.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"

@@ -141,7 +141,7 @@ TEST(Eval, MalformedLinesAreNamed) {
   auto r = linnet_run(args(d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 1);
   for (const char* want : {"in.jsonl:2: malformed JSON", "in.jsonl:3: give \"text\"", "in.jsonl:4: \"text\" must be a non-empty string",
-                           "in.jsonl:5: continuation_tokens[0] = 5000 is not a token id in [0, Vocab=1398)",
+                           "in.jsonl:5: `continuation_tokens[0]` = 5000 is not a token id in [0, Vocab=1398)",
                            "in.jsonl:6: unknown key 'label'", "in.jsonl:7: \"context\" needs \"continuation\""})
     EXPECT_NE(r.errors.find(want), std::string::npos) << want << "\n" << r.errors;
   r = linnet_run(args(d / "in.jsonl", d / "out.jsonl", {"--on-error", "skip"}));

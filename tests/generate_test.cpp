@@ -201,7 +201,7 @@ TEST(Generate, MalformedLinesAreNamedAndSkippedOrStop) {
   auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 1);
   for (const char* want : {"in.jsonl:2: malformed JSON", "in.jsonl:3: give exactly one of \"text\" and \"tokens\"",
-                           "in.jsonl:5: \"text\" is empty", "in.jsonl:6: tokens[1] = 99999 is not a token id",
+                           "in.jsonl:5: \"text\" is empty", "in.jsonl:6: `tokens[1]` = 99999 is not a token id",
                            "in.jsonl:7: unknown key 'temprature'", "in.jsonl:9: id \"a\" is already the id of line 1"})
     EXPECT_NE(r.errors.find(want), std::string::npos) << want << "\n" << r.errors;
   EXPECT_TRUE(read_jsonl(d / "out.jsonl").empty()) << "--on-error stop ran something";
@@ -292,7 +292,7 @@ TEST(Generate, TokenizerIdsBeyondVocabAreNamed) {
   write(d / "in.jsonl", prompts_of({"the cat sat on the mat"}));
   auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.errors.find("in.jsonl:1: the tokenizer gives token id"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("in.jsonl:1: `text`: the tokenizer gives token id"), std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("beyond the model's Vocab=300"), std::string::npos) << r.errors;
   r = linnet_run({"eval", "--checkpoint", ckpt.string(), "--data", (d / "in.jsonl").string(), "--output",
                   (d / "eval.jsonl").string(), "--backend", "cpu"});

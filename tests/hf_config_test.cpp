@@ -5,7 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/presets.h"
 #include "checkpoint/write_checkpoint.h"

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/write_checkpoint.h"
 #include "model_fixtures.h"

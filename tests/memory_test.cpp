@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "checkpoint/hf_config.h"
 #include "checkpoint/write_checkpoint.h"
 #include "layers/footprint.h"

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "checkpoint/safetensors.h"
 #include "core/cuda_module.h"
 #include "model_fixtures.h"

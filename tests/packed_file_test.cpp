@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint_weights.h"
+#include "runtime/loader.h"
 #include "checkpoint/packed_file.h"
 #include "checkpoint/write_checkpoint.h"
 #include "model_fixtures.h"

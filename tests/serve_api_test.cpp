@@ -5,12 +5,13 @@
 
 #include <filesystem>
 
-#include "launcher/openai_api.h"
-#include "launcher/serve_engine.h"
-#include "launcher/serve_frontend.h"
+#include "engine/completion_text.h"
+#include "serve/openai_api.h"
+#include "serve/replica_engine.h"
+#include "serve/frontend.h"
 
 using namespace linnet;
-using namespace linnet::cli;
+using namespace linnet::serve;
 using nlohmann::json;
 
 namespace {
@@ -149,12 +150,30 @@ TEST(ServeApi, ResponseShapes) {
   EXPECT_EQ(ApiError(503, "full").body()["error"]["type"], "ServiceUnavailableError");
 }
 
+namespace {
+// engine::CompletionText (generate's and serve's one unit) over `text`'s tokens: how much of
+// it may be sent while the stop strings could still complete.
+size_t releasable(const std::string& text, std::vector<std::string> stop) {
+  engine::CompletionText t(tok(), {}, std::move(stop));
+  for (int32_t id : tok().encode(text, false)) t.push(id);
+  EXPECT_EQ(t.text(), text);
+  return t.releasable();
+}
+}  // namespace
+
 TEST(ServeApi, StopStringsHoldBackWhatCouldStartThem) {
   EXPECT_EQ(releasable("Hello wor", {"world"}), 6u);   // "wor" might become "world"
   EXPECT_EQ(releasable("Hello", {"world"}), 5u);
-  EXPECT_EQ(releasable("abcab", {"abc", "bx"}), 3u);   // "ab" (of abc) is the longest end
+  EXPECT_EQ(releasable("xyab", {"abc", "bx"}), 2u);    // "ab" (of abc) is the longest end
   EXPECT_EQ(releasable("", {"x"}), 0u);
   EXPECT_EQ(releasable("xyz", {}), 3u);
+  // A stop string that appears cuts the text before it, and everything left may go.
+  engine::CompletionText t(tok(), {}, {"cat"});
+  bool stopped = false;
+  for (int32_t id : tok().encode("the cat sat", false)) stopped = stopped || t.push(id);
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(t.text(), "the ");
+  EXPECT_EQ(t.releasable(), 4u);
 }
 
 TEST(ServeFrontend, QueueBoundDrainAndFailure) {

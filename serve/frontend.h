@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "launcher/metrics.h"
-#include "launcher/serve_jobs.h"
+#include "serve/metrics.h"
+#include "serve/jobs.h"
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 // One HTTP request's events, from all its jobs, in the order they came.
 struct RequestStream {
@@ -78,4 +78,4 @@ class Frontend {
   int64_t generated_total_ = 0, prompt_total_ = 0, finished_total_ = 0, cancelled_total_ = 0, rejected_total_ = 0;
 };
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -13,7 +13,7 @@
 #include "engine/request.h"
 #include "tokenizer/tokenizer.h"
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 // An error the client gets as {"error": {"message", "type", "param", "code"}} with `status`.
 class ApiError : public std::runtime_error {
@@ -87,4 +87,4 @@ nlohmann::json stream_chunk(const std::string& id, int64_t created, const std::s
 // JSON text that never throws on bytes that are not UTF-8 (they become U+FFFD).
 std::string dump(const nlohmann::json& j);
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -1,6 +1,6 @@
-#include "launcher/serve_jobs.h"
+#include "serve/jobs.h"
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 using nlohmann::json;
 
@@ -77,4 +77,4 @@ StepReport report_from_json(const json& j) {
   return r;
 }
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -1,12 +1,12 @@
-#include "launcher/serve_frontend.h"
+#include "serve/frontend.h"
 
 #include <algorithm>
 #include <numeric>
 
 #include "core/error.h"
-#include "launcher/openai_api.h"
+#include "serve/openai_api.h"
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 std::deque<JobEvent> RequestStream::wait(std::chrono::milliseconds timeout) {
   std::unique_lock lock(m);
@@ -184,4 +184,4 @@ std::string Frontend::metrics_text() const {
   return s;
 }
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -7,15 +7,15 @@
 #include <string>
 #include <thread>
 
-#include "launcher/openai_api.h"
-#include "launcher/serve_frontend.h"
+#include "serve/openai_api.h"
+#include "serve/frontend.h"
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
 class Server;
 }
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
@@ -47,4 +47,4 @@ class HttpServer {
   std::thread thread_;
 };
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

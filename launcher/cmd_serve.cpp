@@ -8,16 +8,17 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "checkpoint/checkpoint_weights.h"
-#include "checkpoint/hf_config.h"
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
-#include "launcher/ranks.h"
-#include "launcher/serve_engine.h"
-#include "launcher/serve_frontend.h"
-#include "launcher/serve_http.h"
+#include "launcher/model_command.h"
+#include "engine/request_rules.h"
+#include "serve/replica_engine.h"
+#include "serve/frontend.h"
+#include "serve/http.h"
 
 namespace linnet::cli {
+
+using namespace linnet::serve;
 
 namespace {
 
@@ -66,10 +67,7 @@ int cmd_serve(const Args& args) {
   add_bos_option(desc);
   add_run_options(desc);
   po::variables_map vm;
-  if (!parse(args, desc, vm,
-             "linnet serve --checkpoint DIR [--host H] [--port P] [--served-model-name NAME] [--max-waiting N] "
-             "[--max-body BYTES] [--add-bos auto|yes|no] [--http-threads N] [--http-timeout S] [--http-idle-timeout S] [--kv-cache-memory M] [--max-batch-tokens N] [--max-rows N] [--max-seq S] "
-             "[--page-size P] [--batch B] [--shards N] [--dtype T] [--backend cpu|cuda|auto] [--tp K] [--threads N]"))
+  if (!parse(args, desc, vm, "linnet serve"))
     return 0;
   engine::SchedulerLimits limits;
   limits.token_budget = positive_option(vm, "max-batch-tokens");
@@ -89,19 +87,16 @@ int cmd_serve(const Args& args) {
       std::chrono::milliseconds(static_cast<int64_t>(vm["http-timeout"].as<double>() * 1000));
   http_options.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(vm["http-idle-timeout"].as<double>() * 1000));
   const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
-  RunOptions options = run_options(vm);
-  Ranks ranks(tp_option(vm), vm["backend"].as<std::string>(), threads_option(vm));
-
-  const std::string dir = vm["checkpoint"].as<std::string>();
-  const ModelConfig config = load_hf_config(dir);
-  const auto tok = load_tokenizer(dir);
-  const int64_t max_seq = options.max_seq > 0 ? options.max_seq : config.max_position;
+  ModelCommand cmd = ModelCommand::open(vm, true);
+  Ranks& ranks = *cmd.ranks;
+  const ModelConfig& config = cmd.config;
+  const Tokenizer* tok = cmd.tok.get();
+  const std::string& dir = cmd.source;
   if (vm["batch"].defaulted())
-    options.batch = pool_batch(config, options, ranks, kv_memory, std::vector<int64_t>(static_cast<size_t>(limits.max_rows), max_seq));
-  LoadedModel loaded = load_model(dir, options, ranks.backend(), ranks.shards(), ranks.sharing_memory());
-  std::vector<int32_t> eos(config.eos_token_ids.begin(), config.eos_token_ids.end());
-  if (eos.empty() && tok->eos_id() >= 0) eos.push_back(tok->eos_id());
-  ReplicaEngine engine(*loaded.model, limits, eos, *tok, ranks.replica());
+    cmd.options.batch = pool_batch(config, cmd.options, ranks, kv_memory,
+                                   std::vector<int64_t>(static_cast<size_t>(limits.max_rows), cmd.max_seq()));
+  LoadedModel loaded = cmd.load();
+  ReplicaEngine engine(*loaded.model, limits, engine::end_of_sequence_ids(config, *tok), *tok, ranks.replica());
   const ReplicaStatus pool = engine.status();
 
   ServedModel served;

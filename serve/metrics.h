@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 class Histogram {
  public:
@@ -24,4 +24,4 @@ class Histogram {
 // "# HELP name help\n# TYPE name type\nname value\n".
 std::string metric(const std::string& name, const std::string& type, const std::string& help, double value);
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

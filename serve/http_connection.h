@@ -12,7 +12,7 @@
 
 #include <chrono>
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 struct ConnectionLimits {
   std::chrono::milliseconds request_timeout{30000};
@@ -35,4 +35,4 @@ class GuardedServer : public httplib::Server {
   ConnectionLimits limits_;
 };
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -1,4 +1,4 @@
-#include "launcher/http_connection.h"
+#include "serve/http_connection.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -10,7 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 using Clock = std::chrono::steady_clock;
 
@@ -156,4 +156,4 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
   return ok;
 }
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

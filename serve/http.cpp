@@ -1,4 +1,4 @@
-#include "launcher/serve_http.h"
+#include "serve/http.h"
 
 #include <httplib.h>
 #include <spdlog/spdlog.h>
@@ -11,9 +11,9 @@
 
 #include "core/error.h"
 #include "core/files.h"
-#include "launcher/http_connection.h"
+#include "serve/http_connection.h"
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -278,4 +278,4 @@ void HttpServer::stop() {
   thread_.join();
 }
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -11,7 +11,7 @@
 
 #include "engine/request.h"
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 struct ServeJob {
   uint64_t id = 0;
@@ -58,4 +58,4 @@ StepPlan plan_from_json(const nlohmann::json& j);
 nlohmann::json to_json(const StepReport& r);
 StepReport report_from_json(const nlohmann::json& j);
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -1,8 +1,8 @@
-#include "launcher/metrics.h"
+#include "serve/metrics.h"
 
 #include <cstdio>
 
-namespace linnet::cli {
+namespace linnet::serve {
 
 namespace {
 std::string num(double v) {
@@ -36,4 +36,4 @@ std::string metric(const std::string& name, const std::string& type, const std::
   return "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n" + name + " " + num(value) + "\n";
 }
 
-}  // namespace linnet::cli
+}  // namespace linnet::serve

@@ -1,0 +1,45 @@
+#include "launcher/model_command.h"
+
+#include "checkpoint/hf_config.h"
+#include "checkpoint/presets.h"
+#include "launcher/options.h"
+
+namespace linnet::cli {
+
+ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer) {
+  // The benchmarks' two sources of a model: a checkpoint, or a config's shapes with random
+  // weights — never both, never a config without the flag that says what it is for.
+  if (vm.count("random-weights") && !vm.count("config")) throw UsageError("--random-weights needs --config");
+  if (vm.count("checkpoint") && (vm.count("random-weights") || vm.count("config")))
+    throw UsageError("--checkpoint runs a checkpoint's weights, --config CFG --random-weights a config's shapes "
+                     "with random ones: give one or the other");
+  if (vm.count("config") && !vm.count("random-weights"))
+    throw UsageError("--config needs --random-weights (a config alone has no weights)");
+  if (!vm.count("random-weights") && !vm.count("checkpoint"))
+    throw UsageError("give --checkpoint DIR, or --config CFG --random-weights");
+  ModelCommand c;
+  c.options = run_options(vm);
+  c.ranks = std::make_unique<Ranks>(vm.count("tp") ? tp_option(vm) : 0, vm["backend"].as<std::string>(),
+                                    threads_option(vm));
+  c.random = vm.count("random-weights") > 0;
+  if (c.random) {
+    const std::string cfg = vm["config"].as<std::string>();
+    c.config = preset_or_config(cfg);
+    if (vm.count("layers")) c.config.layers = positive_option(vm, "layers");
+    c.source = cfg + " (random weights)";
+  } else {
+    c.source = vm["checkpoint"].as<std::string>();
+    c.config = load_hf_config(c.source);
+  }
+  if (with_tokenizer) c.tok = load_tokenizer(c.source);
+  return c;
+}
+
+LoadedModel ModelCommand::load() { return load(ranks->backend(), ranks->shards()); }
+
+LoadedModel ModelCommand::load(Backend& backend, Communicator& comm) {
+  if (random) return random_model(config, options, backend, comm, ranks->sharing_memory());
+  return load_model(source, options, backend, comm, ranks->sharing_memory());
+}
+
+}  // namespace linnet::cli

@@ -1,0 +1,36 @@
+// What every command that runs a model does first, in one order and one place: its options →
+// the ranks (replicas × shards, the backend; launcher/ranks.h) → the model's config → the
+// tokenizer (for the commands that read text) → after the command's own checks of its
+// inputs, the model (runtime/loader.h).
+#pragma once
+#include <boost/program_options.hpp>
+#include <memory>
+#include <string>
+
+#include "launcher/ranks.h"
+#include "layers/model_config.h"
+#include "runtime/loader.h"
+#include "tokenizer/tokenizer.h"
+
+namespace linnet::cli {
+
+struct ModelCommand {
+  RunOptions options;  // --batch, --max-seq, --page-size, --shards, --dtype (Shards resolved at load)
+  std::unique_ptr<Ranks> ranks;
+  std::string source;  // the checkpoint directory, or "CFG (random weights)"
+  bool random = false;
+  ModelConfig config;
+  std::unique_ptr<Tokenizer> tok;  // when asked for
+
+  // From --checkpoint DIR, or --config CFG --random-weights [--layers L] (the benchmarks);
+  // --backend, --tp (where the command has it) and --threads.
+  static ModelCommand open(const boost::program_options::variables_map& vm, bool with_tokenizer);
+  // MaxSeq as the run will bind it: --max-seq, else max_position_embeddings.
+  int64_t max_seq() const { return options.max_seq > 0 ? options.max_seq : config.max_position; }
+  // This rank's model, on its backend and shard group (or on wrappers of them: bench times
+  // the ops and collectives through its own).
+  LoadedModel load();
+  LoadedModel load(Backend& backend, Communicator& comm);
+};
+
+}  // namespace linnet::cli

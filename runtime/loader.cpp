@@ -1,0 +1,68 @@
+#include "runtime/loader.h"
+
+#include <spdlog/spdlog.h>
+
+#include "checkpoint/checkpoint_weights.h"
+#include "checkpoint/hf_config.h"
+#include "checkpoint/random_weights.h"
+#include "layers/footprint.h"
+
+namespace linnet {
+
+RunOptions with_shards(RunOptions options, const Communicator& comm) {
+  // Shards defaults to the shard group's size (the ranks of a replica: --tp, else all of
+  // them); given, it must be that size. The rule lives here, once, for every command.
+  if (options.shards == 0) options.shards = comm.size();
+  if (options.shards != comm.size())
+    throw Error(str("--shards ", options.shards, " but this replica's shard group has ", comm.size(), " rank(s) (--tp, ",
+                    "default: every rank of the job): start ", options.shards, " rank(s) per replica (--tp ",
+                    options.shards, "), or leave --shards out"));
+  return options;
+}
+
+namespace {
+// config's generics under `options` (Shards: the group's size unless they say), checked to
+// fit the backend's memory.
+LoadedModel bound(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
+                  int ranks_sharing) {
+  LoadedModel m;
+  m.config = config;
+  m.generics = bind_generics(m.config, with_shards(options, comm));
+  check_fits(m.config, m.generics, backend.compute_dtype(m.generics.t), backend.weight_dtype(m.generics.t),
+             backend.memory_available(), ranks_sharing,
+             options.max_seq == 0, str(backend.name(), " backend"));
+  return m;
+}
+}  // namespace
+
+LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
+                         int ranks_sharing) {
+  LoadedModel m = bound(config, options, backend, comm, ranks_sharing);
+  RandomWeights weights(0, m.config.dtype);
+  m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
+  return m;
+}
+
+LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
+                       int ranks_sharing) {
+  LoadedModel m = bound(load_hf_config(dir), options, backend, comm, ranks_sharing);
+  CheckpointDir files(dir);
+  CheckpointWeights weights(files, m.config.dtype);
+  m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
+  // Every shard read its own slices: the first rank that found a bad value tells them all.
+  if (const std::string bad = first_error(comm, weights.non_finite()); !bad.empty()) throw Error(bad);
+  m.from_packed_file = weights.used_packed_file();
+  if (m.from_packed_file && comm.rank() == 0)
+    spdlog::info("{}: matrices mapped from {} (checksums verified in {:.2f} s)", dir, kPackedFileName,
+                 weights.packed_verify_seconds());
+  if (const auto unused = weights.unused(m.config); !unused.empty() && comm.rank() == 0) {
+    std::string list;
+    for (size_t i = 0; i < unused.size() && i < 6; ++i) list += (i ? ", " : "") + unused[i];
+    if (unused.size() > 6) list += str(", … (", unused.size() - 6, " more)");
+    spdlog::warn("{}: {} tensor(s) in the checkpoint are not used by the model (num_hidden_layers = {}): {}", dir,
+                 unused.size(), m.config.layers, list);
+  }
+  return m;
+}
+
+}  // namespace linnet
