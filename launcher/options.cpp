@@ -246,4 +246,10 @@ bool add_bos_from(const po::variables_map& vm, const std::string& checkpoint_dir
   return c.add;
 }
 
+OnError on_error_option(const std::string& value) {
+  if (value == "stop") return OnError::stop;
+  if (value == "skip") return OnError::skip;
+  throw UsageError(str("--on-error '", value, "': expected stop or skip"));
+}
+
 }  // namespace linnet::cli

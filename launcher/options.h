@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "launcher/commands.h"
 #include "layers/generics.h"
+#include "launcher/input_lines.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
@@ -40,6 +41,9 @@ int tp_option(const po::variables_map& vm);
 // the checkpoint's tokenizer (tokenizer/tokenizer.h), logged with the reason.
 void add_bos_option(po::options_description& desc);
 bool add_bos_from(const po::variables_map& vm, const std::string& checkpoint_dir, const Tokenizer& tok);
+
+// --on-error stop|skip.
+OnError on_error_option(const std::string& value);
 
 // "; did you mean --max-new-tokens?" for an unknown --max-tokens ("" when nothing is close).
 std::string nearest_option_hint(const std::string& given, const po::options_description& desc);

@@ -1,0 +1,27 @@
+// A checkpoint folder's model.safetensors.index.json (which files, which tensors) and
+// config.json: the two JSON files a checkpoint folder brings besides the weights.
+#include <filesystem>
+
+#include "checkpoint/checkpoint_dir.h"
+#include "checkpoint/hf_config.h"
+#include "fuzz_util.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  // The first byte chooses the file; the rest is its text.
+  if (size == 0) return 0;
+  const bool index = data[0] & 1;
+  const std::string path =
+      linnet::fuzz::as_file(data + 1, size - 1, index ? "model.safetensors.index.json" : "config.json");
+  const std::string dir = linnet::fuzz::dir_of(path);
+  try {
+    if (index) {
+      linnet::CheckpointDir d(dir);
+      for (const auto& n : d.names()) (void)d.info(n);
+    } else {
+      (void)linnet::load_hf_config(dir);
+    }
+  } catch (const linnet::Error&) {
+  }
+  std::filesystem::remove(path);
+  return 0;
+}
