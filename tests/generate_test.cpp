@@ -39,23 +39,7 @@ std::vector<json> read_jsonl(const fs::path& p) {
   return out;
 }
 
-// Random weights (6 heads: Shards 2 and 3) with the byte-level BPE tokenizer of the fixtures
-// (vocab 1398), so that text prompts work.
-fs::path tiny_text_model() {
-  return linnet::testing::shared_checkpoint("linnet_gen_tiny", [](const std::string& d) {
-    ModelConfig c = linnet::testing::tiny_config();
-    c.vocab = 1398;
-    c.hidden = 48;
-    c.heads = 6;
-    c.kv_heads = 6;
-    c.inner = 96;
-    c.max_position = 256;
-    c.eos_token_ids = {1};
-    write_random_checkpoint(c, d, DType::f32, 21);
-    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
-  });
-}
+using linnet::testing::tiny_text_model;
 
 std::string prompts_of(const std::vector<std::string>& texts, const std::string& extra = "") {
   std::string s;

@@ -110,6 +110,10 @@ TEST(Jinja, RuntimeErrorsNameTheLine) {
   EXPECT_EQ(error_of("\n{{ [].append(1) }}"), "line 2: access to attribute 'append' of 'list' object is unsafe.");
   EXPECT_EQ(error_of("{% macro m() %}\n\n{{ 1 + 'a' }}{% endmacro %}\n{{ m() }}"),
             "line 3: unsupported operand type(s) for +: 'int' and 'str'");
+  // Found by fuzz_chat_template (tests/fuzz/regressions): a slice inside a tuple subscript
+  // was evaluated without its object (a null dereference); jinja2 fails there too.
+  EXPECT_EQ(error_of("{{ [1, 2, 3][::, 1] }}"),
+            "line 1: a slice may only be the whole subscript (x[a:b:c]), not part of a tuple");
 }
 
 TEST(Jinja, RaiseExceptionKeepsTheMessage) {

@@ -38,22 +38,7 @@ std::string slurp(const fs::path& p) {
   return ss.str();
 }
 
-// Random weights with the byte-level BPE tokenizer of the fixtures (as generate_test's).
-fs::path tiny_text_model() {
-  return linnet::testing::shared_checkpoint("linnet_jobfiles_tiny", [](const std::string& d) {
-    ModelConfig c = linnet::testing::tiny_config();
-    c.vocab = 1398;
-    c.hidden = 48;
-    c.heads = 6;
-    c.kv_heads = 6;
-    c.inner = 96;
-    c.max_position = 256;
-    c.eos_token_ids = {1};
-    write_random_checkpoint(c, d, DType::f32, 21);
-    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
-  });
-}
+using linnet::testing::tiny_text_model;
 
 std::string prompts(int n) {
   std::string s;
@@ -103,7 +88,9 @@ TEST(JobFiles, AFullDiskStopsTheRunNamingTheFileAndResumeCompletesIt) {
     SCOPED_TRACE(command);
     const bool is_gen = std::string(command) == "generate";
     const fs::path out = d / (std::string(command) + ".jsonl"), ref = d / (std::string(command) + "-ref.jsonl");
-    if (!is_gen) ASSERT_EQ(linnet_run(ev(d / "in.jsonl", ref)).exit_code, 0);
+    if (!is_gen) {
+      ASSERT_EQ(linnet_run(ev(d / "in.jsonl", ref)).exit_code, 0);
+    }
     const std::string want = is_gen ? whole : slurp(ref);
     // A limit that falls inside a line: the run stops with the file's name and errno's text.
     const int kib = static_cast<int>(want.size() / 2 / 1024);
@@ -117,8 +104,9 @@ TEST(JobFiles, AFullDiskStopsTheRunNamingTheFileAndResumeCompletesIt) {
     // --resume: the cut-off line is named and dropped, the rest runs; the same file as one run.
     r = linnet_run(is_gen ? gen(d / "in.jsonl", out, {"--resume"}) : ev(d / "in.jsonl", out, {"--resume"}));
     ASSERT_EQ(r.exit_code, 0) << r.errors;
-    if (part.back() != '\n')
+    if (part.back() != '\n') {
       EXPECT_NE(r.errors.find("the last line is incomplete"), std::string::npos) << r.errors;
+    }
     EXPECT_EQ(slurp(out), want);
   }
 }
@@ -211,7 +199,7 @@ TEST(JobFiles, ARunWithErrorLinesExitsThree) {
 
 TEST(JobFiles, AJsonArrayIsNamedAsSuch) {
   const fs::path d = fresh_dir("array");
-  for (const std::string text : {std::string(R"([{"text": "a"}, {"text": "b"}])"),
+  for (const std::string& text : {std::string(R"([{"text": "a"}, {"text": "b"}])"),
                                  std::string("[\n  {\"text\": \"a\"},\n  {\"text\": \"b\"}\n]\n")}) {
     write(d / "in.json", text);
     const auto r = linnet_run(gen(d / "in.json", d / "out.jsonl"));

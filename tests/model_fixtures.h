@@ -80,6 +80,25 @@ inline std::filesystem::path shared_checkpoint(const std::string& name,
   return dir;
 }
 
+// Random weights (6 heads: Shards 2 and 3) with the byte-level BPE tokenizer of the fixtures
+// (vocab 1398), so that text prompts work: what the generate and job-file tests run.
+inline std::filesystem::path tiny_text_model() {
+  return shared_checkpoint("linnet_gen_tiny", [](const std::string& d) {
+    ModelConfig c = tiny_config();
+    c.vocab = 1398;
+    c.hidden = 48;
+    c.heads = 6;
+    c.kv_heads = 6;
+    c.inner = 96;
+    c.max_position = 256;
+    c.eos_token_ids = {1};
+    write_random_checkpoint(c, d, DType::f32, 21);
+    const std::filesystem::path fx = std::filesystem::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+      std::filesystem::copy_file(fx / f, std::filesystem::path(d) / f);
+  });
+}
+
 // stories15M's files (stories15M.bin, tokenizer.model, tokenizer.bin), as
 // scripts/fetch-stories15M finds them (a models folder beside the checkout, $LINNET_MODELS),
 // else downloaded into this build's test cache. `dir` is empty when none works, and `why_not` says why. A failed

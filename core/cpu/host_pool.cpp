@@ -32,7 +32,10 @@ Tensor HostPool::empty(const Shape& shape, DType dtype) {
     }
   }
   if (!p) {
-    p = std::aligned_alloc(size_t{2} << 20, cls);
+    // aligned_alloc wants a size that is a multiple of the alignment (C11; AddressSanitizer
+    // holds glibc to it): the block is rounded up to whole 2 MiB huge pages.
+    constexpr size_t kHuge = size_t{2} << 20;
+    p = std::aligned_alloc(kHuge, (cls + kHuge - 1) / kHuge * kHuge);
     if (!p) throw Error(str("out of host memory allocating ", bytes, " bytes"));
     madvise(p, cls, MADV_HUGEPAGE);
   }

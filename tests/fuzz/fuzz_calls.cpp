@@ -1,4 +1,5 @@
 // CALLS.json, the entries `linnet run` calls: checked against the card before any model.
+#include "core/error.h"
 #include "fuzz_util.h"
 #include "launcher/calls.h"
 #include "layers/model_config.h"

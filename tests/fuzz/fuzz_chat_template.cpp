@@ -2,6 +2,7 @@
 // then rendered over a small conversation. Templates are code: an error must stay an error.
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "fuzz_util.h"
 #include "tokenizer/jinja/jinja.h"
 

@@ -4,6 +4,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/hf_config.h"
+#include "core/error.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,6 +1,7 @@
 // The JSON Lines of `linnet generate` and `linnet eval`: each line read, then its request
 // fields held to the shared rules (engine/request_rules.h) with a real tokenizer.
 #include "engine/request_rules.h"
+#include "core/error.h"
 #include "fuzz_util.h"
 #include "launcher/input_lines.h"
 

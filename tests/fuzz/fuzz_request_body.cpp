@@ -1,6 +1,7 @@
 // A request body of `linnet serve`: parsed with the nesting limit, then checked as the
 // server checks it (serve/openai_api.h), with the tokenizer a real checkpoint brings.
 #include "core/files.h"
+#include "core/error.h"
 #include "fuzz_util.h"
 #include "serve/openai_api.h"
 

@@ -1,5 +1,6 @@
 // A safetensors file as an attacker writes it: the header's JSON, dtypes, shapes and offsets.
 #include "checkpoint/safetensors.h"
+#include "core/error.h"
 #include "fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

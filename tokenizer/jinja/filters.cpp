@@ -477,7 +477,9 @@ const std::map<std::string, Test>& tests() {
     for (auto [names, op] : std::vector<std::pair<std::vector<const char*>, const char*>>{
              {{"eq", "equalto", "=="}, "=="}, {{"ne", "!="}, "!="}, {{"lt", "lessthan", "<"}, "<"},
              {{"gt", "greaterthan", ">"}, ">"}, {{"le", "<="}, "<="}, {{"ge", ">="}, ">="}}) {
-      for (const char* n : names) t[n] = [op](const Value& v, CallArgs& args) { return compare_test(op, v, args); };
+      const char* which = op;  // a structured binding cannot be captured before C++20 compilers catch up (clang 14)
+      for (const char* n : names)
+        t[n] = [which](const Value& v, CallArgs& args) { return compare_test(which, v, args); };
     }
     return t;
   }();
