@@ -104,10 +104,8 @@ Tensor RandomWeights::device_matrix(const ParamSpec& p, int64_t shard) {
 Tensor RandomWeights::read(const ParamSpec& p, int64_t shard) {
   // LINNET_RANDOM_WEIGHTS=host: every value made on the host, as before (the device path's
   // switch back, for comparisons).
-  static const bool host_only = [] {
-    const char* v = std::getenv("LINNET_RANDOM_WEIGHTS");
-    return v && std::string(v) == "host";
-  }();
+  const char* where = std::getenv("LINNET_RANDOM_WEIGHTS");  // read each time: a sweep may set it
+  const bool host_only = where && std::string(where) == "host";
   if (device_ && !host_only && p.full.rank() == 2)
     if (Tensor t = device_matrix(p, shard); t.defined()) return t;
   const Shape shape = p.shard_shape();
