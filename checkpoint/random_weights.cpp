@@ -1,8 +1,13 @@
 #include "checkpoint/random_weights.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
+
+#include "core/backend.h"
 
 
 namespace linnet {
@@ -52,7 +57,57 @@ void random_values(uint64_t seed, const std::string& name, const Shape& full, in
   }
 }
 
+namespace {
+// Device matrices kept by keep_device_matrices(true), by seed, dtype, shard and name.
+std::mutex g_kept_mu;
+bool g_keep = false;
+std::map<std::string, Tensor> g_kept;
+}  // namespace
+
+void RandomWeights::keep_device_matrices(bool on) {
+  std::lock_guard lock(g_kept_mu);
+  g_keep = on;
+  if (!on) g_kept.clear();
+}
+
+// The shard's slice made on the device: random_values' elements (the same key, scale and
+// mean; core/random_normal.h's draw), rows past the stored extent zero.
+Tensor RandomWeights::device_matrix(const ParamSpec& p, int64_t shard) {
+  const std::string id = str(seed_, "/", dtype_name(dtype_), "/", shard, "/", device_->name(), "/", p.hf_name);
+  {
+    std::lock_guard lock(g_kept_mu);
+    if (auto it = g_kept.find(id); it != g_kept.end()) return it->second;
+  }
+  const Shape shape = p.shard_shape();
+  const bool norm = ends_with(p.hf_name, "norm.weight"), bias = ends_with(p.hf_name, ".bias");
+  const bool embed = p.hf_name.find("embed_tokens") != std::string::npos;
+  const double fan_in = static_cast<double>(p.full[1]);
+  const float scale = static_cast<float>(norm ? 0.1 : bias ? 0.1 : embed ? 1.0 : 1.0 / std::sqrt(fan_in));
+  const uint64_t key = splitmix64(seed_ ^ fnv1a(p.hf_name));
+  Tensor t = device_->empty(shape, dtype_);
+  bool made = false;
+  if (p.split == Split::columns) {
+    const auto [b, e] = p.shard_range(shard);
+    made = device_->random_normal(t, key, b, p.full[1], norm ? 1.f : 0.f, scale);
+  } else {
+    const auto [b, e] = p.split == Split::rows ? p.shard_range(shard) : std::pair<int64_t, int64_t>{0, p.full[0]};
+    if (e - b < shape[0]) device_->fill_zero(t);  // lm_head's padding rows
+    Tensor rows = t.rows(0, e - b);
+    made = device_->random_normal(rows, key, b * p.full[1], p.full[1], norm ? 1.f : 0.f, scale);
+  }
+  if (!made) return {};
+  std::lock_guard lock(g_kept_mu);
+  if (g_keep) g_kept.emplace(id, t);
+  return t;
+}
+
 Tensor RandomWeights::read(const ParamSpec& p, int64_t shard) {
+  // LINNET_RANDOM_WEIGHTS=host: every value made on the host, as before (the device path's
+  // switch back, for comparisons).
+  const char* where = std::getenv("LINNET_RANDOM_WEIGHTS");  // read each time: a sweep may set it
+  const bool host_only = where && std::string(where) == "host";
+  if (device_ && !host_only && p.full.rank() == 2)
+    if (Tensor t = device_matrix(p, shard); t.defined()) return t;
   const Shape shape = p.shard_shape();
   std::vector<float> v(static_cast<size_t>(shape.numel()), 0.0f);
   if (p.split == Split::mirrored) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor.h"
@@ -118,6 +119,20 @@ class Backend {
   }
   // dst = src converted to dst's dtype (same element count).
   virtual void convert(const Tensor& src, Tensor& dst) = 0;
+  // out ([rows, cols], a float dtype, on this device) = random weights made where they live:
+  // element (r, c) = mean + scale · z(key, base + r·stride + c), z the standard normal of
+  // core/random_normal.h. False where the backend has no such kernel (the caller makes them on
+  // the host instead).
+  virtual bool random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) {
+    (void)out, (void)key, (void)base, (void)stride, (void)mean, (void)scale;
+    return false;
+  }
+  // Enqueues on the stream whatever the backend has recorded and not yet launched (the CUDA
+  // backend records a step's launches to replay them as one graph). Code that enqueues work on
+  // stream_handle() itself (a NCCL collective) calls this first, so its work lands after them.
+  virtual void flush() {}
+  // What the backend counted so far (graph replays and captures, …), for reports.
+  virtual std::vector<std::pair<std::string, int64_t>> counters() const { return {}; }
 
   // ---- ops ----
   // out[n] = weight[ids[n]]; weight [V, W], ids [N], out [N, W].

@@ -50,6 +50,11 @@ class ProfilingBackend final : public Backend {
   std::string device_id() const override { return inner_.device_id(); }
   std::unique_ptr<DeviceTimer> make_timer() override { return inner_.make_timer(); }
   double library_matmul_rate(DType dt, std::string* source) override { return inner_.library_matmul_rate(dt, source); }
+  bool random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) override {
+    return inner_.random_normal(out, key, base, stride, mean, scale);
+  }
+  void flush() override { inner_.flush(); }
+  std::vector<std::pair<std::string, int64_t>> counters() const override { return inner_.counters(); }
 
   void convert(const Tensor& src, Tensor& dst) override;
   void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;

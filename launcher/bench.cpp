@@ -276,6 +276,7 @@ int cmd_bench(const Args& args) {
                   {"tokens_per_s", g.batch / per_tok}, {"collective_ms_per_step", dec_comm * 1e3},
                   {"floor_ms", dec_floor * 1e3}, {"fraction_of_floor", dec_floor / per_tok}}}};
   if (be.device() != Device::cpu) report["ceilings"]["own_matmul_TFLOPs"] = own_rate / 1e12;
+  for (const auto& [name, value] : be.counters()) report["backend_counters"][name] = value;  // graphs, launches
   if (ranks.world_rank() == 0) {
     std::printf("linnet bench: %s, backend %s, T %s, Shards %lld, Batch %lld\n", source.c_str(), be.name().c_str(),
                 dtype_name(g.t), static_cast<long long>(g.shards), static_cast<long long>(g.batch));

@@ -17,6 +17,7 @@ int cmd_bench(const Args& args);
 int cmd_generate(const Args& args);
 int cmd_eval(const Args& args);
 int cmd_bench_engine(const Args& args);
+int cmd_bench_sweep(const Args& args);  // launcher/bench_sweep.cpp
 int cmd_serve(const Args& args);
 int cmd_devices(const Args& args);
 int cmd_tokenize(const Args& args);

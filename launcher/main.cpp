@@ -60,6 +60,7 @@ const std::vector<Subcommand>& subcommands() {
       {"eval", "log-likelihoods of a file of texts or continuations (as lm-eval scores them)", cmd_eval, true},
       {"serve", "an OpenAI-compatible HTTP server (completions) on the batch engine", cmd_serve, true},
       {"bench-engine", "the batch engine beside one-at-a-time generation and direct scoring", cmd_bench_engine, true},
+      {"bench-sweep", "several bench / bench-engine configurations in one process (one GPU's weights made once)", cmd_bench_sweep},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
   };

@@ -90,7 +90,7 @@ namespace {
 // from its type (N for counts, X for numbers, the option's own name for the rest).
 std::string placeholder(const po::option_description& o) {
   static const std::map<std::string, std::string> named = {
-      {"checkpoint", "DIR"},        {"out", "DIR"},           {"prompts", "IN.jsonl"},      {"data", "IN.jsonl"},
+      {"checkpoint", "DIR"},        {"out", "DIR"},           {"plan", "PLAN.json"},           {"prompts", "IN.jsonl"},      {"data", "IN.jsonl"},
       {"output", "OUT.jsonl"},      {"calls", "CALLS.json"},  {"inputs", "IN.safetensors"}, {"outputs", "OUT.safetensors"},
       {"json", "FILE"},             {"jsonl", "FILE|-"},      {"bench", "FILE"},            {"input", "MODEL.bin"},
       {"backend", "cpu|cuda|auto"}, {"dtype", "bf16|f16|f32"}, {"on-error", "stop|skip"},   {"add-bos", "auto|yes|no"},

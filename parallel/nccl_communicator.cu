@@ -109,6 +109,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* 
       // then: one small all-reduce here keeps that inside the retry below.
       if (backend_) {
         Tensor one = backend_->zeros({1}, DType::f32);
+        backend_->flush();  // the zeroing is on the stream before the all-reduce
         wait(ncclAllReduce(one.data(), one.data(), 1, ncclFloat32, ncclSum, nccl_, stream_), "ncclAllReduce (warm-up)",
              init_timeout());
         // Sends and receives connect lazily too, peer by peer: the rank-order sum's, likewise.
@@ -116,6 +117,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, int cuda_device, CUstream_st* 
           Tensor few = backend_->zeros({mpi_.size()}, DType::f32);
           rank_order_sum(few, init_timeout());
         }
+        backend_->flush();
         CUDA_COMM_CHECK(cudaStreamSynchronize(stream_));
       }
     } catch (const Error& e) {
@@ -213,6 +215,9 @@ void NcclCommunicator::mark_enqueued() {
 // while a collective is being enqueued; the result is then polled by wait().
 template <class F>
 int NcclCommunicator::issue(F&& call) {
+  // The backend may hold recorded launches (CUDA graphs): they go on the stream first, so the
+  // collective reads what they write.
+  if (backend_) backend_->flush();
   std::lock_guard lock(abort_mu_);
   ncclComm* c = nccl_.load();
   if (!c) throw Error(str("nccl: the communicator failed and was aborted: ", error_));
@@ -248,6 +253,7 @@ void NcclCommunicator::rank_order_sum(Tensor& t, double timeout_s) {
   backend_->convert(t, flat);
   Tensor parts = backend_->empty({S, c}, DType::f32);
   const size_t chunk_bytes = static_cast<size_t>(c) * sizeof(float);
+  backend_->flush();  // the conversion into `wide` is on the stream before this copy reads it
   CUDA_COMM_CHECK(cudaMemcpyAsync(parts.rows(me, me + 1).data(), static_cast<char*>(wide.data()) + me * chunk_bytes,
                                   chunk_bytes, cudaMemcpyDeviceToDevice, stream_));
   wait(issue([&](ncclComm* comm) {

@@ -38,7 +38,11 @@ LoadedModel bound(const ModelConfig& config, RunOptions options, Backend& backen
 LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
                          int ranks_sharing) {
   LoadedModel m = bound(config, options, backend, comm, ranks_sharing);
-  RandomWeights weights(0, m.config.dtype);
+  // On a device that can make them, the matrices are made there, in the dtype the model keeps
+  // them in (no f32 on the host, no upload); elsewhere on the host as before.
+  const bool on_device = backend.device() != Device::cpu && m.generics.t == m.config.dtype &&
+                         backend.weight_dtype(m.generics.t) == m.config.dtype;
+  RandomWeights weights(0, m.config.dtype, on_device ? &backend : nullptr);
   m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
   return m;
 }

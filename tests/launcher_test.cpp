@@ -271,3 +271,47 @@ TEST(Bench, ProfileCountsEveryOpOfAPhase) {
     EXPECT_LE(in_ops, p["wall_s"].get<double>()) << phase << ": the ops took longer than the phase";
   }
 }
+
+// bench-sweep: configurations from a JSON plan in one process, each report written as
+// <label>.json with its label, command, arguments and environment inside; a configuration that
+// fails is reported as such and the next one runs; --only picks labels.
+TEST(BenchSweep, RunsEveryConfigurationAndLabelsItsOwnReport) {
+  const fs::path d = fresh_dir("bench-sweep");
+  const std::string tiny = R"("--config", "tiny", "--random-weights", "--backend", "cpu")";
+  {
+    std::ofstream plan(d / "plan.json");
+    plan << "[{\"label\": \"first\", \"args\": [" << tiny
+         << R"(, "--batch", "2", "--prompt", "8", "--gen", "3", "--warmup", "0", "--repeats", "1"], "env": {"LINNET_CUDA_GRAPHS": "0"}},)"
+         << "{\"label\": \"broken\", \"args\": [" << tiny << R"(, "--gen", "0"]},)"
+         << "{\"label\": \"engine\", \"command\": \"bench-engine\", \"args\": [" << tiny
+         << R"(, "--prompts", "4", "--prompt-min", "4", "--prompt-max", "8", "--max-new-tokens", "3", "--no-single", "--no-eval"]}])";
+  }
+  const Output r = linnet_cmd("bench-sweep --plan " + (d / "plan.json").string() + " --out " + (d / "out").string());
+  EXPECT_EQ(r.code, 1) << r.out;  // one configuration failed
+  for (const char* l : {"first", "broken", "engine"}) {
+    EXPECT_NE(r.out.find(std::string("bench-sweep: begin ") + l), std::string::npos) << r.out;
+    ASSERT_TRUE(fs::exists(d / "out" / (std::string(l) + ".json"))) << l << "\n" << r.out;
+    const auto j = nlohmann::json::parse(slurp(d / "out" / (std::string(l) + ".json")));
+    EXPECT_EQ(j["label"], l);
+    EXPECT_EQ(j["status"], std::string(l) == "broken" ? "error" : "ok") << j.dump(2);
+  }
+  EXPECT_FALSE(fs::exists(d / "out" / "first.partial.json"));
+  const auto first = nlohmann::json::parse(slurp(d / "out" / "first.json"));
+  EXPECT_GT(first["decode"]["tokens_per_s"].get<double>(), 0);
+  EXPECT_EQ(first["env"]["LINNET_CUDA_GRAPHS"], "0");
+  EXPECT_EQ(first["command"], "bench");
+  const auto broken = nlohmann::json::parse(slurp(d / "out" / "broken.json"));
+  EXPECT_NE(broken["error"].get<std::string>().find("--gen"), std::string::npos) << broken.dump(2);
+  EXPECT_FALSE(broken.contains("decode"));
+  EXPECT_GT(nlohmann::json::parse(slurp(d / "out" / "engine.json"))["generate"]["batched_tok_s"].get<double>(), 0);
+
+  fs::remove_all(d / "out");
+  const Output only = linnet_cmd("bench-sweep --plan " + (d / "plan.json").string() + " --out " + (d / "out").string() +
+                                 " --only engine");
+  EXPECT_EQ(only.code, 0) << only.out;
+  EXPECT_TRUE(fs::exists(d / "out" / "engine.json"));
+  EXPECT_FALSE(fs::exists(d / "out" / "first.json"));
+  const Output unknown = linnet_cmd("bench-sweep --plan " + (d / "plan.json").string() + " --out " + (d / "out").string() +
+                                    " --only nope");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+}

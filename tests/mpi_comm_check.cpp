@@ -7,8 +7,15 @@
 //   mpi_comm_check [--fail-on-rank R]   rank R throws mid-run (between collectives the others
 //                                        are already waiting in): the job must end non-zero.
 //                  [--skip-model]       leave out the model check
+//   mpi_comm_check --nccl-one-rank collectives|watchdog
+//                  one rank, one GPU, a NcclCommunicator over MPI_COMM_SELF (tests/
+//                  nccl_one_rank_test.cpp): its non-blocking setup and every collective, or the
+//                  watchdog aborting a collective left unfinished past LINNET_NCCL_TIMEOUT
+//                  behind a planted hang. Exit 77 (and the reason) without a GPU or NCCL.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -17,9 +24,11 @@
 
 #include "checkpoint/random_weights.h"
 #include "core/backend.h"
+#include "core/cuda_module.h"
 #include "layers/model.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_runtime.h"
+#include "parallel/nccl_communicator.h"
 
 using namespace linnet;
 
@@ -404,6 +413,123 @@ void check_model(Communicator& comm) {
   expect(gen.to_ints() == gen1.to_ints(), "generate on ", shards, " shards picks the one-rank tokens");
 }
 
+// ---- one rank on one GPU through NCCL ----
+// Every collective of a one-rank NcclCommunicator (a sum or max of one rank is its own values,
+// bit for bit: bf16 and f16 go through the f32 path and back exactly), after work the backend
+// recorded for a graph (flushed before the collective: the sum reads what it wrote).
+int nccl_collectives(Communicator& c, Backend& be) {
+  expect(c.name() == "nccl" && c.size() == 1 && c.rank() == 0, "a one-rank nccl communicator, got ", c.name());
+  std::vector<float> vals(1000);
+  for (size_t i = 0; i < vals.size(); ++i) vals[i] = static_cast<float>(i % 37) * 0.75f - 9.5f;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16}) {
+    const Tensor host = Tensor::from_floats({10, 100}, vals, dt);
+    Tensor src = be.upload(host);
+    Tensor x = be.zeros({10, 100}, dt);  // recorded
+    be.convert(src, x);                  // recorded: the all-reduce must see it
+    c.all_reduce_sum(x);
+    expect(be.to_host(x).to_floats() == host.to_floats(), "all_reduce_sum of one rank in ", dtype_name(dt));
+    c.all_reduce_max(x);
+    expect(be.to_host(x).to_floats() == host.to_floats(), "all_reduce_max of one rank in ", dtype_name(dt));
+    Tensor gathered = be.empty({1, 10, 100}, dt);
+    c.all_gather(x, gathered);
+    expect(be.to_host(gathered).to_floats() == host.to_floats(), "all_gather of one rank in ", dtype_name(dt));
+    c.broadcast(x, 0);
+    expect(be.to_host(x).to_floats() == host.to_floats(), "broadcast from rank 0 in ", dtype_name(dt));
+  }
+  {
+    Tensor i = be.upload(Tensor::from_ints({5}, {1, -2, 3, 40000, -5}, DType::i32));
+    c.all_reduce_sum(i);
+    expect(be.to_host(i).to_ints() == std::vector<int64_t>{1, -2, 3, 40000, -5}, "all_reduce_sum of i32");
+  }
+  bool threw = false;
+  try {
+    Tensor x = be.zeros({4}, DType::f32);
+    c.broadcast(x, 1);
+  } catch (const Error&) {
+    threw = true;
+  }
+  expect(threw, "broadcast from rank 1 of 1 must throw");
+  // Host tensors and the rest go through the inner MPI communicator.
+  Tensor h = Tensor::from_floats({3}, {1.5f, -2.f, 7.f});
+  c.all_reduce_sum(h);
+  expect(h.to_floats() == std::vector<float>{1.5f, -2.f, 7.f}, "all_reduce_sum of a host tensor");
+  Tensor v = Tensor::from_floats({2}, {0.5f, 3.f}), idx = Tensor::from_ints({2}, {7, 9}, DType::i32);
+  c.max_with_index(v, idx);
+  expect(idx.to_ints() == std::vector<int64_t>{7, 9}, "max_with_index of one rank");
+  c.barrier();
+  expect(c.all_ok(true) && !c.all_ok(false), "all_ok");
+  std::printf("nccl-one-rank collectives: %d checks passed\n", g_checks);
+  return 0;
+}
+
+// A collective queued behind a kernel that holds the stream for 8 s, with LINNET_NCCL_TIMEOUT
+// 2: the watchdog must abort the communicator (its event still pending past the deadline) and
+// the next collective must say so instead of waiting. What the stream reports once the planted
+// kernel ends is printed, not judged: after an abort the rank is meant to end.
+int nccl_watchdog(Communicator& c, Backend& be) {
+  using Spin = void (*)(void*, double);
+  auto spin = reinterpret_cast<Spin>(cuda_module_symbol("linnet_cuda_test_spin"));
+  expect(spin != nullptr, "the CUDA module exports linnet_cuda_test_spin");
+  Tensor x = be.upload(Tensor::from_floats({4}, {1, 2, 3, 4}));
+  be.synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  spin(be.stream_handle(), 8.0);
+  c.all_reduce_sum(x);  // enqueued behind the planted kernel: returns, unfinished
+  std::string message;
+  for (int i = 0; i < 100 && message.empty(); ++i) {  // up to 10 s
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(2600)) continue;  // past the deadline
+    try {
+      Tensor y = be.upload(Tensor::from_floats({1}, {1}));
+      c.all_reduce_sum(y);
+    } catch (const Error& e) {
+      message = e.what();
+    }
+  }
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  expect(!message.empty(), "the watchdog did not abort a collective unfinished past LINNET_NCCL_TIMEOUT");
+  expect(message.find("has not finished") != std::string::npos, "the abort names the unfinished collective: ", message);
+  std::printf("nccl-one-rank watchdog: aborted after %.1f s: %s\n", waited, message.c_str());
+  std::string after = "ok";
+  try {
+    be.synchronize();
+  } catch (const Error& e) {
+    after = e.what();
+  }
+  std::printf("nccl-one-rank watchdog: the stream once the planted kernel ended: %s\n", after.c_str());
+  return 0;
+}
+
+int nccl_one_rank(const std::string& what) {
+  if (what != "collectives" && what != "watchdog") {
+    std::fprintf(stderr, "usage: mpi_comm_check --nccl-one-rank collectives|watchdog\n");
+    return 2;
+  }
+  if (cuda_device_count() == 0) {
+    std::printf("nccl-one-rank: skipped: no CUDA device (%s)\n", cuda_status().c_str());
+    return 77;
+  }
+  if (what == "watchdog") ::setenv("LINNET_NCCL_TIMEOUT", "2", 1);  // read when the communicator is made
+  MpiRuntime runtime;
+  try {
+    auto be = make_cuda_backend(0);
+    std::unique_ptr<Communicator> c;
+    try {
+      c = make_nccl_communicator(MPI_COMM_SELF, 0, be->stream_handle(), be.get());
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("without NCCL") != std::string::npos) {
+        std::printf("nccl-one-rank: skipped: %s\n", e.what());
+        return 77;
+      }
+      throw;
+    }
+    return what == "collectives" ? nccl_collectives(*c, *be) : nccl_watchdog(*c, *be);
+  } catch (const std::exception& e) {
+    std::printf("nccl-one-rank %s: FAILED: %s\n", what.c_str(), e.what());
+    return 3;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -415,8 +541,10 @@ int main(int argc, char** argv) {
       fail_on_rank = std::atoi(argv[++i]);
     else if (a == "--skip-model")
       model = false;
+    else if (a == "--nccl-one-rank" && i + 1 < argc)
+      return nccl_one_rank(argv[i + 1]);
     else {
-      std::fprintf(stderr, "usage: mpi_comm_check [--fail-on-rank R] [--skip-model]\n");
+      std::fprintf(stderr, "usage: mpi_comm_check [--fail-on-rank R] [--skip-model] | --nccl-one-rank collectives|watchdog\n");
       return 2;
     }
   }

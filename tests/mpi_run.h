@@ -181,9 +181,21 @@ inline MpiRunResult run_command(std::vector<std::string> argv_s, double timeout_
   return result;
 }
 
+// The limit an mpirun gets: the test's own, or less where LINNET_TEST_MPI_TIMEOUT (seconds)
+// says so — scripts/gpu-check sets 60, so that a hung two-rank test costs a minute of a GPU
+// run's budget, not the five its author allowed on a slow CPU.
+inline double mpi_timeout(double timeout_s) {
+  if (const char* v = std::getenv("LINNET_TEST_MPI_TIMEOUT")) {
+    const double cap = std::atof(v);
+    if (cap > 0 && cap < timeout_s) return cap;
+  }
+  return timeout_s;
+}
+
 // Runs `mpirun -np <np> --oversubscribe <program> <args…>` through run_command.
 inline MpiRunResult mpi_run(int np, const std::string& program, const std::vector<std::string>& args,
                             double timeout_s = 60, bool split_stderr = false) {
+  timeout_s = mpi_timeout(timeout_s);
   const std::string mpirun = find_mpirun();
   if (mpirun.empty()) {
     MpiRunResult result;

@@ -332,6 +332,194 @@ __global__ void __launch_bounds__(512, 2)
   }
 }
 
+// ---- cache, prefetching (LINNET_CUDA_ATTENTION=prefetch, the default) -------------------------
+// attend_tile on tiles kept as stored (16-bit) rather than widened to f32: lane j reads key j
+// 16 bytes at a time (the K row stride is ≡ 4 words mod 32, so the eight lanes of each quarter
+// warp meet eight different bank quads: no conflict), V rows are read at consecutive elements.
+// The values and the order of every fmaf are attend_tile's, so the bits are too.
+template <class T, int DCH>
+__device__ __forceinline__ void attend_tile_raw(const float* q, const T* ks, int ldk, const T* vs, int ldv,
+                                                float* p_sh, int D, bool valid, float& m, float& l,
+                                                float (&acc)[DCH]) {
+  const int lane = threadIdx.x & 31;
+  float s = -INFINITY;
+  if (valid) {
+    const T* k = ks + lane * ldk;
+    float dot = 0.f;
+    for (int d0 = 0; d0 < D; d0 += 8) {
+      const uint4 raw = *reinterpret_cast<const uint4*>(k + d0);
+      const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dot = fmaf(q[d0 + i], to_f(e[i]), dot);
+    }
+    s = dot;
+  }
+  if (__any_sync(0xffffffffu, valid && isnan(s))) {  // warp-uniform (see attend_tile)
+    m = l = NAN;
+#pragma unroll
+    for (int c = 0; c < DCH; ++c) acc[c] = NAN;
+    return;
+  }
+  const float m_new = fmaxf(m, warp_max(s));
+  if (m_new == -INFINITY) return;  // warp-uniform: nothing valid so far
+  const float p = valid ? expf(s - m_new) : 0.f;
+  const float alpha = expf(m - m_new);  // 0 when m was -inf
+  l = l * alpha + warp_sum(p);
+  m = m_new;
+#pragma unroll
+  for (int c = 0; c < DCH; ++c) acc[c] *= alpha;
+  p_sh[lane] = p;
+  __syncwarp();
+  for (int j = 0; j < kBK; ++j) {
+    const float pj = p_sh[j];
+    if (pj == 0.f) continue;  // warp-uniform (a broadcast read); also skips masked keys
+    const T* v = vs + j * ldv;
+#pragma unroll
+    for (int c = 0; c < DCH; ++c) {
+      const int d = lane + 32 * c;
+      if (d < D) acc[c] = fmaf(pj, to_f(v[d]), acc[c]);
+    }
+  }
+  __syncwarp();
+}
+
+// attention_cache_kernel's grid, blocks, warps, ranges and arithmetic; the tiles go through two
+// shared-memory buffers filled with cp.async: while the warps fold tile t, tile t + 1 (its keys
+// found in the page table by the threads that copy them) is on its way. T is 16-bit and D a
+// multiple of 8 (whole 16-byte vectors); ldk / ldv: the K / V row strides in elements.
+template <class T, int DCH>
+__global__ void __launch_bounds__(512, 2)
+    attention_cache_prefetch_kernel(const T* __restrict__ qkv, int64_t N, int Q, int q_heads, int kv_heads, int D,
+                                    float scale, int64_t max_seq, int64_t page_size, int64_t cache_rows,
+                                    const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
+                                    const int32_t* __restrict__ table, int64_t R, int64_t pages,
+                                    const T* __restrict__ cache_k, const T* __restrict__ cache_v,
+                                    float* __restrict__ part, int ldk, int ldv) {
+  extern __shared__ __align__(16) float smem_pf[];
+  const int warps = blockDim.x >> 5, G = warps / Q;
+  float* q_sh = smem_pf;              // [warps][D]
+  float* p_sh = q_sh + warps * D;     // [warps][kBK]
+  T* kv = reinterpret_cast<T*>(p_sh + warps * kBK);  // 16-byte aligned: D % 8 == 0
+  // Buffer b's K tile at kv + b·kBK·ldk, its V tile after both K tiles (pointer arithmetic, not
+  // an array of pointers: a run-time index would put the array in local memory).
+  auto k_buf = [&](int b) { return kv + b * kBK * ldk; };
+  auto v_buf = [&](int b) { return kv + 2 * kBK * ldk + b * kBK * ldv; };
+  __shared__ int missing[2][kBK];  // a tile's keys without a page (or past the walked range)
+
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int h0 = blockIdx.y * G;
+  const int kvh = h0 / (q_heads / kv_heads);
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int h = h0 + warp % G;
+  const int64_t n_first = static_cast<int64_t>(blockIdx.x) * Q;
+
+  auto range = [&](int64_t n, int64_t& row, int64_t& t_begin, int64_t& t_end) {  // as attention_cache_kernel's
+    row = n < N ? rows[n] : -1;
+    if (row < 0 || row >= R) {
+      row = -1;
+      return;
+    }
+    const int64_t len = static_cast<int64_t>(positions[n]) + 1;
+    const int64_t split_len = cache_split_len(len);
+    t_begin = static_cast<int64_t>(split) * split_len;
+    t_end = split == splits - 1 ? len : min(len, t_begin + split_len);
+  };
+  const int64_t n = n_first + warp / G;
+  int64_t row = -1, t_begin = 0, t_end = 0;
+  range(n, row, t_begin, t_end);
+  float* my_part = row >= 0 ? part + ((n * q_heads + h) * splits + split) * static_cast<int64_t>(D + 2) : nullptr;
+  const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * D;
+  if (row >= 0)
+    for (int d = lane; d < D; d += 32) q_sh[warp * D + d] = to_f(qkv[n * width + static_cast<int64_t>(h) * D + d]) * scale;
+
+  const int64_t ppr = max_seq / page_size;
+  const int64_t num_pages = cache_rows * ppr;
+  const int per_row = D / 8;
+  float m = -INFINITY, l = 0.f, acc[DCH];
+#pragma unroll
+  for (int c = 0; c < DCH; ++c) acc[c] = 0.f;
+
+  for (int qi = 0; qi < Q; ++qi) {  // block-uniform, as attention_cache_kernel
+    int64_t r_row, lo, hi;
+    range(n_first + qi, r_row, lo, hi);
+    if (r_row < 0) continue;
+    bool seen = false;
+    for (int qj = 0; qj < qi && !seen; ++qj) seen = n_first + qj < N && rows[n_first + qj] == r_row;
+    if (seen) continue;
+    for (int qj = qi + 1; qj < Q; ++qj) {
+      int64_t o_row, b, e;
+      range(n_first + qj, o_row, b, e);
+      if (o_row != r_row || b >= e) continue;
+      if (lo >= hi) {
+        lo = b;
+        hi = e;
+      } else {
+        lo = min(lo, b);
+        hi = max(hi, e);
+      }
+    }
+    const bool mine = row == r_row && t_begin < t_end;
+    const int32_t* trow = table + r_row * pages;
+    // Tile t0's keys into buffer b: each thread finds the cache place of the rows it copies.
+    auto issue = [&](int64_t t0, int b) {
+      for (int i = threadIdx.x; i < kBK * per_row; i += blockDim.x) {
+        const int j = i / per_row, d0 = (i - j * per_row) * 8;
+        const int64_t t = t0 + j;
+        int64_t at = -1;
+        if (t < hi) {
+          const int64_t pj = t / page_size;
+          const int64_t page = pj < pages ? trow[pj] : -1;
+          if (page >= 0 && page < num_pages) {
+            const int64_t crow = page / ppr;
+            const int64_t phys = (page - crow * ppr) * page_size + (t - pj * page_size);
+            at = ((crow * kv_heads + kvh) * max_seq + phys) * D;
+          }
+        }
+        const bool ok = at >= 0;
+        cp_async16(k_buf(b) + j * ldk + d0, ok ? cache_k + at + d0 : cache_k, ok);
+        cp_async16(v_buf(b) + j * ldv + d0, ok ? cache_v + at + d0 : cache_v, ok);
+        if (d0 == 0) missing[b][j] = ok ? 0 : 1;
+      }
+      cp_async_commit();
+    };
+    int b = 0;
+    if (lo < hi) issue(lo, 0);
+    for (int64_t t0 = lo; t0 < hi; t0 += kBK, b ^= 1) {  // lo: a multiple of kBK, as every t_begin
+      const bool more = t0 + kBK < hi;
+      if (more) issue(t0 + kBK, b ^ 1);  // that buffer was last read before the previous barrier
+      if (more)
+        cp_async_wait<1>();
+      else
+        cp_async_wait<0>();
+      __syncthreads();  // tile t0 is in buffer b, for every thread
+      if (mine && t0 >= t_begin && t0 < t_end) {  // warp-uniform: this warp's own tiles only
+        const bool valid = !missing[b][lane] && t0 + lane < t_end;
+        attend_tile_raw<T, DCH>(q_sh + warp * D, k_buf(b), ldk, v_buf(b), ldv, p_sh + warp * kBK, D, valid, m, l,
+                                acc);
+      }
+      __syncthreads();  // buffer b is free for tile t0 + 2·kBK
+    }
+  }
+
+  if (row < 0) return;
+  if (t_begin >= t_end) {
+    if (lane == 0) {
+      my_part[D] = -INFINITY;
+      my_part[D + 1] = 0.f;
+    }
+    return;
+  }
+#pragma unroll
+  for (int c = 0; c < DCH; ++c) {
+    const int d = lane + 32 * c;
+    if (d < D) my_part[d] = acc[c];
+  }
+  if (lane == 0) {
+    my_part[D] = m;
+    my_part[D + 1] = l;
+  }
+}
+
 // grid (N, q_heads), block 128: out = Σ_s e^{m_s − M} acc_s / Σ_s e^{m_s − M} l_s.
 template <class T>
 __global__ void attention_combine_kernel(const float* __restrict__ part, int splits, int q_heads,
@@ -440,7 +628,7 @@ int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits) {
 void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                             const int32_t* rows, const int32_t* positions, const int32_t* table,
                             int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
-                            void* out, float* workspace, int splits, cudaStream_t s) {
+                            void* out, float* workspace, int splits, bool prefetch, cudaStream_t s) {
   check_geom(g);
   if (N == 0) return;
   const int D = g.head_dim;
@@ -449,9 +637,29 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
   // step), else up to 16 warps' worth (a prefill chunk: the K/V tiles shared). Speed only.
   const int Q = g.row_run >= 2 ? std::max(1, 16 / G) : 1;
   const float scale = 1.f / sqrtf(static_cast<float>(D));
-  const size_t smem = sizeof(float) * (Q * G * D + kBK * (2 * D + 1) + Q * G * kBK);
   const dim3 grid(static_cast<unsigned>((N + Q - 1) / Q), static_cast<unsigned>(g.q_heads / G),
                   static_cast<unsigned>(splits));
+  const bool raw = prefetch && dt != kF32 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
+  if (raw) {
+    // K rows: ≡ 4 words mod 32 (conflict-free 16-byte reads by lane j of row j); V rows: D.
+    const int ldk = ((D / 2 + 31) / 32 * 32 + 4) * 2, ldv = D;
+    const size_t smem = sizeof(float) * (Q * G * D + Q * G * kBK) + 2 * sizeof(__half) * kBK * (ldk + ldv);
+    dispatch(dt, D, [&]<class T, int DCH>() {
+      if constexpr (sizeof(T) == 2) {
+        attention_cache_prefetch_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
+            static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size, g.cache_rows,
+            rows, positions, table, R, pages, static_cast<const T*>(cache_k), static_cast<const T*>(cache_v),
+            workspace, ldk, ldv);
+        LINNET_CUDA_LAUNCH_CHECK();
+        attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)), 128, 0, s>>>(
+            workspace, splits, g.q_heads, D, rows, R, static_cast<T*>(out));
+      }
+    });
+    LINNET_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  const size_t smem = sizeof(float) * (Q * G * D + kBK * (2 * D + 1) + Q * G * kBK);
   dispatch(dt, D, [&]<class T, int DCH>() {
     attention_cache_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
         static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size,

@@ -1,6 +1,13 @@
 // CudaBackend: memory, argument checks, and dispatch to the kernels in
 // elementwise.cu, attention.cu and logits.cu. No logging here (spdlog/fmt can't be included
 // in .cu files under C++20): failures throw linnet::Error.
+//
+// Every op checks its arguments when called, then hands its launch to submit() as a Launch
+// record: launched at once (LINNET_CUDA_GRAPHS=0), or recorded until the next flush —
+// whatever touches the stream otherwise (a copy, a wait, a timer, a collective) flushes first —
+// and then run through the GraphCache, which replays a recorded sequence it has seen before
+// as one CUDA graph. A decode step (≈ 390 launches for Llama-3-8B) is then one graph launch
+// between its plan's upload and its results' copy back.
 #include "core/cuda/cuda_backend.cuh"
 
 #include <algorithm>
@@ -51,8 +58,17 @@ void* MemoryPool::allocate(size_t b) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = free_.find(b);
     if (it != free_.end() && !it->second.empty()) {
-      void* p = it->second.back();
-      it->second.pop_back();
+      // The lowest address of the bucket's free blocks, not the last freed: a sequence of
+      // requests then gets the same blocks whenever it starts from the same free blocks, in
+      // whatever order they were given back — so a decode step's launches (their pointers)
+      // repeat exactly, step after step, and its CUDA graph is replayed (GraphCache).
+      auto& list = it->second;
+      auto lowest = std::min_element(list.begin(), list.end(), [](void* a, void* b) {
+        return reinterpret_cast<uintptr_t>(a) < reinterpret_cast<uintptr_t>(b);
+      });
+      void* p = *lowest;
+      *lowest = list.back();
+      list.pop_back();
       cached_ -= b;
       in_use_ += b;
       return p;
@@ -91,6 +107,12 @@ void MemoryPool::release(void* p, size_t b) {
 }
 
 void MemoryPool::free_cached() {
+  std::function<void()> before;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    before = before_free_;
+  }
+  if (before) before();
   std::unordered_map<size_t, std::vector<void*>> blocks;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -200,22 +222,182 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
 
 int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 
+// Launch records (CudaBackend::execute): what each one holds is written where it is made.
+enum : int32_t {
+  kOpMemcpy = 1,
+  kOpMemset,
+  kOpConvert,
+  kOpEmbedding,
+  kOpMatmulTc,
+  kOpMatmulSimt,
+  kOpRmsNorm,
+  kOpAdd,
+  kOpRope,
+  kOpSwiglu,
+  kOpKvWrite,
+  kOpAttentionPacked,
+  kOpAttentionCache,
+  kOpGatherRows,
+  kOpCopy2D,
+  kOpCopyColumns,
+  kOpLogitStats,
+  kOpArgmax,
+};
+
+// An AttnGeom in a record's n[1 … 7].
+void put_geom(Launch& l, const cuda::AttnGeom& g) {
+  l.n[1] = g.q_heads;
+  l.n[2] = g.kv_heads;
+  l.n[3] = g.head_dim;
+  l.n[4] = g.max_seq;
+  l.n[5] = g.page_size;
+  l.n[6] = g.cache_rows;
+  l.n[7] = g.row_run;
+}
+cuda::AttnGeom get_geom(const Launch& l) {
+  cuda::AttnGeom g;
+  g.q_heads = static_cast<int>(l.n[1]);
+  g.kv_heads = static_cast<int>(l.n[2]);
+  g.head_dim = static_cast<int>(l.n[3]);
+  g.max_seq = l.n[4];
+  g.page_size = l.n[5];
+  g.cache_rows = l.n[6];
+  g.row_run = l.n[7];
+  return g;
+}
+
 }  // namespace
 
-// ---- the backend ---------------------------------------------------------------------------
-CudaBackend::CudaBackend(int device) : device_(device) {
-  if (const char* m = std::getenv("LINNET_CUDA_MATMUL")) {
-    const std::string v = m;
-    if (v != "auto" && v != "simt")
-      throw Error(str("LINNET_CUDA_MATMUL=", v, ": expected auto (tensor cores for 16-bit products) or simt"));
-    tensor_cores_ = v == "auto";
+// ---- options ---------------------------------------------------------------------------------
+namespace {
+// The variable's value among `allowed` (the first is what `on` stands for), or `fallback`
+// when it is unset; anything else is refused by name.
+std::string choice(const char* var, std::initializer_list<const char*> allowed, const std::string& fallback) {
+  const char* v = std::getenv(var);
+  if (!v) return fallback;
+  std::string list;
+  for (const char* a : allowed) {
+    if (v == std::string(a)) return a;
+    list += (list.empty() ? "" : ", ") + std::string(a);
   }
+  throw Error(str(var, "=", v, ": expected one of ", list));
+}
+}  // namespace
+
+CudaOptions CudaOptions::from_environment() {
+  CudaOptions o;
+  const std::string legacy = choice("LINNET_CUDA_LEGACY", {"0", "1"}, "0");
+  if (legacy == "1") {  // every path as it was before these switches
+    o.matmul = Matmul::tc4;
+    o.panel_raster = false;
+    o.graphs = false;
+    o.attention_prefetch = false;
+    o.split_rows = false;
+  }
+  const std::string m = choice("LINNET_CUDA_MATMUL", {"auto", "tc4", "simt"}, legacy == "1" ? "tc4" : "auto");
+  o.matmul = m == "simt" ? Matmul::simt : m == "tc4" ? Matmul::tc4 : Matmul::tensor_cores;
+  o.panel_raster = choice("LINNET_CUDA_RASTER", {"panel", "columns"}, o.panel_raster ? "panel" : "columns") == "panel";
+  o.graphs = choice("LINNET_CUDA_GRAPHS", {"1", "0"}, o.graphs ? "1" : "0") == "1";
+  o.attention_prefetch =
+      choice("LINNET_CUDA_ATTENTION", {"prefetch", "v1"}, o.attention_prefetch ? "prefetch" : "v1") == "prefetch";
+  o.split_rows = choice("LINNET_CUDA_ROWS", {"split", "block"}, o.split_rows ? "split" : "block") == "split";
+  return o;
+}
+
+std::string CudaOptions::describe() const {
+  return str("matmul ", matmul == Matmul::simt ? "simt" : matmul == Matmul::tc4 ? "tc4" : "auto", ", raster ",
+             panel_raster ? "panel" : "columns", ", graphs ", graphs ? "on" : "off", ", attention ",
+             attention_prefetch ? "prefetch" : "v1", ", rows ", split_rows ? "split" : "block");
+}
+
+// ---- graphs of recorded launches ------------------------------------------------------------
+namespace {
+uint64_t hash_launches(const std::vector<Launch>& v) {
+  const auto* w = reinterpret_cast<const uint64_t*>(v.data());
+  const size_t n = v.size() * sizeof(Launch) / sizeof(uint64_t);
+  uint64_t h = 0x9e3779b97f4a7c15ull ^ v.size();
+  for (size_t i = 0; i < n; ++i) {
+    h ^= w[i];
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 32;
+  }
+  return h;
+}
+}  // namespace
+
+GraphCache::~GraphCache() {
+  for (auto& e : graphs_)
+    if (e.exec) cudaGraphExecDestroy(e.exec);  // one still running is freed when it is done
+  cudaGetLastError();
+}
+
+void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s, const Execute& execute) {
+  if (launches.empty()) return;
+  const int64_t count = static_cast<int64_t>(launches.size());
+  auto one_by_one = [&] {
+    ++direct;
+    launches_direct += count;
+    for (const Launch& l : launches) execute(l, s);
+  };
+  if (launches.size() < kMinLaunches) return one_by_one();
+  const uint64_t h = hash_launches(launches);
+  for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
+    if (it->hash != h || it->launches.size() != launches.size() ||
+        std::memcmp(it->launches.data(), launches.data(), launches.size() * sizeof(Launch)) != 0)
+      continue;
+    LINNET_CUDA_CHECK(cudaGraphLaunch(it->exec, s));
+    graphs_.splice(graphs_.begin(), graphs_, it);
+    ++replays;
+    launches_replayed += count;
+    return;
+  }
+  if (seen_.size() > 4096) seen_.clear();
+  if (uncapturable_.count(h) || ++seen_[h] < 2) return one_by_one();  // captured on its second sighting
+  cudaGraph_t graph = nullptr;
+  LINNET_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  bool recorded = true;
+  try {
+    for (const Launch& l : launches) execute(l, s);
+  } catch (const Error&) {
+    recorded = false;  // launched one by one below: a real error shows there again
+  }
+  cudaError_t e = cudaStreamEndCapture(s, &graph);
+  cudaGraphExec_t exec = nullptr;
+  if (recorded && e == cudaSuccess) e = cudaGraphInstantiate(&exec, graph, 0);
+  if (graph) cudaGraphDestroy(graph);
+  if (!recorded || e != cudaSuccess) {
+    cudaGetLastError();
+    if (exec) cudaGraphExecDestroy(exec);
+    ++capture_failures;
+    uncapturable_[h] = true;
+    return one_by_one();
+  }
+  LINNET_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  ++captures;
+  launches_replayed += count;
+  graphs_.push_front(Entry{launches, exec, h});
+  if (graphs_.size() > capacity_) {
+    cudaGraphExecDestroy(graphs_.back().exec);
+    graphs_.pop_back();
+  }
+}
+
+// ---- the backend ---------------------------------------------------------------------------
+CudaBackend::CudaBackend(int device) : device_(device), options_(CudaOptions::from_environment()) {
   LINNET_CUDA_CHECK(cudaSetDevice(device_));
   LINNET_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   pool_ = std::make_shared<MemoryPool>(device_);
+  pool_->set_before_free([this] { flush(); });
+  pending_.reserve(1024);
 }
 
 CudaBackend::~CudaBackend() {
+  try {
+    flush();
+  } catch (const Error&) {  // nothing can be reported from a destructor; the work is dropped
+    pending_.clear();
+  }
+  pool_->set_before_free(nullptr);
   cudaSetDevice(device_);
   if (stream_) cudaStreamSynchronize(stream_);
   if (stream_) cudaStreamDestroy(stream_);
@@ -268,6 +450,7 @@ Tensor CudaBackend::empty(const Shape& shape, DType dtype) {
 
 Tensor CudaBackend::upload(const Tensor& host) {
   need(host.defined(), "upload", "tensor is undefined");
+  flush();
   Tensor t = empty(host.shape(), host.dtype());
   if (t.nbytes() == 0) return t;
   const cudaMemcpyKind kind =
@@ -281,6 +464,7 @@ void CudaBackend::copy_from_host(const Tensor& host, Tensor& dst) {
        "copy_from_host", host.describe() + " → " + dst.describe());
   need(dst.device() == Device::cuda, "copy_from_host", "destination must be a device tensor");
   if (dst.nbytes() == 0) return;
+  flush();
   activate();
   // Pageable source: the call returns once the bytes are staged, so `host` may go after it.
   LINNET_CUDA_CHECK(cudaMemcpyAsync(dst.data(), host.data(), dst.nbytes(),
@@ -291,6 +475,7 @@ void CudaBackend::copy_from_host(const Tensor& host, Tensor& dst) {
 Tensor CudaBackend::to_host(const Tensor& t) {
   need(t.defined(), "to_host", "tensor is undefined");
   if (t.device() == Device::cpu) return t.clone();
+  flush();
   activate();
   Tensor h = Tensor::empty(t.shape(), t.dtype());
   if (t.nbytes() > 0)
@@ -316,6 +501,7 @@ size_t aligned_bytes(size_t n) { return (n + 255) / 256 * 256; }  // each piece 
 }  // namespace
 
 std::vector<Tensor> CudaBackend::upload_many(const std::vector<Tensor>& hosts) {
+  flush();
   size_t total = 0;
   for (const auto& h : hosts) {
     need(h.defined() && h.device() == Device::cpu, "upload_many", "tensors must be host tensors");
@@ -342,6 +528,7 @@ std::vector<Tensor> CudaBackend::upload_many(const std::vector<Tensor>& hosts) {
 }
 
 std::vector<Tensor> CudaBackend::to_host_many(const std::vector<Tensor>& ts) {
+  flush();
   size_t total = 0;
   for (const auto& t : ts) {
     need(t.defined() && t.device() == Device::cuda, "to_host_many", "tensors must be device tensors");
@@ -370,7 +557,12 @@ std::vector<Tensor> CudaBackend::to_host_many(const std::vector<Tensor>& ts) {
 void CudaBackend::fill_zero(Tensor& t) {
   on_device("fill_zero", "t", t);
   activate();
-  if (t.nbytes() > 0) LINNET_CUDA_CHECK(cudaMemsetAsync(t.data(), 0, t.nbytes(), stream_));
+  if (t.nbytes() == 0) return;
+  Launch l;
+  l.op = kOpMemset;
+  l.p[0] = t.data();
+  l.n[0] = static_cast<int64_t>(t.nbytes());
+  submit(l);
 }
 
 void CudaBackend::release_cached_memory() { pool_->free_cached(); }
@@ -379,7 +571,8 @@ namespace {
 // Event pairs on the backend's stream; seconds() waits for the last and sums them.
 class EventTimer final : public DeviceTimer {
  public:
-  EventTimer(int device, cudaStream_t s) : device_(device), stream_(s) {}
+  EventTimer(int device, cudaStream_t s, std::function<void()> flush)
+      : device_(device), stream_(s), flush_(std::move(flush)) {}
   ~EventTimer() override { reset(); }
   void start() override { pairs_.push_back({record(), nullptr}); }
   void stop() override { pairs_.back().second = record(); }
@@ -404,6 +597,7 @@ class EventTimer final : public DeviceTimer {
 
  private:
   cudaEvent_t record() {
+    flush_();  // the recorded launches before the event, not after it
     LINNET_CUDA_CHECK(cudaSetDevice(device_));
     cudaEvent_t e = nullptr;
     LINNET_CUDA_CHECK(cudaEventCreate(&e));
@@ -412,13 +606,85 @@ class EventTimer final : public DeviceTimer {
   }
   int device_;
   cudaStream_t stream_;
+  std::function<void()> flush_;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> pairs_;
 };
 }  // namespace
 
-std::unique_ptr<DeviceTimer> CudaBackend::make_timer() { return std::make_unique<EventTimer>(device_, stream_); }
+std::unique_ptr<DeviceTimer> CudaBackend::make_timer() {
+  return std::make_unique<EventTimer>(device_, stream_, [this] { flush(); });
+}
+
+void CudaBackend::submit(const Launch& l) {
+  if (!options_.graphs) {
+    ++graphs_.launches_direct;
+    execute(l, stream_);
+    return;
+  }
+  pending_.push_back(l);
+}
+
+void CudaBackend::flush() {
+  if (pending_.empty()) return;
+  std::vector<Launch> work;
+  work.swap(pending_);  // taken even if a launch throws: nothing runs twice
+  activate();
+  graphs_.run(work, stream_, [this](const Launch& l, cudaStream_t s) { execute(l, s); });
+  work.clear();
+  if (pending_.empty()) pending_.swap(work);  // keep the capacity
+}
+
+std::vector<std::pair<std::string, int64_t>> CudaBackend::counters() const {
+  const int64_t total = graphs_.launches_direct + graphs_.launches_replayed;
+  return {{"launches", total},
+          {"launches_in_graphs", graphs_.launches_replayed},
+          {"graph_replays", graphs_.replays},
+          {"graph_captures", graphs_.captures},
+          {"graph_capture_failures", graphs_.capture_failures},
+          {"flushes_launched_one_by_one", graphs_.direct},
+          {"graphs_cached", static_cast<int64_t>(graphs_.size())}};
+}
+
+bool CudaBackend::random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) {
+  rank_is("random_normal", "out", out, 2);
+  float_type("random_normal", "out", out);
+  flush();
+  activate();
+  cuda::launch_random_normal(out.data(), dt(out), out.dim(0), out.dim(1), key, base, stride, mean, scale, stream_);
+  return true;
+}
+
+Tensor CudaBackend::upload_matrix(const Tensor& host) {
+  need(host.defined(), "upload_matrix", "tensor is undefined");
+  if (host.device() == Device::cuda) return host;  // already here, row-major: the matrix itself
+  return upload(host);
+}
+
+Tensor CudaBackend::upload_matrix(const std::vector<Tensor>& parts) {
+  const char* op = "upload_matrix";
+  need(!parts.empty(), op, "no parts");
+  int64_t rows = 0;
+  for (const auto& p : parts) {
+    need(p.defined() && p.rank() == 2 && p.dim(1) == parts[0].dim(1) && p.dtype() == parts[0].dtype(), op,
+         str("part ", p.describe(), " does not stack under ", parts[0].describe()));
+    rows += p.dim(0);
+  }
+  Tensor out = empty({rows, parts[0].dim(1)}, parts[0].dtype());
+  flush();
+  activate();
+  size_t at = 0;
+  for (const auto& p : parts) {
+    if (p.nbytes() > 0)  // a pageable host source is staged by the call: it may go after it
+      LINNET_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(out.data()) + at, p.data(), p.nbytes(),
+                                        p.device() == Device::cuda ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                                        stream_));
+    at += p.nbytes();
+  }
+  return out;
+}
 
 void CudaBackend::synchronize() {
+  flush();
   activate();
   LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -430,13 +696,22 @@ void CudaBackend::convert(const Tensor& src, Tensor& dst) {
        str("src ", src.describe(), " and dst ", dst.describe(), " differ in size"));
   activate();
   if (src.numel() == 0) return;
+  Launch l;
   if (src.dtype() == dst.dtype()) {
-    if (src.data() != dst.data())
-      LINNET_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), src.nbytes(),
-                                        cudaMemcpyDeviceToDevice, stream_));
-    return;
+    if (src.data() == dst.data()) return;
+    l.op = kOpMemcpy;
+    l.p[0] = dst.data();
+    l.p[1] = src.data();
+    l.n[0] = static_cast<int64_t>(src.nbytes());
+  } else {
+    l.op = kOpConvert;
+    l.p[0] = src.data();
+    l.i[0] = dt(src);
+    l.p[1] = dst.data();
+    l.i[1] = dt(dst);
+    l.n[0] = src.numel();
   }
-  cuda::launch_convert(src.data(), dt(src), dst.data(), dt(dst), src.numel(), stream_);
+  submit(l);
 }
 
 void CudaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
@@ -449,8 +724,17 @@ void CudaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out
   need(out.dim(1) == weight.dim(1), op,
        str("out ", out.describe(), " and weight ", weight.describe(), " differ in width"));
   activate();
-  cuda::launch_embedding(weight.data(), dt(weight), weight.dim(0), ids.ptr<int32_t>(), out.data(),
-                         dt(out), out.dim(0), out.dim(1), stream_);
+  Launch l;
+  l.op = kOpEmbedding;
+  l.p[0] = weight.data();
+  l.i[0] = dt(weight);
+  l.n[0] = weight.dim(0);
+  l.p[1] = ids.ptr<int32_t>();
+  l.p[2] = out.data();
+  l.i[1] = dt(out);
+  l.n[1] = out.dim(0);
+  l.n[2] = out.dim(1);
+  submit(l);
 }
 
 void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
@@ -474,12 +758,34 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (N == 0 || Out == 0) return;
   // Kernels chosen by dtypes, never by N alone unless they give the same bits: a row alone
   // or among others gets the same result (docs/numerics.md).
-  const void* b = bias ? bias->data() : nullptr;
-  const int bdt = bias ? dt(*bias) : 0;
-  if (tensor_cores_ && cuda::matmul_tc_applies(dt(x), dt(w)))
-    cuda::launch_matmul_tc(x.data(), dt(x), w.data(), b, bdt, out.data(), dt(out), N, In, Out, stream_);
-  else
-    cuda::launch_matmul(x.data(), dt(x), w.data(), dt(w), b, bdt, out.data(), dt(out), N, In, Out, stream_);
+  Launch l;
+  l.p[0] = x.data();
+  l.i[0] = dt(x);
+  l.p[1] = w.data();
+  l.i[1] = dt(w);
+  l.p[2] = bias ? bias->data() : nullptr;
+  l.i[2] = bias ? dt(*bias) : 0;
+  l.p[3] = out.data();
+  l.i[3] = dt(out);
+  l.n[0] = N;
+  l.n[1] = In;
+  l.n[2] = Out;
+  Tensor ws;  // the split-K product's chains (f32), given back to the pool after the call
+  if (options_.matmul != CudaOptions::Matmul::simt && cuda::matmul_tc_applies(dt(x), dt(w))) {
+    cuda::TcChoice c;
+    c.tc4 = options_.matmul == CudaOptions::Matmul::tc4;
+    c.panel = options_.panel_raster;
+    l.op = kOpMatmulTc;
+    l.i[4] = c.tc4;
+    l.i[5] = c.panel;
+    if (const int64_t n = cuda::matmul_tc_workspace(N, Out, c); n > 0) {
+      ws = empty({n}, DType::f32);
+      l.p[4] = ws.data();
+    }
+  } else {
+    l.op = kOpMatmulSimt;
+  }
+  submit(l);
 }
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
@@ -493,8 +799,17 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
        str("out ", out.describe(), " should match x ", x.describe()));
   need(w.numel() == x.dim(1), op, str("w ", w.describe(), " should hold ", x.dim(1), " entries"));
   activate();
-  cuda::launch_rms_norm(dt(x), const_cast<void*>(x.data()), nullptr, w.data(), dt(w), eps,
-                        out.data(), x.dim(0), x.dim(1), stream_);
+  Launch l;
+  l.op = kOpRmsNorm;
+  l.i[0] = dt(x);
+  l.p[0] = x.data();
+  l.p[2] = w.data();
+  l.i[1] = dt(w);
+  l.f[0] = eps;
+  l.p[3] = out.data();
+  l.n[0] = x.dim(0);
+  l.n[1] = x.dim(1);
+  submit(l);
 }
 
 void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
@@ -513,8 +828,18 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tens
   need(w.numel() == residual.dim(1), op,
        str("w ", w.describe(), " should hold ", residual.dim(1), " entries"));
   activate();
-  cuda::launch_rms_norm(dt(residual), residual.data(), delta.data(), w.data(), dt(w), eps,
-                        out.data(), residual.dim(0), residual.dim(1), stream_);
+  Launch l;
+  l.op = kOpRmsNorm;
+  l.i[0] = dt(residual);
+  l.p[0] = residual.data();
+  l.p[1] = delta.data();
+  l.p[2] = w.data();
+  l.i[1] = dt(w);
+  l.f[0] = eps;
+  l.p[3] = out.data();
+  l.n[0] = residual.dim(0);
+  l.n[1] = residual.dim(1);
+  submit(l);
 }
 
 void CudaBackend::add(Tensor& x, const Tensor& y) {
@@ -525,7 +850,13 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   need(x.numel() == y.numel() && x.dtype() == y.dtype(), op,
        str("y ", y.describe(), " should match x ", x.describe()));
   activate();
-  cuda::launch_add(dt(x), x.data(), y.data(), x.numel(), stream_);
+  Launch l;
+  l.op = kOpAdd;
+  l.i[0] = dt(x);
+  l.p[0] = x.data();
+  l.p[1] = y.data();
+  l.n[0] = x.numel();
+  submit(l);
 }
 
 void CudaBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
@@ -541,8 +872,19 @@ void CudaBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tenso
        str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", D, " do not fit x ",
            x.describe()));
   activate();
-  cuda::launch_rope(dt(x), x.data(), x.dim(0), x.dim(1), head_begin, heads, D,
-                    positions.ptr<int32_t>(), inv_freq.data(), dt(inv_freq), stream_);
+  Launch l;
+  l.op = kOpRope;
+  l.i[0] = dt(x);
+  l.p[0] = x.data();
+  l.n[0] = x.dim(0);
+  l.n[1] = x.dim(1);
+  l.n[2] = head_begin;
+  l.n[3] = heads;
+  l.n[4] = D;
+  l.p[1] = positions.ptr<int32_t>();
+  l.p[2] = inv_freq.data();
+  l.i[1] = dt(inv_freq);
+  submit(l);
 }
 
 void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
@@ -554,7 +896,14 @@ void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
            gate_up.dim(1) == 2 * out.dim(1),
        op, str("gate_up ", gate_up.describe(), " and out ", out.describe(), " disagree"));
   activate();
-  cuda::launch_swiglu(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), stream_);
+  Launch l;
+  l.op = kOpSwiglu;
+  l.i[0] = dt(out);
+  l.p[0] = gate_up.data();
+  l.p[1] = out.data();
+  l.n[0] = out.dim(0);
+  l.n[1] = out.dim(1);
+  submit(l);
 }
 
 void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
@@ -568,8 +917,16 @@ void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const T
   index_vec(op, "slots", slots, qkv.dim(0));
   check_cache(op, dims, qkv, cache_k, cache_v);
   activate();
-  cuda::launch_kv_write(dt(qkv), qkv.data(), qkv.dim(0), geom(dims, cache_k.dim(0)),
-                        slots.ptr<int32_t>(), cache_k.data(), cache_v.data(), stream_);
+  Launch l;
+  l.op = kOpKvWrite;
+  l.i[0] = dt(qkv);
+  l.p[0] = qkv.data();
+  l.n[0] = qkv.dim(0);
+  put_geom(l, geom(dims, cache_k.dim(0)));
+  l.p[1] = slots.ptr<int32_t>();
+  l.p[2] = cache_k.data();
+  l.p[3] = cache_v.data();
+  submit(l);
 }
 
 void CudaBackend::attention_packed(const Tensor& qkv, const AttentionDims& dims,
@@ -587,8 +944,15 @@ void CudaBackend::attention_packed(const Tensor& qkv, const AttentionDims& dims,
        op, str("out ", out.describe(), " should be [", qkv.dim(0), ", ",
                dims.q_heads * dims.head_dim, "; ", dtype_name(qkv.dtype()), "]"));
   activate();
-  cuda::launch_attention_packed(dt(qkv), qkv.data(), qkv.dim(0), geom(dims, 0),
-                                run_start.ptr<int32_t>(), out.data(), stream_);
+  Launch l;
+  l.op = kOpAttentionPacked;
+  l.i[0] = dt(qkv);
+  l.p[0] = qkv.data();
+  l.n[0] = qkv.dim(0);
+  put_geom(l, geom(dims, 0));
+  l.p[1] = run_start.ptr<int32_t>();
+  l.p[2] = out.data();
+  submit(l);
 }
 
 void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
@@ -628,11 +992,24 @@ void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, 
   auto* o = static_cast<char*>(out.data());
   const size_t q_row = dtype_size(qkv.dtype()) * qkv.dim(1), o_row = dtype_size(out.dtype()) * out.dim(1);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    const int64_t n = std::min(chunk, N - n0);
-    cuda::launch_attention_cache(dt(qkv), q + n0 * q_row, n, g, rows.ptr<int32_t>() + n0,
-                                 positions.ptr<int32_t>() + n0, table.ptr<int32_t>(), table.dim(0),
-                                 table.dim(1), cache_k.data(), cache_v.data(), o + n0 * o_row,
-                                 ws.ptr<float>(), splits, stream_);
+    Launch l;
+    l.op = kOpAttentionCache;
+    l.i[0] = dt(qkv);
+    l.p[0] = q + n0 * q_row;
+    l.n[0] = std::min(chunk, N - n0);
+    put_geom(l, g);
+    l.p[1] = rows.ptr<int32_t>() + n0;
+    l.p[2] = positions.ptr<int32_t>() + n0;
+    l.p[3] = table.ptr<int32_t>();
+    l.n[8] = table.dim(0);
+    l.n[9] = table.dim(1);
+    l.p[4] = cache_k.data();
+    l.p[5] = cache_v.data();
+    l.p[6] = o + n0 * o_row;
+    l.p[7] = ws.ptr<float>();
+    l.i[1] = splits;
+    l.i[2] = options_.attention_prefetch;
+    submit(l);
   }
 }
 
@@ -649,8 +1026,15 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& ou
   activate();
   const int64_t row_bytes = src.dim(0) ? static_cast<int64_t>(src.nbytes()) / src.dim(0)
                                        : (out.dim(0) ? static_cast<int64_t>(out.nbytes()) / out.dim(0) : 0);
-  cuda::launch_gather_rows(src.data(), src.dim(0), index.ptr<int32_t>(), out.data(), out.dim(0),
-                           row_bytes, stream_);
+  Launch l;
+  l.op = kOpGatherRows;
+  l.p[0] = src.data();
+  l.n[0] = src.dim(0);
+  l.p[1] = index.ptr<int32_t>();
+  l.p[2] = out.data();
+  l.n[1] = out.dim(0);
+  l.n[2] = row_bytes;
+  submit(l);
 }
 
 void CudaBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
@@ -665,15 +1049,29 @@ void CudaBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin
   activate();
   const int64_t R = src.dim(0);
   if (R == 0 || cols == 0) return;
+  Launch l;
   if (src.dtype() == dst.dtype()) {
-    const size_t es = dtype_size(src.dtype());
-    LINNET_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.data()) + col_begin * es,
-                                        dst.dim(1) * es, src.data(), src.dim(1) * es, cols * es,
-                                        R, cudaMemcpyDeviceToDevice, stream_));
+    const int64_t es = static_cast<int64_t>(dtype_size(src.dtype()));
+    l.op = kOpCopy2D;
+    l.p[0] = static_cast<char*>(dst.data()) + col_begin * es;
+    l.n[0] = dst.dim(1) * es;
+    l.p[1] = src.data();
+    l.n[1] = src.dim(1) * es;
+    l.n[2] = cols * es;
+    l.n[3] = R;
   } else {
-    cuda::launch_copy_columns(src.data(), dt(src), src.dim(1), dst.data(), dt(dst), dst.dim(1), R,
-                              col_begin, cols, stream_);
+    l.op = kOpCopyColumns;
+    l.p[0] = src.data();
+    l.i[0] = dt(src);
+    l.n[0] = src.dim(1);
+    l.p[1] = dst.data();
+    l.i[1] = dt(dst);
+    l.n[1] = dst.dim(1);
+    l.n[2] = R;
+    l.n[3] = col_begin;
+    l.n[4] = cols;
   }
+  submit(l);
 }
 
 namespace {
@@ -703,9 +1101,25 @@ void CudaBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab
   f32_vec(op, "sumexp", sumexp, N);
   f32_vec(op, "target_logit", target_logit, N);
   activate();
-  cuda::launch_logit_stats(logits.data(), dt(logits), N, logits.dim(1), valid, vocab_offset,
-                           targets.ptr<int32_t>(), max.ptr<float>(), sumexp.ptr<float>(),
-                           target_logit.ptr<float>(), stream_);
+  Launch l;
+  l.op = kOpLogitStats;
+  l.p[0] = logits.data();
+  l.i[0] = dt(logits);
+  l.n[0] = N;
+  l.n[1] = logits.dim(1);
+  l.n[2] = valid;
+  l.n[3] = vocab_offset;
+  l.p[1] = targets.ptr<int32_t>();
+  l.p[2] = max.ptr<float>();
+  l.p[3] = sumexp.ptr<float>();
+  l.p[4] = target_logit.ptr<float>();
+  Tensor ws;
+  if (options_.split_rows && N > 0) {
+    ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
+    l.i[1] = 1;
+    l.p[5] = ws.data();
+  }
+  submit(l);
 }
 
 void CudaBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
@@ -716,8 +1130,7 @@ void CudaBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offs
   f32_vec(op, "value", value, N);
   index_vec(op, "index", index, N);
   activate();
-  cuda::launch_argmax(logits.data(), dt(logits), N, logits.dim(1), valid, vocab_offset, false, 0,
-                      0, 0, 1.f, value.ptr<float>(), index.ptr<int32_t>(), stream_);
+  submit_argmax(logits, valid, vocab_offset, false, 0, 0, 0, 1.f, value, index);
 }
 
 void CudaBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset,
@@ -730,8 +1143,110 @@ void CudaBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_
   f32_vec(op, "value", value, N);
   index_vec(op, "index", index, N);
   activate();
-  cuda::launch_argmax(logits.data(), dt(logits), N, logits.dim(1), valid, vocab_offset, true, key0,
-                      key1, step, temperature, value.ptr<float>(), index.ptr<int32_t>(), stream_);
+  submit_argmax(logits, valid, vocab_offset, true, key0, key1, step, temperature, value, index);
+}
+
+void CudaBackend::submit_argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, bool gumbel, uint64_t key0,
+                                uint64_t key1, int32_t step, float temperature, Tensor& value, Tensor& index) {
+  const int64_t N = logits.dim(0);
+  Launch l;
+  l.op = kOpArgmax;
+  l.p[0] = logits.data();
+  l.i[0] = dt(logits);
+  l.n[0] = N;
+  l.n[1] = logits.dim(1);
+  l.n[2] = valid;
+  l.n[3] = vocab_offset;
+  l.i[1] = gumbel;
+  l.u[0] = key0;
+  l.u[1] = key1;
+  l.i[2] = step;
+  l.f[0] = temperature;
+  l.p[1] = value.ptr<float>();
+  l.p[2] = index.ptr<int32_t>();
+  Tensor ws;
+  if (options_.split_rows && N > 0) {
+    ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
+    l.i[3] = 1;
+    l.p[3] = ws.data();
+  }
+  submit(l);
+}
+
+// ---- launching a record ----------------------------------------------------------------------
+void CudaBackend::execute(const Launch& l, cudaStream_t s) {
+  auto cp = [&](int i) { return const_cast<void*>(l.p[i]); };
+  auto ip = [&](int i) { return static_cast<const int32_t*>(l.p[i]); };
+  switch (l.op) {
+    case kOpMemcpy:
+      LINNET_CUDA_CHECK(cudaMemcpyAsync(cp(0), l.p[1], static_cast<size_t>(l.n[0]), cudaMemcpyDeviceToDevice, s));
+      break;
+    case kOpMemset:
+      LINNET_CUDA_CHECK(cudaMemsetAsync(cp(0), 0, static_cast<size_t>(l.n[0]), s));
+      break;
+    case kOpConvert:
+      cuda::launch_convert(l.p[0], l.i[0], cp(1), l.i[1], l.n[0], s);
+      break;
+    case kOpEmbedding:
+      cuda::launch_embedding(l.p[0], l.i[0], l.n[0], ip(1), cp(2), l.i[1], l.n[1], l.n[2], s);
+      break;
+    case kOpMatmulTc: {
+      cuda::TcChoice c;
+      c.tc4 = l.i[4] != 0;
+      c.panel = l.i[5] != 0;
+      cuda::launch_matmul_tc(l.p[0], l.i[0], l.p[1], l.p[2], l.i[2], cp(3), l.i[3], l.n[0], l.n[1], l.n[2], c,
+                             static_cast<float*>(cp(4)), s);
+      break;
+    }
+    case kOpMatmulSimt:
+      cuda::launch_matmul(l.p[0], l.i[0], l.p[1], l.i[1], l.p[2], l.i[2], cp(3), l.i[3], l.n[0], l.n[1], l.n[2], s);
+      break;
+    case kOpRmsNorm:
+      cuda::launch_rms_norm(l.i[0], cp(0), l.p[1], l.p[2], l.i[1], l.f[0], cp(3), l.n[0], l.n[1], s);
+      break;
+    case kOpAdd:
+      cuda::launch_add(l.i[0], cp(0), l.p[1], l.n[0], s);
+      break;
+    case kOpRope:
+      cuda::launch_rope(l.i[0], cp(0), l.n[0], l.n[1], l.n[2], l.n[3], l.n[4], ip(1), l.p[2], l.i[1], s);
+      break;
+    case kOpSwiglu:
+      cuda::launch_swiglu(l.i[0], l.p[0], cp(1), l.n[0], l.n[1], s);
+      break;
+    case kOpKvWrite:
+      cuda::launch_kv_write(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), cp(2), cp(3), s);
+      break;
+    case kOpAttentionPacked:
+      cuda::launch_attention_packed(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), cp(2), s);
+      break;
+    case kOpAttentionCache:
+      cuda::launch_attention_cache(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), ip(2), ip(3), l.n[8], l.n[9], l.p[4],
+                                   l.p[5], cp(6), static_cast<float*>(cp(7)), l.i[1], l.i[2] != 0, s);
+      break;
+    case kOpGatherRows:
+      cuda::launch_gather_rows(l.p[0], l.n[0], ip(1), cp(2), l.n[1], l.n[2], s);
+      break;
+    case kOpCopy2D:
+      LINNET_CUDA_CHECK(cudaMemcpy2DAsync(cp(0), static_cast<size_t>(l.n[0]), l.p[1], static_cast<size_t>(l.n[1]),
+                                          static_cast<size_t>(l.n[2]), static_cast<size_t>(l.n[3]),
+                                          cudaMemcpyDeviceToDevice, s));
+      break;
+    case kOpCopyColumns:
+      cuda::launch_copy_columns(l.p[0], l.i[0], l.n[0], cp(1), l.i[1], l.n[1], l.n[2], l.n[3], l.n[4], s);
+      break;
+    case kOpLogitStats:
+      cuda::launch_logit_stats(l.p[0], l.i[0], l.n[0], l.n[1], l.n[2], l.n[3], ip(1), static_cast<float*>(cp(2)),
+                               static_cast<float*>(cp(3)), static_cast<float*>(cp(4)), l.i[1] != 0,
+                               static_cast<float*>(cp(5)), s);
+      break;
+    case kOpArgmax:
+      cuda::launch_argmax(l.p[0], l.i[0], l.n[0], l.n[1], l.n[2], l.n[3], l.i[1] != 0, l.u[0], l.u[1], l.i[2], l.f[0],
+                          static_cast<float*>(cp(1)), static_cast<int32_t*>(cp(2)), l.i[3] != 0,
+                          static_cast<float*>(cp(3)), s);
+      break;
+    default:
+      throw Error(str("cuda: unknown launch record ", l.op));
+  }
 }
 
 }  // namespace cuda

@@ -3,6 +3,10 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include <cstring>
+
+#include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -12,8 +16,69 @@
 
 namespace linnet::cuda {
 
+// Which kernels and launch paths a backend takes, read from the environment once, when it is
+// made (docs/gpu.md, "Switches"). LINNET_CUDA_LEGACY=1 sets every one to the earlier path;
+// each variable then overrides its own. A value not listed is refused by name.
+struct CudaOptions {
+  enum class Matmul { tensor_cores, tc4, simt };
+  Matmul matmul = Matmul::tensor_cores;  // LINNET_CUDA_MATMUL=auto|tc4|simt
+  bool panel_raster = true;              // LINNET_CUDA_RASTER=panel|columns
+  bool graphs = true;                    // LINNET_CUDA_GRAPHS=1|0
+  bool attention_prefetch = true;        // LINNET_CUDA_ATTENTION=prefetch|v1
+  bool split_rows = true;                // LINNET_CUDA_ROWS=split|block
+  static CudaOptions from_environment();
+  std::string describe() const;  // "matmul auto, raster panel, graphs on, …"
+};
+
+// One piece of work for the stream, by value: an op and its arguments (pointers, sizes,
+// dtypes, scalars). A step's launches, recorded, are the key of the graph that replays them
+// (the bytes compared, so the struct has no padding and is zeroed first).
+struct Launch {
+  int32_t op;
+  int32_t i[7];
+  const void* p[10];
+  int64_t n[12];
+  float f[2];
+  uint64_t u[2];
+  Launch() { std::memset(static_cast<void*>(this), 0, sizeof *this); }
+};
+static_assert(sizeof(Launch) == 4 * 8 + 8 * 10 + 8 * 12 + 4 * 2 + 8 * 2, "Launch has no padding");
+
+// A step's launches replayed as a CUDA graph. run() gets the launches recorded since the last
+// flush; the first time a sequence is seen they are launched one by one, the second time the
+// sequence is captured into a graph, and from then on the graph is replayed whenever the same
+// sequence comes again (the same ops on the same pointers and shapes: a decode step at the
+// same batch size, its buffers reused from the pool in the same order). Decode steps differ
+// only in values held on the device (positions, slots, ids), so their launches repeat exactly.
+class GraphCache {
+ public:
+  using Execute = std::function<void(const Launch&, cudaStream_t)>;
+  explicit GraphCache(size_t capacity = 32) : capacity_(capacity) {}
+  ~GraphCache();
+  GraphCache(const GraphCache&) = delete;
+  GraphCache& operator=(const GraphCache&) = delete;
+  void run(const std::vector<Launch>& launches, cudaStream_t s, const Execute& execute);
+  // The fewest launches worth a graph (below it they are launched directly).
+  static constexpr size_t kMinLaunches = 4;
+
+  int64_t replays = 0, captures = 0, direct = 0, launches_replayed = 0, launches_direct = 0, capture_failures = 0;
+  size_t size() const { return graphs_.size(); }
+
+ private:
+  struct Entry {
+    std::vector<Launch> launches;
+    cudaGraphExec_t exec = nullptr;
+    uint64_t hash = 0;
+  };
+  size_t capacity_;
+  std::list<Entry> graphs_;  // most recently used first
+  std::unordered_map<uint64_t, int> seen_;
+  std::unordered_map<uint64_t, bool> uncapturable_;
+};
+
 // Size-bucketed free lists of device blocks. A block released by a Tensor's Storage goes back
-// to its bucket (no CUDA call); it is reused by the next allocation of that bucket, which is
+// to its bucket (no CUDA call); it is reused (the lowest address first: the same requests from
+// the same free blocks get the same blocks) by the next allocation of that bucket, which is
 // safe because all of a backend's work runs in order on its one stream. cudaMalloc happens
 // only when a bucket is empty, so a steady-state decode step, which asks for the same sizes
 // every time, allocates nothing. When cudaMalloc fails, cached blocks are freed and it is
@@ -27,6 +92,12 @@ class MemoryPool {
 
   // The bucket size a request of `bytes` is served from.
   static size_t bucket(size_t bytes);
+  // Called before cached blocks go back to the driver (the backend launches what it has
+  // recorded first: a recorded launch may still name a cached block).
+  void set_before_free(std::function<void()> f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    before_free_ = std::move(f);
+  }
   void* allocate(size_t bucket_bytes);
   void release(void* p, size_t bucket_bytes);
   void free_cached();  // returns every cached block to the driver
@@ -38,6 +109,7 @@ class MemoryPool {
  private:
   int device_;
   mutable std::mutex mu_;
+  std::function<void()> before_free_;
   std::unordered_map<size_t, std::vector<void*>> free_;
   size_t in_use_ = 0, cached_ = 0, mallocs_ = 0;
 };
@@ -64,6 +136,13 @@ class CudaBackend final : public Backend {
   int64_t memory_available() const override;
   void release_cached_memory() override;
   void convert(const Tensor& src, Tensor& dst) override;
+  bool random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) override;
+  void flush() override;
+  std::vector<std::pair<std::string, int64_t>> counters() const override;
+  // A matrix already on this device is taken as it is (the layout is row-major): no copy.
+  Tensor upload_matrix(const Tensor& host) override;
+  // The parts' rows copied straight into their place in one device matrix (no host stack).
+  Tensor upload_matrix(const std::vector<Tensor>& parts) override;
   std::unique_ptr<DeviceTimer> make_timer() override;
   double library_matmul_rate(DType dt, std::string* source) override;  // cuBLAS (cublas_rate.cu)
 
@@ -99,18 +178,24 @@ class CudaBackend final : public Backend {
   int device_index() const override { return device_; }
   std::string device_id() const override;
   const MemoryPool& pool() const { return *pool_; }
+  const CudaOptions& options() const { return options_; }
 
  private:
   void activate() const;  // makes this backend's device current on the calling thread
+  // Runs a launch now, or records it for the step's graph (options_.graphs).
+  void submit(const Launch& l);
+  void execute(const Launch& l, cudaStream_t s);
+  void submit_argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, bool gumbel, uint64_t key0,
+                     uint64_t key1, int32_t step, float temperature, Tensor& value, Tensor& index);
   // A pinned host buffer of at least `bytes` for staged copies; waits until the copy that
   // last read or wrote it is done.
   char* staging(size_t bytes);
 
   int device_;
-  // Tensor cores for bf16 × bf16 and f16 × f16 products (matmul_tc.cu); LINNET_CUDA_MATMUL=simt
-  // turns them off (matmul.cu for every product), chosen once per backend.
-  bool tensor_cores_ = true;
+  CudaOptions options_;
   cudaStream_t stream_ = nullptr;
+  std::vector<Launch> pending_;  // recorded, not yet launched (graphs on)
+  GraphCache graphs_;
   std::shared_ptr<MemoryPool> pool_;
   char* staging_ = nullptr;  // pinned (cudaHostAlloc)
   size_t staging_bytes_ = 0;

@@ -123,6 +123,21 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
   return t;
 }
 
+// ---- asynchronous copies to shared memory (sm_80+) ---------------------------------------------
+// 16 bytes from global to shared memory without passing through registers; with valid false
+// the 16 bytes are zeros and nothing is read (gmem must still be a mapped address: callers
+// pass the tensor's base). Completed in groups: commit, then wait until at most N are pending.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 inline unsigned blocks_for(int64_t n, int threads) {
   int64_t b = (n + threads - 1) / threads;
   if (b < 1) b = 1;

@@ -49,11 +49,17 @@ void launch_matmul(const void* x, int xdt, const void* w, int wdt, const void* b
                    int64_t N, int64_t K, int64_t O, cudaStream_t s);
 
 // ---- matmul_tc.cu ----
-// The same product on tensor cores, for x and w of one 16-bit dtype (bf16 or f16): four f32
-// mma chains over fixed ranges of k, summed in order — the same bits for any N.
+// The same product on tensor cores, for x and w of one 16-bit dtype (bf16 or f16): C f32 mma
+// chains over fixed ranges of k, summed in order — the same bits for any N.
+struct TcChoice {
+  bool tc4 = false;   // the earlier kernels (4 chains; narrow 16 × 16 blocks up to 64 rows)
+  bool panel = true;  // the wide kernel walks the row tiles of a weight panel first (no bit changes)
+};
 bool matmul_tc_applies(int xdt, int wdt);
+// f32 elements of workspace the product of N rows and O columns needs (0: none).
+int64_t matmul_tc_workspace(int64_t N, int64_t O, const TcChoice& choice);
 void launch_matmul_tc(const void* x, int xdt, const void* w, const void* bias, int bdt, void* out, int odt, int64_t N,
-                      int64_t K, int64_t O, cudaStream_t s);
+                      int64_t K, int64_t O, const TcChoice& choice, float* workspace, cudaStream_t s);
 
 // ---- attention.cu ----
 void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom& g,
@@ -64,18 +70,40 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
 // reaching positions [0, span) has, and the f32 workspace that needs (elements).
 int attention_cache_splits(int64_t span);
 int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits);
+// prefetch: the kernel that stages K/V tiles as stored (cp.async, two tiles deep: the next
+// tile loads while this one is folded) and reads them without shared-memory bank conflicts —
+// the same arithmetic in the same order as the earlier kernel (prefetch false), so the same
+// bits; 16-bit activations with D a multiple of 8 only (else the earlier kernel runs).
 void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                             const int32_t* rows, const int32_t* positions, const int32_t* table,
                             int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
-                            void* out, float* workspace, int splits, cudaStream_t s);
+                            void* out, float* workspace, int splits, bool prefetch, cudaStream_t s);
 
 // ---- logits.cu ----
+// split: each row's valid columns in row_segments(valid) pieces, one block each, then a
+// kernel that combines the pieces in order (more than one block per row at batch 1). The
+// pieces depend on `valid` alone, never on N (batch invariance). Argmax and Gumbel-max give
+// the same (value, index) either way; the softmax statistics' sum is associated otherwise
+// than the one-block kernel's (within f32 rounding). workspace: row_workspace(N, valid) floats.
+int row_segments(int64_t valid);
+int64_t row_workspace(int64_t N, int64_t valid);
 void launch_logit_stats(const void* logits, int dt, int64_t N, int64_t Vs, int64_t valid,
                         int64_t vocab_offset, const int32_t* targets, float* max, float* sumexp,
-                        float* target_logit, cudaStream_t s);
+                        float* target_logit, bool split, float* workspace, cudaStream_t s);
 // gumbel == false: plain argmax. Otherwise score = logit/temperature + gumbel(key, k, row, step).
 void launch_argmax(const void* logits, int dt, int64_t N, int64_t Vs, int64_t valid,
                    int64_t vocab_offset, bool gumbel, uint64_t key0, uint64_t key1, int32_t step,
-                   float temperature, float* value, int32_t* index, cudaStream_t s);
+                   float temperature, float* value, int32_t* index, bool split, float* workspace,
+                   cudaStream_t s);
+
+// ---- random.cu ----
+// out[r, c] (rows × cols, row-major, a float dtype) = mean + scale · z(key, base + r·stride + c):
+// the standard normal of core/random_normal.h, made on the device (random weights).
+void launch_random_normal(void* out, int dt, int64_t rows, int64_t cols, uint64_t key, int64_t base, int64_t stride,
+                          float mean, float scale, cudaStream_t s);
+
+// ---- test_hooks.cu ----
+// A kernel that keeps the stream busy for `seconds` (device clock): a planted hang for tests.
+void launch_spin(double seconds, cudaStream_t s);
 
 }  // namespace linnet::cuda

@@ -1,14 +1,28 @@
 // The tensor-core matrix product, for x and w of one 16-bit dtype (bf16 or f16), still batch
-// invariant (docs/numerics.md). Each output element is ((c0 + c1) + c2) + c3 + bias, where
-// chain c_q is a run of 16×16×16 mma steps (f32 accumulators, WMMA) over its fixed range
+// invariant (docs/numerics.md). Each output element is (((c0 + c1) + c2) + …) + c_{C−1} + bias,
+// where chain c_q is a run of 16×16×16 mma steps (f32 accumulators, WMMA) over its fixed range
 // [b_q, b_q+1) of k in order, started from zero; the ranges depend on K alone. An mma's
 // element (i, j) depends only on row i of its A, column j of its B and its own accumulator,
 // so any tiling of rows and columns gives the same bits as long as each element's chains run
-// the same mma steps in the same order. Two tilings use that:
-//   narrow (N ≤ kNarrowRows): 16 rows × 16 columns a block, the four chains in four warps
-//           side by side (a decode step: many blocks, loads in flight, short chains);
-//   wide:   64 × 64 a block, four warps of 32 × 32, the chains one after another in each
-//           warp (prefill: each weight tile loaded once per 64 rows).
+// the same mma steps in the same order and are summed in the same order. Two families:
+//
+// current (LINNET_CUDA_MATMUL=auto, the default): C = 8 chains.
+//   split-K (N ≤ kNarrowRows): a block is 16 rows × 64 columns × one chain; its weight
+//           tiles stream through a 4-stage cp.async pipeline (three stages of loads in
+//           flight); each chain's f32 partial goes to a workspace and a second kernel adds the
+//           C partials in chain order (+ bias). A decode step gets C × O/64 blocks (768 for
+//           Llama-3-8B's q|k|v, 512 for down) of short chains: enough loads in flight to
+//           stream the weights at the memory's rate;
+//   wide:   64 × 64 a block, four warps of 32 × 32, the chains one after another in each warp
+//           (prefill: each weight tile loaded once per 64 rows), the sum kept in registers.
+// earlier (LINNET_CUDA_MATMUL=tc4): C = 4 chains, a narrow kernel of 16 × 16 blocks whose four
+//   warps run the four chains side by side (N ≤ 64), and the same wide kernel with C = 4.
+// Within a family the two kernels give the same bits for any N (batch invariance across the
+// edge); between families the bits differ (another association of the sum), within bf16's bound.
+// The wide kernel walks its tiles row panel first (LINNET_CUDA_RASTER=panel, the default):
+// consecutive blocks are the row tiles of one 64-column weight panel, so the panel is read from
+// DRAM once and reused from L2 by every row tile, where the column-first order (=columns, as
+// before) streamed the whole weight matrix again for every 64 rows. The order changes no bit.
 // Rows past N and k past K are zeros that are loaded as zeros and never stored.
 #include <mma.h>
 
@@ -20,13 +34,15 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
-constexpr int kChains = 4;
+constexpr int kChains = 4;   // the earlier family (tc4)
+constexpr int kChains8 = 8;  // the current family (auto)
 constexpr int64_t kNarrowRows = 64;
 
-// Chain q's first k: q·K/4 rounded up to a whole mma step of 16, at most K.
+// Chain q's first k of C: q·K/C rounded up to a whole mma step of 16, at most K.
+template <int C>
 __device__ __forceinline__ int64_t chain_begin(int64_t K, int q) {
-  if (q >= kChains) return K;
-  const int64_t b = (q * K / kChains + 15) / 16 * 16;
+  if (q >= C) return K;
+  const int64_t b = (q * K / C + 15) / 16 * 16;
   return b < K ? b : K;
 }
 
@@ -96,7 +112,7 @@ __global__ void __launch_bounds__(32 * kChains)
   // Row tiles are the fast grid index: the few row tiles of one column tile run together
   // and share its weights through L2.
   const int64_t m0 = static_cast<int64_t>(blockIdx.x) * 16, n0 = static_cast<int64_t>(blockIdx.y) * 16;
-  const int64_t kb = chain_begin(K, q), ke = chain_begin(K, q + 1);
+  const int64_t kb = chain_begin<kChains>(K, q), ke = chain_begin<kChains>(K, q + 1);
   FragC acc;
   wmma::fill_fragment(acc, 0.f);
   auto multiply = [&](int64_t k0) {  // the staged step's mma steps, up to the chain's end
@@ -150,22 +166,25 @@ __global__ void __launch_bounds__(32 * kChains)
 // ---- wide: 64 × 64 outputs a block, 2 × 2 warps of 32 × 32; the chains in turn ---------------
 constexpr int kWT = 64, kWKS = 32, kWLD = kWKS + 8, kWCLD = kWT + 4;
 
-template <class T>
+template <class T, int C>
 __global__ void __launch_bounds__(128)
     matmul_tc_wide(const T* __restrict__ x, const T* __restrict__ w, const void* __restrict__ bias, int bdt,
-                   void* __restrict__ out, int odt, int64_t N, int64_t K, int64_t O, bool vec) {
+                   void* __restrict__ out, int odt, int64_t N, int64_t K, int64_t O, bool vec, bool panel) {
   __shared__ __align__(128) T xs[kWT * kWLD];
   __shared__ __align__(128) T ws[kWT * kWLD];
   __shared__ __align__(128) float cs[kWT * kWCLD];
   const int warp = threadIdx.x / 32, wr = warp / 2 * 32, wc = warp % 2 * 32;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWT, m0 = static_cast<int64_t>(blockIdx.y) * kWT;
+  // panel: blockIdx.x walks the row tiles of the weight panel blockIdx.y (L2 reuse of the
+  // panel); else blockIdx.x walks the column tiles of the row tile blockIdx.y.
+  const int64_t n0 = static_cast<int64_t>(panel ? blockIdx.y : blockIdx.x) * kWT,
+                m0 = static_cast<int64_t>(panel ? blockIdx.x : blockIdx.y) * kWT;
   FragC total[2][2], acc[2][2];
 #pragma unroll
   for (int i = 0; i < 2; ++i)
 #pragma unroll
     for (int j = 0; j < 2; ++j) wmma::fill_fragment(total[i][j], 0.f);  // never read: q == 0 copies
-  for (int q = 0; q < kChains; ++q) {
-    const int64_t kb = chain_begin(K, q), ke = chain_begin(K, q + 1);
+  for (int q = 0; q < C; ++q) {
+    const int64_t kb = chain_begin<C>(K, q), ke = chain_begin<C>(K, q + 1);
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -202,7 +221,7 @@ __global__ void __launch_bounds__(128)
           for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
       }
     }
-    // total = ((c0 + c1) + c2) + c3, element by element (accumulators share one layout).
+    // total = ((c0 + c1) + c2) + …, element by element (accumulators share one layout).
 #pragma unroll
     for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -224,22 +243,141 @@ __global__ void __launch_bounds__(128)
   }
 }
 
+// ---- split-K: 16 rows × 64 columns × one chain a block; the chains summed by a second kernel ----
+constexpr int kSKS = 64, kSLD = kSKS + 8;  // k a stage; row stride in shared memory (16-byte pad)
+constexpr int kSStages = 4;                // stages in shared memory: three in flight while one multiplies
+constexpr int kSCols = 64;                 // columns a block: four warps of 16
+
+// grid (⌈N/16⌉, C, ⌈O/64⌉). Block (z, q, g): rows 16z …, chain q, columns 64g …; warp j takes
+// columns 64g + 16j … . The row tiles are the fast index: the (at most four) blocks that read
+// one weight tile run together and share it through L2. part[q][r][c] = chain q of element
+// (r, c), f32 (rows < N, columns < O).
+template <class T, bool kVec>
+__global__ void __launch_bounds__(128)
+    matmul_tc_splitk(const T* __restrict__ x, const T* __restrict__ w, float* __restrict__ part, int64_t N,
+                     int64_t K, int64_t O) {
+  __shared__ __align__(128) T xs[kSStages][16 * kSLD];
+  __shared__ __align__(128) T ws[kSStages][kSCols * kSLD];
+  const int t = threadIdx.x, warp = t / 32, lane = t % 32;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.z) * kSCols, m0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int q = blockIdx.y;
+  const int64_t kb = chain_begin<kChains8>(K, q), ke = chain_begin<kChains8>(K, q + 1);
+  const int steps = static_cast<int>((ke - kb + kSKS - 1) / kSKS);
+  FragC acc;
+  wmma::fill_fragment(acc, 0.f);
+  // The stage's mma steps: those of the chain (k < ke), in order — the steps the wide kernel
+  // runs for this chain. Values loaded past ke belong to the next chain and are not used.
+  auto multiply = [&](int buf, int64_t k0) {
+    for (int kk = 0; kk < kSKS && k0 + kk < ke; kk += 16) {
+      FragA<T> a;
+      FragB<T> b;
+      wmma::load_matrix_sync(a, xs[buf] + kk, kSLD);
+      wmma::load_matrix_sync(b, ws[buf] + warp * 16 * kSLD + kk, kSLD);
+      wmma::mma_sync(acc, a, b, acc);
+    }
+  };
+  if constexpr (kVec) {
+    // Stage s: x rows m0 … m0+15 and w rows c0 … c0+63 at k kb + 64s …, as 16-byte cp.async
+    // (zeros past N, O and K: a vector is wholly inside or past K, K being a multiple of 8).
+    auto issue = [&](int s, int buf) {
+      const int64_t k0 = kb + static_cast<int64_t>(s) * kSKS;
+      {
+        const int r = t / 8, k = t % 8 * 8;
+        const int64_t gr = m0 + r, gk = k0 + k;
+        const bool ok = gr < N && gk < K;
+        cp_async16(&xs[buf][r * kSLD + k], ok ? x + gr * K + gk : x, ok);
+      }
+#pragma unroll
+      for (int i = 0; i < kSCols * kSKS / 8 / 128; ++i) {
+        const int e = t + i * 128, r = e / 8, k = e % 8 * 8;
+        const int64_t gr = c0 + r, gk = k0 + k;
+        const bool ok = gr < O && gk < K;
+        cp_async16(&ws[buf][r * kSLD + k], ok ? w + gr * K + gk : w, ok);
+      }
+    };
+#pragma unroll
+    for (int s = 0; s < kSStages - 1; ++s) {
+      if (s < steps) issue(s, s);
+      cp_async_commit();  // an empty group where the chain is short: the counting stays uniform
+    }
+    for (int s = 0; s < steps; ++s) {
+      cp_async_wait<kSStages - 2>();  // stage s has landed (this thread's copies)
+      __syncthreads();                // everyone's; and everyone is done with stage s − 1
+      if (s + kSStages - 1 < steps) issue(s + kSStages - 1, (s + kSStages - 1) % kSStages);
+      cp_async_commit();
+      multiply(s % kSStages, kb + static_cast<int64_t>(s) * kSKS);
+    }
+    cp_async_wait<0>();
+  } else {
+    for (int s = 0; s < steps; ++s) {
+      const int64_t k0 = kb + static_cast<int64_t>(s) * kSKS;
+      __syncthreads();
+      load_tile_by_element<T, 16, kSKS, kSLD, 128>(xs[0], x, m0, N, k0, K, t);
+      load_tile_by_element<T, kSCols, kSKS, kSLD, 128>(ws[0], w, c0, O, k0, K, t);
+      __syncthreads();
+      multiply(0, k0);
+    }
+  }
+  __syncthreads();  // the stages are free: stage 0's weight tile holds each warp's 16 × 16 result
+  float* cs = reinterpret_cast<float*>(ws[0]) + warp * 16 * 20;
+  wmma::store_matrix_sync(cs, acc, 20, wmma::mem_row_major);
+  __syncwarp();
+  for (int e = lane; e < 256; e += 32) {
+    const int r = e / 16, c = e % 16;
+    const int64_t gr = m0 + r, gc = c0 + warp * 16 + c;
+    if (gr < N && gc < O) part[(static_cast<int64_t>(q) * N + gr) * O + gc] = cs[r * 20 + c];
+  }
+}
+
+// out[r][c] = ((part[0][r][c] + part[1][r][c]) + …) + part[C−1][r][c] (+ bias[c]): the order the
+// wide kernel adds its chains in.
+__global__ void matmul_tc_chain_sum(const float* __restrict__ part, int chains, const void* __restrict__ bias, int bdt,
+                                    void* __restrict__ out, int odt, int64_t N, int64_t O) {
+  const int64_t total = N * O;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float s = part[i];
+    for (int q = 1; q < chains; ++q) s = s + part[q * total + i];
+    store_out(s, bias, bdt, out, odt, i / O, i % O, O);
+  }
+}
+
 template <class T>
 void launch_typed(const void* x, const void* w, const void* bias, int bdt, void* out, int odt, int64_t N, int64_t K,
-                  int64_t O, cudaStream_t s) {
+                  int64_t O, const TcChoice& choice, float* workspace, cudaStream_t s) {
   const bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   const T* xt = static_cast<const T*>(x);
   const T* wt = static_cast<const T*>(w);
-  if (N <= kNarrowRows) {
+  if (N <= kNarrowRows && !choice.tc4) {
+    if (!workspace) throw Error("cuda matmul: the split-K product needs its workspace");
+    const int64_t groups = (O + kSCols - 1) / kSCols;
+    if (groups > 65535) throw Error(str("cuda matmul: ", O, " output columns exceed the grid (", 65535 * kSCols, ")"));
+    const dim3 grid(static_cast<unsigned>((N + 15) / 16), kChains8, static_cast<unsigned>(groups));
+    if (vec)
+      matmul_tc_splitk<T, true><<<grid, 128, 0, s>>>(xt, wt, workspace, N, K, O);
+    else
+      matmul_tc_splitk<T, false><<<grid, 128, 0, s>>>(xt, wt, workspace, N, K, O);
+    LINNET_CUDA_LAUNCH_CHECK();
+    matmul_tc_chain_sum<<<blocks_for(N * O, 256), 256, 0, s>>>(workspace, kChains8, bias, bdt, out, odt, N, O);
+  } else if (N <= kNarrowRows) {
     const int64_t col_tiles = (O + 15) / 16;
     if (col_tiles > 65535) throw Error(str("cuda matmul: ", O, " output columns exceed the grid (", 65535 * 16, ")"));
     const dim3 grid(static_cast<unsigned>((N + 15) / 16), static_cast<unsigned>(col_tiles));
     matmul_tc_narrow<T><<<grid, 32 * kChains, 0, s>>>(xt, wt, bias, bdt, out, odt, N, K, O, vec);
   } else {
-    const int64_t row_tiles = (N + kWT - 1) / kWT;
-    if (row_tiles > 65535) throw Error(str("cuda matmul: ", N, " rows exceed the grid (", 65535 * kWT, ")"));
-    const dim3 grid(static_cast<unsigned>((O + kWT - 1) / kWT), static_cast<unsigned>(row_tiles));
-    matmul_tc_wide<T><<<grid, 128, 0, s>>>(xt, wt, bias, bdt, out, odt, N, K, O, vec);
+    const int64_t row_tiles = (N + kWT - 1) / kWT, col_tiles = (O + kWT - 1) / kWT;
+    // The slow grid index is limited to 65535: rows when walking columns first, columns when
+    // walking row panels.
+    if (!choice.panel && row_tiles > 65535)
+      throw Error(str("cuda matmul: ", N, " rows exceed the grid (", 65535 * kWT, ")"));
+    if (choice.panel && col_tiles > 65535)
+      throw Error(str("cuda matmul: ", O, " output columns exceed the grid (", 65535 * kWT, ")"));
+    const dim3 grid = choice.panel ? dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles))
+                                   : dim3(static_cast<unsigned>(col_tiles), static_cast<unsigned>(row_tiles));
+    if (choice.tc4)
+      matmul_tc_wide<T, kChains><<<grid, 128, 0, s>>>(xt, wt, bias, bdt, out, odt, N, K, O, vec, choice.panel);
+    else
+      matmul_tc_wide<T, kChains8><<<grid, 128, 0, s>>>(xt, wt, bias, bdt, out, odt, N, K, O, vec, choice.panel);
   }
   LINNET_CUDA_LAUNCH_CHECK();
 }
@@ -248,13 +386,17 @@ void launch_typed(const void* x, const void* w, const void* bias, int bdt, void*
 
 bool matmul_tc_applies(int xdt, int wdt) { return xdt == wdt && (xdt == kBF16 || xdt == kF16); }
 
+int64_t matmul_tc_workspace(int64_t N, int64_t O, const TcChoice& choice) {
+  return N <= kNarrowRows && !choice.tc4 ? static_cast<int64_t>(kChains8) * N * O : 0;
+}
+
 void launch_matmul_tc(const void* x, int xdt, const void* w, const void* bias, int bdt, void* out, int odt, int64_t N,
-                      int64_t K, int64_t O, cudaStream_t s) {
+                      int64_t K, int64_t O, const TcChoice& choice, float* workspace, cudaStream_t s) {
   if (N == 0 || O == 0) return;
   if (xdt == kBF16)
-    launch_typed<__nv_bfloat16>(x, w, bias, bdt, out, odt, N, K, O, s);
+    launch_typed<__nv_bfloat16>(x, w, bias, bdt, out, odt, N, K, O, choice, workspace, s);
   else
-    launch_typed<__half>(x, w, bias, bdt, out, odt, N, K, O, s);
+    launch_typed<__half>(x, w, bias, bdt, out, odt, N, K, O, choice, workspace, s);
 }
 
 }  // namespace linnet::cuda
