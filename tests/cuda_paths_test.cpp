@@ -189,6 +189,9 @@ TEST(CudaPaths, SplitRowsEqualOneBlockRows) {
     if (V > 5000) {
       p[1 * V + 10] = p[1 * V + V / 2] = 0x4400;  // a tie at 512.0 in row 1: the lower index wins
       p[2 * V + 7] = 0x7fc0;                      // a NaN in row 2 never wins
+      // Row 4 all NaN: its Σ exp is NaN in both forms (a split piece of NaN alone once read
+      // as empty: max -inf, Σ 0 — review of the first pass).
+      for (int64_t k = 0; k < V; ++k) p[4 * V + k] = 0x7fc0;
     }
     const std::vector<int64_t> targets = {0, 3, valid - 1, -1, valid + 1};
     auto run = [&](Backend& be, int64_t rows) {
@@ -207,6 +210,10 @@ TEST(CudaPaths, SplitRowsEqualOneBlockRows) {
     for (int k : {0, 1, 2, 3, 6}) EXPECT_TRUE(same_bytes(a[k], b[k])) << "V " << V << " output " << k;
     EXPECT_TRUE(same_bytes(a[4], b[4])) << "V " << V << ": the max";
     EXPECT_LE(rel(a[5].to_floats(), b[5].to_floats()), 1e-6) << "V " << V << ": Σ exp";
+    if (V > 5000) {
+      EXPECT_TRUE(std::isnan(a[5].to_floats()[4])) << "V " << V << ": an all-NaN row's Σ exp (split)";
+      EXPECT_TRUE(std::isnan(b[5].to_floats()[4])) << "V " << V << ": an all-NaN row's Σ exp (block)";
+    }
     const auto one = run(*split, 1);
     EXPECT_TRUE(same_bytes(one[5], a[5].rows(0, 1))) << "V " << V << ": row 0's Σ exp alone and among " << N;
   }

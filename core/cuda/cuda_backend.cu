@@ -352,13 +352,21 @@ void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s, const 
     return;
   }
   if (seen_.size() > 4096) seen_.clear();
-  if (uncapturable_.count(h) || ++seen_[h] < 2) return one_by_one();  // captured on its second sighting
+  if (recaptures_.size() > 4096) recaptures_.clear();
+  // Captured on its second sighting; a sequence evicted and captured again and again (more
+  // distinct sequences than the cache holds) stops being captured: launched directly, it
+  // costs no instantiation per step.
+  if (uncapturable_.count(h) || ++seen_[h] < 2) return one_by_one();
+  if (++recaptures_[h] > 3) {
+    uncapturable_[h] = true;
+    return one_by_one();
+  }
   cudaGraph_t graph = nullptr;
   LINNET_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   bool recorded = true;
   try {
     for (const Launch& l : launches) execute(l, s);
-  } catch (const Error&) {
+  } catch (...) {
     recorded = false;  // launched one by one below: a real error shows there again
   }
   cudaError_t e = cudaStreamEndCapture(s, &graph);
@@ -1148,6 +1156,10 @@ void CudaBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_
 
 void CudaBackend::submit_argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, bool gumbel, uint64_t key0,
                                 uint64_t key1, int32_t step, float temperature, Tensor& value, Tensor& index) {
+  // A Gumbel draw carries its step and key as launch arguments, new every step: recorded with
+  // the step's forward pass, no sequence would ever repeat (sampling would never replay a
+  // graph). The forward pass goes out first, as its own stable sequence.
+  if (gumbel && options_.graphs) flush();
   const int64_t N = logits.dim(0);
   Launch l;
   l.op = kOpArgmax;

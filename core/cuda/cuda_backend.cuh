@@ -53,7 +53,9 @@ static_assert(sizeof(Launch) == 4 * 8 + 8 * 10 + 8 * 12 + 4 * 2 + 8 * 2, "Launch
 class GraphCache {
  public:
   using Execute = std::function<void(const Launch&, cudaStream_t)>;
-  explicit GraphCache(size_t capacity = 32) : capacity_(capacity) {}
+  // A Llama-3-8B decode step under tensor parallelism is ~65 sequences (each collective ends
+  // one): the cache holds several steps' worth.
+  explicit GraphCache(size_t capacity = 512) : capacity_(capacity) {}
   ~GraphCache();
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
@@ -74,6 +76,7 @@ class GraphCache {
   std::list<Entry> graphs_;  // most recently used first
   std::unordered_map<uint64_t, int> seen_;
   std::unordered_map<uint64_t, bool> uncapturable_;
+  std::unordered_map<uint64_t, int> recaptures_;
 };
 
 // Size-bucketed free lists of device blocks. A block released by a Tensor's Storage goes back

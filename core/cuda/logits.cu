@@ -117,15 +117,21 @@ __global__ void logit_stats_split_kernel(const void* logits, int dt, int64_t Vs,
   segment_of(valid, S, n, begin, end);
   const int64_t base = n * Vs;
   float m = -INFINITY;
-  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) m = fmaxf(m, load_any(logits, dt, base + k));
+  bool nan_seen = false;  // fmaxf drops NaN: a piece of NaN alone would read as empty
+  for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) {
+    const float v = load_any(logits, dt, base + k);
+    nan_seen |= isnan(v);
+    m = fmaxf(m, v);
+  }
   m = block_max(m, scratch);
+  const bool any_nan = __syncthreads_or(nan_seen);
   float s = 0.f;
   if (m != -INFINITY)
     for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) s += expf(load_any(logits, dt, base + k) - m);
   s = block_sum(s, scratch);
   if (threadIdx.x == 0) {
     part_max[blockIdx.x] = m;
-    part_sum[blockIdx.x] = s;
+    part_sum[blockIdx.x] = any_nan ? NAN : s;  // a NaN logit makes the row's sum NaN, as the reference's
   }
 }
 
@@ -141,7 +147,10 @@ __global__ void logit_stats_combine_kernel(const void* logits, int dt, int64_t N
   float L = 0.f;
   for (int p = 0; p < S; ++p) {
     const float mp = part_max[n * S + p];
-    if (mp == -INFINITY) continue;
+    if (mp == -INFINITY) {
+      if (isnan(part_sum[n * S + p])) L = NAN;  // a piece of NaN alone
+      continue;
+    }
     L += expf(mp - M) * part_sum[n * S + p];
   }
   out_max[n] = M;
