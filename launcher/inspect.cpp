@@ -51,7 +51,9 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const std::st
     const char* split = p.split == Split::mirrored ? "mirrored" : p.split == Split::rows ? "rows" : "columns";
     o << name << "\t" << split << "\t" << p.shard_shape().to_string() << "\t";
     if (name == "lm_head.weight" && c.tie_word_embeddings) o << "0 (a view of embedding.weight: tied)\n";
-    else o << p.shard_shape().numel() * static_cast<int64_t>(dtype_size(p.shard_shape().rank() == 2 ? weights : held)) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
+    else o << p.shard_shape().numel() * static_cast<int64_t>(p.shard_shape().rank() == 2 ? dtype_size(weights)
+                                                             : c.norm_plus_one && name.ends_with("norm.weight") ? 4
+                                                                                                               : dtype_size(held)) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
   }
   const Footprint f = rank_footprint(c, g, held, weights);
   o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";

@@ -282,7 +282,7 @@ std::vector<Block> blocks_for(const ModelConfig& c) {
       std::vector<std::string> m;
       const std::string n = norm_block + "<H, T>";
       if (c.pre_norms) m.push_back("sub attention_norm: " + n);
-      m.push_back(b.members[1]);  // attention
+      m.push_back(replace_all(b.members[1], "PageSize>", std::string("PageSize, D") + (window ? ", Window>" : ">")));
       if (c.post_norms) m.push_back("sub post_attention_norm: " + n);
       if (c.pre_norms) m.push_back("sub mlp_norm: " + n);
       m.push_back("sub mlp: " + mlp_block + "<H, Inner / Shards, T>");

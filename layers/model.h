@@ -25,6 +25,13 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const Generics& generics() const { return g_; }
+  // Whether a RoPE of the model follows each sequence's length in the call (dynamic NTK,
+  // longrope): a sequence's numbers past that length then depend on how it is split into calls.
+  bool rope_follows_length() const {
+    for (const auto& r : ropes_)
+      if (r.by_length) return true;
+    return false;
+  }
   int64_t shard() const { return comm_.rank(); }
 
   // ---- the entries ----

@@ -18,6 +18,7 @@
 
 #include "checkpoint/hf_config.h"
 #include "checkpoint/write_checkpoint.h"
+#include "engine/generator.h"
 #include "layers/card.h"
 #include "layers/rope.h"
 #include "model_fixtures.h"
@@ -558,5 +559,48 @@ TEST(Families, GenerateAndEvalOnOneTwoAndThreeRanks) {
           EXPECT_NEAR(a, b, 1e-4 * std::abs(a)) << key;
         }
     fs::remove_all(d);
+  }
+}
+
+// ---- the engine with a RoPE that follows the sequence's length -------------------------------
+
+// Dynamic NTK past max_position_embeddings (16 here): each prompt runs whole (never chunked
+// by the step's token budget, no prefix pages shared), so a request's greedy tokens are the
+// same alone as among 12 others in steps of 24 tokens, and equal generate's from one prefill.
+TEST(Families, DynamicRopeGeneratesTheSameAloneAndAmongOthers) {
+  json j = family_configs().at("smollm3");
+  j["max_position_embeddings"] = 16;
+  auto run = [&](const std::vector<engine::Request>& rs, int64_t budget) {
+    FamilyModel m(j, DType::f32, 16);
+    engine::Generator gen(*m.m, engine::SchedulerLimits{0, 16, budget}, {});
+    for (const auto& r : rs) EXPECT_EQ(gen.submit(r), "");
+    std::map<size_t, std::vector<int32_t>> out;
+    while (!gen.idle())
+      for (auto& c : gen.step()) out[c.index] = c.tokens;
+    return out;
+  };
+  std::vector<engine::Request> all;
+  for (size_t i = 0; i < 13; ++i) {
+    engine::Request r;
+    r.index = i;
+    for (int64_t t : random_ids(9 + (i * 5) % 14, 600 + static_cast<uint32_t>(i % 4 == 0 ? 0 : i)))
+      r.prompt.push_back(static_cast<int32_t>(t));  // requests 0, 4, 8, 12 share a prompt's prefix
+    r.params.max_new_tokens = 8;
+    all.push_back(r);
+  }
+  const auto mixed = run(all, 24);
+  for (size_t i : {size_t{0}, size_t{3}, size_t{12}}) {
+    EXPECT_EQ(run({all[i]}, 512).at(i), mixed.at(i)) << "request " << i;
+    // The entries: prefill of the whole prompt, then generate.
+    FamilyModel m(j, DType::f32, 1);
+    std::vector<int64_t> p(all[i].prompt.begin(), all[i].prompt.end());
+    const int64_t n = static_cast<int64_t>(p.size());
+    const Tensor l = m->prefill(ids({1, n}, p), 0);
+    const auto v = l.to_floats();
+    const int64_t first = std::max_element(v.begin(), v.end()) - v.begin();
+    const auto rest = m->generate(column({first}), static_cast<int32_t>(n), 7).to_ints();
+    std::vector<int32_t> want = {static_cast<int32_t>(first)};
+    for (int64_t t : rest) want.push_back(static_cast<int32_t>(t));
+    EXPECT_EQ(mixed.at(i), want) << "request " << i;
   }
 }
