@@ -604,3 +604,33 @@ TEST(Families, DynamicRopeGeneratesTheSameAloneAndAmongOthers) {
     EXPECT_EQ(mixed.at(i), want) << "request " << i;
   }
 }
+
+// `linnet init --config` and random checkpoints write config.json with to_hf_config: each
+// family reads back as it was.
+TEST(Families, ConfigRoundTripsThroughJson) {
+  for (const auto& [name, j] : family_configs()) {
+    SCOPED_TRACE(name);
+    const ModelConfig a = parse(j), b = parse(to_hf_config(a));
+    EXPECT_EQ(a.model_type, b.model_type);
+    EXPECT_EQ(a.head_dim(), b.head_dim());
+    EXPECT_EQ(a.sliding_window, b.sliding_window);
+    for (int64_t i = 0; i < a.layers; ++i) {
+      EXPECT_EQ(a.layer_kind(i).sliding, b.layer_kind(i).sliding) << i;
+      EXPECT_EQ(a.layer_kind(i).rope, b.layer_kind(i).rope) << i;
+    }
+    EXPECT_EQ(a.rope_theta, b.rope_theta);
+    EXPECT_EQ(a.rope.type, b.rope.type);
+    EXPECT_EQ(rope_inv_freq(a), rope_inv_freq(b));
+    EXPECT_EQ(a.local_rope.has_value(), b.local_rope.has_value());
+    EXPECT_EQ(a.partial_rotary_factor, b.partial_rotary_factor);
+    EXPECT_EQ(a.qk_norm, b.qk_norm);
+    EXPECT_EQ(a.attn_softcap, b.attn_softcap);
+    EXPECT_EQ(a.final_softcap, b.final_softcap);
+    EXPECT_EQ(a.attention_scale, b.attention_scale);
+    EXPECT_EQ(a.embedding_scale, b.embedding_scale);
+    EXPECT_EQ(a.residual_multiplier, b.residual_multiplier);
+    EXPECT_EQ(a.logits_scaling, b.logits_scaling);
+    EXPECT_EQ(a.tie_word_embeddings, b.tie_word_embeddings);
+    EXPECT_EQ(a.rms_norm_eps, b.rms_norm_eps);
+  }
+}
