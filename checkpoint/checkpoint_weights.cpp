@@ -10,7 +10,7 @@ namespace linnet {
 
 Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   used_.insert(p.hf_name);
-  dir_.expect(p.hf_name, p.full);
+  dir_.expect(p.hf_name, p.stored_shape());
   const DType stored = dir_.info(p.hf_name).dtype;
   if (!is_float(stored))
     throw Error(str(dir_.file_of(p.hf_name).path(), ": tensor '", p.hf_name, "' has dtype ", dtype_name(stored),
@@ -18,11 +18,14 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   if (stored != declared_)
     throw Error(str(dir_.file_of(p.hf_name).path(), ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored),
                     ", but config.json's torch_dtype says ", dtype_name(declared_)));
-  const auto [begin, end] = p.shard_range(shard);
+  const auto [part_begin, part_end] = p.shard_range(shard);
+  // A part of a fused tensor (Phi-3's qkv_proj, gate_up_proj) reads its rows from the part's offset.
+  const int64_t begin = part_begin + p.row_offset, end = part_end + p.row_offset;
   // A whole matrix: a view of the mapped file, no copy (the backend lays it out in its own
   // memory and gives the file's pages back as it goes: Tensor::drop_pages). A slice: only its
   // bytes are read. Vectors are copied, as a backend may hold them as they come.
-  const bool whole = p.split == Split::mirrored || (p.split == Split::rows && begin == 0 && end == p.full[0] && end == p.per_shard);
+  const bool whole = p.split == Split::mirrored || (p.split == Split::rows && begin == 0 && end == p.stored_shape()[0] &&
+                                                    end - begin == p.per_shard);
   Tensor t = whole && p.full.rank() == 2        ? dir_.view(p.hf_name)
              : p.split == Split::mirrored       ? dir_.read(p.hf_name)
              : p.split == Split::columns        ? dir_.read_cols(p.hf_name, begin, end)

@@ -115,7 +115,9 @@ Tensor RandomWeights::read(const ParamSpec& p, int64_t shard) {
   } else if (p.split == Split::rows) {
     const auto [b, e] = p.shard_range(shard);
     const int64_t row = p.full.numel() / p.full[0];
-    random_values(seed_, p.hf_name, p.full, b * row, (e - b) * row, v.data());  // padding rows stay 0
+    // A part of a fused tensor: the stored tensor's values from the part's first row.
+    random_values(seed_, p.hf_name, p.stored_shape(), (p.row_offset + b) * row, (e - b) * row,
+                  v.data());  // padding rows stay 0
   } else {
     const auto [b, e] = p.shard_range(shard);
     const int64_t cols = p.full[1], w = e - b;

@@ -35,15 +35,15 @@ void write_random_checkpoint(ModelConfig c, const std::string& dir, DType dtype,
   std::set<std::string> seen;
   for (auto& p : parameter_specs(c, g))
     if (seen.insert(p.hf_name).second) specs.push_back(p);  // tied lm_head is the embedding
-  for (const auto& p : specs) w.declare(p.hf_name, dtype, p.full);
+  for (const auto& p : specs) w.declare(p.hf_name, dtype, p.stored_shape());  // fused parts: the whole tensor
   constexpr int64_t kChunk = 1 << 22;
   std::vector<float> values;
   for (const auto& p : specs) {
-    const int64_t n = p.full.numel();
+    const int64_t n = p.stored_shape().numel();
     for (int64_t first = 0; first < n; first += kChunk) {
       const int64_t count = std::min(kChunk, n - first);
       values.resize(static_cast<size_t>(count));
-      random_values(seed, p.hf_name, p.full, first, count, values.data());
+      random_values(seed, p.hf_name, p.stored_shape(), first, count, values.data());
       Tensor t = Tensor::from_floats({count}, values, dtype);
       w.write(p.hf_name, t.data(), t.nbytes());
     }

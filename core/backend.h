@@ -8,6 +8,7 @@
 // - Ops run in order on the backend's stream; to_host() waits for them.
 // - An index of -1 in a control array means "skip this token" where stated.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -33,6 +34,15 @@ struct AttentionDims {
   // attention_cache: the longest run of consecutive tokens on one cache row (0: not given).
   // A speed hint (a prefill chunk's tokens can share K/V reads); results never depend on it.
   int64_t row_run = 0;
+  // The scores' scale (0: 1/√head_dim): q·k · scale. Gemma: query_pre_attn_scalar^−½; Granite:
+  // attention_multiplier.
+  float scale = 0;
+  // Soft-capping of the scaled scores (0: none): s ← cap · tanh(s / cap), before the mask (Gemma 2).
+  float softcap = 0;
+  // A sliding window (0: none): a query at index t of its run (position t of its cache row)
+  // attends the `window` keys t − window + 1 … t only, as transformers' sliding-window mask.
+  int64_t window = 0;
+  float score_scale() const { return scale != 0 ? scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
   int64_t pages_per_row() const { return max_seq / page_size; }
   int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }
 };
@@ -146,23 +156,50 @@ class Backend {
                             Tensor& out) = 0;
   // x += y.
   virtual void add(Tensor& x, const Tensor& y) = 0;
-  // Rotate heads [head_begin, head_begin + heads) of each row of x [N, ·] (head_dim = 2·inv_freq
-  // size), in place, by angle positions[n]·inv_freq[i] computed in f32; dim i pairs with i + D/2
-  // (Hugging Face's rotate_half layout).
-  virtual void rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
-                    const Tensor& inv_freq) = 0;
+  // Rotate heads [head_begin, head_begin + heads) of each row of x [N, ·], heads of head_dim
+  // columns, in place: the first R = 2·(inv_freq's last dim) columns of each head by angle
+  // positions[n]·inv_freq[i] computed in f32, dim i pairing with i + R/2 (Hugging Face's
+  // rotate_half layout); columns R … head_dim − 1 pass unchanged (partial_rotary_factor < 1).
+  // inv_freq is [R/2] for every token, or [N, R/2]: each token its own (dynamic NTK,
+  // longrope). cos and sin are multiplied by `scale` in f32 (yarn's and longrope's attention factor).
+  virtual void rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
+                          const Tensor& inv_freq, float scale) = 0;
+  // The whole head rotated, scale 1.
+  void rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions, const Tensor& inv_freq) {
+    rope_heads(x, head_begin, heads, 2 * inv_freq.dim(inv_freq.rank() - 1), positions, inv_freq, 1.0f);
+  }
   // out[N, I] = silu(gate_up[:, :I]) · gate_up[:, I:].
   virtual void swiglu(const Tensor& gate_up, Tensor& out) = 0;
+  // out[N, I] = gelu_tanh(gate_up[:, :I]) · gate_up[:, I:], GELU's tanh approximation
+  // (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh).
+  virtual void geglu(const Tensor& gate_up, Tensor& out) = 0;
+  // x ← x · value, x / value, or value · tanh(x / value) (soft-capping), element by element in f32.
+  enum class Pointwise { multiply, divide, softcap };
+  virtual void pointwise(Tensor& x, Pointwise op, float value) = 0;
+  // out[n] = Σ x[n, c]² over columns [col_begin, col_begin + cols), in f32 (out [N] f32): a
+  // norm's sum of squares, for a norm whose columns are split across shards (all-reduced by
+  // the caller).
+  virtual void sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) = 0;
+  // An RMS norm in place over column groups: for each row and each g < groups, the columns
+  // [col_begin + g·width, … + width) become x · rsqrt(ss / count + eps) · w (w [width]), where
+  // ss is the group's own sum of squares (sum_sq null: count = width) or sum_sq[n·groups + g]
+  // ([N·groups] f32, e.g. all-reduced across shards). q/k norms: one group per head (Qwen 3,
+  // Gemma 3), or the whole projection (OLMo 2).
+  virtual void rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
+                             const Tensor* sum_sq, int64_t count) = 0;
   // Token n with slots[n] >= 0 stores its k and v heads of qkv [N, qkv_width] at that slot.
   virtual void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
                         Tensor& cache_k, Tensor& cache_v) = 0;
   // Causal attention among fresh tokens: token n (run_start[n] >= 0) attends tokens
-  // run_start[n] … n of qkv. out [N, q_heads·head_dim]; skipped rows are left as they are.
+  // run_start[n] … n of qkv (with dims.window, only the last `window` of them). out
+  // [N, q_heads·head_dim]; skipped rows are left as they are. Scores scaled and soft-capped
+  // as dims says.
   virtual void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start,
                                 Tensor& out) = 0;
   // Attention over the cache: token n (rows[n] >= 0) attends positions 0 … positions[n] of
-  // logical row rows[n], found through table [R, Pages] (entries are pages). Skipped rows are
-  // left as they are.
+  // logical row rows[n] (with dims.window, positions[n] − window + 1 … positions[n]), found
+  // through table [R, Pages] (entries are pages; pages wholly before the window are not read).
+  // Skipped rows are left as they are.
   virtual void attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
                                const Tensor& positions, const Tensor& table, const Tensor& cache_k,
                                const Tensor& cache_v, Tensor& out) = 0;

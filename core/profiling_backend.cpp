@@ -42,9 +42,22 @@ void ProfilingBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const
 void ProfilingBackend::add(Tensor& x, const Tensor& y) {
   timed("add", [&] { inner_.add(x, y); });
 }
-void ProfilingBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
-                            const Tensor& inv_freq) {
-  timed("rope", [&] { inner_.rope(x, head_begin, heads, positions, inv_freq); });
+void ProfilingBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
+                                  const Tensor& positions, const Tensor& inv_freq, float scale) {
+  timed("rope", [&] { inner_.rope_heads(x, head_begin, heads, head_dim, positions, inv_freq, scale); });
+}
+void ProfilingBackend::geglu(const Tensor& gate_up, Tensor& out) {
+  timed("geglu", [&] { inner_.geglu(gate_up, out); });
+}
+void ProfilingBackend::pointwise(Tensor& x, Pointwise op, float value) {
+  timed("pointwise", [&] { inner_.pointwise(x, op, value); });
+}
+void ProfilingBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
+  timed("sum_squares", [&] { inner_.sum_squares(x, col_begin, cols, out); });
+}
+void ProfilingBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
+                                     float eps, const Tensor* sum_sq, int64_t count) {
+  timed("rms_norm_cols", [&] { inner_.rms_norm_cols(x, col_begin, groups, width, w, eps, sum_sq, count); });
 }
 void ProfilingBackend::swiglu(const Tensor& gate_up, Tensor& out) {
   timed("swiglu", [&] { inner_.swiglu(gate_up, out); });

@@ -11,6 +11,7 @@ Generator::Generator(Model& model, SchedulerLimits limits, std::vector<int32_t> 
       pages_(model.generics().num_pages(), model.generics().page_size),
       scheduler_(pages_, [&] {
         limits.max_seq = model.generics().max_seq;
+        limits.whole_prompts = limits.whole_prompts || model.rope_follows_length();
         return limits;
       }()),
       eos_(std::move(eos)) {}

@@ -61,7 +61,7 @@ void Scheduler::preempt(Sequence& s) {
 bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows) {
   const int64_t ps = pages_.page_size(), n = static_cast<int64_t>(s->tokens.size());
   int32_t parent = -1;
-  for (int64_t j = 0; j < (n - 1) / ps; ++j) {
+  for (int64_t j = 0; j < (limits_.whole_prompts ? 0 : (n - 1) / ps); ++j) {
     const int32_t page = pages_.share(s->tokens, j, parent);
     if (page < 0) break;
     s->pages.push_back(page);
@@ -69,14 +69,16 @@ bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector
   }
   s->published = static_cast<int64_t>(s->pages.size());  // shared pages are published already
   s->computed = s->published * ps;
-  const int64_t chunk = std::min(n - s->computed, budget);
+  // Whole prompts: the prompt in one chunk, past the budget only as a step's only row.
+  if (limits_.whole_prompts && n - s->computed > budget && !(rows.empty() && running_.empty())) return false;
+  const int64_t chunk = limits_.whole_prompts ? n - s->computed : std::min(n - s->computed, budget);
   if (!ensure_pages(*s, s->computed + chunk)) {
     release(*s);
     return false;
   }
   s->admitted = next_admission_++;
   rows.push_back({s.get(), s->computed, chunk, s->computed + chunk == n});
-  budget -= chunk;
+  budget -= std::min(chunk, budget);
   running_.push_back(std::move(s));
   return true;
 }
@@ -159,7 +161,7 @@ std::vector<Completion> Scheduler::complete(const std::vector<StepRow>& rows, co
   for (size_t i = 0; i < rows.size(); ++i) {
     Sequence& s = *rows[i].seq;
     s.computed += rows[i].count;
-    for (; (s.published + 1) * ps <= s.computed; ++s.published) {
+    for (; !limits_.whole_prompts && (s.published + 1) * ps <= s.computed; ++s.published) {
       const size_t j = static_cast<size_t>(s.published);
       pages_.publish(s.pages[j], s.tokens, s.published, j ? s.pages[j - 1] : -1);
     }

@@ -19,6 +19,11 @@ struct SchedulerLimits {
   int64_t max_seq = 0;           // MaxSeq: positions one sequence may use
   int64_t max_rows = 256;        // requests running at once (rows of a step)
   int64_t token_budget = 512;    // tokens a step computes (a decoding row counts one)
+  // Each prompt (or recomputed sequence) in one chunk, and no pages shared between sequences:
+  // for a model whose RoPE follows a sequence's length in the call (dynamic NTK, longrope),
+  // where a chunk boundary or a prefix computed by another request would change the numbers.
+  // A prompt past the budget then runs in a step of its own.
+  bool whole_prompts = false;
 };
 
 // A request in the scheduler: its tokens so far (prompt, then generated) and its pages.

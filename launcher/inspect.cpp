@@ -16,7 +16,7 @@ namespace linnet::cli {
 
 namespace {
 
-std::string render_card(const Generics& g) {
+std::string render_card(const ModelConfig& c, const Generics& g) {
   std::ostringstream o;
   o << "Entries\n\nEntry\tSignature\n";
   for (const auto& e : card::entries()) o << e.name << "\t" << card::format_signature(e) << "\n";
@@ -24,8 +24,9 @@ std::string render_card(const Generics& g) {
   o << "Vocab\t" << g.vocab << "\nH\t" << g.hidden << "\nHeads\t" << g.heads << "\nKvHeads\t" << g.kv_heads
     << "\nInner\t" << g.inner << "\nLayers\t" << g.layers << "\nBatch\t" << g.batch << "\nMaxSeq\t" << g.max_seq
     << "\nT\t" << dtype_name(g.t) << "\n";
+  for (const auto& [name, value] : card::extra_generics(c)) o << name << "\t" << value << "\n";
   o << "\nBlocks\n\nEvery block of the program with its members and functions, as linnet inspect prints them.";
-  for (const auto& b : card::blocks()) {
+  for (const auto& b : card::blocks_for(c)) {
     o << "\n\n" << b.name << "\n\n" << b.header;
     for (const auto& m : b.members) o << "\n  " << m;
     for (const auto& f : b.functions) o << "\n  " << f.kind << " " << card::format_signature(f);
@@ -50,7 +51,9 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const std::st
     const char* split = p.split == Split::mirrored ? "mirrored" : p.split == Split::rows ? "rows" : "columns";
     o << name << "\t" << split << "\t" << p.shard_shape().to_string() << "\t";
     if (name == "lm_head.weight" && c.tie_word_embeddings) o << "0 (a view of embedding.weight: tied)\n";
-    else o << p.shard_shape().numel() * static_cast<int64_t>(dtype_size(p.shard_shape().rank() == 2 ? weights : held)) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
+    else o << p.shard_shape().numel() * static_cast<int64_t>(p.shard_shape().rank() == 2 ? dtype_size(weights)
+                                                             : c.norm_plus_one && name.ends_with("norm.weight") ? 4
+                                                                                                               : dtype_size(held)) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
   }
   const Footprint f = rank_footprint(c, g, held, weights);
   o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";
@@ -80,7 +83,7 @@ int cmd_inspect(const Args& args) {
   // when a sizing option was given, so `inspect` without one reproduces the card exactly.
   const bool sizing = vm.count("shards") || !vm["batch"].defaulted() || !vm["max-seq"].defaulted() ||
                       !vm["page-size"].defaulted() || !vm["backend"].defaulted() || vm.count("dtype");
-  std::string out = "linnet inspect " + dir + "\n\n" + render_card(g);
+  std::string out = "linnet inspect " + dir + "\n\n" + render_card(config, g);
   std::string backend = vm["backend"].as<std::string>();
   if (backend == "auto") backend = cuda_device_count() > 0 ? "cuda" : "cpu";
   if (sizing) out += "\n\n" + render_shards(config, g, backend);

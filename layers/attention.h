@@ -1,9 +1,16 @@
-// llama.attention::GroupedQueryAttention<H, Heads, KvHeads, Batch, MaxSeq, T, Shards, PageSize>.
-// This rank holds Heads/Shards query heads and KvHeads/Shards key/value heads: q/k/v_proj are
-// column-parallel (one product over their stacked weights), o_proj row-parallel (partial sums
-// all-reduced here). The KV cache is this block's state.
+// llama.attention::GroupedQueryAttention<H, Heads, KvHeads, Batch, MaxSeq, T, Shards, PageSize>
+// (with D = head_dim where it is not H / Heads). This rank holds Heads/Shards query heads and
+// KvHeads/Shards key/value heads: q/k/v_proj are column-parallel (one product over their
+// stacked weights), o_proj row-parallel (partial sums all-reduced here). The KV cache is this
+// block's state. The families' differences: q/k norms (per head, or over the whole projection
+// with its sum of squares all-reduced here), a RoPE of the layer's kind or none, a sliding
+// window, the scores' scale and soft-capping (in `dims`).
 #pragma once
+#include <optional>
+
 #include "layers/linear.h"
+#include "layers/model_config.h"
+#include "layers/rms_norm.h"
 #include "layers/token_plan.h"
 
 namespace linnet {
@@ -14,14 +21,22 @@ class GroupedQueryAttention {
   Linear qkv_proj;                // [(Heads + 2·KvHeads)/Shards · D, H]
   Linear o_proj;                  // [H, Heads/Shards · D]
   Tensor cache_k, cache_v;        // [Batch, KvHeads/Shards, MaxSeq, D]
-  AttentionDims dims;
-  Tensor inv_freq;                // [D/2] f32, RoPE
+  AttentionDims dims;             // with the layer's window, scale and soft-cap
+  int rope = 0;                   // the RoPE of DevicePlan::rope_freq this layer uses (-1: none)
+  // q/k norms: per head (weights [D]) or over the whole projection (this shard's [Heads/Shards·D]
+  // of a norm over Heads·D: its sum of squares is all-reduced).
+  ModelConfig::QkNorm qk_norm = ModelConfig::QkNorm::none;
+  std::optional<RmsNorm> q_norm, k_norm;
+  int64_t q_norm_width = 0, k_norm_width = 0;  // whole: the norms' full widths (Heads·D, KvHeads·D)
 
   // x: [N, H] normed hidden states of the plan's tokens; out: [N, H].
   void forward(Context& ctx, const Tensor& x, const DevicePlan& plan, Tensor& out) const;
   // cache_k/cache_v are written through kv_write only; these need them mutable.
   Tensor& mutable_cache_k() const { return const_cast<Tensor&>(cache_k); }
   Tensor& mutable_cache_v() const { return const_cast<Tensor&>(cache_v); }
+
+ private:
+  void norm_qk(Context& ctx, Tensor& qkv) const;
 };
 
 }  // namespace linnet

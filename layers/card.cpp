@@ -1,6 +1,13 @@
 #include "layers/card.h"
 
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <iomanip>
+#include <sstream>
+
 #include "core/error.h"
+#include "layers/rope.h"
 
 namespace linnet::card {
 
@@ -199,6 +206,153 @@ const Function& entry(std::string_view name) {
 const std::vector<Block>& blocks() {
   static const std::vector<Block> table = make_blocks();
   return table;
+}
+
+namespace {
+
+std::string num(double v) {
+  std::ostringstream o;
+  o << std::setprecision(9) << v;
+  return o.str();
+}
+
+std::string describe_rope(const ModelConfig& c, const Rope& r) {
+  const RopeScaling& s = r.scaling;
+  std::string out = "RoPE θ=" + num(r.theta);
+  switch (s.type) {
+    case RopeScaling::Type::none: break;
+    case RopeScaling::Type::linear: out += ", linear ×" + num(s.factor); break;
+    case RopeScaling::Type::llama3:
+      out += ", llama3 ×" + num(s.factor) + " (original " + std::to_string(s.original_max_position) + ")";
+      break;
+    case RopeScaling::Type::dynamic:
+      out += ", dynamic NTK ×" + num(s.factor) + " (past max_position_embeddings " + std::to_string(c.max_position) + ")";
+      break;
+    case RopeScaling::Type::yarn: out += ", yarn ×" + num(s.factor) + " (original " + std::to_string(s.original_max_position) + ")"; break;
+    case RopeScaling::Type::longrope:
+      out += ", longrope (short/long factors, long past " + std::to_string(s.original_max_position) + ")";
+      break;
+  }
+  if (c.partial_rotary_factor != 1.0)
+    out += ", rotating " + std::to_string(c.rotary_dim()) + " of D dims (partial_rotary_factor " + num(c.partial_rotary_factor) + ")";
+  return out;
+}
+
+// "0, 2, 4" for the layers whose kind matches.
+std::string layer_list(const ModelConfig& c, const std::function<bool(const LayerKind&)>& pick) {
+  std::string out;
+  for (int64_t i = 0; i < c.layers; ++i)
+    if (pick(c.layer_kind(i))) out += (out.empty() ? "" : ", ") + std::to_string(i);
+  return out;
+}
+
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, int64_t>> extra_generics(const ModelConfig& c) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (c.llama_shaped()) return out;
+  out.emplace_back("D", c.head_dim());
+  if (c.sliding_window && c.any_sliding()) out.emplace_back("Window", *c.sliding_window);
+  return out;
+}
+
+std::vector<Block> blocks_for(const ModelConfig& c) {
+  if (c.llama_shaped()) return blocks();
+  const std::string fam = c.model_type == "gemma3_text" ? "gemma3" : c.model_type;
+  const bool window = c.sliding_window && c.any_sliding();
+  const std::string norm_block = c.norm_plus_one ? "RmsNorm1p" : "RmsNorm";
+  const std::string mlp_block = c.activation == ModelConfig::Activation::gelu_tanh ? "GeGlu" : "SwiGlu";
+  std::vector<Block> out = blocks();
+  for (Block& b : out) {
+    // D for H / Heads in every shape; the family's namespace and generics in the headers.
+    for (auto& m : b.members) m = replace_all(m, "(H / Heads)", "D"), m = replace_all(m, "H / Heads", "D");
+    b.header = replace_all(b.header, "llama::", fam + "::");
+    b.header = replace_all(b.header, "llama.attention::", fam + ".attention::");
+    const std::string extra = std::string(", D: Dim") + (window ? ", Window: Dim" : "");
+    if (b.name == "DecoderLayer" || b.name == "GroupedQueryAttention" || b.name == "Model") {
+      const size_t at = b.header.rfind('>');
+      b.header.insert(at, extra);
+    }
+    if (b.name == "DecoderLayer") {
+      std::vector<std::string> m;
+      const std::string n = norm_block + "<H, T>";
+      if (c.pre_norms) m.push_back("sub attention_norm: " + n);
+      m.push_back(replace_all(b.members[1], "PageSize>", std::string("PageSize, D") + (window ? ", Window>" : ">")));
+      if (c.post_norms) m.push_back("sub post_attention_norm: " + n);
+      if (c.pre_norms) m.push_back("sub mlp_norm: " + n);
+      m.push_back("sub mlp: " + mlp_block + "<H, Inner / Shards, T>");
+      if (c.post_norms) m.push_back("sub post_mlp_norm: " + n);
+      if (c.residual_multiplier != 1.0) m.push_back("const residual_multiplier: f32 = " + num(c.residual_multiplier));
+      b.members = m;
+    }
+    if (b.name == "GroupedQueryAttention") {
+      if (c.qk_norm == ModelConfig::QkNorm::per_head) {
+        b.members.push_back("sub q_norm: " + norm_block + "<D, T>  (each head)");
+        b.members.push_back("sub k_norm: " + norm_block + "<D, T>  (each head)");
+      } else if (c.qk_norm == ModelConfig::QkNorm::whole) {
+        b.members.push_back("sub q_norm: " + norm_block + "<(Heads / Shards) * D, T>  (over Heads * D: sum of squares all-reduced)");
+        b.members.push_back("sub k_norm: " + norm_block + "<(KvHeads / Shards) * D, T>  (over KvHeads * D: sum of squares all-reduced)");
+      }
+      const double scale = c.attention_scale.value_or(1.0 / std::sqrt(static_cast<double>(c.head_dim())));
+      b.members.push_back("const scale: f32 = " + num(static_cast<float>(scale)) +
+                          (c.attention_scale ? "" : "  (1 / sqrt(D))"));
+      if (c.attn_softcap > 0) b.members.push_back("const softcap: f32 = " + num(c.attn_softcap) + "  (scores: softcap * tanh(s / softcap))");
+      if (window) b.members.push_back("const window: Window  (sliding layers: the last Window positions)");
+      b.members.push_back("const rope: " + describe_rope(c, layer_rope(c, 0)));
+    }
+    if (b.name == "Model") {
+      std::vector<std::string> m;
+      m.push_back(b.members[0]);
+      if (c.embedding_scale != 1.0) m.push_back("const embedding_scale: f32 = " + num(static_cast<float>(c.embedding_scale)));
+      m.push_back(replace_all(b.members[1], "DecoderLayer<H, Heads, KvHeads, Inner, Batch, MaxSeq, T, Shards, PageSize>",
+                              std::string("DecoderLayer<H, Heads, KvHeads, Inner, Batch, MaxSeq, T, Shards, PageSize, D") +
+                                  (window ? ", Window" : "") + ">"));
+      const std::string sliding = layer_list(c, [](const LayerKind& k) { return k.sliding; });
+      if (window) m.push_back("const sliding_layers: [" + sliding + "]  (attend within Window; the others every position)");
+      if (c.local_rope)
+        m.push_back("const local_rope: " + describe_rope(c, *c.local_rope) + "  (layers [" +
+                    layer_list(c, [](const LayerKind& k) { return k.rope == 1; }) + "])");
+      const std::string nope = layer_list(c, [](const LayerKind& k) { return k.rope < 0; });
+      if (!nope.empty()) m.push_back("const no_rope_layers: [" + nope + "]  (no RoPE)");
+      m.push_back("sub norm: " + norm_block + "<H, T>");
+      m.push_back(b.members[3]);  // lm_head
+      if (c.logits_scaling != 1.0) m.push_back("const logits_scaling: f32 = " + num(static_cast<float>(c.logits_scaling)) + "  (logits / logits_scaling)");
+      if (c.final_softcap > 0) m.push_back("const final_softcap: f32 = " + num(c.final_softcap) + "  (logits: softcap * tanh(l / softcap))");
+      b.members = m;
+    }
+  }
+  if (c.norm_plus_one)
+    out.push_back({"RmsNorm1p", "gemma.norm::RmsNorm1p<H: Dim, T: Float = bf16>",
+                   {"param weight: Tensor[H; T]  (x / sqrt(mean(x²) + eps) * (1 + weight), in f32)"},
+                   {shaped_forward("x", "H", "T", "H")}});
+  if (c.activation == ModelConfig::Activation::gelu_tanh) {
+    for (const Block& b : blocks())
+      if (b.name == "SwiGlu") {
+        Block g = b;
+        g.name = "GeGlu";
+        g.header = "std.nn.mlp::GeGlu<H: Dim, Inner: Dim, T: Float = bf16>";
+        g.members.push_back("fn act = gelu_tanh  (down(gelu_tanh(gate(x)) * up(x)))");
+        out.push_back(g);
+      }
+    out.erase(std::remove_if(out.begin(), out.end(), [](const Block& b) { return b.name == "SwiGlu"; }), out.end());
+  }
+  if (c.norm_plus_one)
+    out.erase(std::remove_if(out.begin(), out.end(), [](const Block& b) { return b.name == "RmsNorm"; }), out.end());
+  if (c.fused_qkv)
+    for (Block& b : out)
+      if (b.name == "GroupedQueryAttention")
+        b.members.push_back("checkpoint: q_proj, k_proj, v_proj are row ranges of one qkv_proj tensor (each rank reads its rows)");
+  if (c.fused_gate_up)
+    for (Block& b : out)
+      if (b.name == "SwiGlu" || b.name == "GeGlu")
+        b.members.push_back("checkpoint: gate, up are row ranges of one gate_up_proj tensor (each rank reads its rows)");
+  std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.name < b.name; });
+  return out;
 }
 
 std::string format_type(const Arg& a) {

@@ -6,6 +6,8 @@
 #include <string_view>
 #include <vector>
 
+#include "layers/model_config.h"
+
 namespace linnet::card {
 
 // One argument or result: a tensor `Tensor[dims; dtype]` or, with no dims, a scalar `dtype`.
@@ -38,6 +40,12 @@ const std::vector<Function>& entries();
 const Function& entry(std::string_view name);
 // Every block, in the card's (alphabetical) order.
 const std::vector<Block>& blocks();
+// The blocks as a checkpoint's family has them: the seed's for a Llama-shaped model, else
+// with the family's blocks (GeGlu, RmsNorm1p), members (q/k norms, pre/post norms, window,
+// scales, soft-caps, RoPEs per layer kind) and the head dim D as a generic of its own.
+std::vector<Block> blocks_for(const ModelConfig& config);
+// The generics a family adds to the seed's (name, value): D when head_dim ≠ H / Heads, Window.
+std::vector<std::pair<std::string, int64_t>> extra_generics(const ModelConfig& config);
 
 std::string format_type(const Arg& a);        // "Tensor[B, S; i32]" or "i32"
 std::string format_signature(const Function& f);  // "forward<B: Dim, S: Dim>(tokens: ...) -> ..."

@@ -1,5 +1,10 @@
 // llama::DecoderLayer: x += attention(attention_norm(x)); x += mlp(mlp_norm(x)).
+// The families' variants: norms after the blocks too (Gemma 2/3: post_attention_norm,
+// post_mlp_norm) or only after them (OLMo 2: no attention_norm / mlp_norm), and Granite's
+// residual multiplier (x += f(x) · m).
 #pragma once
+#include <optional>
+
 #include "layers/attention.h"
 #include "layers/rms_norm.h"
 #include "layers/swiglu.h"
@@ -7,21 +12,60 @@
 namespace linnet {
 
 struct DecoderLayer {
-  RmsNorm attention_norm;
+  std::optional<RmsNorm> attention_norm;       // before attention (absent: OLMo 2)
   GroupedQueryAttention attention;
-  RmsNorm mlp_norm;
+  std::optional<RmsNorm> post_attention_norm;  // after attention (Gemma 2/3, OLMo 2)
+  std::optional<RmsNorm> mlp_norm;             // before the MLP (absent: OLMo 2)
   SwiGlu mlp;
+  std::optional<RmsNorm> post_mlp_norm;        // after the MLP (Gemma 2/3, OLMo 2)
+  float residual_multiplier = 1.0f;            // Granite
 
   // x: the residual stream [N, H], updated in place.
   void forward(Context& ctx, Tensor& x, const DevicePlan& plan) const {
     Backend& be = ctx.backend;
     Tensor h = be.empty(x.shape(), x.dtype());
     Tensor delta = be.empty(x.shape(), x.dtype());
-    attention_norm.forward(ctx, x, h);
-    attention.forward(ctx, h, plan, delta);
-    mlp_norm.add_forward(ctx, x, delta, h);  // x += attention; h = mlp_norm(x)
-    mlp.forward(ctx, h, delta);
-    be.add(x, delta);
+    if (attention_norm && mlp_norm && !post_attention_norm && !post_mlp_norm && residual_multiplier == 1.0f) {
+      attention_norm->forward(ctx, x, h);
+      attention.forward(ctx, h, plan, delta);
+      mlp_norm->add_forward(ctx, x, delta, h);  // x += attention; h = mlp_norm(x)
+      mlp.forward(ctx, h, delta);
+      be.add(x, delta);
+      return;
+    }
+    Tensor* other = &h;  // the buffer not holding the value in hand
+    auto the_other = [&](const Tensor* t) { return t == &h ? &delta : &h; };
+    // attention
+    const Tensor* in = &x;
+    if (attention_norm) {
+      attention_norm->forward(ctx, x, h);
+      in = &h;
+    }
+    attention.forward(ctx, *in, plan, delta);
+    Tensor* r = &delta;
+    if (post_attention_norm) {
+      post_attention_norm->forward(ctx, delta, h);
+      r = &h;
+    }
+    if (residual_multiplier != 1.0f) be.pointwise(*r, Backend::Pointwise::multiply, residual_multiplier);
+    // MLP
+    const Tensor* mlp_in = &x;
+    if (mlp_norm) {
+      other = the_other(r);
+      mlp_norm->add_forward(ctx, x, *r, *other);  // x += r; other = mlp_norm(x)
+      mlp_in = other;
+    } else {
+      be.add(x, *r);
+    }
+    Tensor* o = mlp_in == &h ? &delta : &h;
+    mlp.forward(ctx, *mlp_in, *o);
+    if (post_mlp_norm) {
+      Tensor* p = the_other(o);
+      post_mlp_norm->forward(ctx, *o, *p);
+      o = p;
+    }
+    if (residual_multiplier != 1.0f) be.pointwise(*o, Backend::Pointwise::multiply, residual_multiplier);
+    be.add(x, *o);
   }
 };
 

@@ -39,7 +39,9 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DT
     const Shape s = p.shard_shape();
     int64_t n = 1;
     for (int64_t d : s.dims()) n = mul(n, d);
-    const int64_t bytes = s.dims().size() == 2 ? static_cast<int64_t>(dtype_size(weights)) : e;
+    // Gemma's (1 + w) norms are held in f32 on every backend.
+    const bool f32_norm = c.norm_plus_one && p.card_name.ends_with("norm.weight");
+    const int64_t bytes = s.dims().size() == 2 ? static_cast<int64_t>(dtype_size(weights)) : f32_norm ? 4 : e;
     f.parameters = add(f.parameters, mul(n, bytes));
   }
   f.kv_per_slot = mul(mul(2 * g.layers, mul(g.kv_heads_per_shard(), g.head_dim())), e);

@@ -18,6 +18,7 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   g.kv_heads = c.kv_heads;
   g.inner = c.inner;
   g.layers = c.layers;
+  g.d = c.head_dim();
   g.batch = o.batch;
   g.max_seq = o.max_seq > 0 ? o.max_seq : c.max_position;
   g.shards = o.shards == 0 ? 1 : o.shards;  // unresolved (no shard group): one
@@ -36,10 +37,11 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   if (__builtin_mul_overflow(g.batch, g.max_seq, &slots) || slots > kSlots)
     throw Error(str("Batch=", g.batch, " × MaxSeq=", g.max_seq, " cache slots exceed the i32 slot range (",
                     kSlots, "); lower --batch or --max-seq"));
-  if (c.sliding_window && *c.sliding_window < g.max_seq)
-    throw Error(str("sliding_window=", *c.sliding_window, " is smaller than MaxSeq=", g.max_seq,
-                    ": linnet does not implement sliding-window attention (at MaxSeq ≤ the window the two are the "
-                    "same: pass --max-seq ", *c.sliding_window / g.page_size * g.page_size, " or less)"));
+  if (c.unapplied_window && *c.unapplied_window < g.max_seq)
+    throw Error(str("sliding_window=", *c.unapplied_window, " is smaller than MaxSeq=", g.max_seq, ": transformers' ",
+                    c.model_type, " code applies no sliding window, so the config says one thing and the model "
+                    "another (at MaxSeq ≤ the window the two are the same: pass --max-seq ",
+                    *c.unapplied_window / g.page_size * g.page_size, " or less)"));
   for (auto [name, value] : {std::pair{"Heads", g.heads}, {"KvHeads", g.kv_heads}, {"Inner", g.inner}})
     if (value % g.shards != 0)
       throw Error(str(name, "=", value, " does not divide by Shards=", g.shards));

@@ -17,10 +17,11 @@ struct RunOptions {
 
 struct Generics {
   int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, inner = 0, layers = 0;
+  int64_t d = 0;  // the head dim: config.json's head_dim, else H / Heads
   int64_t batch = 1, max_seq = 0, shards = 1, page_size = 64;
   DType t = DType::bf16;
 
-  int64_t head_dim() const { return hidden / heads; }
+  int64_t head_dim() const { return d; }
   int64_t pages_per_row() const { return max_seq / page_size; }
   int64_t num_pages() const { return batch * pages_per_row(); }
   // Per shard (rank s of shards): heads, kv heads, inner rows, and lm_head rows. A vocab

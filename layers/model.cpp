@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include "layers/rope.h"
@@ -38,6 +39,15 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     return d;
   };
   auto param = [&](const std::string& card_name) { return up(host(card_name)); };
+  // A norm's weight. Gemma's RMSNorm scales by (1 + w), formed in f32 as transformers forms it
+  // and kept in f32 on every backend (the norm ops read any float weight).
+  const float eps = static_cast<float>(config.rms_norm_eps);
+  auto norm = [&](const std::string& card_name) {
+    if (!config.norm_plus_one) return RmsNorm{param(card_name), eps};
+    Tensor w = weights.read(specs.at(card_name), shard).to(g.t).to(DType::f32);  // rounded to T first
+    for (int64_t i = 0; i < w.numel(); ++i) w.ptr<float>()[i] = 1.0f + w.ptr<float>()[i];
+    return RmsNorm{be_.upload(w), eps};
+  };
   auto stacked = [&](std::vector<std::string> names) {
     std::vector<Tensor> parts;
     for (auto& n : names) parts.push_back(host(n));
@@ -57,7 +67,7 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
   };
 
   embedding_.weight = matrix("embedding.weight", {"embedding.weight"}, specs.at("embedding.weight").shard_shape());
-  norm_ = RmsNorm{param("norm.weight"), static_cast<float>(config.rms_norm_eps)};
+  norm_ = norm("norm.weight");
   if (config.tie_word_embeddings) {
     // A view of the embedding's rows: the tied matrix is held once (the last shard of a
     // padded vocab sees fewer rows; shard_logits pads its columns).
@@ -67,19 +77,46 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     lm_head_.weight = matrix("lm_head.weight", {"lm_head.weight"}, specs.at("lm_head.weight").shard_shape());
   }
 
-  std::vector<float> freq = rope_inv_freq(config);
-  Tensor inv_freq = be_.upload(Tensor::from_floats({static_cast<int64_t>(freq.size())}, freq));
+  // The RoPEs: the model's, and Gemma 3's local one for its sliding layers.
+  for (int r = 0; r < (config.local_rope ? 2 : 1); ++r) {
+    RopeTable t;
+    t.rope = layer_rope(config, r);
+    const RopeFrequencies f = rope_frequencies(config, t.rope);
+    t.inv_freq = be_.upload(Tensor::from_floats({static_cast<int64_t>(f.inv_freq.size())}, f.inv_freq));
+    t.scale = f.scale;
+    t.by_length = rope_depends_on_length(t.rope.scaling);
+    t.threshold = rope_length_threshold(config, t.rope.scaling);
+    ropes_.push_back(std::move(t));
+  }
   const int64_t d = g.head_dim(), qh = g.heads_per_shard(), kvh = g.kv_heads_per_shard(), inner = g.inner_per_shard();
   layers_.resize(static_cast<size_t>(g.layers));
   for (int64_t i = 0; i < g.layers; ++i) {
     const std::string p = "layers[" + std::to_string(i) + "].";
     DecoderLayer& L = layers_[static_cast<size_t>(i)];
-    const float eps = static_cast<float>(config.rms_norm_eps);
-    L.attention_norm = RmsNorm{param(p + "attention_norm.weight"), eps};
-    L.mlp_norm = RmsNorm{param(p + "mlp_norm.weight"), eps};
+    if (config.pre_norms) {
+      L.attention_norm = norm(p + "attention_norm.weight");
+      L.mlp_norm = norm(p + "mlp_norm.weight");
+    }
+    if (config.post_norms) {
+      L.post_attention_norm = norm(p + "post_attention_norm.weight");
+      L.post_mlp_norm = norm(p + "post_mlp_norm.weight");
+    }
+    L.residual_multiplier = static_cast<float>(config.residual_multiplier);
 
     GroupedQueryAttention& A = L.attention;
+    const LayerKind kind = config.layer_kind(i);
     A.dims = AttentionDims{qh, kvh, d, g.max_seq, g.page_size};
+    if (config.attention_scale) A.dims.scale = static_cast<float>(*config.attention_scale);
+    A.dims.softcap = static_cast<float>(config.attn_softcap);
+    if (kind.sliding && config.sliding_window) A.dims.window = *config.sliding_window;
+    A.rope = kind.rope;
+    A.qk_norm = config.qk_norm;
+    if (config.qk_norm != ModelConfig::QkNorm::none) {
+      A.q_norm = norm(p + "attention.q_norm.weight");
+      A.k_norm = norm(p + "attention.k_norm.weight");
+      A.q_norm_width = g.heads * d;
+      A.k_norm_width = g.kv_heads * d;
+    }
     const std::string a = p + "attention.";
     A.qkv_proj.weight = matrix(a + "qkv_proj.weight", {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
                                {(qh + 2 * kvh) * d, g.hidden});
@@ -96,11 +133,11 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     }
     A.o_proj.weight = matrix(a + "o_proj.weight", {a + "o_proj.weight"}, specs.at(a + "o_proj.weight").shard_shape());
     if (config.o_bias) A.o_proj.bias = param(a + "o_proj.bias");
-    A.inv_freq = inv_freq;
     A.cache_k = be_.zeros({g.batch, kvh, g.max_seq, d}, act_);
     A.cache_v = be_.zeros({g.batch, kvh, g.max_seq, d}, act_);
 
     SwiGlu& M = L.mlp;
+    M.activation = config.activation;
     const std::string m = p + "mlp.";
     M.gate_up.weight = matrix(m + "gate_up.weight", {m + "gate.weight", m + "up.weight"}, {2 * inner, g.hidden});
     if (config.mlp_bias) M.gate_up.bias = stacked({m + "gate.bias", m + "up.bias"});
@@ -138,7 +175,15 @@ Hidden Model::run(const TokenPlan& plan, const Tensor* table, const std::vector<
                             host(plan.slots)};
   up.push_back(host(select));
   if (table) up.push_back(table->dtype() == DType::i32 ? *table : table->to(DType::i32));
+  const size_t first_rope = up.size();
+  std::vector<int> per_token;  // the ropes whose [N, R/2] frequencies go up with the plan
+  rope_inputs(plan, up, per_token);
   up = be_.upload_many(up);
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    dp.rope_freq.push_back(ropes_[r].inv_freq);
+    dp.rope_scale.push_back(ropes_[r].scale);
+  }
+  for (size_t k = 0; k < per_token.size(); ++k) dp.rope_freq[static_cast<size_t>(per_token[k])] = up[first_rope + k];
   dp.ids = up[0];
   dp.positions = up[1];
   dp.run_start = up[2];
@@ -158,8 +203,45 @@ Hidden Model::run(const TokenPlan& plan, const Tensor* table, const std::vector<
   out.x = be_.empty({dp.n, g_.hidden}, act_);
   if (dp.n == 0) return out;
   embedding_.forward(ctx_, dp.ids, out.x);
+  // Gemma: × √H; Granite: × embedding_multiplier.
+  if (config_.embedding_scale != 1.0)
+    be_.pointwise(out.x, Backend::Pointwise::multiply, static_cast<float>(config_.embedding_scale));
   for (const auto& layer : layers_) layer.forward(ctx_, out.x, dp);
   return out;
+}
+
+// Dynamic NTK and longrope frequencies follow the sequence's length, as transformers'
+// dynamic_rope_update: the longest position of the token's own sequence in this call + 1
+// (its packed run, or its cache row's tokens in the call). Keys already in the cache keep the
+// rotation they were written with (transformers' cache too).
+void Model::rope_inputs(const TokenPlan& plan, std::vector<Tensor>& host, std::vector<int>& which) {
+  const size_t n = plan.size();
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    RopeTable& t = ropes_[r];
+    if (!t.by_length || n == 0) continue;
+    std::map<int64_t, int32_t> longest;  // by run start (≥ 0) or cache row (−1 − row)
+    auto key = [&](size_t i) -> int64_t { return plan.run_start[i] >= 0 ? plan.run_start[i] : -1 - plan.cache_row[i]; };
+    bool beyond = false;
+    for (size_t i = 0; i < n; ++i) {
+      int32_t& m = longest.try_emplace(key(i), plan.positions[i]).first->second;
+      m = std::max(m, plan.positions[i]);
+      beyond |= plan.positions[i] + 1 > t.threshold;
+    }
+    if (!beyond) continue;  // every sequence within the original length: the loaded frequencies
+    const int64_t half = t.inv_freq.numel();
+    Tensor f = Tensor::empty({static_cast<int64_t>(n), half}, DType::f32);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t seq_len = longest[key(i)] + 1;
+      auto it = t.by_len.find(seq_len);
+      if (it == t.by_len.end()) {
+        if (t.by_len.size() > 4096) t.by_len.clear();
+        it = t.by_len.emplace(seq_len, rope_frequencies(config_, t.rope, seq_len).inv_freq).first;
+      }
+      std::memcpy(f.ptr<float>() + i * half, it->second.data(), static_cast<size_t>(half) * sizeof(float));
+    }
+    host.push_back(f);
+    which.push_back(static_cast<int>(r));
+  }
 }
 
 Tensor Model::final_hidden(const Tensor& x, const std::vector<int32_t>& select) {
@@ -188,6 +270,11 @@ Tensor Model::shard_logits(const Tensor& h, DType dt) {
       be_.copy_columns(real, local, 0, rows);
     }
   }
+  // Granite divides the logits by logits_scaling; Gemma 2 soft-caps them (padding stays 0).
+  if (config_.logits_scaling != 1.0)
+    be_.pointwise(local, Backend::Pointwise::divide, static_cast<float>(config_.logits_scaling));
+  if (config_.final_softcap > 0)
+    be_.pointwise(local, Backend::Pointwise::softcap, static_cast<float>(config_.final_softcap));
   if (dt == act_) return local;
   Tensor converted = be_.empty(local.shape(), dt);
   be_.convert(local, converted);

@@ -25,6 +25,13 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
   const Generics& generics() const { return g_; }
+  // Whether a RoPE of the model follows each sequence's length in the call (dynamic NTK,
+  // longrope): a sequence's numbers past that length then depend on how it is split into calls.
+  bool rope_follows_length() const {
+    for (const auto& r : ropes_)
+      if (r.by_length) return true;
+    return false;
+  }
   int64_t shard() const { return comm_.rank(); }
 
   // ---- the entries ----
@@ -114,8 +121,22 @@ class Model {
                   std::optional<int32_t> eos, int32_t* steps_taken);
   Tensor upload_ints(const std::vector<int32_t>& v);
 
+  // Each RoPE the layers use (ModelConfig::LayerKind::rope): its frequencies as loaded, and
+  // whether they follow each sequence's length in the call (dynamic NTK, longrope).
+  struct RopeTable {
+    Rope rope;
+    Tensor inv_freq;  // [R/2] on the device
+    float scale = 1.0f;
+    bool by_length = false;
+    int64_t threshold = 0;  // seq_len from which by_length frequencies differ from inv_freq
+    std::map<int64_t, std::vector<float>> by_len;  // host frequencies per sequence length
+  };
+  // The rope tables of a plan: static, or [N, R/2] per token (uploaded with the plan).
+  void rope_inputs(const TokenPlan& plan, std::vector<Tensor>& host, std::vector<int>& which);
+
   ModelConfig config_;
   Generics g_;
+  std::vector<RopeTable> ropes_;
   Backend& be_;
   Communicator& comm_;
   Context ctx_;

@@ -1,5 +1,6 @@
 // The model's hyperparameters as a checkpoint fixes them (checkpoint/hf_config.h reads them
-// from a Hugging Face config.json).
+// from a Hugging Face config.json). One struct for every family linnet runs: a family is a
+// Llama-shaped decoder plus the few switches below, each exact against transformers.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -10,22 +11,48 @@
 
 namespace linnet {
 
+// One RoPE's frequencies (transformers' rope_type and its parameters).
 struct RopeScaling {
-  enum class Type { none, linear, llama3 };
+  enum class Type { none, linear, llama3, dynamic, yarn, longrope };
   Type type = Type::none;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position = 8192;
+  // yarn: the attention factor (transformers' default from factor, mscale, mscale_all_dim when
+  // not given), the ramp's bounds and whether they are truncated to whole dims.
+  std::optional<double> attention_factor;  // also longrope's
+  double beta_fast = 32, beta_slow = 1;
+  std::optional<double> mscale, mscale_all_dim;
+  bool truncate = true;
+  // longrope: per-frequency divisors for sequences up to / past original_max_position.
+  std::vector<double> short_factor, long_factor;
+};
+
+// A RoPE: base and scaling. Layers of one model may use two (Gemma 3: its sliding layers' own).
+struct Rope {
+  double theta = 10000.0;
+  RopeScaling scaling;
+};
+
+// What one decoder layer does differently from the next (transformers' layer_types and
+// SmolLM3's no_rope_layers).
+struct LayerKind {
+  bool sliding = false;  // attends within ModelConfig::sliding_window
+  int rope = 0;          // 0: the model's RoPE, 1: local_rope (Gemma 3's sliding layers), -1: none (NoPE)
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama or qwen2
+  std::string model_type = "llama";  // llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, olmo2, granite, smollm3
   int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, inner = 0, layers = 0;
+  int64_t head_size = 0;  // head_dim when it is not hidden / heads (0: hidden / heads)
   int64_t max_position = 0;
   double rms_norm_eps = 1e-5;
   double rope_theta = 10000.0;
   RopeScaling rope;
+  std::optional<Rope> local_rope;       // Gemma 3: rope_local_base_freq for sliding layers
+  double partial_rotary_factor = 1.0;   // rotated fraction of each head (Phi-4-mini: 0.75)
+  std::vector<LayerKind> layer_kinds;   // one per layer (empty: every layer full, with RoPE)
   bool tie_word_embeddings = false;
   bool qkv_bias = false;  // q/k/v_proj.bias (attention_bias, or Qwen2's implicit bias)
   bool o_bias = false;    // o_proj.bias (attention_bias)
@@ -35,11 +62,53 @@ struct ModelConfig {
   // Every end-of-sequence id: config.json's eos_token_id (an id or a list, as Llama 3 Instruct
   // has) and generation_config.json's; generation stops on any of them.
   std::vector<int64_t> eos_token_ids;
-  // A sliding attention window some layer applies (refused when smaller than MaxSeq: linnet
-  // attends over the whole context; at MaxSeq ≤ window the two are the same).
+  // The window of the layers whose layer_kinds say sliding (none slide without one).
   std::optional<int64_t> sliding_window;
+  // A window transformers does not apply for this model_type (Llama's config may carry one):
+  // refused when smaller than MaxSeq, as nobody can say which of the two the model wants.
+  std::optional<int64_t> unapplied_window;
 
-  int64_t head_dim() const { return hidden / heads; }
+  // ---- the families' switches (Llama: all neutral) ----
+  enum class QkNorm { none, per_head, whole };
+  QkNorm qk_norm = QkNorm::none;  // Qwen 3, Gemma 3: per head; OLMo 2: over the whole projection
+  bool norm_plus_one = false;     // Gemma: RMSNorm scales by (1 + w)
+  bool pre_norms = true;          // a norm before attention and MLP (OLMo 2: none)
+  bool post_norms = false;        // a norm after attention and MLP (Gemma 2/3, OLMo 2)
+  enum class Activation { silu, gelu_tanh };
+  Activation activation = Activation::silu;  // Gemma: GeGLU with the tanh GELU
+  double embedding_scale = 1.0;       // Gemma: √hidden (in f32); Granite: embedding_multiplier
+  double residual_multiplier = 1.0;   // Granite: x + f(x)·m
+  std::optional<double> attention_scale;  // scores' scale (default 1/√head_dim); Gemma, Granite
+  double attn_softcap = 0;   // Gemma 2's attn_logit_softcapping (0: none)
+  double final_softcap = 0;  // Gemma 2's final_logit_softcapping (0: none)
+  double logits_scaling = 1.0;  // Granite: logits / logits_scaling
+  bool fused_qkv = false;       // Phi-3: one qkv_proj tensor in the checkpoint
+  bool fused_gate_up = false;   // Phi-3: one gate_up_proj tensor
+
+  int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
+  // Columns of each head that RoPE rotates (even; head_dim × partial_rotary_factor).
+  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor); }
+  LayerKind layer_kind(int64_t i) const {
+    return i < static_cast<int64_t>(layer_kinds.size()) ? layer_kinds[static_cast<size_t>(i)] : LayerKind{};
+  }
+  bool any_sliding() const {
+    for (const auto& k : layer_kinds)
+      if (k.sliding) return true;
+    return false;
+  }
+  // Every layer full attention with the model's RoPE.
+  bool uniform_layers() const {
+    for (const auto& k : layer_kinds)
+      if (k.sliding || k.rope != 0) return false;
+    return true;
+  }
+  // Whether this is the plain Llama decoder (the seed's card applies as it is).
+  bool llama_shaped() const {
+    return qk_norm == QkNorm::none && !norm_plus_one && pre_norms && !post_norms && activation == Activation::silu &&
+           embedding_scale == 1.0 && residual_multiplier == 1.0 && !attention_scale && attn_softcap == 0 &&
+           final_softcap == 0 && logits_scaling == 1.0 && head_size == 0 && uniform_layers() &&
+           partial_rotary_factor == 1.0 && !local_rope;
+  }
 };
 
 }  // namespace linnet

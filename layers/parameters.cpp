@@ -22,27 +22,62 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) 
   const int64_t h = g.hidden, d = g.head_dim(), s = g.shards;
   std::vector<ParamSpec> p;
   auto add = [&](std::string hf, std::string card, Shape full, Split split, int64_t per_shard, bool bias = false) {
-    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias});
+    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias, Shape{}, 0});
+  };
+  // A part of a fused tensor: rows [offset, offset + full[0]) of `stored`.
+  auto add_part = [&](std::string hf, std::string card, Shape full, Shape stored, int64_t offset, int64_t per_shard) {
+    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), Split::rows, per_shard, false,
+                          std::move(stored), offset});
   };
   add("model.embed_tokens.weight", "embedding.weight", {g.vocab, h}, Split::mirrored, 0);
   for (int64_t i = 0; i < g.layers; ++i) {
     const std::string hf = "model.layers." + std::to_string(i) + ".";
     const std::string card = "layers[" + std::to_string(i) + "].";
-    add(hf + "input_layernorm.weight", card + "attention_norm.weight", {h}, Split::mirrored, 0);
+    // Norms around the blocks. transformers' names: Llama's post_attention_layernorm is the
+    // norm before the MLP; Gemma's and OLMo 2's is the norm after attention.
+    if (c.pre_norms) add(hf + "input_layernorm.weight", card + "attention_norm.weight", {h}, Split::mirrored, 0);
+    if (c.post_norms)
+      add(hf + "post_attention_layernorm.weight", card + "post_attention_norm.weight", {h}, Split::mirrored, 0);
     const std::pair<const char*, int64_t> qkv[] = {{"q_proj", g.heads}, {"k_proj", g.kv_heads}, {"v_proj", g.kv_heads}};
+    int64_t offset = 0;
+    const Shape fused = {(g.heads + 2 * g.kv_heads) * d, h};
     for (auto [name, heads] : qkv) {
       const std::string w = std::string("self_attn.") + name, cw = std::string("attention.") + name;
-      add(hf + w + ".weight", card + cw + ".weight", {heads * d, h}, Split::rows, heads / s * d);
+      if (c.fused_qkv)
+        add_part(hf + "self_attn.qkv_proj.weight", card + cw + ".weight", {heads * d, h}, fused, offset, heads / s * d);
+      else
+        add(hf + w + ".weight", card + cw + ".weight", {heads * d, h}, Split::rows, heads / s * d);
       if (c.qkv_bias) add(hf + w + ".bias", card + cw + ".bias", {heads * d}, Split::rows, heads / s * d, true);
+      offset += heads * d;
+    }
+    if (c.qk_norm == ModelConfig::QkNorm::per_head) {
+      add(hf + "self_attn.q_norm.weight", card + "attention.q_norm.weight", {d}, Split::mirrored, 0);
+      add(hf + "self_attn.k_norm.weight", card + "attention.k_norm.weight", {d}, Split::mirrored, 0);
+    } else if (c.qk_norm == ModelConfig::QkNorm::whole) {
+      // OLMo 2: one norm over the whole projection, split with it (its sum of squares is
+      // all-reduced in the layer).
+      add(hf + "self_attn.q_norm.weight", card + "attention.q_norm.weight", {g.heads * d}, Split::rows, g.heads / s * d);
+      add(hf + "self_attn.k_norm.weight", card + "attention.k_norm.weight", {g.kv_heads * d}, Split::rows,
+          g.kv_heads / s * d);
     }
     add(hf + "self_attn.o_proj.weight", card + "attention.o_proj.weight", {h, g.heads * d}, Split::columns,
         g.heads / s * d);
     if (c.o_bias) add(hf + "self_attn.o_proj.bias", card + "attention.o_proj.bias", {h}, Split::mirrored, 0, true);
-    add(hf + "post_attention_layernorm.weight", card + "mlp_norm.weight", {h}, Split::mirrored, 0);
+    if (c.pre_norms)
+      add(hf + (c.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
+          card + "mlp_norm.weight", {h}, Split::mirrored, 0);
+    if (c.post_norms)
+      add(hf + "post_feedforward_layernorm.weight", card + "post_mlp_norm.weight", {h}, Split::mirrored, 0);
+    offset = 0;
     for (const char* name : {"gate", "up"}) {
       const std::string w = std::string("mlp.") + name + "_proj", cw = std::string("mlp.") + name;
-      add(hf + w + ".weight", card + cw + ".weight", {g.inner, h}, Split::rows, g.inner / s);
+      if (c.fused_gate_up)
+        add_part(hf + "mlp.gate_up_proj.weight", card + cw + ".weight", {g.inner, h}, {2 * g.inner, h}, offset,
+                 g.inner / s);
+      else
+        add(hf + w + ".weight", card + cw + ".weight", {g.inner, h}, Split::rows, g.inner / s);
       if (c.mlp_bias) add(hf + w + ".bias", card + cw + ".bias", {g.inner}, Split::rows, g.inner / s, true);
+      offset += g.inner;
     }
     add(hf + "mlp.down_proj.weight", card + "mlp.down.weight", {h, g.inner}, Split::columns, g.inner / s);
     if (c.mlp_bias) add(hf + "mlp.down_proj.bias", card + "mlp.down.bias", {h}, Split::mirrored, 0, true);

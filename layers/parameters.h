@@ -23,6 +23,12 @@ struct ParamSpec {
   // the last shard's tail padded with zeros).
   int64_t per_shard = 0;
   bool optional_bias = false;
+  // A part of a fused tensor (Phi-3's qkv_proj, gate_up_proj): the stored tensor's shape and
+  // the row where this part begins; `full` is the part's own shape. Empty: the whole tensor.
+  Shape stored;
+  int64_t row_offset = 0;
+
+  const Shape& stored_shape() const { return stored.rank() ? stored : full; }
 
   // Shape on shard s, and the range [begin, end) of the split dimension it reads.
   Shape shard_shape() const;

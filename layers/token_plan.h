@@ -33,6 +33,11 @@ struct DevicePlan {
   bool any_packed = false, any_cache = false, any_write = false;
   int64_t span = 0;  // the longest position a cache-attending token has, + 1
   int64_t row_run = 0;  // the longest run of consecutive cache-attending tokens on one row
+  // Each RoPE of the model (ModelConfig::LayerKind::rope): its inverse frequencies, [R/2] for
+  // every token or [N, R/2] where they depend on each sequence's length in the call (dynamic
+  // NTK, longrope), and the factor cos and sin are scaled by.
+  std::vector<Tensor> rope_freq;
+  std::vector<float> rope_scale;
 };
 
 // The residual stream after the last layer, and which of its rows go on to the head (index

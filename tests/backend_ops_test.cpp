@@ -634,3 +634,148 @@ TEST(BackendOps, GumbelMax) {
         }
       }
 }
+
+// ---- the families' ops (issue 28) --------------------------------------------------------------
+TEST(BackendOps, Geglu) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [n, inner] : {std::pair<int64_t, int64_t>{1, 11}, {9, 1024}, {130, 344}})
+    for (DType act : kActs) {
+      const auto gv = in_dtype(randn(n * 2 * inner, 151, 3.0f), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor gu = put(be, ref, {n, 2 * inner}, gv, act);
+        Tensor out = poison(be, ref, {n, inner}, act);
+        be.geglu(gu, out);
+        return {be.to_host(out)};
+      };
+      check_op("geglu", str(n, "x", inner), dts(act, act), run, {{"out", bound_for(act)}});
+    }
+}
+
+TEST(BackendOps, Pointwise) {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [op, value] : {std::pair{Backend::Pointwise::multiply, 6.9282f}, {Backend::Pointwise::divide, 8.0f},
+                           {Backend::Pointwise::softcap, 30.0f}, {Backend::Pointwise::softcap, 2.0f}})
+    for (DType act : kActs) {
+      const auto xv = in_dtype(randn(7 * 1001, 152, 20.0f), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {7, 1001}, xv, act);
+        be.pointwise(x, op, value);
+        return {be.to_host(x)};
+      };
+      check_op("pointwise", str("op ", static_cast<int>(op), " value ", value), dts(act, act), run,
+               {{"x", bound_for(act, 1e-6)}});
+    }
+}
+
+TEST(BackendOps, SumSquaresAndColumnNorms) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, width, col_begin, groups, group_width;
+  };
+  for (const Case c : {Case{1, 48, 0, 6, 8}, Case{37, 3072, 1024, 16, 128}, Case{5, 768, 512, 1, 256}})
+    for (DType act : kActs)
+      for (DType wt : {DType::f32, DType::bf16})
+        for (bool given : {false, true}) {
+          const auto xv = in_dtype(randn(c.n * c.width, 153, 3.0f), act);
+          const auto wv = in_dtype(randn(c.group_width, 154), wt);
+          OpRun run = [&](Backend& be, bool ref) -> Outputs {
+            Tensor x = put(be, ref, {c.n, c.width}, xv, act), w = put(be, ref, {c.group_width}, wv, wt);
+            Tensor ss = poison(be, ref, {c.n}, DType::f32);
+            be.sum_squares(x, c.col_begin, c.groups * c.group_width, ss);
+            if (given && c.groups == 1) {
+              be.rms_norm_cols(x, c.col_begin, 1, c.group_width, w, 1e-6f, &ss, 3 * c.group_width);
+            } else {
+              be.rms_norm_cols(x, c.col_begin, c.groups, c.group_width, w, 1e-6f, nullptr, 0);
+            }
+            return {be.to_host(ss), be.to_host(x)};
+          };
+          check_op("rms_norm_cols", str(c.n, "x", c.width, " cols ", c.col_begin, "+", c.groups, "x", c.group_width,
+                                        given ? " ss given" : ""),
+                   dts(act, wt), run, {{"sum_sq", 1e-5}, {"x", bound_for(act)}});
+        }
+}
+
+TEST(BackendOps, RopePartialPerTokenScaled) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, total_heads, heads, dim, rotary;
+    bool per_token;
+    float scale;
+  };
+  for (const Case c : {Case{1, 4, 4, 96, 72, false, 1.0f}, Case{17, 12, 8, 128, 128, true, 1.2f},
+                       Case{300, 6, 4, 256, 128, true, 1.0f}})
+    for (DType act : kActs) {
+      const int64_t W = c.total_heads * c.dim, half = c.rotary / 2;
+      const auto xv = in_dtype(randn(c.n * W, 155), act);
+      std::vector<float> inv(static_cast<size_t>((c.per_token ? c.n : 1) * half));
+      for (size_t i = 0; i < inv.size(); ++i)
+        inv[i] = static_cast<float>(1.0 / std::pow(10000.0 + 37.0 * double(i / half), 2.0 * double(i % half) / double(c.rotary)));
+      std::vector<int64_t> pos(static_cast<size_t>(c.n));
+      std::mt19937 g(6);
+      for (auto& p : pos) p = std::uniform_int_distribution<int64_t>(0, 131071)(g);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {c.n, W}, xv, act);
+        Tensor f = c.per_token ? put(be, ref, {c.n, half}, inv, DType::f32) : put(be, ref, {half}, inv, DType::f32);
+        Tensor p = put_ints(be, {c.n}, pos);
+        be.rope_heads(x, 0, c.heads, c.dim, p, f, c.scale);
+        return {be.to_host(x)};
+      };
+      check_op("rope_heads", str(c.n, " tokens, ", c.heads, " heads D=", c.dim, " R=", c.rotary,
+                                 c.per_token ? " per-token" : "", " scale ", c.scale),
+               dts(act, DType::f32), run, {{"x", bound_for(act, 1e-6)}});
+    }
+}
+
+// Sliding windows, soft-capped and rescaled scores, and head dims up to 256 (Gemma), packed
+// and through the cache.
+TEST(BackendOps, AttentionWindowSoftcapWideHeads) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t q_heads, kv_heads, dim, window;
+    float softcap, scale;
+  };
+  for (const Case c : {Case{8, 4, 256, 0, 0.f, 0.0625f}, Case{8, 4, 256, 100, 50.f, 0.0625f},
+                       Case{4, 2, 128, 37, 0.f, 0.f}, Case{6, 3, 64, 1, 0.f, 0.f}, Case{4, 4, 224, 513, 20.f, 0.f}})
+    for (DType act : kActs) {
+      AttentionDims d;
+      d.q_heads = c.q_heads, d.kv_heads = c.kv_heads, d.head_dim = c.dim, d.max_seq = 2048, d.page_size = 64;
+      d.window = c.window, d.softcap = c.softcap, d.scale = c.scale;
+      std::vector<int64_t> start;
+      for (int64_t r : {300, 1, 700})
+        for (int64_t i = 0, s = static_cast<int64_t>(start.size()); i < r; ++i) start.push_back(s);
+      const int64_t n = static_cast<int64_t>(start.size());
+      const auto qkv = in_dtype(randn(n * d.qkv_width(), 156, 1.5f), act);
+      OpRun packed = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, d.qkv_width()}, qkv, act), rs = put_ints(be, {n}, start);
+        Tensor out = poison(be, ref, {n, d.q_heads * d.head_dim}, act);
+        be.attention_packed(x, d, rs, out);
+        return {be.to_host(out)};
+      };
+      const std::string name = str("qh=", c.q_heads, " kvh=", c.kv_heads, " D=", c.dim, " window=", c.window,
+                                   " softcap=", c.softcap, " scale=", c.scale);
+      check_op("attention_packed", name, dtype_name(act), packed, {{"out", bound_for(act)}});
+      // The cache: one row's 2048 positions through a shuffled table; tokens at scattered positions.
+      const CacheGeom g{c.q_heads, c.kv_heads, c.dim, 2048, 64, 2};
+      std::vector<int64_t> table(64);  // 2 rows × 32 pages
+      std::iota(table.begin(), table.end(), 0);
+      std::shuffle(table.begin(), table.end(), std::mt19937(7));
+      std::vector<int64_t> rows, pos;
+      for (int64_t p : {0, 5, 63, 64, 99, 700, 1500, 2047}) rows.push_back(p % 2), pos.push_back(p);
+      for (int64_t p = 900; p < 1000; ++p) rows.push_back(1), pos.push_back(p);  // a prefill-like chunk
+      const int64_t m = static_cast<int64_t>(rows.size());
+      const auto q2 = in_dtype(randn(m * d.qkv_width(), 157, 1.5f), act);
+      const auto kc = in_dtype(randn(g.cache_numel(), 158, 1.5f), act);
+      const auto vc = in_dtype(randn(g.cache_numel(), 159), act);
+      OpRun cache = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {m, d.qkv_width()}, q2, act);
+        Tensor r = put_ints(be, {m}, rows), p = put_ints(be, {m}, pos), t = put_ints(be, {2, 32}, table);
+        Tensor ck = put(be, ref, g.cache_shape(), kc, act), cv = put(be, ref, g.cache_shape(), vc, act);
+        Tensor out = poison(be, ref, {m, d.q_heads * d.head_dim}, act);
+        AttentionDims dd = d;
+        dd.span = 2048;
+        be.attention_cache(x, dd, r, p, t, ck, cv, out);
+        return {be.to_host(out)};
+      };
+      check_op("attention_cache", name, dtype_name(act), cache, {{"out", bound_for(act)}});
+    }
+}

@@ -85,13 +85,14 @@ TEST(ConfigKeys, BothSpellingsMustAgree) {
 }
 
 TEST(ConfigKeys, UnknownRopeTypeRefusedUnderEitherKey) {
-  for (const char* type : {"yarn", "dynamic", "longrope"}) {
+  for (const char* type : {"proportional", "mrope", "su"}) {  // "su" is longrope for phi3 only
     json p = {{"rope_type", type}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+    const std::string supported = "(supported: default, linear, llama3, dynamic, yarn, longrope)";
     EXPECT_EQ(parse_error(with(llama(), "rope_parameters", p)),
-              str("cfg.json: unsupported rope_parameters rope_type '", type, "' (supported: default, linear, llama3)"));
+              str("cfg.json: unsupported rope_parameters rope_type '", type, "' ", supported));
     p.erase("rope_theta");
     EXPECT_EQ(parse_error(with(llama(), "rope_scaling", p)),
-              str("cfg.json: unsupported rope_scaling rope_type '", type, "' (supported: default, linear, llama3)"));
+              str("cfg.json: unsupported rope_scaling rope_type '", type, "' ", supported));
   }
 }
 
@@ -133,8 +134,14 @@ TEST(ConfigKeys, RefusesMathItDoesNotImplement) {
   EXPECT_EQ(parse_error(neutral), "(no error)");
 }
 
-// A window larger than MaxSeq changes nothing; a smaller one is refused, naming both.
-TEST(ConfigKeys, SlidingWindowRefusedBelowMaxSeq) {
+// Windows apply where transformers' code of the model_type applies them; Llama's code has
+// none, so a window smaller than MaxSeq in a Llama config is refused, naming both.
+TEST(ConfigKeys, SlidingWindowWhereTransformersAppliesIt) {
+  auto sliding = [](const ModelConfig& c) {
+    std::vector<bool> v;
+    for (int64_t i = 0; i < c.layers; ++i) v.push_back(c.layer_kind(i).sliding);
+    return v;
+  };
   json q = with(llama(), "model_type", "qwen2");
   q["sliding_window"] = 4096;
   q["use_sliding_window"] = false;  // Qwen2's published configs: a window that is not used
@@ -145,20 +152,30 @@ TEST(ConfigKeys, SlidingWindowRefusedBelowMaxSeq) {
   q["max_window_layers"] = 1;
   const ModelConfig c = parse_hf_config(q, "cfg.json");
   ASSERT_TRUE(c.sliding_window);
-  EXPECT_EQ(error_of([&] { bind_generics(c, RunOptions{}); }),
-            "sliding_window=4096 is smaller than MaxSeq=8192: linnet does not implement sliding-window attention (at "
-            "MaxSeq ≤ the window the two are the same: pass --max-seq 4096 or less)");
-  EXPECT_EQ(bind_generics(c, RunOptions{1, 4096, 1, 64, std::nullopt}).max_seq, 4096);
+  EXPECT_EQ(*c.sliding_window, 4096);
+  EXPECT_EQ(sliding(c), (std::vector<bool>{false, true}));
+  EXPECT_EQ(bind_generics(c, RunOptions{}).max_seq, 8192);  // implemented: no refusal
   // transformers 5's layer_types.
-  json t = with(llama(), "layer_types", {"full_attention", "sliding_attention"});
+  json t = with(q, "layer_types", {"sliding_attention", "full_attention"});
   t["sliding_window"] = 1024;
-  EXPECT_EQ(*parse_hf_config(t, "cfg.json").sliding_window, 1024);
+  EXPECT_EQ(sliding(parse_hf_config(t, "cfg.json")), (std::vector<bool>{true, false}));
   t["layer_types"] = {"full_attention", "full_attention"};
   EXPECT_FALSE(parse_hf_config(t, "cfg.json").sliding_window);
   t["layer_types"] = {"full_attention", "chunked_attention"};
   EXPECT_NE(parse_error(t).find("layer_types[1] 'chunked_attention' is not supported"), std::string::npos);
-  // Llama has no sliding window: any window set is taken at its word.
-  EXPECT_TRUE(parse_hf_config(with(llama(), "sliding_window", 2048), "cfg.json").sliding_window);
+  // Mistral: every layer, and its config class's default 4096 when the key is absent.
+  const json m = with(llama(), "model_type", "mistral");
+  EXPECT_EQ(*parse_hf_config(m, "cfg.json").sliding_window, 4096);
+  EXPECT_EQ(sliding(parse_hf_config(m, "cfg.json")), (std::vector<bool>{true, true}));
+  EXPECT_FALSE(parse_hf_config(with(m, "sliding_window", nullptr), "cfg.json").sliding_window);
+  // Llama has no sliding window in transformers: a window set is refused below MaxSeq.
+  const ModelConfig l = parse_hf_config(with(llama(), "sliding_window", 2048), "cfg.json");
+  EXPECT_FALSE(l.sliding_window);
+  EXPECT_EQ(error_of([&] { bind_generics(l, RunOptions{}); }),
+            "sliding_window=2048 is smaller than MaxSeq=8192: transformers' llama code applies no sliding window, so "
+            "the config says one thing and the model another (at MaxSeq ≤ the window the two are the same: pass "
+            "--max-seq 2048 or less)");
+  EXPECT_EQ(bind_generics(l, RunOptions{1, 2048, 1, 64, std::nullopt}).max_seq, 2048);
 }
 
 TEST(ConfigKeys, EveryEndOfSequenceIdIsKept) {

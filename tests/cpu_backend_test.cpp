@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "core/backend.h"
 #include "core/cpu/attention_kernels.h"
@@ -254,5 +255,133 @@ TEST(CpuAttentionKernels, EveryKernelAgreesWithThePortableOne) {
         for (int64_t i = 0; i < d; ++i) ASSERT_NEAR(o[i], want_o[i], 2e-5) << k->name << " d " << d << " count " << count;
       }
     }
+  }
+}
+
+// ---- the families' ops (issue 28) ------------------------------------------------------------
+
+// Sliding window, scale and soft-cap: packed and cache attention (through a shuffled page
+// table whose pages before the window hold garbage) against the float64 definition.
+TEST(CpuBackend, AttentionWindowScaleSoftcap) {
+  auto be = make_cpu_backend();
+  for (auto [window, softcap, scale] : {std::tuple<int64_t, float, float>{3, 0.f, 0.f}, {5, 1.5f, 0.3f}, {0, 2.f, 0.f}}) {
+    SCOPED_TRACE(str("window ", window, " softcap ", softcap, " scale ", scale));
+    AttentionDims d{4, 2, 8, 16, 4};
+    d.window = window, d.softcap = softcap, d.scale = scale;
+    const int64_t n = 11, w = d.qkv_width();
+    auto qv = randn(n * w, 18, 2.0f);
+    Tensor qkv = Tensor::from_floats({n, w}, qv);
+    // Two runs: tokens 0…3 and 4…10.
+    std::vector<int64_t> start(n);
+    for (int64_t t = 0; t < n; ++t) start[t] = t < 4 ? 0 : 4;
+    Tensor out_p = Tensor::zeros({n, d.q_heads * d.head_dim}, DType::f32);
+    be->attention_packed(qkv, d, Tensor::from_ints({n}, start), out_p);
+    // The second run (7 tokens) through the cache at positions 0…6 of logical row 0.
+    Tensor ck = Tensor::from_floats({2, d.kv_heads, d.max_seq, d.head_dim}, randn(2 * 2 * 16 * 8, 19, 100.f));
+    Tensor cv = Tensor::from_floats({2, d.kv_heads, d.max_seq, d.head_dim}, randn(2 * 2 * 16 * 8, 20, 100.f));
+    std::vector<int64_t> table = {6, 1, 3, 0, 2, 4, 5, 7};
+    Tensor run = Tensor::from_floats({7, w}, std::vector<float>(qv.begin() + 4 * w, qv.end()));
+    std::vector<int64_t> slots(7), rows(7, 0), pos(7);
+    for (int64_t t = 0; t < 7; ++t) pos[t] = t, slots[t] = table[t / 4] * 4 + t % 4;
+    be->kv_write(run, d, Tensor::from_ints({7}, slots), ck, cv);
+    Tensor out_c = Tensor::zeros({7, d.q_heads * d.head_dim}, DType::f32);
+    be->attention_cache(run, d, Tensor::from_ints({7}, rows), Tensor::from_ints({7}, pos),
+                        Tensor::from_ints({2, 4}, table), ck, cv, out_c);
+    std::vector<double> ref(n * 32);
+    const double sc = scale != 0 ? scale : 1 / std::sqrt(8.0);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < 4; ++h) {
+        const int64_t g = h / 2, lo = std::max<int64_t>(start[t], window ? t - window + 1 : 0);
+        std::vector<double> s;
+        double mx = -1e300, sum = 0;
+        for (int64_t j = lo; j <= t; ++j) {
+          double dot = 0;
+          for (int64_t i = 0; i < 8; ++i) dot += double(qv[t * w + h * 8 + i]) * qv[j * w + (4 + g) * 8 + i];
+          double x = dot * sc;
+          if (softcap > 0) x = softcap * std::tanh(x / softcap);
+          s.push_back(x);
+          mx = std::max(mx, x);
+        }
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        for (int64_t i = 0; i < 8; ++i) {
+          double acc = 0;
+          for (int64_t j = lo; j <= t; ++j) acc += s[j - lo] / sum * qv[j * w + (6 + g) * 8 + i];
+          ref[t * 32 + h * 8 + i] = acc;
+        }
+      }
+    EXPECT_LT(rel_err(out_p.to_floats(), ref), 1e-6);
+    EXPECT_LT(rel_err(out_c.to_floats(), std::vector<double>(ref.begin() + 4 * 32, ref.end())), 1e-6);
+  }
+}
+
+// Partial rotation (the first R of D dims), per-token frequencies and the attention factor.
+TEST(CpuBackend, RopePartialPerTokenScaled) {
+  auto be = make_cpu_backend();
+  const int64_t n = 3, d = 8, r = 6, half = 3, heads = 2;
+  auto xv = randn(n * heads * d, 21);
+  Tensor x = Tensor::from_floats({n, heads * d}, xv);
+  std::vector<float> f = {1.0f, 0.3f, 0.01f, 0.5f, 0.2f, 0.02f, 0.9f, 0.1f, 0.001f};  // [N, R/2]
+  std::vector<int64_t> pos = {0, 7, 31};
+  be->rope_heads(x, 0, heads, d, Tensor::from_ints({n}, pos), Tensor::from_floats({n, half}, f), 1.25f);
+  const auto y = x.to_floats();
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t h = 0; h < heads; ++h) {
+      const float* v = &xv[(t * heads + h) * d];
+      for (int64_t i = 0; i < half; ++i) {
+        const double ang = double(float(pos[t]) * f[t * half + i]);
+        const double c = 1.25 * std::cos(ang), s = 1.25 * std::sin(ang);
+        EXPECT_NEAR(y[(t * heads + h) * d + i], v[i] * c - v[i + half] * s, 1e-5);
+        EXPECT_NEAR(y[(t * heads + h) * d + i + half], v[i + half] * c + v[i] * s, 1e-5);
+      }
+      for (int64_t i = r; i < d; ++i) EXPECT_EQ(y[(t * heads + h) * d + i], v[i]);  // passed through
+    }
+}
+
+TEST(CpuBackend, GegluPointwiseAndColumnNorms) {
+  auto be = make_cpu_backend();
+  const int64_t n = 2, inner = 5;
+  auto gv = randn(n * 2 * inner, 22, 2.0f);
+  Tensor gu = Tensor::from_floats({n, 2 * inner}, gv), out = Tensor::empty({n, inner}, DType::f32);
+  be->geglu(gu, out);
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < inner; ++i) {
+      const double a = gv[r * 2 * inner + i], b = gv[r * 2 * inner + inner + i];
+      const double gelu = 0.5 * a * (1 + std::tanh(std::sqrt(2 / M_PI) * (a + 0.044715 * a * a * a)));
+      EXPECT_NEAR(out.to_floats()[r * inner + i], gelu * b, 1e-5);
+    }
+  Tensor p = Tensor::from_floats({3}, {-6.0f, 0.5f, 9.0f});
+  be->pointwise(p, Backend::Pointwise::softcap, 3.0f);
+  EXPECT_NEAR(p.to_floats()[0], 3 * std::tanh(-2.0), 1e-6);
+  EXPECT_NEAR(p.to_floats()[2], 3 * std::tanh(3.0), 1e-6);
+  be->pointwise(p, Backend::Pointwise::divide, 2.0f);
+  be->pointwise(p, Backend::Pointwise::multiply, 4.0f);
+  EXPECT_NEAR(p.to_floats()[1], 2 * 3 * std::tanh(0.5 / 3), 1e-6);
+  // Per-head norms, and a norm over columns whose sum of squares is given (as all-reduced).
+  const int64_t w = 12;
+  auto xv = randn(n * w, 23);
+  auto wv = randn(4, 24);
+  Tensor x = Tensor::from_floats({n, w}, xv), wt = Tensor::from_floats({4}, wv);
+  be->rms_norm_cols(x, 4, 2, 4, wt, 1e-6f, nullptr, 0);  // columns 4…11 as two heads of 4
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(x.to_floats()[r * w + c], xv[r * w + c]);
+    for (int64_t g = 0; g < 2; ++g) {
+      double ss = 0;
+      for (int64_t i = 0; i < 4; ++i) ss += double(xv[r * w + 4 + g * 4 + i]) * xv[r * w + 4 + g * 4 + i];
+      for (int64_t i = 0; i < 4; ++i)
+        EXPECT_NEAR(x.to_floats()[r * w + 4 + g * 4 + i], xv[r * w + 4 + g * 4 + i] / std::sqrt(ss / 4 + 1e-6) * wv[i], 1e-5);
+    }
+  }
+  Tensor y = Tensor::from_floats({n, w}, xv), ss = Tensor::empty({n}, DType::f32);
+  be->sum_squares(y, 0, 4, ss);
+  std::vector<float> total = ss.to_floats();
+  for (auto& v : total) v *= 3;  // as if two more shards held as much
+  Tensor tot = Tensor::from_floats({n}, total);
+  be->rms_norm_cols(y, 0, 1, 4, wt, 1e-6f, &tot, 12);
+  for (int64_t r = 0; r < n; ++r) {
+    double s = 0;
+    for (int64_t i = 0; i < 4; ++i) s += double(xv[r * w + i]) * xv[r * w + i];
+    EXPECT_NEAR(ss.to_floats()[r], s, 1e-4);
+    for (int64_t i = 0; i < 4; ++i)
+      EXPECT_NEAR(y.to_floats()[r * w + i], xv[r * w + i] / std::sqrt(3 * s / 12 + 1e-6) * wv[i], 1e-5);
   }
 }

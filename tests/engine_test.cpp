@@ -128,6 +128,33 @@ TEST(Scheduler, RejectsWhatCanNeverFitAndBoundsEveryStep) {
   EXPECT_EQ(pool.free_pages(), 6);
 }
 
+// whole_prompts (models whose RoPE follows the sequence's length): a prompt is never split
+// into chunks nor shares another's pages; past the budget it runs as a step's only row.
+TEST(Scheduler, WholePromptsAreNeverChunkedNorShared) {
+  PageAllocator pool(16, 8);
+  SchedulerLimits limits{64, 4, 16};
+  limits.whole_prompts = true;
+  Scheduler s(pool, limits);
+  const auto shared = prompt(4, 20);
+  EXPECT_EQ(s.submit(request(0, shared, 3)), "");
+  EXPECT_EQ(s.submit(request(1, shared, 3)), "");  // the same 20 tokens: two full pages in common
+  EXPECT_EQ(s.submit(request(2, prompt(5, 6), 3)), "");
+  while (!s.idle()) {
+    auto rows = s.schedule();
+    ASSERT_FALSE(rows.empty());
+    for (const auto& r : rows) {
+      if (r.count > 1) {
+        EXPECT_EQ(r.begin, 0) << "request " << r.seq->request.index << " chunked";
+        EXPECT_EQ(r.count, static_cast<int64_t>(r.seq->tokens.size()));
+        if (r.count > 16) EXPECT_EQ(rows.size(), 1u) << "a prompt past the budget runs alone";
+      }
+      for (int32_t p : r.seq->pages) EXPECT_EQ(pool.refs(p), 1) << "a page shared";
+    }
+    s.complete(rows, std::vector<int32_t>(rows.size(), 5), {}, {});
+  }
+  EXPECT_EQ(pool.free_pages(), 16);
+}
+
 // SPEC §8: greedy picks as `generate` does, whatever else is running.
 TEST(Generator, GreedyAloneEqualsAmongSixtyFourOthers) {
   std::vector<Request> all;

@@ -80,15 +80,20 @@ TEST(HfConfig, RefusesUnsupportedValues) {
     j[key] = v;
     return j;
   };
-  EXPECT_EQ(error_of(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4}})),
-            "cfg.json: unsupported rope_scaling rope_type 'yarn' (supported: default, linear, llama3)");
+  EXPECT_EQ(error_of(with("rope_scaling", {{"rope_type", "mrope"}, {"factor", 4}})),
+            "cfg.json: unsupported rope_scaling rope_type 'mrope' (supported: default, linear, llama3, dynamic, yarn, "
+            "longrope)");
   EXPECT_EQ(error_of(with("hidden_act", "gelu")), "cfg.json: unsupported hidden_act 'gelu' (supported: silu)");
-  EXPECT_EQ(error_of(with("head_dim", 32)),
-            "cfg.json: head_dim 32 differs from hidden_size/num_attention_heads = 16 (unsupported)");
+  EXPECT_EQ(parse_hf_config(with("head_dim", 32), "cfg.json").head_dim(), 32);  // issue 28: read, not refused
   EXPECT_EQ(error_of(with("num_key_value_heads", 3)), "cfg.json: num_attention_heads 4 does not divide by num_key_value_heads 3");
   EXPECT_EQ(error_of(with("vocab_size", -5)), "cfg.json: 'vocab_size' must be a positive integer below 2^31, got -5");
   EXPECT_EQ(error_of(with("torch_dtype", "float8")), "cfg.json: unsupported torch_dtype 'float8' (supported: bfloat16, float16, float32)");
-  EXPECT_EQ(error_of(with("model_type", "mistral")), "cfg.json: unsupported model_type 'mistral' (supported: llama, qwen2)");
+  EXPECT_EQ(error_of(with("model_type", "gpt2")),
+            "cfg.json: unsupported model_type 'gpt2' (supported: llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, "
+            "olmo2, granite, smollm3)");
+  EXPECT_EQ(error_of(with("model_type", "mixtral")),
+            "cfg.json: unsupported model_type 'mixtral' (mixture-of-experts layers; supported: llama, qwen2, mistral, "
+            "qwen3, gemma2, gemma3_text, phi3, olmo2, granite, smollm3)");
   json missing = llama();
   missing.erase("hidden_size");
   EXPECT_EQ(error_of(missing), "cfg.json: missing required key 'hidden_size'");

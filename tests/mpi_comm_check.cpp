@@ -85,8 +85,12 @@ class FakeDeviceBackend final : public Backend {
   void rms_norm(const Tensor&, const Tensor&, float, Tensor&) override { no(); }
   void add_rms_norm(Tensor&, const Tensor&, const Tensor&, float, Tensor&) override { no(); }
   void add(Tensor&, const Tensor&) override { no(); }
-  void rope(Tensor&, int64_t, int64_t, const Tensor&, const Tensor&) override { no(); }
+  void rope_heads(Tensor&, int64_t, int64_t, int64_t, const Tensor&, const Tensor&, float) override { no(); }
   void swiglu(const Tensor&, Tensor&) override { no(); }
+  void geglu(const Tensor&, Tensor&) override { no(); }
+  void pointwise(Tensor&, Pointwise, float) override { no(); }
+  void sum_squares(const Tensor&, int64_t, int64_t, Tensor&) override { no(); }
+  void rms_norm_cols(Tensor&, int64_t, int64_t, int64_t, const Tensor&, float, const Tensor*, int64_t) override { no(); }
   void kv_write(const Tensor&, const AttentionDims&, const Tensor&, Tensor&, Tensor&) override { no(); }
   void attention_packed(const Tensor&, const AttentionDims&, const Tensor&, Tensor&) override { no(); }
   void attention_cache(const Tensor&, const AttentionDims&, const Tensor&, const Tensor&, const Tensor&,

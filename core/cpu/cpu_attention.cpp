@@ -31,6 +31,12 @@ void check_dims(const Tensor& qkv, const AttentionDims& d, const Tensor& out, co
              op, qkv.describe() + " → " + out.describe());
 }
 
+// Gemma 2's soft-capping of the scaled scores, as transformers: (s / cap) → tanh → × cap, in f32.
+void softcap_scores(float* s, int64_t count, float cap) {
+  if (cap == 0) return;
+  for (int64_t j = 0; j < count; ++j) s[j] = std::tanh(s[j] / cap) * cap;
+}
+
 }  // namespace
 
 void CpuBackend::kv_write(const Tensor& qkv, const AttentionDims& d, const Tensor& slots,
@@ -60,7 +66,7 @@ void CpuBackend::attention_packed(const Tensor& qkv, const AttentionDims& d, con
   check_dims(qkv, d, out, "attention_packed");
   const int64_t n = qkv.dim(0), w = d.qkv_width(), dh = d.head_dim, group = d.q_heads / d.kv_heads;
   const int32_t* start = run_start.ptr<int32_t>();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const float scale = d.score_scale();
   const float* base = qkv.ptr<float>();
   const cpu::AttentionKernels& k = cpu::attention_kernels();
 #pragma omp parallel
@@ -71,12 +77,15 @@ void CpuBackend::attention_packed(const Tensor& qkv, const AttentionDims& d, con
     for (int64_t task = 0; task < n * d.q_heads; ++task) {
       const int64_t t = task / d.q_heads, h = task % d.q_heads, g = h / group;
       if (start[t] < 0) continue;
-      const int64_t count = t - start[t] + 1;
+      // A sliding window keeps the run's last `window` tokens up to t (by index in the run).
+      const int64_t from = d.window > 0 ? std::max<int64_t>(start[t], t - d.window + 1) : start[t];
+      const int64_t count = t - from + 1;
       scores.resize(static_cast<size_t>(count));
       values.resize(static_cast<size_t>(count));
       const float* q = base + t * w + h * dh;
-      const float* first = base + start[t] * w;
+      const float* first = base + from * w;
       k.scores(q, first + (d.q_heads + g) * dh, w, count, dh, scale, scores.data());
+      softcap_scores(scores.data(), count, d.softcap);
       for (int64_t j = 0; j < count; ++j) values[j] = first + j * w + (d.q_heads + d.kv_heads + g) * dh;
       const float inv = k.softmax(scores.data(), count);
       k.combine(scores.data(), values.data(), count, dh, inv, out.ptr<float>() + t * d.q_heads * dh + h * dh);
@@ -95,7 +104,9 @@ void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, cons
   const int32_t* row = rows.ptr<int32_t>();
   const int32_t* pos = positions.ptr<int32_t>();
   const int32_t* tab = table.ptr<int32_t>();
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dh));
+  const float scale = d.score_scale();
+  // The first position token t attends: 0, or the start of its window.
+  auto first_pos = [&](int64_t t) -> int64_t { return d.window > 0 ? std::max<int64_t>(0, pos[t] - d.window + 1) : 0; };
   const cpu::AttentionKernels& kern = cpu::attention_kernels();
   for (int64_t t = 0; t < n; ++t) {
     if (row[t] < 0) continue;
@@ -106,7 +117,7 @@ void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, cons
     // where every cache entry of the tests runs).
     cpu_expect(d.span == 0 || pos[t] < d.span, "attention_cache",
                str("token ", t, " at position ", pos[t], " is past the call's span ", d.span));
-    for (int64_t p = 0; p <= pos[t] / d.page_size; ++p) {
+    for (int64_t p = first_pos(t) / d.page_size; p <= pos[t] / d.page_size; ++p) {
       const int32_t page = tab[row[t] * pages + p];
       cpu_expect(page >= 0 && page < cache_rows * d.pages_per_row(), "attention_cache",
                  str("table[", row[t], ", ", p, "] = ", page, " is not a page"));
@@ -120,21 +131,24 @@ void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, cons
     for (int64_t task = 0; task < n * d.q_heads; ++task) {
       const int64_t t = task / d.q_heads, h = task % d.q_heads, g = h / group;
       if (row[t] < 0) continue;
-      const int64_t count = pos[t] + 1;
+      const int64_t lo = first_pos(t), count = pos[t] + 1 - lo;
       scores.resize(static_cast<size_t>(count));
       values.resize(static_cast<size_t>(count));
       const float* q = qkv.ptr<float>() + t * w + h * dh;
       // Page by page: a page's positions are contiguous in its cache row.
-      for (int64_t j0 = 0; j0 < count; j0 += d.page_size) {
+      for (int64_t j0 = lo; j0 <= pos[t];) {
         const int64_t page = tab[row[t] * pages + j0 / d.page_size];
         const CacheAddress a = slot_address(page * d.page_size, d);
-        const int64_t base = ((a.row * d.kv_heads + g) * d.max_seq + a.pos) * dh;
+        const int64_t in_page = j0 % d.page_size;
+        const int64_t base = ((a.row * d.kv_heads + g) * d.max_seq + a.pos + in_page) * dh;
         const float* k = cache_k.ptr<float>() + base;
         const float* v = cache_v.ptr<float>() + base;
-        const int64_t end = std::min(d.page_size, count - j0);
-        kern.scores(q, k, dh, end, dh, scale, scores.data() + j0);
-        for (int64_t i = 0; i < end; ++i) values[j0 + i] = v + i * dh;
+        const int64_t end = std::min(d.page_size - in_page, pos[t] + 1 - j0);
+        kern.scores(q, k, dh, end, dh, scale, scores.data() + (j0 - lo));
+        for (int64_t i = 0; i < end; ++i) values[j0 - lo + i] = v + i * dh;
+        j0 += end;
       }
+      softcap_scores(scores.data(), count, d.softcap);
       const float inv = kern.softmax(scores.data(), count);
       kern.combine(scores.data(), values.data(), count, dh, inv, out.ptr<float>() + t * d.q_heads * dh + h * dh);
     }

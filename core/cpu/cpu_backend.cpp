@@ -181,23 +181,28 @@ void CpuBackend::add(Tensor& x, const Tensor& y) {
   for (int64_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
-void CpuBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
-                      const Tensor& inv_freq) {
+void CpuBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
+                            const Tensor& inv_freq, float scale) {
   cpu_expect_f32(x, "rope", "x");
   cpu_expect_f32(inv_freq, "rope", "inv_freq");
-  const int64_t n = x.dim(0), width = x.dim(1), half = inv_freq.numel(), d = 2 * half;
-  cpu_expect((head_begin + heads) * d <= width && positions.numel() == n, "rope",
-             str("heads [", head_begin, ", ", head_begin + heads, ") of ", x.describe()));
+  const int64_t n = x.dim(0), width = x.dim(1), half = inv_freq.dim(inv_freq.rank() - 1), d = head_dim;
+  const bool per_token = inv_freq.rank() == 2;
+  cpu_expect(2 * half <= d && (head_begin + heads) * d <= width && positions.numel() == n &&
+                 (!per_token || inv_freq.dim(0) == n),
+             "rope", str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", d, " (rotary ", 2 * half, ") of ",
+                         x.describe(), ", inv_freq ", inv_freq.describe()));
   const int32_t* pos = positions.ptr<int32_t>();
-  const float* f = inv_freq.ptr<float>();
   float* base = x.ptr<float>();
 #pragma omp parallel for if (n > 16)
   for (int64_t t = 0; t < n; ++t) {
+    const float* f = inv_freq.ptr<float>() + (per_token ? t * half : 0);
     for (int64_t i = 0; i < half; ++i) {
-      // Angle in f32, as Hugging Face forms it; cos/sin of that f32 value.
+      // Angle in f32, as Hugging Face forms it; cos/sin of that f32 value, then × the
+      // attention factor in f32 (transformers scales its cos and sin tables).
       const float ang = static_cast<float>(pos[t]) * f[i];
-      const float c = static_cast<float>(std::cos(static_cast<double>(ang)));
-      const float s = static_cast<float>(std::sin(static_cast<double>(ang)));
+      float c = static_cast<float>(std::cos(static_cast<double>(ang)));
+      float s = static_cast<float>(std::sin(static_cast<double>(ang)));
+      if (scale != 1.0f) c *= scale, s *= scale;
       for (int64_t h = head_begin; h < head_begin + heads; ++h) {
         float* v = base + t * width + h * d;
         const float a = v[i], b = v[i + half];
@@ -220,6 +225,79 @@ void CpuBackend::swiglu(const Tensor& gate_up, Tensor& out) {
     for (int64_t i = 0; i < inner; ++i) {
       const float a = g[r * 2 * inner + i], b = g[r * 2 * inner + inner + i];
       o[r * inner + i] = a / (1.0f + std::exp(-a)) * b;
+    }
+}
+
+void CpuBackend::geglu(const Tensor& gate_up, Tensor& out) {
+  cpu_expect_f32(gate_up, "geglu", "gate_up");
+  cpu_expect_f32(out, "geglu", "out");
+  const int64_t n = gate_up.dim(0), inner = out.dim(1);
+  cpu_expect(gate_up.dim(1) == 2 * inner && out.dim(0) == n, "geglu", gate_up.describe() + " → " + out.describe());
+  const float* g = gate_up.ptr<float>();
+  float* o = out.ptr<float>();
+  // PyTorch's gelu(approximate="tanh"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), in f32.
+  const float beta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5), kappa = 0.044715f;
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < inner; ++i) {
+      const float a = g[r * 2 * inner + i], b = g[r * 2 * inner + inner + i];
+      const float inner_v = beta * (a + kappa * a * a * a);
+      o[r * inner + i] = 0.5f * a * (1.0f + std::tanh(inner_v)) * b;
+    }
+}
+
+void CpuBackend::pointwise(Tensor& x, Pointwise op, float value) {
+  cpu_expect_f32(x, "pointwise", "x");
+  float* a = x.ptr<float>();
+  const int64_t n = x.numel();
+  switch (op) {
+    case Pointwise::multiply:
+      for (int64_t i = 0; i < n; ++i) a[i] *= value;
+      break;
+    case Pointwise::divide:
+      for (int64_t i = 0; i < n; ++i) a[i] /= value;
+      break;
+    case Pointwise::softcap:
+      for (int64_t i = 0; i < n; ++i) a[i] = std::tanh(a[i] / value) * value;
+      break;
+  }
+}
+
+void CpuBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
+  cpu_expect_f32(x, "sum_squares", "x");
+  cpu_expect_f32(out, "sum_squares", "out");
+  const int64_t n = x.dim(0), w = x.dim(1);
+  cpu_expect(col_begin >= 0 && col_begin + cols <= w && out.numel() == n, "sum_squares",
+             str("columns [", col_begin, ", ", col_begin + cols, ") of ", x.describe(), " → ", out.describe()));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* v = x.ptr<float>() + r * w + col_begin;
+    double ss = 0;
+    for (int64_t i = 0; i < cols; ++i) ss += static_cast<double>(v[i]) * v[i];
+    out.ptr<float>()[r] = static_cast<float>(ss);
+  }
+}
+
+void CpuBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
+                               const Tensor* sum_sq, int64_t count) {
+  cpu_expect_f32(x, "rms_norm_cols", "x");
+  cpu_expect_f32(w, "rms_norm_cols", "w");
+  const int64_t n = x.dim(0), xw = x.dim(1);
+  cpu_expect(col_begin >= 0 && col_begin + groups * width <= xw && w.numel() == width &&
+                 (!sum_sq || (sum_sq->dtype() == DType::f32 && sum_sq->numel() == n * groups)),
+             "rms_norm_cols", str(groups, " groups of ", width, " columns from ", col_begin, " of ", x.describe(),
+                                  ", w ", w.describe()));
+  const float* wt = w.ptr<float>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t g = 0; g < groups; ++g) {
+      float* v = x.ptr<float>() + r * xw + col_begin + g * width;
+      double ss = 0;
+      if (sum_sq) {
+        ss = sum_sq->ptr<float>()[r * groups + g];
+      } else {
+        for (int64_t i = 0; i < width; ++i) ss += static_cast<double>(v[i]) * v[i];
+      }
+      const double cnt = static_cast<double>(sum_sq ? count : width);
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss / cnt + eps));
+      for (int64_t i = 0; i < width; ++i) v[i] = (v[i] * inv) * wt[i];
     }
 }
 

@@ -36,9 +36,14 @@ class CpuBackend : public Backend {  // not final: tests count its transfers
   void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
                     Tensor& out) override;
   void add(Tensor& x, const Tensor& y) override;
-  void rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
-            const Tensor& inv_freq) override;
+  void rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
+                  const Tensor& inv_freq, float scale) override;
   void swiglu(const Tensor& gate_up, Tensor& out) override;
+  void geglu(const Tensor& gate_up, Tensor& out) override;
+  void pointwise(Tensor& x, Pointwise op, float value) override;
+  void sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) override;
+  void rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
+                     const Tensor* sum_sq, int64_t count) override;
   void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots, Tensor& cache_k,
                 Tensor& cache_v) override;
   void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start,

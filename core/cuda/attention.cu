@@ -35,9 +35,10 @@ __host__ __device__ inline int64_t cache_split_len(int64_t len) {
 // One warp folds one tile into its query's running (m, l, acc). q: the query in shared memory,
 // already scaled; valid: whether this lane's key (row `lane` of the tile) counts. Keys that
 // don't count contribute nothing, whatever their K/V rows hold.
+// softcap > 0: the score becomes softcap·tanh(score / softcap) (Gemma 2), before the mask.
 template <int DCH>
 __device__ __forceinline__ void attend_tile(const float* q, const float* ks, const float* vs,
-                                            float* p_sh, int D, bool valid, float& m, float& l,
+                                            float* p_sh, int D, bool valid, float softcap, float& m, float& l,
                                             float (&acc)[DCH]) {
   const int lane = threadIdx.x & 31;
   float s = -INFINITY;
@@ -45,7 +46,7 @@ __device__ __forceinline__ void attend_tile(const float* q, const float* ks, con
     const float* k = ks + lane * (D + 1);
     float dot = 0.f;
     for (int d = 0; d < D; ++d) dot = fmaf(q[d], k[d], dot);
-    s = dot;
+    s = softcap > 0.f ? __fmul_rn(tanhf(__fdiv_rn(dot, softcap)), softcap) : dot;
   }
   // A NaN score (from a NaN or Inf activation) makes the row NaN, as the reference's softmax
   // does; fmaxf alone would drop it and the key would count as masked.
@@ -83,8 +84,8 @@ __device__ __forceinline__ void attend_tile(const float* q, const float* ks, con
 template <class T, int DCH>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_packed_kernel(const T* __restrict__ qkv, int64_t N, int q_heads, int kv_heads,
-                            int D, float scale, const int32_t* __restrict__ run_start,
-                            T* __restrict__ out) {
+                            int D, float scale, float softcap, int64_t window,
+                            const int32_t* __restrict__ run_start, T* __restrict__ out) {
   extern __shared__ float smem[];
   float* q_sh = smem;                   // [kBQ][D]
   float* k_sh = q_sh + kBQ * D;         // [kBK][D + 1]
@@ -153,9 +154,12 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int r = 0; r < kRowsPerWarp; ++r) {
         if (start[r] != lo || k0 > qn[r]) continue;  // warp-uniform
-        const bool valid = k0 + lane <= qn[r];
+        // A sliding window: keys qn − window + 1 … qn. A tile wholly before it is skipped (its
+        // fold would change nothing: every key masked).
+        if (window > 0 && k0 + kBK <= qn[r] - window + 1) continue;  // warp-uniform
+        const bool valid = k0 + lane <= qn[r] && (window == 0 || k0 + lane > qn[r] - window);
         attend_tile<DCH>(q_sh + (warp * kRowsPerWarp + r) * D, k_sh, v_sh, p_sh + warp * kBK, D,
-                         valid, m[r], l[r], acc[r]);
+                         valid, softcap, m[r], l[r], acc[r]);
       }
       __syncthreads();
     }
@@ -188,7 +192,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 template <class T, int DCH>
 __global__ void __launch_bounds__(512, 2)
     attention_cache_kernel(const T* __restrict__ qkv, int64_t N, int Q, int q_heads, int kv_heads, int D,
-                           float scale, int64_t max_seq, int64_t page_size, int64_t cache_rows,
+                           float scale, float softcap, int64_t window, int64_t max_seq, int64_t page_size,
+                           int64_t cache_rows,
                            const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
                            const int32_t* __restrict__ table, int64_t R, int64_t pages,
                            const T* __restrict__ cache_k, const T* __restrict__ cache_v,
@@ -221,6 +226,9 @@ __global__ void __launch_bounds__(512, 2)
     const int64_t split_len = cache_split_len(len);
     t_begin = static_cast<int64_t>(split) * split_len;
     t_end = split == splits - 1 ? len : min(len, t_begin + split_len);
+    // A sliding window: the tiles wholly before len − window are not walked (the splits stay
+    // those of the token's own length; a split left empty is combined as one).
+    if (window > 0) t_begin = max(t_begin, max(int64_t{0}, len - window) / kBK * kBK);
   };
   const int64_t n = n_first + warp / G;
   int64_t row = -1, t_begin = 0, t_end = 0;
@@ -306,8 +314,9 @@ __global__ void __launch_bounds__(512, 2)
       }
       __syncthreads();
       if (mine && t0 >= t_begin && t0 < t_end) {  // warp-uniform: this warp's own tiles only
-        const bool valid = key_at[lane] >= 0 && t0 + lane < t_end;
-        attend_tile<DCH>(q_sh + warp * D, k_sh, v_sh, p_sh + warp * kBK, D, valid, m, l, acc);
+        const int64_t w_lo = window > 0 ? static_cast<int64_t>(positions[n]) + 1 - window : 0;
+        const bool valid = key_at[lane] >= 0 && t0 + lane < t_end && t0 + lane >= w_lo;
+        attend_tile<DCH>(q_sh + warp * D, k_sh, v_sh, p_sh + warp * kBK, D, valid, softcap, m, l, acc);
       }
       __syncthreads();
     }
@@ -554,9 +563,16 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, int spl
 }
 
 int chunks_for(int D) {
-  if (D <= 0 || D > 128)
-    throw Error(str("cuda attention: head_dim ", D, " is not supported (1 … 128)"));
+  if (D <= 0 || D > 256)
+    throw Error(str("cuda attention: head_dim ", D, " is not supported (1 … 256)"));
   return (D + 31) / 32;
+}
+
+// Dynamic shared memory past 48 KiB (head dims above 128) must be allowed per kernel.
+template <class K>
+void allow_smem(K kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    LINNET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 // Calls f.template operator()<T, DCH>() for the run-time dtype and head-dim chunk count.
@@ -569,7 +585,11 @@ void dispatch(int dt, int D, F&& f) {
       case 1: f.template operator()<T, 1>(); break;
       case 2: f.template operator()<T, 2>(); break;
       case 3: f.template operator()<T, 3>(); break;
-      default: f.template operator()<T, 4>(); break;
+      case 4: f.template operator()<T, 4>(); break;
+      case 5: f.template operator()<T, 5>(); break;
+      case 6: f.template operator()<T, 6>(); break;
+      case 7: f.template operator()<T, 7>(); break;
+      default: f.template operator()<T, 8>(); break;
     }
   };
   switch (dt) {
@@ -604,12 +624,13 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
   check_geom(g);
   if (N == 0) return;
   const int D = g.head_dim;
-  const float scale = 1.f / sqrtf(static_cast<float>(D));
+  const float scale = g.scale != 0 ? g.scale : 1.f / sqrtf(static_cast<float>(D));
   const size_t smem = sizeof(float) * (kBQ * D + kBK * (2 * D + 1) + kWarps * kBK);
   const dim3 grid(static_cast<unsigned>((N + kBQ - 1) / kBQ), static_cast<unsigned>(g.q_heads));
   dispatch(dt, D, [&]<class T, int DCH>() {
+    allow_smem(attention_packed_kernel<T, DCH>, smem);
     attention_packed_kernel<T, DCH><<<grid, kWarps * 32, smem, s>>>(
-        static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, D, scale, run_start,
+        static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, run_start,
         static_cast<T*>(out));
   });
   LINNET_CUDA_LAUNCH_CHECK();
@@ -636,17 +657,19 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
   // Tokens a block: one where the call's tokens are each on a row of their own (a decode
   // step), else up to 16 warps' worth (a prefill chunk: the K/V tiles shared). Speed only.
   const int Q = g.row_run >= 2 ? std::max(1, 16 / G) : 1;
-  const float scale = 1.f / sqrtf(static_cast<float>(D));
+  const float scale = g.scale != 0 ? g.scale : 1.f / sqrtf(static_cast<float>(D));
   const dim3 grid(static_cast<unsigned>((N + Q - 1) / Q), static_cast<unsigned>(g.q_heads / G),
                   static_cast<unsigned>(splits));
-  const bool raw = prefetch && dt != kF32 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
+  // The prefetching kernel knows no sliding window or soft-cap and holds head dims up to 128
+  // (Llama, Mistral, Qwen); the others take the general kernel (Gemma's 256, windows, caps).
+  const bool raw = prefetch && dt != kF32 && D % 8 == 0 && D <= 128 && g.window == 0 && g.softcap == 0 &&
+                   reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 && reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
   if (raw) {
     // K rows: ≡ 4 words mod 32 (conflict-free 16-byte reads by lane j of row j); V rows: D.
     const int ldk = ((D / 2 + 31) / 32 * 32 + 4) * 2, ldv = D;
     const size_t smem = sizeof(float) * (Q * G * D + Q * G * kBK) + 2 * sizeof(__half) * kBK * (ldk + ldv);
     dispatch(dt, D, [&]<class T, int DCH>() {
-      if constexpr (sizeof(T) == 2) {
+      if constexpr (sizeof(T) == 2 && DCH <= 4) {
         attention_cache_prefetch_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
             static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size, g.cache_rows,
             rows, positions, table, R, pages, static_cast<const T*>(cache_k), static_cast<const T*>(cache_v),
@@ -661,8 +684,10 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
   }
   const size_t smem = sizeof(float) * (Q * G * D + kBK * (2 * D + 1) + Q * G * kBK);
   dispatch(dt, D, [&]<class T, int DCH>() {
+    allow_smem(attention_cache_kernel<T, DCH>, smem);
     attention_cache_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
-        static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size,
+        static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, g.max_seq,
+        g.page_size,
         g.cache_rows, rows, positions, table, R, pages, static_cast<const T*>(cache_k),
         static_cast<const T*>(cache_v), workspace);
     LINNET_CUDA_LAUNCH_CHECK();

@@ -189,8 +189,9 @@ void index_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
 void check_dims(const char* op, const AttentionDims& d) {
   need(d.q_heads > 0 && d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, op,
        str("q_heads ", d.q_heads, " should be a positive multiple of kv_heads ", d.kv_heads));
-  need(d.head_dim > 0 && d.head_dim <= 128, op,
-       str("head_dim ", d.head_dim, " is not supported (1 … 128)"));
+  need(d.head_dim > 0 && d.head_dim <= 256, op,
+       str("head_dim ", d.head_dim, " is not supported (1 … 256)"));
+  need(d.window >= 0 && d.softcap >= 0, op, str("window ", d.window, " and softcap ", d.softcap, " must be ≥ 0"));
 }
 
 void check_cache(const char* op, const AttentionDims& d, const Tensor& qkv, const Tensor& ck,
@@ -217,6 +218,9 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
   g.page_size = d.page_size;
   g.cache_rows = cache_rows;
   g.row_run = d.row_run;
+  g.scale = d.score_scale();
+  g.softcap = d.softcap;
+  g.window = d.window;
   return g;
 }
 
@@ -245,6 +249,8 @@ enum : int32_t {
 };
 
 // An AttnGeom in a record's n[1 … 7].
+// A record's geometry: n[1…7], n[10] (the window) and f[0…1] (the scores' scale and
+// soft-cap) — every field, or a replayed graph would run another attention.
 void put_geom(Launch& l, const cuda::AttnGeom& g) {
   l.n[1] = g.q_heads;
   l.n[2] = g.kv_heads;
@@ -253,6 +259,9 @@ void put_geom(Launch& l, const cuda::AttnGeom& g) {
   l.n[5] = g.page_size;
   l.n[6] = g.cache_rows;
   l.n[7] = g.row_run;
+  l.n[10] = g.window;
+  l.f[0] = g.scale;
+  l.f[1] = g.softcap;
 }
 cuda::AttnGeom get_geom(const Launch& l) {
   cuda::AttnGeom g;
@@ -263,6 +272,9 @@ cuda::AttnGeom get_geom(const Launch& l) {
   g.page_size = l.n[5];
   g.cache_rows = l.n[6];
   g.row_run = l.n[7];
+  g.window = l.n[10];
+  g.scale = l.f[0];
+  g.softcap = l.f[1];
   return g;
 }
 
@@ -867,18 +879,21 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   submit(l);
 }
 
-void CudaBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions,
-                       const Tensor& inv_freq) {
+void CudaBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
+                             const Tensor& positions, const Tensor& inv_freq, float scale) {
   const char* op = "rope";
   rank_is(op, "x", x, 2);
   act_type(op, "x", x);
   on_device(op, "inv_freq", inv_freq);
   float_type(op, "inv_freq", inv_freq);
   index_vec(op, "positions", positions, x.dim(0));
-  const int64_t D = 2 * inv_freq.numel();
-  need(D > 0 && head_begin >= 0 && heads >= 0 && (head_begin + heads) * D <= x.dim(1), op,
-       str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", D, " do not fit x ",
-           x.describe()));
+  const bool per_token = inv_freq.rank() == 2;
+  need(inv_freq.rank() == 1 || (per_token && inv_freq.dim(0) == x.dim(0)), op,
+       str("inv_freq ", inv_freq.describe(), " should be [R/2] or [", x.dim(0), ", R/2]"));
+  const int64_t half = inv_freq.dim(inv_freq.rank() - 1), D = head_dim;
+  need(half > 0 && 2 * half <= D && head_begin >= 0 && heads >= 0 && (head_begin + heads) * D <= x.dim(1), op,
+       str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", D, " (rotary ", 2 * half,
+           ") do not fit x ", x.describe()));
   activate();
   Launch l;
   l.op = kOpRope;
@@ -889,9 +904,12 @@ void CudaBackend::rope(Tensor& x, int64_t head_begin, int64_t heads, const Tenso
   l.n[2] = head_begin;
   l.n[3] = heads;
   l.n[4] = D;
+  l.n[5] = half;
   l.p[1] = positions.ptr<int32_t>();
   l.p[2] = inv_freq.data();
   l.i[1] = dt(inv_freq);
+  l.i[2] = per_token;
+  l.f[0] = scale;
   submit(l);
 }
 
@@ -912,6 +930,61 @@ void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
   l.n[0] = out.dim(0);
   l.n[1] = out.dim(1);
   submit(l);
+}
+
+void CudaBackend::geglu(const Tensor& gate_up, Tensor& out) {
+  const char* op = "geglu";
+  rank_is(op, "gate_up", gate_up, 2);
+  rank_is(op, "out", out, 2);
+  act_type(op, "gate_up", gate_up);
+  need(out.dtype() == gate_up.dtype() && out.dim(0) == gate_up.dim(0) && gate_up.dim(1) == 2 * out.dim(1), op,
+       str("gate_up ", gate_up.describe(), " and out ", out.describe(), " disagree"));
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_geglu(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), stream_);
+}
+
+void CudaBackend::pointwise(Tensor& x, Pointwise p, float value) {
+  const char* op = "pointwise";
+  on_device(op, "x", x);
+  act_type(op, "x", x);
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_pointwise(dt(x), x.data(), x.numel(), static_cast<int>(p), value, stream_);
+}
+
+void CudaBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
+  const char* op = "sum_squares";
+  rank_is(op, "x", x, 2);
+  act_type(op, "x", x);
+  on_device(op, "out", out);
+  dtype_is(op, "out", out, DType::f32);
+  need(col_begin >= 0 && cols >= 0 && col_begin + cols <= x.dim(1) && out.numel() == x.dim(0), op,
+       str("columns [", col_begin, ", ", col_begin + cols, ") of x ", x.describe(), " into ", out.describe()));
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_sum_squares(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, cols, out.ptr<float>(), stream_);
+}
+
+void CudaBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
+                                float eps, const Tensor* sum_sq, int64_t count) {
+  const char* op = "rms_norm_cols";
+  rank_is(op, "x", x, 2);
+  act_type(op, "x", x);
+  on_device(op, "w", w);
+  float_type(op, "w", w);
+  need(col_begin >= 0 && groups >= 0 && width > 0 && col_begin + groups * width <= x.dim(1) && w.numel() == width,
+       op, str(groups, " groups of ", width, " columns from ", col_begin, " of x ", x.describe(), ", w ", w.describe()));
+  if (sum_sq) {
+    on_device(op, "sum_sq", *sum_sq);
+    dtype_is(op, "sum_sq", *sum_sq, DType::f32);
+    need(sum_sq->numel() == x.dim(0) * groups && count > 0, op,
+         str("sum_sq ", sum_sq->describe(), " should hold ", x.dim(0) * groups, " entries"));
+  }
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_rms_norm_cols(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, groups, width, w.data(), dt(w), eps,
+                             sum_sq ? sum_sq->ptr<float>() : nullptr, count, stream_);
 }
 
 void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
@@ -1220,7 +1293,8 @@ void CudaBackend::execute(const Launch& l, cudaStream_t s) {
       cuda::launch_add(l.i[0], cp(0), l.p[1], l.n[0], s);
       break;
     case kOpRope:
-      cuda::launch_rope(l.i[0], cp(0), l.n[0], l.n[1], l.n[2], l.n[3], l.n[4], ip(1), l.p[2], l.i[1], s);
+      cuda::launch_rope(l.i[0], cp(0), l.n[0], l.n[1], l.n[2], l.n[3], l.n[4], l.n[5], ip(1), l.p[2], l.i[1],
+                        l.i[2] != 0, l.f[0], s);
       break;
     case kOpSwiglu:
       cuda::launch_swiglu(l.i[0], l.p[0], cp(1), l.n[0], l.n[1], s);

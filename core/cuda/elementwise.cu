@@ -75,23 +75,28 @@ __global__ void add_kernel(T* x, const T* y, int64_t n) {
     x[i] = from_f<T>(to_f(x[i]) + to_f(y[i]));
 }
 
-// One thread per (token, head, pair i < D/2). The angle is an f32 product, as the CPU forms it;
-// cos and sin are taken in double and rounded, so they are the correctly rounded f32 values
-// (no fast-math approximation, whatever the size of the angle).
+// One thread per (token, head, pair i < R/2), R = 2·half the rotary columns of a head of D.
+// The angle is an f32 product, as the CPU forms it; cos and sin are taken in double and
+// rounded, so they are the correctly rounded f32 values (no fast-math approximation, whatever
+// the size of the angle), then × scale in f32. inv_freq: [half], or [N, half] (per_token).
 template <class T>
 __global__ void rope_kernel(T* x, int64_t N, int64_t W, int64_t head_begin, int64_t heads,
-                            int64_t D, const int32_t* positions, const void* inv_freq, int ifdt) {
-  const int64_t half = D / 2;
+                            int64_t D, int64_t half, const int32_t* positions, const void* inv_freq, int ifdt,
+                            bool per_token, float scale) {
   const int64_t total = N * heads * half;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t i = idx % half;
     const int64_t h = (idx / half) % heads;
     const int64_t n = idx / (half * heads);
-    const float ang = static_cast<float>(positions[n]) * load_any(inv_freq, ifdt, i);
+    const float ang = static_cast<float>(positions[n]) * load_any(inv_freq, ifdt, per_token ? n * half + i : i);
     double sd, cd;
     sincos(static_cast<double>(ang), &sd, &cd);
-    const float s = static_cast<float>(sd), c = static_cast<float>(cd);
+    float s = static_cast<float>(sd), c = static_cast<float>(cd);
+    if (scale != 1.f) {
+      s = __fmul_rn(s, scale);
+      c = __fmul_rn(c, scale);
+    }
     T* p = x + n * W + (head_begin + h) * D;
     const float x1 = to_f(p[i]), x2 = to_f(p[i + half]);
     p[i] = from_f<T>(__fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s)));
@@ -110,6 +115,68 @@ __global__ void swiglu_kernel(const T* gu, T* out, int64_t N, int64_t I) {
     const float silu = g / (1.f + expf(-g));
     out[idx] = from_f<T>(silu * u);
   }
+}
+
+// PyTorch's gelu(approximate="tanh") of the gate times the up half, in f32.
+template <class T>
+__global__ void geglu_kernel(const T* gu, T* out, int64_t N, int64_t I) {
+  const int64_t total = N * I;
+  const float beta = 0.7978845608028654f, kappa = 0.044715f;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / I, i = idx - n * I;
+    const float g = to_f(gu[n * 2 * I + i]);
+    const float u = to_f(gu[n * 2 * I + I + i]);
+    const float inner = __fmul_rn(beta, __fadd_rn(g, __fmul_rn(__fmul_rn(__fmul_rn(kappa, g), g), g)));
+    out[idx] = from_f<T>(0.5f * g * (1.f + tanhf(inner)) * u);
+  }
+}
+
+// op 0: x·v, 1: x / v, 2: v·tanh(x / v).
+template <class T>
+__global__ void pointwise_kernel(T* x, int64_t n, int op, float v) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float a = to_f(x[i]);
+    x[i] = from_f<T>(op == 0 ? __fmul_rn(a, v) : op == 1 ? __fdiv_rn(a, v) : __fmul_rn(tanhf(__fdiv_rn(a, v)), v));
+  }
+}
+
+// One block per row: the sum of squares of columns [c0, c0 + cols), in f32.
+template <class T>
+__global__ void sum_squares_kernel(const T* x, int64_t W, int64_t c0, int64_t cols, float* out) {
+  __shared__ float scratch[32];
+  const T* row = x + blockIdx.x * W + c0;
+  float ss = 0.f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    const float v = to_f(row[i]);
+    ss = fmaf(v, v, ss);
+  }
+  ss = block_sum(ss, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = ss;
+}
+
+// One block per (row, group): x · rsqrt(ss / count + eps) · w over the group's width columns,
+// ss its own sum of squares or the given one.
+template <class T>
+__global__ void rms_norm_cols_kernel(T* x, int64_t W, int64_t c0, int64_t groups, int64_t width, const void* w,
+                                     int wdt, float eps, const float* sum_sq, int64_t count) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x / groups, g = blockIdx.x % groups;
+  T* v = x + r * W + c0 + g * width;
+  float ss = 0.f;
+  if (sum_sq) {
+    ss = sum_sq[r * groups + g];
+  } else {
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+      const float a = to_f(v[i]);
+      ss = fmaf(a, a, ss);
+    }
+    ss = block_sum(ss, scratch);
+    count = width;
+  }
+  const float inv = 1.f / sqrtf(ss / static_cast<float>(count) + eps);
+  for (int64_t i = threadIdx.x; i < width; i += blockDim.x) v[i] = from_f<T>(to_f(v[i]) * inv * load_any(w, wdt, i));
 }
 
 // Copies in units of U (the widest of 16, 8, 4, 2, 1 bytes that divides the row).
@@ -201,13 +268,13 @@ void launch_add(int dt, void* x, const void* y, int64_t n, cudaStream_t s) {
 }
 
 void launch_rope(int dt, void* x, int64_t N, int64_t W, int64_t head_begin, int64_t heads,
-                 int64_t D, const int32_t* positions, const void* inv_freq, int ifdt,
-                 cudaStream_t s) {
-  const int64_t total = N * heads * (D / 2);
+                 int64_t D, int64_t half, const int32_t* positions, const void* inv_freq, int ifdt,
+                 bool per_token, float scale, cudaStream_t s) {
+  const int64_t total = N * heads * half;
   if (total == 0) return;
   by_act(dt, "rope", [&]<class T>() {
     rope_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, s>>>(
-        static_cast<T*>(x), N, W, head_begin, heads, D, positions, inv_freq, ifdt);
+        static_cast<T*>(x), N, W, head_begin, heads, D, half, positions, inv_freq, ifdt, per_token, scale);
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }
@@ -221,6 +288,41 @@ void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I,
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
+void launch_geglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s) {
+  if (N * I == 0) return;
+  by_act(dt, "geglu", [&]<class T>() {
+    geglu_kernel<T><<<blocks_for(N * I, kThreads), kThreads, 0, s>>>(
+        static_cast<const T*>(gate_up), static_cast<T*>(out), N, I);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStream_t s) {
+  if (n == 0) return;
+  by_act(dt, "pointwise", [&]<class T>() {
+    pointwise_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x), n, op, value);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_sum_squares(int dt, const void* x, int64_t N, int64_t W, int64_t c0, int64_t cols, float* out,
+                        cudaStream_t s) {
+  if (N == 0) return;
+  by_act(dt, "sum_squares", [&]<class T>() {
+    sum_squares_kernel<T><<<static_cast<unsigned>(N), 128, 0, s>>>(static_cast<const T*>(x), W, c0, cols, out);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_rms_norm_cols(int dt, void* x, int64_t N, int64_t W, int64_t c0, int64_t groups, int64_t width,
+                          const void* w, int wdt, float eps, const float* sum_sq, int64_t count, cudaStream_t s) {
+  if (N * groups == 0) return;
+  by_act(dt, "rms_norm_cols", [&]<class T>() {
+    rms_norm_cols_kernel<T><<<static_cast<unsigned>(N * groups), 128, 0, s>>>(static_cast<T*>(x), W, c0, groups,
+                                                                              width, w, wdt, eps, sum_sq, count);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
 
 void launch_gather_rows(const void* src, int64_t src_rows, const int32_t* index, void* out,
                         int64_t M, int64_t row_bytes, cudaStream_t s) {

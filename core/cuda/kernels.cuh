@@ -17,10 +17,19 @@ void launch_embedding(const void* weight, int w_dt, int64_t V, const int32_t* id
 void launch_rms_norm(int act_dt, void* x, const void* delta, const void* w, int w_dt, float eps,
                      void* out, int64_t N, int64_t W, cudaStream_t s);
 void launch_add(int dt, void* x, const void* y, int64_t n, cudaStream_t s);
+// Heads of D columns; the first 2·half of each rotated; inv_freq [half] or [N, half] (per_token);
+// cos and sin × scale.
 void launch_rope(int dt, void* x, int64_t N, int64_t W, int64_t head_begin, int64_t heads,
-                 int64_t D, const int32_t* positions, const void* inv_freq, int if_dt,
-                 cudaStream_t s);
+                 int64_t D, int64_t half, const int32_t* positions, const void* inv_freq, int if_dt,
+                 bool per_token, float scale, cudaStream_t s);
 void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s);
+void launch_geglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s);
+// op: 0 multiply, 1 divide, 2 soft-cap (Backend::Pointwise).
+void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStream_t s);
+void launch_sum_squares(int dt, const void* x, int64_t N, int64_t W, int64_t c0, int64_t cols, float* out,
+                        cudaStream_t s);
+void launch_rms_norm_cols(int dt, void* x, int64_t N, int64_t W, int64_t c0, int64_t groups, int64_t width,
+                          const void* w, int wdt, float eps, const float* sum_sq, int64_t count, cudaStream_t s);
 // out[m] = src[index[m]] (row_bytes each) or zeros where index[m] < 0 or >= src_rows.
 void launch_gather_rows(const void* src, int64_t src_rows, const int32_t* index, void* out,
                         int64_t M, int64_t row_bytes, cudaStream_t s);
@@ -37,6 +46,9 @@ struct AttnGeom {
   int64_t page_size = 0;
   int64_t cache_rows = 0;  // rows of cache_k / cache_v
   int64_t row_run = 0;     // AttentionDims::row_run (a speed hint)
+  float scale = 0;         // the scores' scale (AttentionDims::score_scale())
+  float softcap = 0;       // 0: none
+  int64_t window = 0;      // 0: none
 };
 
 void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, const int32_t* slots,

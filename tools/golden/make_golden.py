@@ -138,6 +138,240 @@ SAVED = ["mha", "gqa", "rope_llama3", "rope_linear", "tied", "qwen2_bias", "llam
          "bf16", "odd_sizes", "llama3_style"]
 SAVED_SUFFIX = "_saved"
 
+# --------------------------------------------------------------------------------------
+# Families (issue 28): small random models of each family transformers 5 runs, written by
+# its own save_pretrained (config.json in transformers 5's spelling: dtype, rope_parameters),
+# one f32 and one bf16 model each. Appended after CASES: their seeds are 2000 + index, so
+# the cases above keep theirs and their files stay byte-identical.
+# --------------------------------------------------------------------------------------
+
+FAMILY_BASE = {
+    "vocab_size": 128,          # pads at Shards 3
+    "hidden_size": 48,
+    "intermediate_size": 48,    # divides by 2 and 3
+    "num_hidden_layers": 2,
+    "num_attention_heads": 12,  # GQA 12 / 6: Heads and KvHeads divide by 2 and 3
+    "num_key_value_heads": 6,
+    "max_position_embeddings": 64,
+    "rms_norm_eps": 1e-06,
+    "bos_token_id": 1,
+    "eos_token_id": 2,
+    "pad_token_id": None,       # the families' defaults (Phi-3: 32000) lie outside this vocab
+    "tie_word_embeddings": False,
+}
+
+
+def family(name, note, inputs=SHORT, **over):
+    cfg = dict(FAMILY_BASE)
+    cfg.update(over)
+    return {"name": name, "note": note, "config": cfg, "inputs": inputs}
+
+
+FAMILY_CASES = [
+    family("mistral", "MistralForCausalLM: head_dim 8 apart from hidden 48 / 12 heads, sliding_window 4 on every "
+           "layer, rope_theta 1e6", architectures=["MistralForCausalLM"], model_type="mistral", head_dim=8,
+           sliding_window=4, rope_theta=1000000.0),
+    family("qwen3", "Qwen3ForCausalLM: q_norm/k_norm per head, head_dim 8, sliding window 4 on layer 1 "
+           "(use_sliding_window, max_window_layers 1), yarn RoPE factor 4 over original 16; positions up to 31",
+           inputs=LONG, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=8,
+           use_sliding_window=True, sliding_window=4, max_window_layers=1, rope_theta=1000000.0,
+           rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+           attention_bias=False),
+    family("gemma2", "Gemma2ForCausalLM: RMSNorm (1 + w), embeddings x sqrt(48), GeGLU (gelu_pytorch_tanh), "
+           "pre and post norms, query_pre_attn_scalar 16, attention soft-cap 2 and final soft-cap 3, "
+           "layer 0 sliding (window 4), tied embeddings, head_dim 8",
+           architectures=["Gemma2ForCausalLM"], model_type="gemma2", head_dim=8, query_pre_attn_scalar=16,
+           sliding_window=4, attn_logit_softcapping=2.0, final_logit_softcapping=3.0,
+           hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
+    family("gemma3", "Gemma3ForCausalLM (gemma3_text): q/k norms (1 + w), layer 0 sliding (window 4) with the "
+           "local RoPE (rope_local_base_freq 1e4), layer 1 full with rope_theta 1e6 and linear scaling x8, "
+           "query_pre_attn_scalar 16, tied embeddings, head_dim 8",
+           architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", head_dim=8, query_pre_attn_scalar=16,
+           sliding_window=4, layer_types=["sliding_attention", "full_attention"], rope_theta=1000000.0,
+           rope_local_base_freq=10000.0, rope_scaling={"rope_type": "linear", "factor": 8.0},
+           hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, final_logit_softcapping=None),
+    family("phi3", "Phi3ForCausalLM (Phi-4-mini shape): fused qkv_proj and gate_up_proj, partial_rotary_factor "
+           "0.75 (6 of 8 dims), longrope short/long factors over original 16 (max_position_embeddings 64), "
+           "sliding_window 12 on every layer; positions up to 31", inputs=LONG,
+           architectures=["Phi3ForCausalLM"], model_type="phi3", num_attention_heads=6, num_key_value_heads=6,
+           partial_rotary_factor=0.75, original_max_position_embeddings=16, sliding_window=12,
+           rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.25, 1.5],
+                         "long_factor": [1.5, 3.0, 6.0]}),
+    family("olmo2", "Olmo2ForCausalLM: post-norms only, q_norm/k_norm over the whole projection (its sum of "
+           "squares crosses shards), head_dim 4", architectures=["Olmo2ForCausalLM"], model_type="olmo2",
+           rms_norm_eps=1e-05, attention_bias=False),
+    family("granite", "GraniteForCausalLM: embedding_multiplier 12, residual_multiplier 0.22, "
+           "attention_multiplier 0.25, logits_scaling 4, head_dim 4", architectures=["GraniteForCausalLM"],
+           model_type="granite", embedding_multiplier=12.0, residual_multiplier=0.22, attention_multiplier=0.25,
+           logits_scaling=4.0),
+    family("smollm3", "SmolLM3ForCausalLM: layer 1 without RoPE (no_rope_layers [1, 0]), dynamic NTK RoPE "
+           "factor 2 past max_position_embeddings 16 (positions up to 31), tied embeddings, head_dim 4",
+           inputs=LONG, architectures=["SmolLM3ForCausalLM"], model_type="smollm3", no_rope_layers=[1, 0],
+           max_position_embeddings=16, rope_scaling={"rope_type": "dynamic", "factor": 2.0},
+           tie_word_embeddings=True, use_sliding_window=False),
+]
+FAMILY_DTYPES = [("", "float32"), ("_bf16", "bfloat16")]
+
+
+def reset_rope(ref):
+    """Dynamic NTK keeps state between calls in transformers (frequencies grown past
+    max_position_embeddings stay until a short call resets them); the references here are
+    each call on its own: the state as loaded before every call."""
+    re = ref.model.rotary_emb
+    if hasattr(re, "original_inv_freq") and hasattr(re, "original_max_seq_len"):
+        re.register_buffer("inv_freq", re.original_inv_freq.clone(), persistent=False)
+        re.max_seq_len_cached = re.original_max_seq_len
+
+
+def family_case(index, c, dtype_suffix, dtype_name, rewrite):
+    """Writes tests/fixtures/golden/<family><suffix>/: the model as save_pretrained writes it
+    (config.json, generation_config.json, model.safetensors untouched) and golden.safetensors
+    with the tensors of README.md plus decode_logits (transformers' generate, KV cache)."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file, load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+    name, cfg, inp = c["name"] + dtype_suffix, dict(c["config"]), c["inputs"]
+    print(f"[golden] {name}", flush=True)
+    d = os.path.join(OUT, name)
+    seed = 2000 + index
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    store_dtype = torch.bfloat16 if dtype_name == "bfloat16" else torch.float32
+    cfg["torch_dtype"] = dtype_name
+    tmp = os.path.join(OUT, "." + name + ".config")
+    os.makedirs(tmp, exist_ok=True)
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    hf_cfg = AutoConfig.from_pretrained(tmp)
+    shutil.rmtree(tmp)
+    model = AutoModelForCausalLM.from_config(hf_cfg, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(seed)
+    state = {}
+    for pname, p in model.named_parameters():
+        if pname.endswith("norm.weight"):
+            # Gemma's norms scale by (1 + w): around 0 there, around 1 elsewhere.
+            base = 0.0 if cfg["model_type"].startswith("gemma") else 1.0
+            t = base + 0.1 * torch.randn(p.shape, generator=gen)
+        elif pname.endswith(".bias"):
+            t = 0.05 * torch.randn(p.shape, generator=gen)
+        elif "embed_tokens" in pname:
+            t = 0.2 * torch.randn(p.shape, generator=gen)
+        elif "lm_head" in pname or any(s in pname for s in ("q_proj", "k_proj", "qkv_proj")):
+            t = 0.1 * torch.randn(p.shape, generator=gen)
+        else:  # v/o/gate/up/down
+            t = 0.08 * torch.randn(p.shape, generator=gen)
+        state[pname] = t.to(store_dtype).to(torch.float32).contiguous()
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    model.to(store_dtype).save_pretrained(d)
+    del model
+
+    ref, info = AutoModelForCausalLM.from_pretrained(
+        d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    ref.eval()
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    sd = ref.state_dict()
+    for k, v in state.items():
+        assert torch.equal(sd[k], v), f"{name}: {k} not loaded as saved"
+    ref.generation_config.eos_token_id = None
+    ref.generation_config.pad_token_id = 0
+    V, H = cfg["vocab_size"], cfg["hidden_size"]
+    S, S0, runs = inp["S"], inp["S0"], inp["runs"]
+    g = {}
+    with torch.no_grad():
+        toks = torch.from_numpy(rng.integers(0, V, size=(B, S))).long()
+        reset_rope(ref)
+        logits = ref(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
+        g["forward_tokens"] = toks.int()
+        g["forward_logits"] = logits
+        p_tok, p_pos, p_seg, p_tgt, p_lp, p_hid, p_logits = [], [], [], [], [], [], []
+        for si, (ln, start) in enumerate(runs):
+            t = torch.from_numpy(rng.integers(0, V, size=(1, ln))).long()
+            if si == 1:
+                t = toks[:1, :ln].clone() if ln <= S else t
+            pos = torch.arange(start, start + ln).unsqueeze(0)
+            reset_rope(ref)
+            out = ref.model(input_ids=t, position_ids=pos)
+            hid = out.last_hidden_state[0].float()
+            reset_rope(ref)
+            lg = ref(input_ids=t, position_ids=pos).logits[0].float()  # with the family's logit transforms
+            lsm = torch.log_softmax(lg, dim=-1)
+            tgt = torch.full((ln,), -100, dtype=torch.long)
+            tgt[:-1] = t[0, 1:]
+            lp = torch.zeros(ln)
+            lp[:-1] = lsm[torch.arange(ln - 1), tgt[:-1]]
+            p_tok.append(t[0]); p_pos.append(pos[0]); p_seg.append(torch.full((ln,), si))
+            p_tgt.append(tgt); p_lp.append(lp); p_hid.append(hid); p_logits.append(lg)
+        tokens = torch.cat(p_tok); positions = torch.cat(p_pos); segments = torch.cat(p_seg)
+        targets = torch.cat(p_tgt); log_probs = torch.cat(p_lp); hidden = torch.cat(p_hid)
+        packed_logits = torch.cat(p_logits)
+        weights = (targets >= 0).float()
+        valid = torch.nonzero(targets >= 0).flatten()
+        weights[valid[1]] = 0.5
+        weights[valid[len(valid) // 2]] = 0.0
+        loss = (weights.double() * -log_probs.double()).sum() / weights.sum().double()
+        g["packed_tokens"] = tokens.int()
+        g["packed_positions"] = positions.int()
+        g["packed_segments"] = segments.int()
+        g["packed_targets"] = targets.long()
+        g["packed_weights"] = weights
+        g["log_probs"] = log_probs
+        g["loss"] = loss.float().reshape(())
+        g["hidden"] = hidden
+        # greedy generation with transformers' KV cache; its per-step logits are the
+        # reference for prefill + decode.
+        prompt = toks[:, :S0].clone()
+        reset_rope(ref)
+        outg = ref.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
+                            max_new_tokens=STEPS, min_new_tokens=0, eos_token_id=None, pad_token_id=0,
+                            output_logits=True, return_dict_in_generate=True)
+        greedy = outg.sequences[:, S0:]
+        dec = torch.stack([x.float() for x in outg.logits], 1)  # [B, Steps, V]
+        assert greedy.shape == (B, STEPS) and dec.shape == (B, STEPS, V)
+        assert torch.equal(dec.argmax(-1), greedy), "greedy tokens are not the logits' argmax"
+        g["greedy_prompt"] = prompt.int()
+        g["greedy_tokens"] = greedy.int()
+        top2 = dec.topk(2, -1).values
+        g["greedy_top2_gap"] = (top2[..., 0] - top2[..., 1]).float()
+        g["decode_logits"] = dec
+        checks = {}
+        by_length = (cfg.get("rope_scaling") or {}).get("rope_type") in ("dynamic", "longrope")
+        checks["decode_step0_vs_forward"] = rel(dec[:, 0], logits[:, S0 - 1])
+        assert checks["decode_step0_vs_forward"] < 1e-5, checks
+        if not by_length:  # run 1 is forward row 0's prefix; by-length RoPEs differ by design
+            off1, ln1 = runs[0][0], runs[1][0]
+            checks["packed_run1_vs_forward"] = rel(packed_logits[off1:off1 + ln1], logits[0, :ln1])
+            assert checks["packed_run1_vs_forward"] < 1e-5, checks
+        ce = torch.nn.functional.cross_entropy(packed_logits, torch.where(weights == 1, targets, -100))
+        assert abs(float(ce) - float(-log_probs[weights == 1].mean())) < 1e-5
+    g = {k: v.contiguous() for k, v in g.items()}
+    golden_path = os.path.join(d, "golden.safetensors")
+    save_file(g, golden_path, metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        saved_cfg = json.load(f)
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    entry = {
+        "name": name,
+        "note": c["note"] + f" ({dtype_name}; written by save_pretrained)",
+        "saved": True,
+        "family": True,
+        "architecture": cfg["architectures"][0],
+        "model_type": cfg["model_type"],
+        "torch_dtype": dtype_name,
+        "shapes": {"B": B, "S": S, "P": int(tokens.numel()), "runs_len_start": runs, "S0": S0, "Steps": STEPS},
+        "greedy_min_top2_gap": round(float(g["greedy_top2_gap"].min()), 6),
+        "checks": checks,
+        "config": saved_cfg,
+        "files": sorted(os.listdir(d)),
+        "bytes": size,
+    }
+    print(f"[golden]   ok: {size} bytes, loss={float(g['loss']):.6f}", flush=True)
+    return entry
+
+
 # Existing references are kept when the recomputed ones are this close (relative L2 per
 # float tensor; integer tensors must be equal).  Last-bit CPU noise is ~1e-7 to 3e-6.
 KEEP_REL = 1e-5
@@ -365,6 +599,10 @@ def main():
         if name in SAVED:
             manifest["cases"].append(
                 saved_twin(c, d, entry, g, fresh, packed_logits, store_dtype, ref))
+
+    for fi, fc in enumerate(FAMILY_CASES):
+        for di, (suffix, dtype_name) in enumerate(FAMILY_DTYPES):
+            manifest["cases"].append(family_case(2 * fi + di, fc, suffix, dtype_name, rewrite))
 
     manifest["total_bytes"] = sum(c["bytes"] for c in manifest["cases"])
     with open(os.path.join(OUT, "manifest.json"), "w") as f:
