@@ -144,10 +144,18 @@ ChatTemplate ChatTemplate::load(const std::string& dir, const std::string& overr
 }
 
 const std::string& ChatTemplate::source(bool with_tools, const std::optional<std::string>& name) const {
-  if (!named_) return templates_.begin()->second;
+  if (!named_) {
+    if (name && *name != "default")
+      throw Error(str("no chat template named '", *name, "': this tokenizer has a single chat template"));
+    return templates_.begin()->second;
+  }
   if (name) {
     auto it = templates_.find(*name);
-    if (it == templates_.end()) throw Error("no chat template named '" + *name + "'");
+    if (it == templates_.end()) {
+      std::string names;
+      for (const auto& [n, t] : templates_) names += (names.empty() ? "" : ", ") + n;
+      throw Error(str("no chat template named '", *name, "' (this tokenizer has: ", names, ")"));
+    }
     return it->second;
   }
   if (with_tools && templates_.count("tool_use")) return templates_.at("tool_use");
