@@ -75,9 +75,9 @@ BatchLine read_line(const InputLine& in, const std::string& where, const Tokeniz
 }
 
 ojson error_line(const InputLine& in, const BatchLine& b) {
-  json response = nullptr;
+  ojson response = nullptr;
   if (b.answered)
-    response = {{"status_code", b.status}, {"request_id", str("batch-req-", in.line)}, {"body", {{"error", b.error}}}};
+    response = ojson{{"status_code", b.status}, {"request_id", str("batch-req-", in.line)}, {"body", {{"error", b.error}}}};
   return ojson{{"id", str("batch-", in.line)}, {"custom_id", in.id}, {"response", response}, {"error", b.error}};
 }
 
