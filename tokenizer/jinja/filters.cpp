@@ -477,7 +477,8 @@ const std::map<std::string, Test>& tests() {
     for (auto [names, op] : std::vector<std::pair<std::vector<const char*>, const char*>>{
              {{"eq", "equalto", "=="}, "=="}, {{"ne", "!="}, "!="}, {{"lt", "lessthan", "<"}, "<"},
              {{"gt", "greaterthan", ">"}, ">"}, {{"le", "<="}, "<="}, {{"ge", ">="}, ">="}}) {
-      for (const char* n : names) t[n] = [op](const Value& v, CallArgs& args) { return compare_test(op, v, args); };
+      const char* o = op;  // clang 14 cannot capture a structured binding (C++20 allows it)
+      for (const char* n : names) t[n] = [o](const Value& v, CallArgs& args) { return compare_test(o, v, args); };
     }
     return t;
   }();
