@@ -35,7 +35,7 @@ using engine::SamplingParams;
 struct Prompt {
   Request request;
   std::vector<std::string> stop;
-  std::string chat_error;  // the chat template refused the conversation: this line's error, not the run's
+  std::string chat_error;  // a bad conversation (or one the template refuses): this line's error, not the run's
 };
 
 // The keys of a line whose prompt is a conversation, beside "messages".
@@ -59,9 +59,10 @@ Prompt make_prompt(const InputLine& in, const std::string& where, const engine::
   p.stop = f.stop;
   if (j.contains("messages")) {
     if (!chat) fail(str("this line is a conversation (\"messages\"), but ", no_chat));
-    // The conversation as written (its keys in order), then as the server renders it.
-    const ChatRequest request = engine::read_chat_request(parse_ordered_json(in.text, where), *chat);
+    // The conversation as written (its keys in order), then as the server renders it. A bad
+    // conversation is this line's error line, whatever --on-error says: the others run.
     try {
+      const ChatRequest request = engine::read_chat_request(parse_ordered_json(in.text, where), *chat);
       p.request.prompt = engine::chat_prompt(*chat, request, tok, vocab).ids;
     } catch (const engine::FieldError& e) {
       p.chat_error = str(where, ": ", e.what());
@@ -184,7 +185,7 @@ int cmd_generate(const Args& args) {
       ++finished;
       continue;
     }
-    if (!prompts[i].chat_error.empty()) {  // the template refused the conversation
+    if (!prompts[i].chat_error.empty()) {  // a bad conversation
       spdlog::warn("{} (the other prompts carry on)", prompts[i].chat_error);
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", prompts[i].chat_error}});
       ++finished;

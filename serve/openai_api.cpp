@@ -134,12 +134,11 @@ void refuse_unsupported_chat(const json& b) {
     bad("skip_special_tokens", "`skip_special_tokens` = false is not supported by linnet serve (special tokens give no text)");
 }
 
-// max_completion_tokens (or the older max_tokens): what the request gives, else what fits.
-int64_t chat_max_tokens(const json& b, bool& given) {
-  const char* key = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens"
-                                                                                                   : "max_tokens";
-  given = b.contains(key) && !b[key].is_null();
-  return read_integer(b, key, 1, std::numeric_limits<int64_t>::max(), 0, "a positive integer");
+// The field that says how many tokens a chat answer may have: max_completion_tokens, else the
+// older max_tokens (vLLM's order).
+const char* chat_max_tokens_key(const json& b) {
+  return b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens"
+                                                                                      : "max_tokens";
 }
 }  // namespace
 
@@ -208,8 +207,9 @@ CompletionParams parse_chat_completion(const json& b, const ojson& ordered, cons
   c.sampling = sampling.params;
   c.stop = sampling.stop;
   c.seeded = sampling.seeded;
-  bool given = false;
-  const int64_t asked = chat_max_tokens(b, given);
+  const char* key = chat_max_tokens_key(b);
+  const bool given = b.contains(key) && !b[key].is_null();
+  const int64_t asked = read_integer(b, key, 1, std::numeric_limits<int64_t>::max(), 0, "a positive integer");
   if (!m.chat) throw ApiError(400, m.no_chat, "messages");
   const ChatRequest request = engine::read_chat_request(ordered, *m.chat);
   const engine::ChatPrompt prompt = engine::chat_prompt(*m.chat, request, tok, m.vocab);
@@ -220,8 +220,6 @@ CompletionParams parse_chat_completion(const json& b, const ojson& ordered, cons
   if (max_new < 1)
     bad("messages", str("the conversation (", len, " tokens) leaves no room for a reply in MaxSeq = ", m.max_seq,
                         " (raise --max-seq, or shorten the conversation)"));
-  const char* key = b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens"
-                                                                                                   : "max_tokens";
   if (const std::string why = engine::admission_problem(len, max_new, pool, "the conversation", key); !why.empty())
     bad(given || why.find("pages") != std::string::npos ? key : "messages", why);
   c.max_tokens.push_back(max_new);

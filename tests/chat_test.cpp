@@ -343,6 +343,14 @@ TEST(ChatCli, ApplyChatTemplatePrintsTheTextExactly) {
   write(d / "robot.json", R"([{"role": "robot", "content": "x"}])");
   r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "robot.json").string()});
   EXPECT_NE(r.errors.find("robot.json: Unknown role: robot"), std::string::npos) << r.errors;
+  // --tools: rendered as transformers renders them, the keys in the order written.
+  write(d / "tools.jinja", "{{ tools | tojson }}|{{ messages[0] | tojson }}");
+  write(d / "tools.json", R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}])");
+  write(d / "ordered.json", R"([{"role": "user", "zeta": 1, "content": "x", "alpha": 2}])");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "ordered.json").string(), "--tools",
+                  (d / "tools.json").string(), "--template", (d / "tools.jinja").string()});
+  EXPECT_EQ(r.output, R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]|)"
+                      R"({"role": "user", "zeta": 1, "content": "x", "alpha": 2})") << r.errors;
   // --template NAME: one of the checkpoint's named templates; this one has a single template.
   r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
                   "tool_use"});
@@ -369,14 +377,23 @@ TEST(ChatCli, GenerateTakesMessagesLines) {
   EXPECT_EQ(out[0]["prompt_tokens"], tokens.size());
   EXPECT_EQ(out[2]["error"], (d / "in.jsonl").string() + ":3: Unknown role: robot");
   EXPECT_TRUE(out[3].contains("tokens"));
-  // A malformed conversation is the line's error under --on-error, named by line and index.
+  // A malformed conversation is an error line too, named by line and index; the others run.
   write(d / "bad.jsonl", json{{"id", "x"}, {"messages", {{{"role", 1}}}}}.dump() + "\n" +
-                             json{{"id", "y"}, {"text", "hi"}, {"chat_template_kwargs", json::object()}}.dump() + "\n");
+                             json{{"id", "ok"}, {"messages", kHello}}.dump() + "\n");
   r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "bad.jsonl").string(), "--output",
                   (d / "bad-out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2"});
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  const auto bad = json_lines(d / "bad-out.jsonl");
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_EQ(bad[0]["error"], (d / "bad.jsonl").string() + ":1: `messages[0].role` must be a string (\"system\", "
+                                                          "\"user\", \"assistant\", …), got 1");
+  EXPECT_EQ(bad[1]["completion_tokens"], 2);
+  // A chat key on a line that is not a conversation is a bad line (--on-error).
+  write(d / "mixed.jsonl", json{{"id", "y"}, {"text", "hi"}, {"chat_template_kwargs", json::object()}}.dump() + "\n");
+  r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "mixed.jsonl").string(), "--output",
+                  (d / "mixed-out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2"});
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.errors.find("bad.jsonl:1: `messages[0].role` must be a string"), std::string::npos) << r.errors;
-  EXPECT_NE(r.errors.find("bad.jsonl:2: \"chat_template_kwargs\" goes with \"messages\""), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("mixed.jsonl:1: \"chat_template_kwargs\" goes with \"messages\""), std::string::npos) << r.errors;
   // A checkpoint without a chat template: the line says so and what to do.
   const fs::path plain = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
   r = linnet_run({"generate", "--checkpoint", plain.string(), "--prompts", (d / "in.jsonl").string(), "--output",
