@@ -3,6 +3,7 @@
 // each loaded, then used on a few texts.
 #include <filesystem>
 
+#include "core/error.h"
 #include "fuzz_util.h"
 #include "tokenizer/tokenizer.h"
 
