@@ -96,7 +96,8 @@ std::string placeholder(const po::option_description& o) {
       {"backend", "cpu|cuda|auto"}, {"dtype", "bf16|f16|f32"}, {"on-error", "stop|skip"},   {"add-bos", "auto|yes|no"},
       {"log-level", "LEVEL"},       {"config", "CFG"},        {"preset", "NAME"},           {"kv-cache-memory", "BYTES|FRACTION"},
       {"host", "HOST"},             {"text", "TEXT"},         {"ids", "IDS"},               {"stop", "STR"},
-      {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE"},        {"tools", "FILE"}};
+      {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE.json"},   {"tools", "FILE.json"},
+      {"input-file", "IN.jsonl"},   {"output-file", "OUT.jsonl"}, {"template", "NAME|FILE"},  {"kwargs", "JSON"}};
   if (auto it = named.find(o.long_name()); it != named.end()) return it->second;
   const po::value_semantic* v = o.semantic().get();
   if (dynamic_cast<const po::typed_value<int>*>(v) || dynamic_cast<const po::typed_value<int64_t>*>(v) ||
