@@ -41,18 +41,28 @@ std::string read_text_file(const std::string& path, const std::string& what) {
   return ss.str();
 }
 
-nlohmann::json parse_json(const std::string& text, const std::string& source) {
-  using json = nlohmann::json;
-  json::parser_callback_t limit = [&](int depth, json::parse_event_t, json&) {
+namespace {
+template <class Json>
+Json parse_limited(const std::string& text, const std::string& source) {
+  typename Json::parser_callback_t limit = [&](int depth, typename Json::parse_event_t, Json&) {
     if (depth > kMaxJsonDepth)
       throw Error(str(source, ": JSON nested deeper than ", kMaxJsonDepth, " levels"));
     return true;
   };
   try {
-    return json::parse(text, limit);
-  } catch (const json::exception& e) {
+    return Json::parse(text, limit);
+  } catch (const typename Json::exception& e) {
     throw Error(str(source, ": malformed JSON: ", e.what()));
   }
+}
+}  // namespace
+
+nlohmann::json parse_json(const std::string& text, const std::string& source) {
+  return parse_limited<nlohmann::json>(text, source);
+}
+
+nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& source) {
+  return parse_limited<nlohmann::ordered_json>(text, source);
 }
 
 nlohmann::json read_json_file(const std::string& path, const std::string& what) {

@@ -19,6 +19,9 @@ void require_regular_file(const std::string& path, const std::string& what);
 std::string read_text_file(const std::string& path, const std::string& what);
 // JSON text, refusing nesting deeper than kMaxJsonDepth; errors start with `source`.
 nlohmann::json parse_json(const std::string& text, const std::string& source);
+// The same, keeping the objects' keys in the order written (what a chat template iterates or
+// prints, as Python's dicts do).
+nlohmann::ordered_json parse_ordered_json(const std::string& text, const std::string& source);
 nlohmann::json read_json_file(const std::string& path, const std::string& what);
 
 // ---- writing: nothing is lost without a word ----

@@ -6,11 +6,11 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
 #include "launcher/model_command.h"
+#include "launcher/served_model.h"
 #include "engine/request_rules.h"
 #include "serve/replica_engine.h"
 #include "serve/frontend.h"
@@ -51,7 +51,6 @@ int cmd_serve(const Args& args) {
       ("checkpoint", po::value<std::string>()->required(), "Hugging Face checkpoint directory (with its tokenizer)")
       ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to listen on (0.0.0.0: every interface)")
       ("port", po::value<int>()->default_value(8000), "TCP port (0: any free one; the chosen one is printed)")
-      ("served-model-name", po::value<std::string>(), "the model's name in the API (default: the checkpoint folder's name)")
       ("max-waiting", po::value<int64_t>()->default_value(1024), "jobs (prompt × n) queued beyond those running; more: 503")
       ("max-body", po::value<int64_t>()->default_value(16 << 20), "bytes of a request body; more: 413")
       ("http-threads", po::value<int64_t>()->default_value(1024), "connections served at once")
@@ -64,7 +63,9 @@ int cmd_serve(const Args& args) {
       ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once, per replica")
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+  add_served_model_option(desc);
   add_bos_option(desc);
+  add_chat_template_option(desc);
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet serve"))
@@ -87,11 +88,10 @@ int cmd_serve(const Args& args) {
       std::chrono::milliseconds(static_cast<int64_t>(vm["http-timeout"].as<double>() * 1000));
   http_options.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(vm["http-idle-timeout"].as<double>() * 1000));
   const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
-  ModelCommand cmd = ModelCommand::open(vm, true);
+  ModelCommand cmd = ModelCommand::open(vm, true, true);
   Ranks& ranks = *cmd.ranks;
   const ModelConfig& config = cmd.config;
   const Tokenizer* tok = cmd.tok.get();
-  const std::string& dir = cmd.source;
   if (vm["batch"].defaulted())
     cmd.options.batch = pool_batch(config, cmd.options, ranks, kv_memory,
                                    std::vector<int64_t>(static_cast<size_t>(limits.max_rows), cmd.max_seq()));
@@ -99,15 +99,10 @@ int cmd_serve(const Args& args) {
   ReplicaEngine engine(*loaded.model, limits, engine::end_of_sequence_ids(config, *tok), *tok, ranks.replica());
   const ReplicaStatus pool = engine.status();
 
-  ServedModel served;
-  served.name = vm.count("served-model-name") ? vm["served-model-name"].as<std::string>()
-                                              : std::filesystem::path(dir).lexically_normal().filename().string();
-  if (served.name.empty()) served.name = std::filesystem::absolute(dir).parent_path().filename().string();
-  served.vocab = config.vocab;
+  ServedModel served = served_model(vm, cmd);
   served.max_seq = loaded.generics.max_seq;
   served.pages = pool.pages_total;
   served.page_size = loaded.generics.page_size;
-  served.add_bos = add_bos_from(vm, dir, *tok);
 
   std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not the end
   std::signal(SIGTERM, on_terminate);

@@ -22,5 +22,7 @@ int cmd_serve(const Args& args);
 int cmd_devices(const Args& args);
 int cmd_tokenize(const Args& args);
 int cmd_detokenize(const Args& args);
+int cmd_apply_chat_template(const Args& args);
+int cmd_run_batch(const Args& args);
 
 }  // namespace linnet::cli

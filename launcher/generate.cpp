@@ -6,9 +6,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <limits>
 #include <map>
+#include <set>
 
+#include "core/files.h"
+#include "engine/chat_request.h"
 #include "engine/completion_text.h"
 #include "engine/generator.h"
 #include "engine/request_rules.h"
@@ -31,20 +35,40 @@ using engine::SamplingParams;
 struct Prompt {
   Request request;
   std::vector<std::string> stop;
+  std::string chat_error;  // a bad conversation (or one the template refuses): this line's error, not the run's
 };
+
+// The keys of a line whose prompt is a conversation, beside "messages".
+const char* const kChatKeys[] = {"add_generation_prompt", "continue_final_message", "chat_template_kwargs", "documents"};
 
 // max_new_tokens not given anywhere (max_seq_fit > 0): at most what fits in MaxSeq after
 // the prompt, as vLLM does when max_tokens is left out.
 Prompt make_prompt(const InputLine& in, const std::string& where, const engine::SamplingFields& defaults,
-                   const Tokenizer& tok, bool add_bos, int64_t vocab, int64_t max_seq_fit) try {
+                   const Tokenizer& tok, const ChatTemplate* chat, const std::string& no_chat, bool add_bos,
+                   int64_t vocab, int64_t max_seq_fit) try {
   const json& j = in.value;
   auto fail = [&](const std::string& why) -> void { throw Error(why); };
-  if (j.contains("text") == j.contains("tokens")) fail("give exactly one of \"text\" and \"tokens\"");
+  const int given = static_cast<int>(j.contains("text")) + j.contains("tokens") + j.contains("messages");
+  if (given != 1) fail("give exactly one of \"text\", \"tokens\" and \"messages\"");
+  if (!j.contains("messages"))
+    for (const char* key : kChatKeys)
+      if (j.contains(key)) fail(str("\"", key, "\" goes with \"messages\" (a conversation)"));
   Prompt p;
   const engine::SamplingFields f = engine::read_sampling(j, defaults);
   p.request.params = f.params;
   p.stop = f.stop;
-  if (j.contains("text")) {
+  if (j.contains("messages")) {
+    if (!chat) fail(str("this line is a conversation (\"messages\"), but ", no_chat));
+    // The conversation as written (its keys in order), then as the server renders it. A bad
+    // conversation is this line's error line, whatever --on-error says: the others run.
+    try {
+      const ChatRequest request = engine::read_chat_request(parse_ordered_json(in.text, where), *chat);
+      p.request.prompt = engine::chat_prompt(*chat, request, tok, vocab).ids;
+    } catch (const engine::FieldError& e) {
+      p.chat_error = str(where, ": ", e.what());
+      p.request.prompt = {0};  // never run: the line's result is its error
+    }
+  } else if (j.contains("text")) {
     if (!j["text"].is_string()) fail("\"text\" must be a string");
     const std::string text = j["text"].get<std::string>();
     if (text.empty()) fail("\"text\" is empty");
@@ -71,7 +95,8 @@ int cmd_generate(const Args& args) {
   po::options_description desc("linnet generate");
   desc.add_options()
       ("checkpoint", po::value<std::string>()->required(), "Hugging Face checkpoint directory (with its tokenizer)")
-      ("prompts", po::value<std::string>()->required(), "IN.jsonl: one {\"text\": …} or {\"tokens\": […]} per line")
+      ("prompts", po::value<std::string>()->required(),
+       "IN.jsonl: one {\"text\": …}, {\"tokens\": […]} or {\"messages\": […]} per line")
       ("output", po::value<std::string>()->required(), "OUT.jsonl: one result per prompt, in input order")
       ("max-new-tokens", po::value<int64_t>()->default_value(256),
        "tokens to generate at most, per prompt (unset: 256, or what fits in MaxSeq)")
@@ -90,6 +115,7 @@ int cmd_generate(const Args& args) {
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
   add_output_options(desc);
   add_bos_option(desc);
+  add_chat_template_option(desc);
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet generate"))
@@ -112,7 +138,7 @@ int cmd_generate(const Args& args) {
   limits.token_budget = positive_option(vm, "max-batch-tokens");
   limits.max_rows = positive_option(vm, "max-rows");
   const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
-  ModelCommand cmd = ModelCommand::open(vm, true);
+  ModelCommand cmd = ModelCommand::open(vm, true, true);
   Ranks& ranks = *cmd.ranks;
   const ModelConfig& config = cmd.config;
   const Tokenizer* tok = cmd.tok.get();
@@ -122,14 +148,16 @@ int cmd_generate(const Args& args) {
   const bool add_bos = add_bos_from(vm, cmd.source, *tok);
   const bool max_new_given = !vm["max-new-tokens"].defaulted();
   const int64_t max_seq = cmd.max_seq();
-  auto lines = read_input_lines(in_path, {"id", "text", "tokens", "max_new_tokens", "temperature", "top_k", "top_p",
-                                          "seed", "stop", "ignore_eos"});
+  std::set<std::string> keys = {"id",   "text", "tokens", "messages", "max_new_tokens", "temperature", "top_k", "top_p",
+                                "seed", "stop", "ignore_eos"};
+  keys.insert(std::begin(kChatKeys), std::end(kChatKeys));
+  auto lines = read_input_lines(in_path, keys);
   std::vector<Prompt> prompts(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     if (!lines[i].error.empty()) continue;
     try {
-      prompts[i] = make_prompt(lines[i], str(in_path, ":", lines[i].line), defaults, *tok, add_bos, config.vocab,
-                               max_new_given ? 0 : max_seq);
+      prompts[i] = make_prompt(lines[i], str(in_path, ":", lines[i].line), defaults, *tok, cmd.chat.get(), cmd.no_chat,
+                               add_bos, config.vocab, max_new_given ? 0 : max_seq);
       prompts[i].request.index = i;
     } catch (const Error& e) {
       lines[i].error = e.what();
@@ -141,7 +169,7 @@ int cmd_generate(const Args& args) {
   // The pool: what this replica's requests can use at once, within the memory given to it.
   std::vector<int64_t> lengths;
   for (size_t i : out.mine())
-    if (lines[i].error.empty())
+    if (lines[i].error.empty() && prompts[i].chat_error.empty())
       lengths.push_back(static_cast<int64_t>(prompts[i].request.prompt.size()) + prompts[i].request.params.max_new_tokens);
   if (vm["batch"].defaulted()) cmd.options.batch = pool_batch(config, cmd.options, ranks, kv_memory, lengths);  // else --batch
   LoadedModel loaded = cmd.load();
@@ -154,6 +182,12 @@ int cmd_generate(const Args& args) {
   for (size_t i : out.mine()) {
     if (!lines[i].error.empty()) {
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", lines[i].error}});
+      ++finished;
+      continue;
+    }
+    if (!prompts[i].chat_error.empty()) {  // a bad conversation
+      spdlog::warn("{} (the other prompts carry on)", prompts[i].chat_error);
+      out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", prompts[i].chat_error}});
       ++finished;
       continue;
     }

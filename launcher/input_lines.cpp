@@ -11,7 +11,8 @@ namespace linnet::cli {
 
 using nlohmann::json;
 
-std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys) {
+std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys,
+                                        const LineIds& ids) {
   const std::string text = read_text_file(path, "input");
   // A JSON array (pretty-printed or on one line) would otherwise read as a line of errors each.
   const size_t first = text.find_first_not_of(" \t\r\n");
@@ -37,17 +38,27 @@ std::vector<InputLine> read_input_lines(const std::string& path, const std::set<
     InputLine in;
     in.line = line;
     in.id = static_cast<int64_t>(line);
+    in.text = s;
     try {
       in.value = parse_json(s, str(path, ":", line));
       if (!in.value.is_object()) throw Error(str(path, ":", line, ": expected a JSON object"));
-      if (in.value.contains("id")) {
-        const json& id = in.value["id"];
+      if (in.value.contains(ids.key)) {
+        const json& id = in.value[ids.key];
+        if (ids.string_only && !id.is_string())
+          throw Error(str(path, ":", line, ": \"", ids.key, "\" must be a string, got ", id.dump()));
         if (!id.is_string() && !id.is_number_integer())
-          throw Error(str(path, ":", line, ": \"id\" must be a string or an integer, got ", id.dump()));
+          throw Error(str(path, ":", line, ": \"", ids.key, "\" must be a string or an integer, got ", id.dump()));
         in.id = id;
+      } else if (ids.string_only) {
+        throw Error(str(path, ":", line, ": \"", ids.key, "\" is required (a string, unique in the file)"));
       }
-      if (auto [it, fresh] = seen.emplace(in.id.dump(), line); !fresh)
-        throw Error(str(path, ":", line, ": id ", in.id.dump(), " is already the id of line ", it->second));
+      if (auto [it, fresh] = seen.emplace(in.id.dump(), line); !fresh) {
+        const json dup = in.id;
+        // Where ids are strings, the line number (an integer) names this line's error apart.
+        if (ids.string_only) in.id = static_cast<int64_t>(line);
+        throw Error(str(path, ":", line, ": ", ids.key, " ", dup.dump(), " is already the ", ids.key, " of line ",
+                        it->second));
+      }
       for (const auto& [k, v] : in.value.items())
         if (!keys.count(k)) {
           std::string known;

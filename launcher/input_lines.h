@@ -15,12 +15,21 @@ struct InputLine {
   nlohmann::json id;
   nlohmann::json value;
   std::string error;
+  std::string text;  // the line as written (a conversation is read again from it with its keys in order)
+};
+
+// Which key names a line (unique in the file; absent: the line number). run-batch's
+// custom_id must be a string.
+struct LineIds {
+  std::string key = "id";
+  bool string_only = false;
 };
 
 // Every non-empty line of the file (each rank reads it alike). A line that is not a JSON
 // object, or has a key outside `keys`, gets its error here; callers add their own. A file
 // that is one JSON array (not JSON Lines) is refused as a whole.
-std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys);
+std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys,
+                                        const LineIds& ids = {});
 
 // What to do with a line that cannot be run: stop before any work (the default), or skip it,
 // writing {"id", "error"} in its place, and go on.

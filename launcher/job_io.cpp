@@ -83,7 +83,7 @@ struct DoneLine {
 // The finished lines a file holds, by id (the last line of an id wins, a result over an
 // error line). A line that is not a JSON object with an "id" is named in a warning and left
 // out; so is a last line cut off by a kill (drop_partial_line has warned of it).
-std::map<std::string, DoneLine> finished_lines(const std::string& path, bool warn) {
+std::map<std::string, DoneLine> finished_lines(const std::string& path, const std::string& key, bool warn) {
   std::map<std::string, DoneLine> out;
   std::ifstream in(path, std::ios::binary);
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -97,9 +97,10 @@ std::map<std::string, DoneLine> finished_lines(const std::string& path, bool war
     if (line.empty()) continue;
     try {  // parse_json: a line nested past the limit is refused like any other bad line
       const json j = parse_json(line, str(path, ":", number));
-      if (!j.is_object() || !j.contains("id")) throw Error(str(path, ":", number, ": not a JSON object with an \"id\""));
-      DoneLine d{number, line, j.contains("error")};
-      auto [it, fresh] = out.emplace(j["id"].dump(), d);
+      if (!j.is_object() || !j.contains(key))
+        throw Error(str(path, ":", number, ": not a JSON object with an \"", key, "\""));
+      DoneLine d{number, line, j.contains("error") && !j["error"].is_null()};
+      auto [it, fresh] = out.emplace(j[key].dump(), d);
       if (!fresh && !(d.error && !it->second.error)) it->second = d;
     } catch (const std::exception& e) {
       if (warn)
@@ -111,10 +112,10 @@ std::map<std::string, DoneLine> finished_lines(const std::string& path, bool war
 }
 
 // A file's lines and its parts' (a killed run's), merged by id as finished_lines does.
-std::map<std::string, DoneLine> finished_lines_of_all(const std::string& path, bool warn) {
-  std::map<std::string, DoneLine> all = finished_lines(path, warn);
+std::map<std::string, DoneLine> finished_lines_of_all(const std::string& path, const std::string& key, bool warn) {
+  std::map<std::string, DoneLine> all = finished_lines(path, key, warn);
   for (const auto& p : part_files(path))
-    for (auto& [id, d] : finished_lines(p, warn)) {
+    for (auto& [id, d] : finished_lines(p, key, warn)) {
       auto [it, fresh] = all.emplace(id, d);
       if (!fresh && !(d.error && !it->second.error)) it->second = std::move(d);
     }
@@ -122,8 +123,9 @@ std::map<std::string, DoneLine> finished_lines_of_all(const std::string& path, b
 }
 }  // namespace
 
-JobOutput::JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines)
-    : path_(path), part_(part_path(path, ranks.replica())), ranks_(ranks), policy_(policy) {
+JobOutput::JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines,
+                     std::string id_key)
+    : path_(path), part_(part_path(path, ranks.replica())), id_key_(std::move(id_key)), ranks_(ranks), policy_(policy) {
   const int replicas = ranks.replicas();
   writer_ = ranks.shards().rank() == 0;
   for (const auto& l : lines) order_.push_back(l.id.dump());
@@ -171,7 +173,7 @@ JobOutput::JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks,
   if (policy.resume) {
     std::set<std::string> input_ids(order_.begin(), order_.end());
     size_t errors = 0;
-    for (const auto& [id, d] : finished_lines_of_all(path, ranks.world_rank() == 0)) {
+    for (const auto& [id, d] : finished_lines_of_all(path, id_key_, ranks.world_rank() == 0)) {
       if (!input_ids.count(id)) {
         if (ranks.world_rank() == 0)
           spdlog::warn("{}:{}: id {} is not an id of the input; the line is kept, after the input's lines", path,
@@ -238,7 +240,7 @@ void JobOutput::finish() {
   // OUT, every part, this run's and a killed run's: each id once, in input order (then lines
   // of ids the input no longer has, as they were), written aside and renamed into place (a
   // kill now leaves the old file whole).
-  std::map<std::string, DoneLine> all = finished_lines_of_all(path_, false);
+  std::map<std::string, DoneLine> all = finished_lines_of_all(path_, id_key_, false);
   const std::string tmp = path_ + ".merging";
   OutputFile out(tmp, "w", "the merged output");
   for (const auto& id : order_)
@@ -264,7 +266,7 @@ std::vector<json> JobOutput::results_of_this_run() const {
     if (line.empty()) continue;
     try {
       json j = parse_json(line, path_);
-      const std::string id = j.is_object() ? j.value("id", json()).dump() : "";
+      const std::string id = j.is_object() ? j.value(id_key_, json()).dump() : "";
       if (input_ids.count(id) && !done_before_.count(id)) out.push_back(std::move(j));
     } catch (const std::exception&) {
     }

@@ -31,7 +31,10 @@ OutputPolicy output_policy(const boost::program_options::variables_map& vm);
 
 class JobOutput {
  public:
-  JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines);
+  // id_key: the key of an output line that holds its input line's id ("id"; run-batch's
+  // "custom_id"). An output line is an error line when its "error" is there and not null.
+  JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines,
+            std::string id_key = "id");
   ~JobOutput();
 
   // Indices (into `lines`) this replica does, in order.
@@ -48,7 +51,7 @@ class JobOutput {
  private:
   void write_ready();
 
-  std::string path_, part_;
+  std::string path_, part_, id_key_;
   Ranks& ranks_;
   OutputPolicy policy_;
   std::vector<std::string> order_;                // every line's id, in input order

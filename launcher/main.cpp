@@ -58,18 +58,20 @@ const std::vector<Subcommand>& subcommands() {
       {"bench", "time prefill and decode beside their measured floors", cmd_bench, true},
       {"generate", "completions for a file of prompts (continuous batching)", cmd_generate, true},
       {"eval", "log-likelihoods of a file of texts or continuations (as lm-eval scores them)", cmd_eval, true},
-      {"serve", "an OpenAI-compatible HTTP server (completions) on the batch engine", cmd_serve, true},
+      {"serve", "an OpenAI-compatible HTTP server (completions, chat) on the batch engine", cmd_serve, true},
+      {"run-batch", "an OpenAI batch file (vLLM's run-batch format) through the batch engine", cmd_run_batch, true},
       {"bench-engine", "the batch engine beside one-at-a-time generation and direct scoring", cmd_bench_engine, true},
       {"bench-sweep", "several bench / bench-engine configurations in one process (one GPU's weights made once)", cmd_bench_sweep},
       {"tokenize", "text to token ids with a checkpoint's tokenizer", cmd_tokenize},
       {"detokenize", "token ids to text with a checkpoint's tokenizer", cmd_detokenize},
+      {"apply-chat-template", "the prompt a conversation becomes under the checkpoint's chat template", cmd_apply_chat_template},
   };
   return table;
 }
 
 void usage(FILE* out) {
   std::fprintf(out, "usage: linnet <subcommand> [options]   (linnet <subcommand> --help)\n\n");
-  for (const auto& s : subcommands()) std::fprintf(out, "  %-16s %s\n", s.name, s.summary);
+  for (const auto& s : subcommands()) std::fprintf(out, "  %-20s %s\n", s.name, s.summary);
 }
 
 }  // namespace
@@ -95,7 +97,7 @@ int main(int argc, char** argv) {
     usage(stderr);
     return 2;
   }
-  // inspect, init, import-llama2c, tokenize, detokenize: one rank's work; the others (if
+  // inspect, init, import-llama2c, tokenize, detokenize, apply-chat-template: one rank's work; the others (if
   // started by mpirun) leave at once so files are written once and output printed once.
   if (!cmd->on_every_rank && launcher_rank() != 0) return 0;
   // Logs and errors go to stderr, results to stdout. Ranks other than 0 log warnings and

@@ -6,7 +6,7 @@
 
 namespace linnet::cli {
 
-ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer) {
+ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer, bool with_chat) {
   // The benchmarks' two sources of a model: a checkpoint, or a config's shapes with random
   // weights — never both, never a config without the flag that says what it is for.
   if (vm.count("random-weights") && !vm.count("config")) throw UsageError("--random-weights needs --config");
@@ -32,6 +32,10 @@ ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer
     c.config = load_hf_config(c.source);
   }
   if (with_tokenizer) c.tok = load_tokenizer(c.source);
+  if (with_chat) {
+    if (c.random) c.no_chat = "a model with random weights from --config has no chat template";
+    else c.chat = chat_template_from(vm, c.source, c.no_chat);
+  }
   return c;
 }
 

@@ -1,6 +1,7 @@
 // What every command that runs a model does first, in one order and one place: its options →
 // the ranks (replicas × shards, the backend; launcher/ranks.h) → the model's config → the
-// tokenizer (for the commands that read text) → after the command's own checks of its
+// tokenizer (for the commands that read text) and chat template (for those that read
+// conversations) → after the command's own checks of its
 // inputs, the model (runtime/loader.h).
 #pragma once
 #include <boost/program_options.hpp>
@@ -10,6 +11,7 @@
 #include "launcher/ranks.h"
 #include "layers/model_config.h"
 #include "runtime/loader.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
@@ -21,10 +23,15 @@ struct ModelCommand {
   bool random = false;
   ModelConfig config;
   std::unique_ptr<Tokenizer> tok;  // when asked for
+  std::unique_ptr<ChatTemplate> chat;  // when asked for and the checkpoint (or --chat-template) has one
+  std::string no_chat;                 // else why not
+
 
   // From --checkpoint DIR, or --config CFG --random-weights [--layers L] (the benchmarks);
-  // --backend, --tp (where the command has it) and --threads.
-  static ModelCommand open(const boost::program_options::variables_map& vm, bool with_tokenizer);
+  // --backend, --tp (where the command has it) and --threads; with_chat: the chat template
+  // too (--chat-template, else the checkpoint's; options.h chat_template_from).
+  static ModelCommand open(const boost::program_options::variables_map& vm, bool with_tokenizer,
+                           bool with_chat = false);
   // MaxSeq as the run will bind it: --max-seq, else max_position_embeddings.
   int64_t max_seq() const { return options.max_seq > 0 ? options.max_seq : config.max_position; }
   // This rank's model, on its backend and shard group (or on wrappers of them: bench times

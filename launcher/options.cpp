@@ -96,7 +96,8 @@ std::string placeholder(const po::option_description& o) {
       {"backend", "cpu|cuda|auto"}, {"dtype", "bf16|f16|f32"}, {"on-error", "stop|skip"},   {"add-bos", "auto|yes|no"},
       {"log-level", "LEVEL"},       {"config", "CFG"},        {"preset", "NAME"},           {"kv-cache-memory", "BYTES|FRACTION"},
       {"host", "HOST"},             {"text", "TEXT"},         {"ids", "IDS"},               {"stop", "STR"},
-      {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE"},        {"tools", "FILE"}};
+      {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE.json"},   {"tools", "FILE.json"},
+      {"input-file", "IN.jsonl"},   {"output-file", "OUT.jsonl"}, {"template", "NAME|FILE"},  {"kwargs", "JSON"}};
   if (auto it = named.find(o.long_name()); it != named.end()) return it->second;
   const po::value_semantic* v = o.semantic().get();
   if (dynamic_cast<const po::typed_value<int>*>(v) || dynamic_cast<const po::typed_value<int64_t>*>(v) ||
@@ -244,6 +245,36 @@ bool add_bos_from(const po::variables_map& vm, const std::string& checkpoint_dir
   const BosChoice c = choose_add_bos(checkpoint_dir, tok);
   spdlog::info("texts {} BOS: {} (--add-bos yes|no overrides)", c.add ? "start with" : "get no", c.why);
   return c.add;
+}
+
+void add_chat_template_option(po::options_description& desc) {
+  desc.add_options()("chat-template", po::value<std::string>(),
+                     "FILE: the Jinja chat template to render conversations with (default: the checkpoint's)");
+}
+
+std::unique_ptr<ChatTemplate> chat_template_from(const po::variables_map& vm, const std::string& checkpoint_dir,
+                                                 std::string& why_not) {
+  why_not.clear();
+  if (vm.count("chat-template")) {
+    const std::string file = vm["chat-template"].as<std::string>();
+    auto t = std::make_unique<ChatTemplate>(ChatTemplate::load(checkpoint_dir, file));
+    if (const std::string p = t->problem(); !p.empty())
+      throw Error(str(file, ": --chat-template does not parse: ", p));
+    return t;
+  }
+  std::unique_ptr<ChatTemplate> t;
+  try {
+    t = std::make_unique<ChatTemplate>(ChatTemplate::load(checkpoint_dir));
+  } catch (const Error& e) {
+    why_not = str("this model has no chat template (", e.what(), "); give the server one with --chat-template FILE");
+    return nullptr;
+  }
+  if (const std::string p = t->problem(); !p.empty()) {
+    why_not = str("the checkpoint's chat template does not parse: ", p, " (give one that does with --chat-template FILE)");
+    spdlog::warn("{}; conversations are refused, completions run", why_not);
+    return nullptr;
+  }
+  return t;
 }
 
 OnError on_error_option(const std::string& value) {

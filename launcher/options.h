@@ -2,11 +2,13 @@
 #pragma once
 #include <boost/program_options.hpp>
 #include <iostream>
+#include <memory>
 
 #include "core/error.h"
 #include "launcher/commands.h"
 #include "layers/generics.h"
 #include "launcher/input_lines.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
@@ -41,6 +43,16 @@ int tp_option(const po::variables_map& vm);
 // the checkpoint's tokenizer (tokenizer/tokenizer.h), logged with the reason.
 void add_bos_option(po::options_description& desc);
 bool add_bos_from(const po::variables_map& vm, const std::string& checkpoint_dir, const Tokenizer& tok);
+
+// --chat-template FILE: a Jinja chat template used instead of the checkpoint's.
+void add_chat_template_option(po::options_description& desc);
+// The chat template a command renders conversations with: --chat-template's file, else the
+// checkpoint's (tokenizer_config.json's chat_template, chat_template.jinja, as transformers
+// reads them). A checkpoint without one gets none and `why_not` says so (completions still
+// run); one whose template does not parse gets none with a warning. A --chat-template that
+// cannot be read or does not parse is an error, naming the file, line and column.
+std::unique_ptr<ChatTemplate> chat_template_from(const po::variables_map& vm, const std::string& checkpoint_dir,
+                                                 std::string& why_not);
 
 // --on-error stop|skip.
 OnError on_error_option(const std::string& value);

@@ -34,6 +34,7 @@ struct Reply {
   std::vector<ChoiceResult> results;
   std::vector<bool> done, opened;
   size_t n_done = 0;
+  bool started = false;  // a chat stream's role chunks sent
   std::string id, model;
   int64_t created = 0;
   Clock::time_point last_write = Clock::now();
@@ -41,16 +42,10 @@ struct Reply {
   // Applies an event; returns its choice.
   size_t apply(const JobEvent& e) {
     const size_t i = choice_of.at(e.id);
-    ChoiceResult& r = results[i];
-    r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
-    r.text += e.text;
-    if (e.done && !done[i]) {
+    if (done[i]) return i;
+    if (apply_event(results[i], e)) {
       done[i] = true;
       ++n_done;
-      r.finish_reason = e.finish_reason;
-      r.error = e.error;
-      r.token_logprobs = e.token_logprobs;
-      r.top = e.top;
     }
     return i;
   }
@@ -135,121 +130,150 @@ void HttpServer::routes() {
                     {"max_model_len", model_.max_seq}};
     res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
   });
-  svr.Post("/v1/chat/completions", [](const httplib::Request&, httplib::Response& res) {
-    send_error(res, ApiError(404, "chat completions are not served: Debian packages no C++ Jinja engine to "
-                                  "render chat templates with (docs/serve.md); use /v1/completions"));
+  for (const char* route : {"/v1/completions", "/v1/chat/completions"})
+    svr.Post(route, [this, route = std::string(route)](const httplib::Request& req, httplib::Response& res) {
+      answer(route, req, res);
+    });
+  svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const auto [body, ordered] = read_body(req.body);
+      res.set_content(dump(tokenize_body(body, ordered, tok_, model_)), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(400, e.what()));
+    }
   });
-  svr.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    auto r = std::make_shared<Reply>();
+  svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
     try {
-      json body;
-      try {  // with the nesting limit: a deep body would overflow the stack of what walks it
-        body = parse_json(req.body, "the request body");
-      } catch (const Error& e) {
-        throw ApiError(400, e.what());
-      }
-      r->params = parse_completion(body, tok_, model_);
+      res.set_content(dump(detokenize_body(read_body(req.body).first, tok_, model_)), "application/json");
     } catch (const ApiError& e) {
       send_error(res, e);
-      return;
-    } catch (const std::exception& e) {  // e.g. the tokenizer refusing a text
-      send_error(res, ApiError(400, e.what(), "prompt"));
-      return;
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(400, e.what()));
     }
-    const CompletionParams& p = r->params;
-    uint64_t seed = p.sampling.seed;
-    if (!p.seeded) seed = std::random_device{}() & 0x7fffffff;
-    for (size_t i = 0; i < p.prompts.size(); ++i)
-      for (int64_t k = 0; k < p.n; ++k) {
-        ServeJob job;
-        job.prompt = p.prompts[i].ids;
-        job.params = p.sampling;
-        job.params.max_new_tokens = p.max_tokens[i];
-        job.params.seed = seed + static_cast<uint64_t>(k);  // n samples of one prompt differ
-        job.stop = p.stop;
-        job.logprobs = p.logprobs;
-        r->jobs.push_back(std::move(job));
-      }
-    try {
-      r->stream = frontend_.submit(r->jobs);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-      return;
-    }
-    for (size_t i = 0; i < r->jobs.size(); ++i) r->choice_of[r->jobs[i].id] = i;
-    r->results.resize(r->jobs.size());
-    r->done.assign(r->jobs.size(), false);
-    r->opened.assign(r->jobs.size(), false);
-    r->id = str("cmpl-", r->jobs.front().id);
-    r->model = model_.name;
-    r->created = static_cast<int64_t>(std::time(nullptr));
-    // The client gone (or the answer cut short): whatever has not finished is cancelled.
-    auto release = [this, r](bool) { frontend_.cancel(r->jobs); };
-    if (!p.stream) {
-      provide(
-          req, res, "application/json",
-          [this, r](size_t, httplib::DataSink& sink) {
-            for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) r->apply(e);
-            if (r->finished()) {
-              const std::string err = r->first_error();
-              const std::string body = err.empty() ? dump(completion_body(r->id, r->created, r->model, r->params, r->results, tok_))
-                                                   : dump(ApiError(500, err).body());
-              if (!write(sink, *r, body)) return false;
-              sink.done();
-              return true;
-            }
-            // Whitespace before the JSON is still the JSON; writing it finds a closed socket.
-            if (Clock::now() - r->last_write > std::chrono::seconds(1)) return write(sink, *r, " ");
-            return true;
-          },
-          release);
-      return;
-    }
-    res.set_header("Cache-Control", "no-cache");
+  });
+}
+
+std::pair<json, nlohmann::ordered_json> HttpServer::read_body(const std::string& text) {
+  try {  // with the nesting limit: a deep body would overflow the stack of what walks it
+    json body = parse_json(text, "the request body");
+    // The keys in the order written, for what a chat template reads (as Python's dicts keep them).
+    nlohmann::ordered_json ordered = body.contains("messages") ? parse_ordered_json(text, "the request body")
+                                                               : nlohmann::ordered_json();
+    return {std::move(body), std::move(ordered)};
+  } catch (const Error& e) {
+    throw ApiError(400, e.what());
+  }
+}
+
+void HttpServer::answer(const std::string& route, const httplib::Request& req, httplib::Response& res) {
+  auto r = std::make_shared<Reply>();
+  try {
+    const auto [body, ordered] = read_body(req.body);
+    r->params = parse_request(route, body, ordered, tok_, model_);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+    return;
+  } catch (const std::exception& e) {  // e.g. the tokenizer refusing a text
+    send_error(res, ApiError(400, e.what(), "prompt"));
+    return;
+  }
+  const CompletionParams& p = r->params;
+  uint64_t seed = p.sampling.seed;
+  if (!p.seeded) seed = std::random_device{}() & 0x7fffffff;
+  r->jobs = jobs_of(p, seed);
+  try {
+    r->stream = frontend_.submit(r->jobs);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+    return;
+  }
+  for (size_t i = 0; i < r->jobs.size(); ++i) r->choice_of[r->jobs[i].id] = i;
+  r->results.resize(r->jobs.size());
+  r->done.assign(r->jobs.size(), false);
+  r->opened.assign(r->jobs.size(), false);
+  r->id = response_id(p, r->jobs.front().id);
+  r->model = model_.name;
+  r->created = static_cast<int64_t>(std::time(nullptr));
+  // The client gone (or the answer cut short): whatever has not finished is cancelled.
+  auto release = [this, r](bool) { frontend_.cancel(r->jobs); };
+  if (!p.stream) {
     provide(
-        req, res, "text/event-stream",
+        req, res, "application/json",
         [this, r](size_t, httplib::DataSink& sink) {
-          const CompletionParams& p = r->params;
-          for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) {
-            const size_t i = r->apply(e);
-            const PromptIn& prompt = p.prompts[i / static_cast<size_t>(p.n)];
-            const ChoiceResult& c = r->results[i];
-            if (e.done && !e.error.empty()) {
-              if (!write(sink, *r, event(ApiError(500, e.error).body()))) return false;
-              continue;
-            }
-            if (p.logprobs >= 0) {
-              // Log-probabilities come from scoring the finished completion: one chunk then.
-              if (!e.done) continue;
-              const std::string text = (p.echo ? echo_text(tok_, prompt) : "") + c.text;
-              if (!write(sink, *r, event(stream_chunk(r->id, r->created, r->model, i, text,
-                                                      logprobs_json(tok_, prompt, c, p.echo), c.finish_reason))))
-                return false;
-              continue;
-            }
-            std::string text = e.text;
-            if (p.echo && !r->opened[i]) text = echo_text(tok_, prompt) + text;
-            r->opened[i] = true;
-            if (!text.empty() || e.done)
-              if (!write(sink, *r, event(stream_chunk(r->id, r->created, r->model, i, text, nullptr,
-                                                      e.done ? json(c.finish_reason) : json(nullptr)))))
-                return false;
-          }
+          for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) r->apply(e);
           if (r->finished()) {
-            if (p.include_usage) {
-              json body = completion_body(r->id, r->created, r->model, p, r->results, tok_);
-              body["choices"] = json::array();
-              if (!write(sink, *r, event(body))) return false;
-            }
-            if (!write(sink, *r, "data: [DONE]\n\n")) return false;
+            const std::string err = r->first_error();
+            const std::string body = err.empty() ? dump(completion_body(r->id, r->created, r->model, r->params, r->results, tok_))
+                                                 : dump(ApiError(500, err).body());
+            if (!write(sink, *r, body)) return false;
             sink.done();
             return true;
           }
-          if (Clock::now() - r->last_write > std::chrono::seconds(1)) return write(sink, *r, ": keep-alive\n\n");
+          // Whitespace before the JSON is still the JSON; writing it finds a closed socket.
+          if (Clock::now() - r->last_write > std::chrono::seconds(1)) return write(sink, *r, " ");
           return true;
         },
         release);
-  });
+    return;
+  }
+  res.set_header("Cache-Control", "no-cache");
+  provide(
+      req, res, "text/event-stream",
+      [this, r](size_t, httplib::DataSink& sink) {
+        const CompletionParams& p = r->params;
+        if (p.chat && !r->started) {  // each choice's role first, as OpenAI's stream starts
+          r->started = true;
+          for (size_t i = 0; i < r->results.size(); ++i)
+            if (!write(sink, *r, event(chat_chunk(r->id, r->created, r->model, i, {{"role", "assistant"}, {"content", ""}},
+                                                  nullptr, nullptr))))
+              return false;
+        }
+        for (const JobEvent& e : r->stream->wait(std::chrono::milliseconds(500))) {
+          const size_t i = r->apply(e);
+          const PromptIn& prompt = p.prompts[i / static_cast<size_t>(p.n)];
+          const ChoiceResult& c = r->results[i];
+          if (e.done && !e.error.empty()) {
+            if (!write(sink, *r, event(ApiError(500, e.error).body()))) return false;
+            continue;
+          }
+          if (p.logprobs >= 0) {
+            // Log-probabilities come from scoring the finished completion: one chunk then.
+            if (!e.done) continue;
+            const json chunk =
+                p.chat ? chat_chunk(r->id, r->created, r->model, i, {{"content", c.text}}, chat_logprobs_json(tok_, prompt, c),
+                                    c.finish_reason)
+                       : stream_chunk(r->id, r->created, r->model, i, (p.echo ? echo_text(tok_, prompt) : "") + c.text,
+                                      logprobs_json(tok_, prompt, c, p.echo), c.finish_reason);
+            if (!write(sink, *r, event(chunk))) return false;
+            continue;
+          }
+          std::string text = e.text;
+          if (p.echo && !r->opened[i]) text = echo_text(tok_, prompt) + text;
+          r->opened[i] = true;
+          if (text.empty() && !e.done) continue;
+          const json finish = e.done ? json(c.finish_reason) : json(nullptr);
+          const json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i,
+                                                 text.empty() ? json::object() : json{{"content", text}}, nullptr, finish)
+                                    : stream_chunk(r->id, r->created, r->model, i, text, nullptr, finish);
+          if (!write(sink, *r, event(chunk))) return false;
+        }
+        if (r->finished()) {
+          if (p.include_usage) {
+            json body = completion_body(r->id, r->created, r->model, p, r->results, tok_);
+            body["object"] = p.chat ? "chat.completion.chunk" : "text_completion";
+            body["choices"] = json::array();
+            if (!write(sink, *r, event(body))) return false;
+          }
+          if (!write(sink, *r, "data: [DONE]\n\n")) return false;
+          sink.done();
+          return true;
+        }
+        if (Clock::now() - r->last_write > std::chrono::seconds(1)) return write(sink, *r, ": keep-alive\n\n");
+        return true;
+      },
+      release);
 }
 
 int HttpServer::start() {

@@ -1,4 +1,5 @@
-// `linnet serve`'s HTTP side (cpp-httplib): the OpenAI routes, each request checked, made
+// `linnet serve`'s HTTP side (cpp-httplib): the OpenAI routes (/v1/completions,
+// /v1/chat/completions, /v1/models) and vLLM's /tokenize and /detokenize, each request checked, made
 // into jobs for the Frontend, and answered from their events — whole (with whitespace
 // heartbeats while it waits, so a client that left is noticed), or as server-sent events.
 #pragma once
@@ -6,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "serve/openai_api.h"
 #include "serve/frontend.h"
@@ -13,6 +15,8 @@
 
 namespace httplib {
 class Server;
+struct Request;
+struct Response;
 }
 
 namespace linnet::serve {
@@ -39,6 +43,10 @@ class HttpServer {
 
  private:
   void routes();
+  // POST /v1/completions or /v1/chat/completions: checked, queued, answered as its jobs finish.
+  void answer(const std::string& route, const httplib::Request& req, httplib::Response& res);
+  // A body parsed with the nesting limit (400 otherwise), and in key order when it holds messages.
+  static std::pair<nlohmann::json, nlohmann::ordered_json> read_body(const std::string& text);
   Frontend& frontend_;
   const Tokenizer& tok_;
   ServedModel model_;

@@ -1,14 +1,17 @@
 #include "serve/openai_api.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "core/error.h"
+#include "engine/chat_request.h"
 #include "engine/request_rules.h"
 
 namespace linnet::serve {
 
 using nlohmann::json;
+using ojson = nlohmann::ordered_json;
 
 std::string ApiError::type() const {
   if (!type_.empty()) return type_;
@@ -88,7 +91,9 @@ std::vector<PromptIn> prompts(const json& b, const Tokenizer& tok, const ServedM
 
 }  // namespace
 
-CompletionParams parse_completion(const json& b, const Tokenizer& tok, const ServedModel& m) try {
+namespace {
+// A JSON object naming this server's model, if any (404 for another's).
+void check_body(const json& b, const ServedModel& m) {
   if (!b.is_object()) bad("", "the request body must be a JSON object");
   if (b.contains("model") && !b["model"].is_null()) {
     if (!b["model"].is_string()) bad("model", "`model` must be a string");
@@ -96,6 +101,49 @@ CompletionParams parse_completion(const json& b, const Tokenizer& tok, const Ser
       throw ApiError(404, str("The model `", b["model"].get<std::string>(), "` does not exist; this server serves `",
                               m.name, "`"), "model");
   }
+}
+
+// The chat fields that would change the output and that linnet does not implement.
+void refuse_unsupported_chat(const json& b) {
+  auto set = [&](const char* key) { return b.contains(key) && !b[key].is_null(); };
+  auto no = [&](const char* key, const std::string& why) {
+    if (set(key)) bad(key, str("`", key, "` is not supported by linnet serve: ", why));
+  };
+  if (set("tools") || set("functions"))
+    bad(set("tools") ? "tools" : "functions", str("`", set("tools") ? "tools" : "functions",
+        "` is not supported by linnet serve: tool calls are neither rendered nor parsed (leave it out)"));
+  if (set("tool_choice") && b["tool_choice"] != "none")
+    bad("tool_choice", str("`tool_choice` = ", dump(b["tool_choice"]), " is not supported by linnet serve (no tools)"));
+  if (set("function_call") && b["function_call"] != "none")
+    bad("function_call", "`function_call` is not supported by linnet serve (no tools)");
+  if (set("response_format") && b["response_format"] != json{{"type", "text"}})
+    bad("response_format", str("`response_format` = ", dump(b["response_format"]),
+                               " is not supported by linnet serve (no structured output; only {\"type\": \"text\"})"));
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
+    no(key, "no structured output");
+  no("reasoning_effort", "pass what the template reads in `chat_template_kwargs`");
+  no("chat_template", "a template per request is not accepted; start the server with --chat-template FILE");
+  no("prediction", "no predicted outputs");
+  no("audio", "linnet serves text");
+  if (set("modalities") && b["modalities"] != json::array({"text"}))
+    bad("modalities", "`modalities` other than [\"text\"] are not supported: linnet serves text");
+  if (set("echo") && b["echo"] != false) bad("echo", "`echo` is not supported for chat by linnet serve");
+  if (set("include_stop_str_in_output") && b["include_stop_str_in_output"] != false)
+    bad("include_stop_str_in_output", "`include_stop_str_in_output` is not supported by linnet serve");
+  if (set("skip_special_tokens") && b["skip_special_tokens"] != true)
+    bad("skip_special_tokens", "`skip_special_tokens` = false is not supported by linnet serve (special tokens give no text)");
+}
+
+// The field that says how many tokens a chat answer may have: max_completion_tokens, else the
+// older max_tokens (vLLM's order).
+const char* chat_max_tokens_key(const json& b) {
+  return b.contains("max_completion_tokens") && !b["max_completion_tokens"].is_null() ? "max_completion_tokens"
+                                                                                      : "max_tokens";
+}
+}  // namespace
+
+CompletionParams parse_completion(const json& b, const Tokenizer& tok, const ServedModel& m) try {
+  check_body(b, m);
   refuse_unsupported(b);
   CompletionParams c;
   c.n = read_integer(b, "n", 1, m.max_n, 1, str("an integer in [1, ", m.max_n, "]"));
@@ -130,6 +178,92 @@ CompletionParams parse_completion(const json& b, const Tokenizer& tok, const Ser
 } catch (const engine::FieldError& e) {  // the shared request rules: a 400 naming the field
   throw ApiError(400, e.what(), e.field());
 }
+
+CompletionParams parse_chat_completion(const json& b, const ojson& ordered, const Tokenizer& tok,
+                                       const ServedModel& m) try {
+  check_body(b, m);
+  refuse_unsupported(b);
+  refuse_unsupported_chat(b);
+  CompletionParams c;
+  c.chat = true;
+  c.n = read_integer(b, "n", 1, m.max_n, 1, str("an integer in [1, ", m.max_n, "]"));
+  c.stream = read_boolean(b, "stream", false);
+  if (b.contains("stream_options") && !b["stream_options"].is_null()) {
+    if (!b["stream_options"].is_object()) bad("stream_options", "`stream_options` must be an object");
+    c.include_usage = read_boolean(b["stream_options"], "include_usage", false);
+    if (read_boolean(b["stream_options"], "continuous_usage_stats", false))
+      bad("stream_options", "`stream_options.continuous_usage_stats` is not supported by linnet serve");
+  }
+  if (b.contains("logprobs") && !b["logprobs"].is_null() && !b["logprobs"].is_boolean())
+    bad("logprobs", str("`logprobs` must be true or false in a chat request (`top_logprobs` says how many likeliest "
+                        "tokens), got ", dump(b["logprobs"])));
+  const bool logprobs = read_boolean(b, "logprobs", false);
+  const int64_t top = read_integer(b, "top_logprobs", 0, m.max_logprobs, 0, str("an integer in [0, ", m.max_logprobs, "]"));
+  if (top > 0 && !logprobs) bad("top_logprobs", "`top_logprobs` needs `logprobs`: true");
+  c.logprobs = logprobs ? top : -1;
+  engine::SamplingFields sampling;
+  sampling.params.temperature = 1.0f;  // the OpenAI default
+  sampling = engine::read_sampling(b, sampling);
+  c.sampling = sampling.params;
+  c.stop = sampling.stop;
+  c.seeded = sampling.seeded;
+  const char* key = chat_max_tokens_key(b);
+  const bool given = b.contains(key) && !b[key].is_null();
+  const int64_t asked = read_integer(b, key, 1, std::numeric_limits<int64_t>::max(), 0, "a positive integer");
+  if (!m.chat) throw ApiError(400, m.no_chat, "messages");
+  const ChatRequest request = engine::read_chat_request(ordered, *m.chat);
+  const engine::ChatPrompt prompt = engine::chat_prompt(*m.chat, request, tok, m.vocab);
+  c.prompts.push_back(PromptIn{prompt.ids, prompt.text, true});
+  const engine::PoolLimits pool{m.max_seq, m.page_size, m.pages};
+  const int64_t len = static_cast<int64_t>(prompt.ids.size());
+  const int64_t max_new = given ? asked : engine::default_max_new(len, m.max_seq, pool);
+  if (max_new < 1)
+    bad("messages", str("the conversation (", len, " tokens) leaves no room for a reply in MaxSeq = ", m.max_seq,
+                        " (raise --max-seq, or shorten the conversation)"));
+  if (const std::string why = engine::admission_problem(len, max_new, pool, "the conversation", key); !why.empty())
+    bad(given || why.find("pages") != std::string::npos ? key : "messages", why);
+  c.max_tokens.push_back(max_new);
+  c.sampling.max_new_tokens = max_new;
+  return c;
+} catch (const engine::FieldError& e) {
+  throw ApiError(400, e.what(), e.field());
+}
+
+CompletionParams parse_request(const std::string& route, const json& body, const ojson& ordered, const Tokenizer& tok,
+                               const ServedModel& model) {
+  if (route == "/v1/chat/completions") return parse_chat_completion(body, ordered, tok, model);
+  if (route == "/v1/completions") return parse_completion(body, tok, model);
+  throw ApiError(404, str("no route POST ", route, " (/v1/completions or /v1/chat/completions)"), "url");
+}
+
+std::vector<ServeJob> jobs_of(const CompletionParams& p, uint64_t seed) {
+  std::vector<ServeJob> jobs;
+  for (size_t i = 0; i < p.prompts.size(); ++i)
+    for (int64_t k = 0; k < p.n; ++k) {
+      ServeJob job;
+      job.prompt = p.prompts[i].ids;
+      job.params = p.sampling;
+      job.params.max_new_tokens = p.max_tokens[i];
+      job.params.seed = seed + static_cast<uint64_t>(k);  // n samples of one prompt differ
+      job.stop = p.stop;
+      job.logprobs = p.logprobs;
+      jobs.push_back(std::move(job));
+    }
+  return jobs;
+}
+
+bool apply_event(ChoiceResult& r, const JobEvent& e) {
+  r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
+  r.text += e.text;
+  if (!e.done) return false;
+  r.finish_reason = e.finish_reason;
+  r.error = e.error;
+  r.token_logprobs = e.token_logprobs;
+  r.top = e.top;
+  return true;
+}
+
+std::string response_id(const CompletionParams& p, uint64_t n) { return str(p.chat ? "chatcmpl-" : "cmpl-", n); }
 
 std::string token_text(const Tokenizer& tok, int32_t id) {
   bool at_start = false;
@@ -171,6 +305,28 @@ json logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceRes
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
+json chat_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r) {
+  auto entry = [&](int32_t id, float lp) {
+    const std::string t = token_text(tok, id);
+    json bytes = json::array();
+    for (unsigned char ch : t) bytes.push_back(static_cast<int>(ch));
+    return json{{"token", t}, {"logprob", lp}, {"bytes", bytes}};
+  };
+  json content = json::array();
+  for (size_t k = 0; k < r.tokens.size(); ++k) {
+    const size_t p = prompt.ids.size() + k;  // position in prompt + completion
+    if (p == 0 || p - 1 >= r.token_logprobs.size()) break;
+    json e = entry(r.tokens[k], r.token_logprobs[p - 1]);
+    std::vector<std::pair<int32_t, float>> top = p - 1 < r.top.size() ? r.top[p - 1] : decltype(top){};
+    std::stable_sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    json alts = json::array();
+    for (const auto& [id, lp] : top) alts.push_back(entry(id, lp));
+    e["top_logprobs"] = std::move(alts);
+    content.push_back(std::move(e));
+  }
+  return {{"content", content}, {"refusal", nullptr}};
+}
+
 json completion_body(const std::string& id, int64_t created, const std::string& model, const CompletionParams& p,
                      const std::vector<ChoiceResult>& results, const Tokenizer& tok) {
   json choices = json::array();
@@ -180,6 +336,13 @@ json completion_body(const std::string& id, int64_t created, const std::string& 
     const ChoiceResult& r = results[i];
     const PromptIn& pr = p.prompts[i / static_cast<size_t>(p.n)];
     completion_tokens += static_cast<int64_t>(r.tokens.size());
+    if (p.chat) {
+      choices.push_back({{"index", i},
+                         {"message", {{"role", "assistant"}, {"content", r.text}}},
+                         {"logprobs", p.logprobs >= 0 ? chat_logprobs_json(tok, pr, r) : json(nullptr)},
+                         {"finish_reason", r.finish_reason}});
+      continue;
+    }
     const std::string text = p.echo ? echo_text(tok, pr) + r.text : r.text;
     choices.push_back({{"index", i},
                        {"text", text},
@@ -187,7 +350,7 @@ json completion_body(const std::string& id, int64_t created, const std::string& 
                        {"finish_reason", r.finish_reason}});
   }
   return {{"id", id},
-          {"object", "text_completion"},
+          {"object", p.chat ? "chat.completion" : "text_completion"},
           {"created", created},
           {"model", model},
           {"choices", choices},
@@ -204,6 +367,53 @@ json stream_chunk(const std::string& id, int64_t created, const std::string& mod
           {"created", created},
           {"model", model},
           {"choices", json::array({{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
+}
+
+json chat_chunk(const std::string& id, int64_t created, const std::string& model, size_t index, const json& delta,
+                const json& logprobs, const json& finish_reason) {
+  return {{"id", id},
+          {"object", "chat.completion.chunk"},
+          {"created", created},
+          {"model", model},
+          {"choices",
+           json::array({{{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
+}
+
+json tokenize_body(const json& b, const ojson& ordered, const Tokenizer& tok, const ServedModel& m) try {
+  check_body(b, m);
+  const bool chat = b.contains("messages");
+  if (chat == b.contains("prompt")) bad("", "give one of `prompt` (a text) and `messages` (a conversation)");
+  std::vector<int32_t> ids;
+  if (chat) {
+    refuse_unsupported_chat(b);
+    if (!m.chat) throw ApiError(400, m.no_chat, "messages");
+    const ChatRequest request = engine::read_chat_request(ordered, *m.chat);
+    ids = engine::chat_prompt(*m.chat, request, tok, m.vocab).ids;
+    if (read_boolean(b, "add_special_tokens", false) && m.add_bos && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
+  } else {
+    if (!b["prompt"].is_string()) bad("prompt", "`prompt` must be a string");
+    ids = engine::encode_text(tok, b["prompt"].get<std::string>(), read_boolean(b, "add_special_tokens", true) && m.add_bos,
+                              m.vocab, "prompt");
+  }
+  json out = {{"count", ids.size()}, {"max_model_len", m.max_seq}, {"tokens", ids}, {"token_strs", nullptr}};
+  if (read_boolean(b, "return_token_strs", false)) {
+    json strs = json::array();
+    for (int32_t id : ids) strs.push_back(token_text(tok, id));
+    out["token_strs"] = strs;
+  }
+  return out;
+} catch (const engine::FieldError& e) {
+  throw ApiError(400, e.what(), e.field());
+}
+
+json detokenize_body(const json& b, const Tokenizer& tok, const ServedModel& m) try {
+  check_body(b, m);
+  if (!b.contains("tokens")) bad("tokens", "`tokens` is required: a list of token ids");
+  std::vector<int32_t> ids;
+  if (!(b["tokens"].is_array() && b["tokens"].empty())) ids = engine::token_ids(b["tokens"], "tokens", m.vocab);
+  return {{"prompt", tok.decode(std::span<const TokenId>(ids.data(), ids.size()), false)}};
+} catch (const engine::FieldError& e) {
+  throw ApiError(400, e.what(), "tokens");
 }
 
 }  // namespace linnet::serve

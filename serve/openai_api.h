@@ -1,7 +1,8 @@
-// The OpenAI completions API as `linnet serve` speaks it: a request body checked and made
-// into prompts and sampling parameters (errors name the field, the index and the rule, as
-// SPEC §5 asks), and the response bodies (whole, or as server-sent-event chunks) built
-// from what the engine reports. No HTTP here: tests call these directly.
+// The OpenAI API as `linnet serve` and `linnet run-batch` speak it: a completions or chat
+// completions body checked and made into prompts and sampling parameters (errors name the
+// field, the index and the rule, as SPEC §5 asks), the response bodies (whole, or as
+// server-sent-event chunks) built from what the engine reports, and vLLM's /tokenize and
+// /detokenize. No HTTP here: tests call these directly.
 #pragma once
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,8 @@
 #include <vector>
 
 #include "engine/request.h"
+#include "serve/jobs.h"
+#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::serve {
@@ -38,6 +41,8 @@ struct ServedModel {
   bool add_bos = true;           // text prompts start with BOS (the checkpoint's tokenizer_config)
   int64_t max_logprobs = 20, max_n = 16;
   int64_t max_prompts = 1024;    // prompts in one request
+  const ChatTemplate* chat = nullptr;  // the chat template, when the checkpoint (or --chat-template) has one
+  std::string no_chat;                 // else why chat is refused
 };
 
 struct PromptIn {
@@ -47,19 +52,32 @@ struct PromptIn {
 };
 
 struct CompletionParams {
+  bool chat = false;  // /v1/chat/completions: one prompt, the conversation as the template renders it
   std::vector<PromptIn> prompts;
   engine::SamplingParams sampling;  // max_new_tokens as the request gives it (may be 0)
   std::vector<int64_t> max_tokens;  // per prompt: max_new_tokens, or what fits (unset max_tokens)
   bool seeded = false;
   int64_t n = 1;
   bool stream = false, include_usage = false, echo = false;
-  int64_t logprobs = -1;  // -1: none
+  int64_t logprobs = -1;  // -1: none; chat: top_logprobs when "logprobs" is true
   std::vector<std::string> stop;
 };
 
 // The body of POST /v1/completions, checked (throws ApiError 400 naming what is wrong, 404
 // for another model's name).
 CompletionParams parse_completion(const nlohmann::json& body, const Tokenizer& tok, const ServedModel& model);
+// The body of POST /v1/chat/completions (`ordered`: the same body with its keys in the order
+// written, for what the template reads). Fields that would change the output and are not
+// implemented (tools, response_format, …) are refused by name; a template's raise_exception
+// is a 400 with the template's message.
+CompletionParams parse_chat_completion(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
+                                       const Tokenizer& tok, const ServedModel& model);
+// Either, by route ("/v1/completions" or "/v1/chat/completions").
+CompletionParams parse_request(const std::string& route, const nlohmann::json& body,
+                               const nlohmann::ordered_json& ordered, const Tokenizer& tok, const ServedModel& model);
+
+// The engine's jobs for a request: prompt i / n, sample i % n, sample k seeded seed + k.
+std::vector<ServeJob> jobs_of(const CompletionParams& p, uint64_t seed);
 
 // One choice as the engine finished it.
 struct ChoiceResult {
@@ -68,6 +86,9 @@ struct ChoiceResult {
   std::vector<float> token_logprobs;  // positions 1… of prompt + completion
   std::vector<std::vector<std::pair<int32_t, float>>> top;
 };
+// What a job's event adds to its choice: tokens and text; at the end, why it finished and
+// its log-probabilities. Returns true when the event finished it.
+bool apply_event(ChoiceResult& r, const JobEvent& e);
 
 // A token's own text (no dropped leading space), for logprobs' "tokens" and top_logprobs' keys.
 std::string token_text(const Tokenizer& tok, int32_t id);
@@ -77,12 +98,27 @@ nlohmann::json logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const
 // The prompt's text for echo.
 std::string echo_text(const Tokenizer& tok, const PromptIn& p);
 
-// The whole response body; choices[i] is prompt i / n, sample i % n.
+// The whole response body; choices[i] is prompt i / n, sample i % n. A chat request gets
+// chat.completion's shape (message, the chat form of logprobs), the others text_completion's.
 nlohmann::json completion_body(const std::string& id, int64_t created, const std::string& model,
                                const CompletionParams& p, const std::vector<ChoiceResult>& results,
                                const Tokenizer& tok);
 nlohmann::json stream_chunk(const std::string& id, int64_t created, const std::string& model, size_t index,
                             const std::string& text, const nlohmann::json& logprobs, const nlohmann::json& finish_reason);
+// A chat.completion.chunk: `delta` {"role": "assistant", "content": ""} first, then {"content": …}.
+nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::string& model, size_t index,
+                          const nlohmann::json& delta, const nlohmann::json& logprobs, const nlohmann::json& finish_reason);
+// The chat form of logprobs, {"content": [{"token", "logprob", "bytes", "top_logprobs": […]}]},
+// for the completion's tokens.
+nlohmann::json chat_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r);
+// The id a response carries: "cmpl-N" or "chatcmpl-N".
+std::string response_id(const CompletionParams& p, uint64_t n);
+
+// vLLM's POST /tokenize ({"prompt"} or {"messages"}: count, max_model_len, tokens,
+// token_strs) and POST /detokenize ({"tokens"}: prompt).
+nlohmann::json tokenize_body(const nlohmann::json& body, const nlohmann::ordered_json& ordered, const Tokenizer& tok,
+                             const ServedModel& model);
+nlohmann::json detokenize_body(const nlohmann::json& body, const Tokenizer& tok, const ServedModel& model);
 
 // JSON text that never throws on bytes that are not UTF-8 (they become U+FFFD).
 std::string dump(const nlohmann::json& j);

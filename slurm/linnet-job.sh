@@ -88,8 +88,8 @@ linnet_launch() {
 }
 
 # A whole job: `linnet <command> <options…>` on every task. --checkpoint is staged when asked;
-# after a requeue (SLURM_RESTART_COUNT > 0) generate and eval get --resume, so the work done
-# before the preemption is kept and not done twice.
+# after a requeue (SLURM_RESTART_COUNT > 0) generate, eval and run-batch get --resume, so the
+# work done before the preemption is kept and not done twice.
 linnet_job() {
   linnet_setup
   local -a args=("$@")
@@ -99,7 +99,11 @@ linnet_job() {
       args[i + 1]=$(linnet_checkpoint "${args[i + 1]}")
     fi
   done
-  if [[ ${SLURM_RESTART_COUNT:-0} -gt 0 && ( ${args[0]:-} == generate || ${args[0]:-} == eval ) ]]; then
+  if [[ ${SLURM_RESTART_COUNT:-0} -gt 0 && ( ${args[0]:-} == generate || ${args[0]:-} == eval || ${args[0]:-} == run-batch ) ]]; then
+    # The first run replaced OUT if --overwrite said so; the requeued one continues it.
+    local -a kept=()
+    for i in "${!args[@]}"; do [[ ${args[i]} == --overwrite ]] || kept+=("${args[i]}"); done
+    args=("${kept[@]}")
     [[ " ${args[*]} " == *" --resume "* ]] || args+=(--resume)
   fi
   echo "linnet job $SLURM_JOB_ID: ${SLURM_NNODES:-1} node(s), ${SLURM_NTASKS:-1} tasks, LINNET_TP=$LINNET_TP, backend $LINNET_BACKEND, launcher $LINNET_LAUNCHER" >&2

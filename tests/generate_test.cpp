@@ -184,7 +184,7 @@ TEST(Generate, MalformedLinesAreNamedAndSkippedOrStop) {
         "{\"id\": \"h\", \"text\": \"the end\"}\n");
   auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 1);
-  for (const char* want : {"in.jsonl:2: malformed JSON", "in.jsonl:3: give exactly one of \"text\" and \"tokens\"",
+  for (const char* want : {"in.jsonl:2: malformed JSON", "in.jsonl:3: give exactly one of \"text\", \"tokens\" and \"messages\"",
                            "in.jsonl:5: \"text\" is empty", "in.jsonl:6: `tokens[1]` = 99999 is not a token id",
                            "in.jsonl:7: unknown key 'temprature'", "in.jsonl:9: id \"a\" is already the id of line 1"})
     EXPECT_NE(r.errors.find(want), std::string::npos) << want << "\n" << r.errors;

@@ -2,7 +2,7 @@
 # The slurm/ scripts submitted with sbatch to a real SLURM (scripts/slurm-cluster: two nodes
 # on this host), CPU backend, checked against the same job under plain mpirun; then faults.
 #   tests/slurm_test.sh CASE LINNET_BINARY SOURCE_DIR WORK_DIR
-# CASE: scripts node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue serve
+# CASE: scripts node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue serve batch
 # Exit 77 (ctest: skipped) when no cluster is up (SLURM_CONF unset), with the reason.
 set -uo pipefail
 case_=$1 linnet=$(readlink -f "$2") src=$(readlink -f "$3") work=$(mkdir -p "$4" && readlink -f "$4")
@@ -239,6 +239,40 @@ PY
   code=$(scontrol show job "$job" -o 2>/dev/null | sed -n 's/.* ExitCode=\([0-9:]*\).*/\1/p')
   echo "after SIGTERM: ${state:-?} ExitCode=${code:-gone}"
   [[ -z $code || $code == 0:0 ]] || { cat job.log; fail "the drained server's job exited $code"; }
+  ;;
+batch)  # an OpenAI batch file as a job (slurm/batch.sbatch, Shards 2 over the node's tasks): the answers plain mpirun gives
+  printf '%s\n' '{{ bos_token }}{% for m in messages %}{{ m.role }}: {{ m.content }}' \
+    '{% endfor %}{% if add_generation_prompt %}assistant:{% endif %}' >chat.jinja
+  python3 - >in.jsonl <<'PY'
+import json
+for i in range(16):
+    if i % 3 == 0:
+        body = {"prompt": "Once upon a time", "max_tokens": 8, "temperature": 0.8, "seed": i}
+        print(json.dumps({"custom_id": f"t{i}", "method": "POST", "url": "/v1/completions", "body": body}))
+    else:
+        body = {"messages": [{"role": "user", "content": f"Tell me story number {i}."}], "max_tokens": 8, "seed": i}
+        print(json.dumps({"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions", "body": body}))
+PY
+  args=(--checkpoint "$ckpt" -i in.jsonl --chat-template chat.jinja)
+  submit job.log -N1 --ntasks-per-node=2 --gpus-per-node=0 "$src/slurm/batch.sbatch" "${args[@]}" -o out.jsonl ||
+    fail "the job failed"
+  grep -q "LINNET_TP=2" job.log || fail "not tensor parallel over the node's tasks"
+  reference 2 2 run-batch "${args[@]}" -o ref.jsonl
+  python3 - out.jsonl ref.jsonl <<'PY' || fail "the job's answers differ from plain mpirun's"
+import json, sys
+def lines(p):
+    out = []
+    for line in open(p):
+        j = json.loads(line)
+        j["response"]["body"].pop("created")  # the time of the answer
+        out.append(j)
+    return out
+a, b = lines(sys.argv[1]), lines(sys.argv[2])
+assert len(a) == 16 and a == b, "differ"
+assert all(x["error"] is None and x["response"]["status_code"] == 200 for x in a)
+print("answered:", sum(1 for x in a if x["response"]["body"]["object"] == "chat.completion"), "chat,",
+      sum(1 for x in a if x["response"]["body"]["object"] == "text_completion"), "completions")
+PY
   ;;
 *)
   fail "unknown case $case_"

@@ -52,6 +52,28 @@ ojson alias_reasoning(const ojson& message) {
   return out;
 }
 
+// Whether a for statement's iterable names content: {% for x in message['content'] %},
+// {%- for part in msg.content if … %} (a scan of the tags, not a parse: a template that does
+// not parse fails when rendered).
+bool loops_over_content(const std::string& text) {
+  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
+  for (size_t at = text.find("{%"); at != std::string::npos; at = text.find("{%", at + 2)) {
+    const size_t end = text.find("%}", at + 2);
+    if (end == std::string::npos) return false;
+    size_t i = at + 2;
+    if (i < end && (text[i] == '-' || text[i] == '+')) ++i;
+    while (i < end && space(text[i])) ++i;
+    if (text.compare(i, 3, "for") != 0 || i + 3 >= end || !space(text[i + 3])) continue;
+    const std::string tag = text.substr(i + 3, end - i - 3);
+    for (size_t in = tag.find("in"); in != std::string::npos; in = tag.find("in", in + 2))
+      if (in > 0 && space(tag[in - 1]) && in + 2 < tag.size() && space(tag[in + 2])) {
+        if (tag.find("content", in + 2) != std::string::npos) return true;
+        break;
+      }
+  }
+  return false;
+}
+
 std::string py_strip(const std::string& s) { return jinja::pystr::strip(s, std::nullopt, true, true); }
 
 }  // namespace
@@ -60,6 +82,7 @@ ChatTemplate::ChatTemplate(std::map<std::string, std::string> templates, ojson s
     : templates_(std::move(templates)), named_(named), special_tokens_(std::move(special_tokens)) {
   if (templates_.empty()) throw Error("no chat template given");
   for (const auto& [name, text] : templates_) {
+    content_loops_[name] = loops_over_content(text);
     try {
       compiled_[name] = jinja::Template::parse(text, kTransformersOptions);
     } catch (const jinja::TemplateError& e) {
@@ -121,10 +144,18 @@ ChatTemplate ChatTemplate::load(const std::string& dir, const std::string& overr
 }
 
 const std::string& ChatTemplate::source(bool with_tools, const std::optional<std::string>& name) const {
-  if (!named_) return templates_.begin()->second;
+  if (!named_) {
+    if (name && *name != "default")
+      throw Error(str("no chat template named '", *name, "': this tokenizer has a single chat template"));
+    return templates_.begin()->second;
+  }
   if (name) {
     auto it = templates_.find(*name);
-    if (it == templates_.end()) throw Error("no chat template named '" + *name + "'");
+    if (it == templates_.end()) {
+      std::string names;
+      for (const auto& [n, t] : templates_) names += (names.empty() ? "" : ", ") + n;
+      throw Error(str("no chat template named '", *name, "' (this tokenizer has: ", names, ")"));
+    }
     return it->second;
   }
   if (with_tools && templates_.count("tool_use")) return templates_.at("tool_use");
@@ -132,6 +163,19 @@ const std::string& ChatTemplate::source(bool with_tools, const std::optional<std
   std::string names;
   for (const auto& [n, t] : templates_) names += (names.empty() ? "" : ", ") + n;
   throw Error("This model has multiple chat templates with no default specified; pass the name of one: " + names);
+}
+
+std::string ChatTemplate::problem() const {
+  if (parse_errors_.empty()) return "";
+  const auto& [name, why] = *parse_errors_.begin();
+  return named_ ? str("template '", name, "': ", why) : why;
+}
+
+bool ChatTemplate::iterates_content(bool with_tools, const std::optional<std::string>& name) const {
+  const std::string& text = source(with_tools, name);
+  for (const auto& [n, t] : templates_)
+    if (&t == &text) return content_loops_.at(n);
+  return false;
 }
 
 std::string ChatTemplate::render(const ChatRequest& request) const {

@@ -82,6 +82,14 @@ class ChatTemplate {
   // linnet::Error (the request itself is refused, as transformers refuses it).
   std::string render(const ChatRequest& request) const;
 
+  // Whether that template loops over a message's content (`{% for part in message['content'] %}`):
+  // it reads content as a list of parts. vLLM's "auto" content format asks the same of the
+  // template, and hands the others text parts joined into one string (engine/chat_request.h).
+  bool iterates_content(bool with_tools, const std::optional<std::string>& name = std::nullopt) const;
+
+  // "" when every template parses, else the first that does not: "template 'NAME': line L, column C: …".
+  std::string problem() const;
+
   const nlohmann::ordered_json& special_tokens() const { return special_tokens_; }
   // The time strftime_now formats (default: the real clock).
   void set_clock(std::function<std::time_t()> now) { now_ = std::move(now); }
@@ -95,6 +103,7 @@ class ChatTemplate {
   // not parse keeps its error, thrown when it is used.
   std::map<std::string, std::optional<jinja::Template>> compiled_;
   std::map<std::string, std::string> parse_errors_;
+  std::map<std::string, bool> content_loops_;
 };
 
 }  // namespace linnet

@@ -3,7 +3,8 @@ local-completions, a load of 500 concurrent requests, faults. Run by serve_test.
 Serve.* cases) as: serve_test.py CASE LINNET SOURCE WORK. Loopback only; every wait bounded.
 
 Cases: openai, lm_eval, load, faults, clients (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
-2); replicas (mpirun -np 2, two replicas of one shard).
+2); replicas (mpirun -np 2, two replicas of one shard); stories15M (the real model); chat,
+chat-tp2, chat_lm_eval, batch (conversations and batch files: tests/serve/chat_cases.py).
 """
 import asyncio
 import glob
@@ -727,6 +728,11 @@ CASES = {
     "faults-tp2": lambda: case_faults(ranks=2, tp=2),
     "replicas": case_replicas,
 }
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import chat_cases  # noqa: E402
+
+CASES.update(chat_cases.cases(sys.modules[__name__]))
 
 if __name__ == "__main__":
     t0 = time.time()

@@ -291,10 +291,10 @@ class Evaluator {
         return get_item(obj, key);
       }
       case K::Slice: {
-        // x[::, 1]: a slice inside a tuple subscript has no object of its own; jinja2 fails
-        // there too when it renders (a list's index cannot be a tuple).
+        // The parser gives every slice its object (a slice inside a tuple subscript becomes
+        // None there); should one ever come without, it is an error, never a null read.
         line = e.line;
-        if (!e.a) throw EvalError("a slice may only be the whole subscript (x[a:b:c]), not part of a tuple");
+        if (!e.a) throw EvalError("a slice without the value it slices");
         Value obj = eval(*e.a, scope);
         auto part = [&](const ExprPtr& p) { return p ? eval(*p, scope) : Value::none(); };
         Value b = part(e.b), c = part(e.c), d = part(e.d);

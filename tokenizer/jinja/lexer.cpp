@@ -1,6 +1,8 @@
 #include "tokenizer/jinja/lexer.h"
 
+#include <cstdlib>
 #include <cstring>
+#include <limits>
 
 #include "tokenizer/jinja/pystr.h"
 
@@ -302,7 +304,7 @@ class Lexer {
       int base = c1 == 'x' ? 16 : c1 == 'o' ? 8 : 2;
       std::size_t p = b + 2;
       std::int64_t v = 0;
-      bool any = false;
+      bool any = false, overflow = false;
       while (p < src_.size()) {
         char c = src_[p];
         if (c == '_') {
@@ -311,10 +313,13 @@ class Lexer {
         }
         int d = is_digit(c) ? c - '0' : (c | 0x20) >= 'a' && (c | 0x20) <= 'f' ? (c | 0x20) - 'a' + 10 : 99;
         if (d >= base) break;
-        v = v * base + d;
+        overflow = overflow || v > (std::numeric_limits<std::int64_t>::max() - d) / base;
+        if (!overflow) v = v * base + d;
         any = true;
         ++p;
       }
+      if (overflow)  // past 64 bits, as the decimal ones below
+        fail(b, "integer literal out of range: " + std::string(src_.substr(b, p - b)));
       if (any) {
         push(Token::Type::Integer, src_.substr(b, p - b), b).integer = v;
         pos_ = p;
@@ -340,7 +345,8 @@ class Lexer {
     for (std::size_t i = b; i < p; ++i)
       if (src_[i] != '_') text += src_[i];
     if (is_float) {
-      push(Token::Type::Float, text, b).number = std::stod(text);
+      // As Python's float(): past the range, inf (or 0), never an error (std::stod throws).
+      push(Token::Type::Float, text, b).number = std::strtod(text.c_str(), nullptr);
     } else {
       Token& t = push(Token::Type::Integer, text, b);
       try {

@@ -294,6 +294,15 @@ ExprPtr Parser::parse_subscript(ExprPtr e) {
     }
     n->b = std::move(keys[0]);
   } else {
+    // x[a:b, c]: the key is a tuple holding a slice object, which no value here can be (a list
+    // or string refuses it, a dict cannot hold it: jinja2 gives undefined either way). A slice
+    // among the keys stands as None, which leads the lookup to the same undefined.
+    for (auto& k : keys)
+      if (k->kind == Expr::Kind::Slice) {
+        const int at = k->line;
+        k = node(Expr::Kind::Const, at);
+        k->value = Value::none();
+      }
     n->b = node(Expr::Kind::Tuple, t.line);
     n->b->items = std::move(keys);
   }

@@ -1,0 +1,572 @@
+// Conversations: the chat request rules (engine/chat_request.h), the server's chat, /tokenize
+// and /detokenize bodies without HTTP (serve/openai_api.h), and the commands that read
+// conversations — apply-chat-template, generate's messages lines, run-batch (one rank, two
+// ranks as shards and as replicas, --resume by custom_id). The real clients against a real
+// template and tokenizer are in tests/serve (ctest Serve.chat, Serve.chat_lm_eval, Serve.batch).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "checkpoint/write_checkpoint.h"
+#include "engine/chat_request.h"
+#include "engine/request_rules.h"
+#include "model_fixtures.h"
+#include "mpi_run.h"
+#include "serve/openai_api.h"
+
+using namespace linnet;
+using linnet::testing::linnet_run;
+namespace fs = std::filesystem;
+using nlohmann::json;
+using ojson = nlohmann::ordered_json;
+
+namespace {
+
+// A template of Llama 3's shape (written for these tests), over the fixture tokenizer whose
+// specials are Llama 3's: BOS, headers, <|eot_id|>; an unknown role raises.
+const char* kTemplate =
+    "{{ bos_token }}{% for m in messages %}"
+    "{% if m.role not in ['system', 'user', 'assistant'] %}{{ raise_exception('Unknown role: ' ~ m.role) }}{% endif %}"
+    "<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n{{ m.content | trim }}<|eot_id|>{% endfor %}"
+    "{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+    "{% if enable_thinking is defined and not enable_thinking %}(no thinking){% endif %}";
+// One that reads content as a list of parts.
+const char* kPartsTemplate =
+    "{% for m in messages %}[{{ m.role }}]{% if m.content is string %}{{ m.content }}{% else %}"
+    "{% for p in m.content %}<{{ p.text }}>{% endfor %}{% endif %}{% endfor %}";
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("linnet_chat_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<json> json_lines(const fs::path& p) {
+  std::vector<json> out;
+  std::istringstream in(slurp(p));
+  for (std::string l; std::getline(in, l);) out.push_back(json::parse(l));
+  return out;
+}
+
+// Random weights, the fixture's byte-level BPE tokenizer and the template above; EOS ids from
+// config.json and generation_config.json.
+fs::path chat_model() {
+  return linnet::testing::shared_checkpoint("linnet_chat_tiny", [](const std::string& d) {
+    ModelConfig c = linnet::testing::tiny_config();
+    c.vocab = 1398;
+    c.hidden = 48;
+    c.heads = 6;
+    c.kv_heads = 6;
+    c.inner = 96;
+    c.max_position = 256;
+    c.eos_token_ids = {1};
+    write_random_checkpoint(c, d, DType::f32, 27);
+    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
+    write(fs::path(d) / "chat_template.jinja", kTemplate);
+    write(fs::path(d) / "generation_config.json", R"({"eos_token_id": [1, 4]})");
+  });
+}
+
+const Tokenizer& tok() {
+  static const auto t = load_tokenizer(chat_model().string());
+  return *t;
+}
+const ChatTemplate& chat() {
+  static const ChatTemplate t = ChatTemplate::load(chat_model().string());
+  return t;
+}
+
+serve::ServedModel served(const ChatTemplate* t = &chat()) {
+  serve::ServedModel m;
+  m.name = "tiny";
+  m.vocab = 1398;
+  m.max_seq = 256;
+  m.pages = 16;
+  m.page_size = 16;
+  m.add_bos = true;
+  m.chat = t;
+  m.no_chat = "this model has no chat template";
+  return m;
+}
+
+serve::CompletionParams parse_chat(const json& body, const serve::ServedModel& m = served()) {
+  return serve::parse_chat_completion(body, ojson::parse(body.dump()), tok(), m);
+}
+
+// The message and param of the ApiError a chat body gets ("" when accepted).
+std::pair<std::string, std::string> chat_refusal(const json& body, const serve::ServedModel& m = served()) {
+  try {
+    parse_chat(body, m);
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(e.status(), 400);
+    return {e.what(), e.param()};
+  }
+  return {"", ""};
+}
+
+const json kHello = json::array({{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi there"}}});
+const std::string kHelloText =
+    "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+    "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+
+std::vector<std::string> run_batch_args(const fs::path& in, const fs::path& out, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"run-batch", "--checkpoint", chat_model().string(), "-i", in.string(), "-o", out.string(),
+                                "--backend", "cpu", "--served-model-name", "tiny"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// A run-batch output line without what changes from run to run (the time).
+json comparable(json line) {
+  if (line["response"].is_object() && line["response"]["body"].is_object()) line["response"]["body"].erase("created");
+  return line;
+}
+
+}  // namespace
+
+TEST(ChatRequest, ContentPartsAsVllmShapesThem) {
+  const ojson m = ojson::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                       {"type": "text", "text": "b"}]}]})");
+  // A template that does not loop over content gets the texts joined by a newline…
+  ChatRequest r = engine::read_chat_request(m, chat());
+  EXPECT_EQ(r.messages[0]["content"], "a\nb");
+  EXPECT_TRUE(r.add_generation_prompt);
+  // …one that does, the parts as they are.
+  const ChatTemplate parts = ChatTemplate::single(kPartsTemplate, ojson::object());
+  EXPECT_TRUE(parts.iterates_content(false));
+  EXPECT_FALSE(chat().iterates_content(false));
+  r = engine::read_chat_request(m, parts);
+  EXPECT_EQ(engine::chat_prompt(parts, r, tok(), 1398).text, "[user]<a><b>");
+}
+
+TEST(ChatRequest, BadConversationsAreNamedByIndex) {
+  auto refusal = [](const std::string& body) {
+    try {
+      engine::chat_prompt(chat(), engine::read_chat_request(ojson::parse(body), chat()), tok(), 1398);
+    } catch (const engine::FieldError& e) {
+      return e.field() + ": " + e.what();
+    }
+    return std::string();
+  };
+  EXPECT_EQ(refusal("{}"), "messages: `messages` is required: a list of {\"role\", \"content\"} objects");
+  EXPECT_EQ(refusal(R"({"messages": []})"), "messages: `messages` must be a non-empty list of {\"role\", \"content\"} objects, got []");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}, 5]})"),
+            "messages: `messages[1]` must be an object with a \"role\", got 5");
+  EXPECT_EQ(refusal(R"({"messages": [{"content": "x"}]})"),
+            "messages: `messages[0].role` must be a string (\"system\", \"user\", \"assistant\", …), got none");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})"),
+            "messages: `messages[0].content[0].type` = \"image_url\" is not supported: linnet serves text models "
+            "(content parts of type \"text\" only)");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": 3}]})"),
+            "messages: `messages[0].content` must be a string, null or a list of content parts, got 3");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}], "continue_final_message": true,
+                        "add_generation_prompt": true})"),
+            "continue_final_message: `continue_final_message` and `add_generation_prompt` cannot both be true: the "
+            "final message is either continued or followed by the assistant's turn");
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [1]})"),
+            "chat_template_kwargs: `chat_template_kwargs` must be an object (e.g. {\"enable_thinking\": false}), got [1]");
+  // The template's raise_exception: its own words.
+  EXPECT_EQ(refusal(R"({"messages": [{"role": "robot", "content": "x"}]})"), "messages: Unknown role: robot");
+}
+
+TEST(ChatRequest, ThePromptIsTheRenderedTextWithoutASecondBos) {
+  const auto r = engine::read_chat_request(ojson{{"messages", kHello}}, chat());
+  const auto p = engine::chat_prompt(chat(), r, tok(), 1398);
+  EXPECT_EQ(p.text, kHelloText);
+  EXPECT_EQ(p.ids, tok().encode(kHelloText, false));
+  EXPECT_EQ(p.ids[0], 0);  // the template's BOS, once
+  EXPECT_NE(p.ids[1], 0);
+  // continue_final_message: the last message left open, no generation prompt by default.
+  ojson cont{{"messages", kHello}, {"continue_final_message", true}};
+  cont["messages"].push_back({{"role", "assistant"}, {"content", "Hello, I"}});
+  EXPECT_EQ(engine::chat_prompt(chat(), engine::read_chat_request(cont, chat()), tok(), 1398).text,
+            kHelloText + "Hello, I");
+  // chat_template_kwargs reach the template.
+  ojson kw{{"messages", kHello}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  EXPECT_EQ(engine::chat_prompt(chat(), engine::read_chat_request(kw, chat()), tok(), 1398).text, kHelloText + "(no thinking)");
+}
+
+TEST(ServeChat, BodiesAreCheckedAndRefusedByName) {
+  auto c = parse_chat({{"messages", kHello}, {"max_completion_tokens", 7}, {"max_tokens", 3}, {"n", 2}, {"seed", 4}});
+  EXPECT_TRUE(c.chat);
+  ASSERT_EQ(c.prompts.size(), 1u);
+  EXPECT_EQ(c.prompts[0].ids, tok().encode(kHelloText, false));
+  EXPECT_EQ(c.max_tokens, std::vector<int64_t>{7});  // max_completion_tokens wins
+  EXPECT_EQ(c.n, 2);
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 1.0f);
+  c = parse_chat({{"messages", kHello}});
+  EXPECT_EQ(c.max_tokens, std::vector<int64_t>{256 - static_cast<int64_t>(c.prompts[0].ids.size())});  // what fits
+  c = parse_chat({{"messages", kHello}, {"logprobs", true}, {"top_logprobs", 3}});
+  EXPECT_EQ(c.logprobs, 3);
+  EXPECT_EQ(parse_chat({{"messages", kHello}, {"logprobs", false}}).logprobs, -1);
+  // Fields that would change the output: refused by name, never ignored.
+  for (const char* key : {"tools", "functions", "response_format", "reasoning_effort", "chat_template", "guided_json"}) {
+    const json value = std::string(key) == "response_format" ? json{{"type", "json_object"}}
+                       : std::string(key) == "tools"         ? json::array({{{"type", "function"}}})
+                                                             : json("x");
+    const auto [why, param] = chat_refusal({{"messages", kHello}, {key, value}});
+    EXPECT_EQ(param, key) << why;
+    EXPECT_NE(why.find("is not supported by linnet serve"), std::string::npos) << why;
+  }
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"response_format", {{"type", "text"}}}}).first, "");
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"tool_choice", "none"}}).first, "");
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"presence_penalty", 1}}).second, "presence_penalty");
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"logprobs", 2}}).first,
+            "`logprobs` must be true or false in a chat request (`top_logprobs` says how many likeliest tokens), got 2");
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"top_logprobs", 2}}).first, "`top_logprobs` needs `logprobs`: true");
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"max_tokens", 0}}).first, "`max_tokens` must be a positive integer, got 0");
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"max_tokens", 1000}}).first,
+            "the conversation (" + std::to_string(tok().encode(kHelloText, false).size()) +
+                " tokens) + max_tokens (1000) = " + std::to_string(tok().encode(kHelloText, false).size() + 1000) +
+                " exceeds MaxSeq = 256 (raise --max-seq or lower max_tokens)");
+  // The template's raise_exception is the 400's message.
+  EXPECT_EQ(chat_refusal({{"messages", {{{"role", "robot"}, {"content", "x"}}}}}),
+            std::make_pair(std::string("Unknown role: robot"), std::string("messages")));
+  // A model without a chat template says so.
+  EXPECT_EQ(chat_refusal({{"messages", kHello}}, served(nullptr)).first, "this model has no chat template");
+  try {
+    parse_chat({{"messages", kHello}, {"model", "other"}});
+    ADD_FAILURE() << "another model's name accepted";
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(e.status(), 404);
+  }
+}
+
+TEST(ServeChat, ResponseShapes) {
+  auto c = parse_chat({{"messages", kHello}, {"logprobs", true}, {"top_logprobs", 2}, {"n", 2}});
+  serve::ChoiceResult r;
+  r.tokens = {5, 4};
+  r.text = "x";
+  r.finish_reason = "stop";
+  const size_t n = c.prompts[0].ids.size();
+  r.token_logprobs.assign(n + 1, -9.0f);
+  r.token_logprobs[n - 1] = -0.5f;
+  r.token_logprobs[n] = -0.25f;
+  r.top.assign(n + 1, {});
+  r.top[n - 1] = {{7, -1.5f}, {5, -0.5f}};
+  const json body = serve::completion_body("chatcmpl-1", 7, "tiny", c, {r, r}, tok());
+  EXPECT_EQ(body["object"], "chat.completion");
+  ASSERT_EQ(body["choices"].size(), 2u);
+  EXPECT_EQ(body["choices"][1]["index"], 1);
+  EXPECT_EQ(body["choices"][0]["message"], (json{{"role", "assistant"}, {"content", "x"}}));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(body["usage"], (json{{"prompt_tokens", n}, {"completion_tokens", 4}, {"total_tokens", n + 4}}));
+  const json& lp = body["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lp.size(), 2u);  // each generated token, EOS (<|eot_id|>) too
+  EXPECT_EQ(lp[0]["token"], serve::token_text(tok(), 5));
+  EXPECT_FLOAT_EQ(lp[0]["logprob"].get<float>(), -0.5f);
+  EXPECT_EQ(lp[0]["top_logprobs"].size(), 2u);
+  EXPECT_FLOAT_EQ(lp[0]["top_logprobs"][0]["logprob"].get<float>(), -0.5f);  // likeliest first
+  EXPECT_EQ(lp[1]["token"], "<|eot_id|>");
+  EXPECT_EQ(lp[1]["bytes"].size(), std::string("<|eot_id|>").size());
+  const json chunk = serve::chat_chunk("chatcmpl-1", 7, "tiny", 1, {{"content", "y"}}, nullptr, nullptr);
+  EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+  EXPECT_EQ(chunk["choices"][0]["delta"], (json{{"content", "y"}}));
+  EXPECT_EQ(serve::response_id(c, 3), "chatcmpl-3");
+}
+
+TEST(ServeChat, TokenizeAndDetokenizeAsVllm) {
+  const serve::ServedModel m = served();
+  json t = serve::tokenize_body({{"prompt", "Hi there"}}, ojson(), tok(), m);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok().encode("Hi there", true));  // add_special_tokens: BOS
+  EXPECT_EQ(t["count"], t["tokens"].size());
+  EXPECT_EQ(t["max_model_len"], 256);
+  EXPECT_TRUE(t["token_strs"].is_null());
+  t = serve::tokenize_body({{"prompt", "Hi there"}, {"add_special_tokens", false}, {"return_token_strs", true}}, ojson(),
+                           tok(), m);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok().encode("Hi there", false));
+  EXPECT_EQ(t["token_strs"].size(), t["tokens"].size());
+  const json chat_body = {{"messages", kHello}};
+  t = serve::tokenize_body(chat_body, ojson::parse(chat_body.dump()), tok(), m);
+  EXPECT_EQ(t["tokens"].get<std::vector<int32_t>>(), tok().encode(kHelloText, false));
+  EXPECT_EQ(serve::detokenize_body({{"tokens", tok().encode(kHelloText, false)}}, tok(), m)["prompt"], kHelloText);
+  EXPECT_EQ(serve::detokenize_body({{"tokens", json::array()}}, tok(), m)["prompt"], "");
+  try {
+    serve::detokenize_body({{"tokens", {1, 5000}}}, tok(), m);
+    ADD_FAILURE() << "5000 accepted";
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(std::string(e.what()), "`tokens[1]` = 5000 is not a token id in [0, Vocab=1398)");
+  }
+  try {
+    serve::tokenize_body({{"prompt", "x"}, {"messages", kHello}}, ojson(), tok(), m);
+    ADD_FAILURE() << "both accepted";
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(std::string(e.what()), "give one of `prompt` (a text) and `messages` (a conversation)");
+  }
+}
+
+TEST(ChatCli, ApplyChatTemplatePrintsTheTextExactly) {
+  const fs::path d = fresh_dir("apply");
+  write(d / "msgs.json", json(kHello).dump());
+  const std::string ckpt = chat_model().string();
+  auto r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string()});
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(r.output, kHelloText);  // exactly: no newline added
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--ids"});
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  std::string ids;
+  for (int32_t id : tok().encode(kHelloText, false)) ids += (ids.empty() ? "" : " ") + std::to_string(id);
+  EXPECT_EQ(r.output, ids + "\n");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(),
+                  "--no-generation-prompt", "--kwargs", R"({"enable_thinking": false})"});
+  EXPECT_EQ(r.output, kHelloText.substr(0, kHelloText.rfind("<|start_header_id|>")) + "(no thinking)") << r.errors;
+  // Another template, from a file; one that does not parse is named with its line and column.
+  write(d / "parts.jinja", kPartsTemplate);
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
+                  (d / "parts.jinja").string()});
+  EXPECT_EQ(r.output, "[system]Be brief.[user]Hi there") << r.errors;
+  write(d / "bad.jinja", "line one\n{% for m in messages %}{{ m.content }\n");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
+                  (d / "bad.jinja").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("bad.jinja: the chat template does not parse: line 2, column"), std::string::npos) << r.errors;
+  // A bad conversation: the file and what is wrong.
+  write(d / "bad.json", R"([{"role": "user", "content": "x"}, {"content": "y"}])");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "bad.json").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("bad.json: `messages[1].role` must be a string"), std::string::npos) << r.errors;
+  write(d / "robot.json", R"([{"role": "robot", "content": "x"}])");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "robot.json").string()});
+  EXPECT_NE(r.errors.find("robot.json: Unknown role: robot"), std::string::npos) << r.errors;
+  // --tools: rendered as transformers renders them, the keys in the order written.
+  write(d / "tools.jinja", "{{ tools | tojson }}|{{ messages[0] | tojson }}");
+  write(d / "tools.json", R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}])");
+  write(d / "ordered.json", R"([{"role": "user", "zeta": 1, "content": "x", "alpha": 2}])");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "ordered.json").string(), "--tools",
+                  (d / "tools.json").string(), "--template", (d / "tools.jinja").string()});
+  EXPECT_EQ(r.output, R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]|)"
+                      R"({"role": "user", "zeta": 1, "content": "x", "alpha": 2})") << r.errors;
+  // --template NAME: one of the checkpoint's named templates; this one has a single template.
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
+                  "tool_use"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("no chat template named 'tool_use': this tokenizer has a single chat template"),
+            std::string::npos) << r.errors;
+}
+
+TEST(ChatCli, GenerateTakesMessagesLines) {
+  const fs::path d = fresh_dir("generate");
+  const std::string ckpt = chat_model().string();
+  json tokens = tok().encode(kHelloText, false);
+  write(d / "in.jsonl", json{{"id", "chat"}, {"messages", kHello}, {"max_new_tokens", 6}}.dump() + "\n" +
+                            json{{"id", "ids"}, {"tokens", tokens}, {"max_new_tokens", 6}}.dump() + "\n" +
+                            json{{"id", "robot"}, {"messages", {{{"role", "robot"}, {"content", "x"}}}}}.dump() + "\n" +
+                            json{{"id", "sampled"}, {"messages", kHello}, {"temperature", 1}, {"seed", 5},
+                                 {"chat_template_kwargs", {{"enable_thinking", false}}}}.dump() + "\n");
+  auto r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "in.jsonl").string(), "--output",
+                       (d / "out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "6"});
+  EXPECT_EQ(r.exit_code, 3) << r.errors;  // the robot's line failed; the others ran
+  const auto out = json_lines(d / "out.jsonl");
+  ASSERT_EQ(out.size(), 4u);
+  EXPECT_EQ(out[0]["tokens"], out[1]["tokens"]);  // a conversation is its rendered ids
+  EXPECT_EQ(out[0]["prompt_tokens"], tokens.size());
+  EXPECT_EQ(out[2]["error"], (d / "in.jsonl").string() + ":3: Unknown role: robot");
+  EXPECT_TRUE(out[3].contains("tokens"));
+  // A malformed conversation is an error line too, named by line and index; the others run.
+  write(d / "bad.jsonl", json{{"id", "x"}, {"messages", {{{"role", 1}}}}}.dump() + "\n" +
+                             json{{"id", "ok"}, {"messages", kHello}}.dump() + "\n");
+  r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "bad.jsonl").string(), "--output",
+                  (d / "bad-out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2"});
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  const auto bad = json_lines(d / "bad-out.jsonl");
+  ASSERT_EQ(bad.size(), 2u);
+  EXPECT_EQ(bad[0]["error"], (d / "bad.jsonl").string() + ":1: `messages[0].role` must be a string (\"system\", "
+                                                          "\"user\", \"assistant\", …), got 1");
+  EXPECT_EQ(bad[1]["completion_tokens"], 2);
+  // A chat key on a line that is not a conversation is a bad line (--on-error).
+  write(d / "mixed.jsonl", json{{"id", "y"}, {"text", "hi"}, {"chat_template_kwargs", json::object()}}.dump() + "\n");
+  r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "mixed.jsonl").string(), "--output",
+                  (d / "mixed-out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("mixed.jsonl:1: \"chat_template_kwargs\" goes with \"messages\""), std::string::npos) << r.errors;
+  // A checkpoint without a chat template: the line says so and what to do.
+  const fs::path plain = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+  r = linnet_run({"generate", "--checkpoint", plain.string(), "--prompts", (d / "in.jsonl").string(), "--output",
+                  (d / "plain.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("this line is a conversation (\"messages\"), but this model has no chat template"),
+            std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("--chat-template FILE"), std::string::npos) << r.errors;
+  // --chat-template gives it one.
+  write(d / "t.jinja", kTemplate);
+  r = linnet_run({"generate", "--checkpoint", plain.string(), "--prompts", (d / "in.jsonl").string(), "--output",
+                  (d / "plain.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2", "--chat-template",
+                  (d / "t.jinja").string(), "--overwrite"});
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  write(d / "broken.jinja", "{% if %}");
+  r = linnet_run({"generate", "--checkpoint", plain.string(), "--prompts", (d / "in.jsonl").string(), "--output",
+                  (d / "plain.jsonl").string(), "--backend", "cpu", "--chat-template", (d / "broken.jinja").string(),
+                  "--overwrite"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("broken.jinja: --chat-template does not parse: line 1, column"), std::string::npos) << r.errors;
+}
+
+namespace {
+std::string batch_file() {
+  auto line = [](const json& j) { return j.dump() + "\n"; };
+  std::string s;
+  s += line({{"custom_id", "chat-greedy"}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+             {"body", {{"model", "tiny"}, {"messages", kHello}, {"max_tokens", 8}, {"temperature", 0}}}});
+  s += line({{"custom_id", "chat-sampled"}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+             {"body", {{"messages", kHello}, {"max_completion_tokens", 6}, {"seed", 3}, {"n", 2}, {"logprobs", true},
+                       {"top_logprobs", 2}}}});
+  s += line({{"custom_id", "text"}, {"method", "POST"}, {"url", "/v1/completions"},
+             {"body", {{"prompt", "The cat sat"}, {"max_tokens", 5}, {"temperature", 0}, {"stop", "e"}}}});
+  s += line({{"custom_id", "ids-echo"}, {"method", "POST"}, {"url", "/v1/completions"},
+             {"body", {{"prompt", {0, 5, 6}}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}, {"logprobs", 1}}}});
+  s += line({{"custom_id", "robot"}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+             {"body", {{"messages", {{{"role", "robot"}, {"content", "x"}}}}}}});
+  s += line({{"custom_id", "tools"}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+             {"body", {{"messages", kHello}, {"tools", json::array({{{"type", "function"}}})}}}});
+  s += line({{"custom_id", "embed"}, {"method", "POST"}, {"url", "/v1/embeddings"}, {"body", {{"input", "x"}}}});
+  s += line({{"custom_id", "get"}, {"method", "GET"}, {"url", "/v1/completions"}, {"body", {{"prompt", "x"}}}});
+  s += "{\"custom_id\": \"cut\", \"method\": \"POST\"\n";
+  s += line({{"method", "POST"}, {"url", "/v1/completions"}, {"body", {{"prompt", "x"}}}});
+  s += line({{"custom_id", "text"}, {"method", "POST"}, {"url", "/v1/completions"}, {"body", {{"prompt", "again"}}}});
+  s += line({{"custom_id", "stream"}, {"method", "POST"}, {"url", "/v1/completions"},
+             {"body", {{"prompt", "x"}, {"stream", true}}}});
+  s += line({{"custom_id", "other-model"}, {"method", "POST"}, {"url", "/v1/completions"},
+             {"body", {{"prompt", "x"}, {"model", "gpt-4o"}}}});
+  s += line({{"custom_id", "last"}, {"method", "POST"}, {"url", "/v1/chat/completions"},
+             {"body", {{"messages", kHello}, {"max_tokens", 3}, {"temperature", 0.7}}}});
+  return s;
+}
+}  // namespace
+
+// Before: no way to run a batch file; the server's bodies only over HTTP.
+TEST(RunBatch, MixedLinesAreAnsweredAsTheServerAnswersAndBadLinesAreErrorLines) {
+  const fs::path d = fresh_dir("batch");
+  write(d / "in.jsonl", batch_file());
+  auto r = linnet_run(run_batch_args(d / "in.jsonl", d / "out.jsonl"));
+  EXPECT_EQ(r.exit_code, 3) << r.errors;  // some lines failed; every line has its answer
+  EXPECT_NE(r.output.find("run-batch: 5 requests answered (9 errors, 0 already done)"), std::string::npos) << r.output;
+  const auto out = json_lines(d / "out.jsonl");
+  ASSERT_EQ(out.size(), 14u);
+  std::map<std::string, json> by;
+  for (const auto& l : out) by[l["custom_id"].dump()] = l;
+  // A chat answer: the body the server answers, its tokens those of generate on the rendered ids.
+  const json& greedy = out[0];
+  EXPECT_EQ(greedy["custom_id"], "chat-greedy");
+  EXPECT_TRUE(greedy["error"].is_null());
+  EXPECT_EQ(greedy["response"]["status_code"], 200);
+  const json& body = greedy["response"]["body"];
+  EXPECT_EQ(body["object"], "chat.completion");
+  EXPECT_EQ(body["model"], "tiny");
+  EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
+  write(d / "gen.jsonl", json{{"id", "g"}, {"tokens", tok().encode(kHelloText, false)}, {"max_new_tokens", 8}}.dump() + "\n");
+  ASSERT_EQ(linnet_run({"generate", "--checkpoint", chat_model().string(), "--prompts", (d / "gen.jsonl").string(),
+                        "--output", (d / "gen-out.jsonl").string(), "--backend", "cpu"})
+                .exit_code,
+            0);
+  const json want = json_lines(d / "gen-out.jsonl")[0];
+  EXPECT_EQ(body["choices"][0]["message"]["content"], want["text"]);
+  EXPECT_EQ(body["choices"][0]["finish_reason"], want["finish_reason"]);
+  EXPECT_EQ(body["usage"]["completion_tokens"], want["completion_tokens"]);
+  // n = 2 with the chat logprobs; a completion with echo; stop strings.
+  const json& sampled = out[1]["response"]["body"];
+  ASSERT_EQ(sampled["choices"].size(), 2u);
+  EXPECT_EQ(sampled["choices"][1]["logprobs"]["content"].size(), sampled["usage"]["completion_tokens"].get<size_t>() / 2);
+  EXPECT_EQ(out[3]["response"]["body"]["choices"][0]["logprobs"]["tokens"].size(), 5u);
+  // Errors: refused as the server refuses (status, body, error), or not a request (no response).
+  EXPECT_EQ(out[4]["response"]["status_code"], 400);
+  EXPECT_EQ(out[4]["response"]["body"]["error"]["message"], "Unknown role: robot");
+  EXPECT_EQ(out[4]["error"]["message"], "Unknown role: robot");
+  EXPECT_EQ(out[5]["error"]["param"], "tools");
+  EXPECT_TRUE(out[6]["response"].is_null());
+  EXPECT_NE(out[6]["error"]["message"].get<std::string>().find("in.jsonl:7: \"url\" must be \"/v1/completions\" or"),
+            std::string::npos);
+  EXPECT_NE(out[7]["error"]["message"].get<std::string>().find("\"method\" must be \"POST\""), std::string::npos);
+  EXPECT_EQ(out[8]["custom_id"], 9);  // no custom_id to be had: the line number stands for it
+  EXPECT_NE(out[8]["error"]["message"].get<std::string>().find("in.jsonl:9: malformed JSON"), std::string::npos);
+  EXPECT_EQ(out[9]["custom_id"], 10);
+  EXPECT_NE(out[9]["error"]["message"].get<std::string>().find("\"custom_id\" is required"), std::string::npos);
+  EXPECT_EQ(out[10]["custom_id"], 11);
+  EXPECT_NE(out[10]["error"]["message"].get<std::string>().find("custom_id \"text\" is already the custom_id of line 3"),
+            std::string::npos);
+  EXPECT_EQ(out[11]["error"]["param"], "stream");
+  EXPECT_EQ(out[12]["response"]["status_code"], 404);
+  EXPECT_TRUE(out[13]["error"].is_null());
+  // Deterministic: the same file again gives the same answers (no seed: seed 0).
+  r = linnet_run(run_batch_args(d / "in.jsonl", d / "again.jsonl"));
+  const auto again = json_lines(d / "again.jsonl");
+  ASSERT_EQ(again.size(), out.size());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(comparable(again[i]), comparable(out[i])) << i;
+}
+
+TEST(RunBatch, ResumeByCustomIdAndTheOutputPolicy) {
+  const fs::path d = fresh_dir("batch_resume");
+  write(d / "in.jsonl", batch_file());
+  ASSERT_EQ(linnet_run(run_batch_args(d / "in.jsonl", d / "whole.jsonl")).exit_code, 3);
+  const auto whole = json_lines(d / "whole.jsonl");
+  // A non-empty output is refused without --resume or --overwrite.
+  write(d / "out.jsonl", whole[0].dump() + "\n");
+  auto r = linnet_run(run_batch_args(d / "in.jsonl", d / "out.jsonl"));
+  EXPECT_EQ(r.exit_code, 2) << r.errors;
+  EXPECT_NE(r.errors.find("out.jsonl already holds results: give --resume"), std::string::npos) << r.errors;
+  // --resume: what is there is kept (an error line runs again), the rest answered, in input order.
+  const std::string kept = whole[0].dump() + "\n" + whole[4].dump() + "\n" + whole[13].dump() + "\n" +
+                           whole[2].dump().substr(0, 40);  // a line a kill cut off
+  write(d / "out.jsonl", kept);
+  r = linnet_run(run_batch_args(d / "in.jsonl", d / "out.jsonl", {"--resume"}));
+  EXPECT_EQ(r.exit_code, 3) << r.errors;
+  EXPECT_NE(r.errors.find("the last line is incomplete"), std::string::npos) << r.errors;
+  EXPECT_NE(r.output.find("(9 errors, 2 already done)"), std::string::npos) << r.output;
+  const auto resumed = json_lines(d / "out.jsonl");
+  ASSERT_EQ(resumed.size(), whole.size());
+  for (size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(comparable(resumed[i]), comparable(whole[i])) << i;
+  EXPECT_EQ(resumed[0], whole[0]);  // kept as it was
+}
+
+TEST(RunBatch, TheSameAnswersOnTwoRanksAsShardsAndAsReplicas) {
+  if (linnet::testing::find_mpirun().empty()) GTEST_SKIP() << "mpirun not found";
+  const fs::path d = fresh_dir("batch_ranks");
+  write(d / "in.jsonl", batch_file());
+  ASSERT_EQ(linnet_run(run_batch_args(d / "in.jsonl", d / "one.jsonl")).exit_code, 3);
+  const auto one = json_lines(d / "one.jsonl");
+  for (const char* tp : {"2", "1"}) {
+    SCOPED_TRACE(std::string("--tp ") + tp);
+    const fs::path out = d / (std::string("tp") + tp + ".jsonl");
+    const auto r = linnet_run(run_batch_args(d / "in.jsonl", out, {"--tp", tp, "--threads", "1"}), 300, 2);
+    EXPECT_EQ(r.exit_code, 3) << r.errors;
+    const auto two = json_lines(out);
+    ASSERT_EQ(two.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      json a = comparable(one[i]), b = comparable(two[i]);
+      // Log-probabilities over two vocab shards are summed in another order: equal to 1e-5.
+      if (a["response"].is_object() && a["response"]["body"].contains("choices"))
+        for (size_t c = 0; c < a["response"]["body"]["choices"].size(); ++c) {
+          json& la = a["response"]["body"]["choices"][c]["logprobs"];
+          json& lb = b["response"]["body"]["choices"][c]["logprobs"];
+          if (!la.is_object() || !la.contains("content")) continue;
+          for (size_t k = 0; k < la["content"].size(); ++k) {
+            EXPECT_NEAR(la["content"][k]["logprob"].get<double>(), lb["content"][k]["logprob"].get<double>(), 1e-5);
+            la["content"][k].erase("logprob"), lb["content"][k].erase("logprob");
+            la["content"][k].erase("top_logprobs"), lb["content"][k].erase("top_logprobs");
+          }
+        }
+      if (i == 3) {  // the echo completion's text-completion logprobs
+        auto& la = a["response"]["body"]["choices"][0]["logprobs"];
+        auto& lb = b["response"]["body"]["choices"][0]["logprobs"];
+        for (size_t k = 1; k < la["token_logprobs"].size(); ++k)
+          EXPECT_NEAR(la["token_logprobs"][k].get<double>(), lb["token_logprobs"][k].get<double>(), 1e-5);
+        la.erase("token_logprobs"), lb.erase("token_logprobs"), la.erase("top_logprobs"), lb.erase("top_logprobs");
+      }
+      EXPECT_EQ(a, b) << i;
+    }
+  }
+}
