@@ -146,7 +146,9 @@ TEST(Scheduler, WholePromptsAreNeverChunkedNorShared) {
       if (r.count > 1) {
         EXPECT_EQ(r.begin, 0) << "request " << r.seq->request.index << " chunked";
         EXPECT_EQ(r.count, static_cast<int64_t>(r.seq->tokens.size()));
-        if (r.count > 16) EXPECT_EQ(rows.size(), 1u) << "a prompt past the budget runs alone";
+        if (r.count > 16) {
+          EXPECT_EQ(rows.size(), 1u) << "a prompt past the budget runs alone";
+        }
       }
       for (int32_t p : r.seq->pages) EXPECT_EQ(pool.refs(p), 1) << "a page shared";
     }

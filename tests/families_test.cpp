@@ -195,7 +195,9 @@ TEST(Families, RopeKindsReadTheSameInBothSpellings) {
     EXPECT_EQ(a.rope.attention_factor, b.rope.attention_factor);
     EXPECT_EQ(a.partial_rotary_factor, b.partial_rotary_factor);
     EXPECT_EQ(a.local_rope.has_value(), b.local_rope.has_value());
-    if (a.local_rope && b.local_rope) EXPECT_EQ(a.local_rope->theta, b.local_rope->theta);
+    if (a.local_rope && b.local_rope) {
+      EXPECT_EQ(a.local_rope->theta, b.local_rope->theta);
+    }
     EXPECT_EQ(rope_inv_freq(a), rope_inv_freq(b));
   };
   const json yarn = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 16},

@@ -42,7 +42,11 @@ using linnet::testing::tiny_text_model;
 
 std::string prompts(int n) {
   std::string s;
-  for (int i = 0; i < n; ++i) s += json{{"id", "p" + std::to_string(i)}, {"text", "the cat sat number " + std::to_string(i)}}.dump() + "\n";
+  for (int i = 0; i < n; ++i) {
+    const std::string k = std::to_string(i);  // (string literal + temporary trips GCC 12's -Wrestrict)
+    s += json{{"id", std::string("p").append(k)}, {"text", std::string("the cat sat number ").append(k)}}.dump();
+    s += "\n";
+  }
   return s;
 }
 
