@@ -84,7 +84,9 @@ int cmd_tokenize(const Args& args) {
       "checkpoint", po::value<std::string>()->required(), "checkpoint directory (tokenizer.json, tokenizer.model or tokenizer.bin)")(
       "text", po::value<std::string>(), "text to encode")(
       "jsonl", po::value<std::string>(), "file (or - for stdin): one JSON string or {\"text\": ...} per line; prints a JSON array per line")(
-      "bos", po::bool_switch(), "prepend the BOS token")(
+      "bos", po::bool_switch(), "prepend the BOS token (as --add-bos yes)")(
+      "add-bos", po::value<std::string>()->default_value("no"),
+      "auto (as transformers' tokenizer for the checkpoint adds it: what generate, eval and serve do), yes or no")(
       "bench", po::value<std::string>(), "measure single-threaded encoding speed on this file")(
       "bench-lines", po::bool_switch(), "with --bench: encode each line of the file on its own")(
       "bench-seconds", po::value<double>()->default_value(3.0), "minimum duration of --bench");
@@ -93,7 +95,8 @@ int cmd_tokenize(const Args& args) {
   if (!vm.count("bench") && vm.count("text") == vm.count("jsonl"))
     throw UsageError("tokenize: give exactly one of --text and --jsonl");
   auto tok = load_tokenizer(vm["checkpoint"].as<std::string>());
-  const bool bos = vm["bos"].as<bool>();
+  if (vm["bos"].as<bool>() && !vm["add-bos"].defaulted()) throw UsageError("tokenize: --bos is --add-bos yes: give one");
+  const bool bos = vm["bos"].as<bool>() || add_bos_from(vm, vm["checkpoint"].as<std::string>(), *tok);
   if (vm.count("bench")) return bench(*tok, vm["bench"].as<std::string>(), vm["bench-seconds"].as<double>(), vm["bench-lines"].as<bool>());
   if (vm.count("text")) {
     std::printf("%s\n", join_ids(tok->encode(vm["text"].as<std::string>(), bos)).c_str());

@@ -1,0 +1,128 @@
+"""ctest's Tokenizers.sdist_vocabularies: the real tokenizers of the families linnet runs, from
+the vocabulary files PyPI's llama-cpp-python 0.3.36 sdist carries (vendor/llama.cpp/models/
+ggml-vocab-*.gguf, the sdist pinned by sha256 in tests/chat_templates/sdist.txt), written as a
+Hugging Face tokenizer folder by transformers 5.24's own GGUF converter; then every text of the
+sdist's test inputs (ggml-vocab-*.gguf.inp) and a corpus of our own is tokenized by
+transformers and by `linnet tokenize`: the ids must be equal, with and without the special
+tokens transformers adds (linnet's --add-bos auto rule, docs/tokenizers.md). Nothing fetched
+is committed. Run by sdist_vocab_test.sh (the venv of tests/serve) as:
+    sdist_vocab_test.py LINNET SOURCE WORK
+Exits 77 (skipped, with the reason) when PyPI cannot be reached.
+"""
+import glob
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+
+LINNET, SOURCE, WORK = sys.argv[1:4]
+# The vocabularies of the families linnet runs: Llama 3 (BPE) and Llama 2 / Mistral
+# (SentencePiece), Qwen2 / Qwen3, Phi-3 / Phi-4-mini.
+VOCABS = ["ggml-vocab-llama-bpe.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-qwen2.gguf", "ggml-vocab-phi-3.gguf"]
+CORPUS = ["Hello world", " Hello world", "Hello  World <|endoftext|> x", "", " ", "\n\n\n", "\t tabs\tand  spaces ",
+          "Grüße, 世界 🌍 — \"quotes\" <tags> é", "1234567890 3.14159 -42", "don't won't I'm we'll",
+          "def f(x):\n    return x**2  # code\n", "ÅngströmⅫ ﬁ ｆｕｌｌ", "a" * 300, "<s> </s> <unk> [INST] hi [/INST]",
+          "The quick brown fox jumps over the lazy dog. " * 5]
+
+# transformers' GGUF reader imports torch for tensors, which a tokenizer never reads (the package
+# is gigabytes and the venv has none): the import gets a stand-in, as tests/serve/chat_cases.py.
+WRITE = r"""
+import sys, types
+from transformers import PreTrainedTokenizerFast
+stand_in = types.ModuleType("torch")
+stand_in.__getattr__ = lambda name: type(name, (), {})
+sys.modules["torch"] = stand_in
+models, vocab, out = sys.argv[1:4]
+tok = PreTrainedTokenizerFast.from_pretrained(models, gguf_file=vocab)
+tok.save_pretrained(out)
+"""
+
+
+def fail(what):
+    print(f"FAILED: {what}")
+    sys.exit(1)
+
+
+def sdist_models():
+    d = os.path.join(WORK, "vocab-models")
+    if all(os.path.exists(os.path.join(d, v)) for v in VOCABS):
+        return d
+    pinned = open(os.path.join(SOURCE, "tests/chat_templates/sdist.txt")).read().split("sha256:")[1].split()[0]
+    tarball = None
+    # The chat-template conformance test keeps the same file in this build folder.
+    for c in [os.path.join(os.path.dirname(WORK), "chat-templates-work", "llama_cpp_python-0.3.36.tar.gz"),
+              *glob.glob(os.path.join(WORK, "sdist", "llama_cpp_python-0.3.36.tar.gz"))]:
+        if os.path.exists(c) and hashlib.sha256(open(c, "rb").read()).hexdigest() == pinned:
+            tarball = c
+    if not tarball:
+        pip = os.path.join(os.path.dirname(sys.executable), "pip")
+        r = subprocess.run([pip, "download", "-q", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:",
+                            "--require-hashes", "-r", os.path.join(SOURCE, "tests/chat_templates/sdist.txt"),
+                            "-d", os.path.join(WORK, "sdist")], capture_output=True, text=True, timeout=900)
+        found = glob.glob(os.path.join(WORK, "sdist", "llama_cpp_python-0.3.36.tar.gz"))
+        if r.returncode != 0 or not found:
+            print(f"skipped: cannot download llama-cpp-python 0.3.36 from PyPI: {r.stderr[-500:]}")
+            sys.exit(77)
+        tarball = found[0]
+    tmp = d + f".tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    wanted = set(VOCABS) | {v + ".inp" for v in VOCABS}
+    with tarfile.open(tarball) as t:
+        for m in t.getmembers():
+            name = os.path.basename(m.name)
+            if "/vendor/llama.cpp/models/" in m.name and m.isfile() and name in wanted:
+                with t.extractfile(m) as src, open(os.path.join(tmp, name), "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+    shutil.rmtree(d, ignore_errors=True)
+    os.rename(tmp, d)
+    return d
+
+
+def main():
+    from transformers import PreTrainedTokenizerFast
+    models = sdist_models()
+    total = 0
+    for vocab in VOCABS:
+        folder = os.path.join(WORK, "tok-" + vocab.replace(".gguf", ""))
+        if not os.path.exists(os.path.join(folder, "tokenizer.json")):
+            r = subprocess.run([sys.executable, "-c", WRITE, models, vocab, folder], capture_output=True, text=True,
+                               timeout=600)
+            if r.returncode != 0:
+                fail(f"{vocab}: transformers could not write the tokenizer: {r.stderr[-2000:]}")
+        ref = PreTrainedTokenizerFast.from_pretrained(folder)
+        texts = list(CORPUS)
+        inp = os.path.join(models, vocab + ".inp")
+        if os.path.exists(inp):
+            texts += [t for t in open(inp, encoding="utf-8").read().split("\n__ggml_vocab_test__\n") if t]
+        lines = os.path.join(WORK, vocab + ".jsonl")
+        with open(lines, "w", encoding="utf-8") as f:
+            for t in texts:
+                f.write(json.dumps(t) + "\n")
+        for special in (False, True):
+            args = [LINNET, "tokenize", "--checkpoint", folder, "--jsonl", lines]
+            r = subprocess.run(args + (["--add-bos", "auto"] if special else []), capture_output=True, text=True,
+                               timeout=600)
+            if r.returncode != 0:
+                fail(f"{vocab}: linnet tokenize failed: {r.stderr[-2000:]}")
+            got = [json.loads(x) for x in r.stdout.splitlines()]
+            if len(got) != len(texts):
+                fail(f"{vocab}: {len(got)} lines from linnet for {len(texts)} texts")
+            bad = 0
+            for t, g in zip(texts, got):
+                want = ref(t, add_special_tokens=special)["input_ids"]
+                if g != want:
+                    bad += 1
+                    if bad <= 3:
+                        print(f"{vocab} (special {special}): {t[:60]!r}\n  transformers {want[:24]}\n  linnet       {g[:24]}")
+            if bad:
+                fail(f"{vocab}: {bad} of {len(texts)} texts tokenize otherwise than transformers (special {special})")
+            total += len(texts)
+        print(f"{vocab}: {len(texts)} texts, ids equal to transformers' with and without special tokens")
+    print(f"sdist vocabularies: {total} tokenizations equal")
+
+
+main()
