@@ -20,8 +20,10 @@ import tarfile
 
 LINNET, SOURCE, WORK = sys.argv[1:4]
 # The vocabularies of the families linnet runs: Llama 3 (BPE) and Llama 2 / Mistral
-# (SentencePiece), Qwen2 / Qwen3, Phi-3 / Phi-4-mini.
-VOCABS = ["ggml-vocab-llama-bpe.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-qwen2.gguf", "ggml-vocab-phi-3.gguf"]
+# (SentencePiece), Qwen2 / Qwen3, Phi-3 / Phi-4-mini, Gemma (the sdist carries Gemma 4's, the
+# SentencePiece-BPE shape of Gemma 2/3), Qwen3.5.
+VOCABS = ["ggml-vocab-llama-bpe.gguf", "ggml-vocab-llama-spm.gguf", "ggml-vocab-qwen2.gguf", "ggml-vocab-phi-3.gguf",
+          "ggml-vocab-gemma-4.gguf", "ggml-vocab-qwen35.gguf"]
 CORPUS = ["Hello world", " Hello world", "Hello  World <|endoftext|> x", "", " ", "\n\n\n", "\t tabs\tand  spaces ",
           "Grüße, 世界 🌍 — \"quotes\" <tags> é", "1234567890 3.14159 -42", "don't won't I'm we'll",
           "def f(x):\n    return x**2  # code\n", "ÅngströmⅫ ﬁ ｆｕｌｌ", "a" * 300, "<s> </s> <unk> [INST] hi [/INST]",
