@@ -24,10 +24,12 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   // A whole matrix: a view of the mapped file, no copy (the backend lays it out in its own
   // memory and gives the file's pages back as it goes: Tensor::drop_pages). A slice: only its
   // bytes are read. Vectors are copied, as a backend may hold them as they come.
-  const bool whole = p.split == Split::mirrored || (p.split == Split::rows && begin == 0 && end == p.stored_shape()[0] &&
+  // An expert's tensor is read whole by its owner (expert sharding), as a mirrored one is.
+  const bool mirrored = p.split == Split::mirrored || p.split == Split::expert;
+  const bool whole = mirrored || (p.split == Split::rows && begin == 0 && end == p.stored_shape()[0] &&
                                                     end - begin == p.per_shard);
   Tensor t = whole && p.full.rank() == 2        ? dir_.view(p.hf_name)
-             : p.split == Split::mirrored       ? dir_.read(p.hf_name)
+             : mirrored                         ? dir_.read(p.hf_name)
              : p.split == Split::columns        ? dir_.read_cols(p.hf_name, begin, end)
                                                 : dir_.read_rows(p.hf_name, begin, end);
   check_finite(p, t, p.split == Split::columns ? 0 : begin, p.split == Split::columns ? begin : 0);
@@ -61,11 +63,13 @@ void CheckpointWeights::check_finite(const ParamSpec& p, const Tensor& t, int64_
                     "refused");
 }
 
-std::vector<std::string> CheckpointWeights::unused(const ModelConfig& config) const {
+std::vector<std::string> CheckpointWeights::unused(const ModelConfig& config, const std::vector<ParamSpec>& specs) const {
   std::vector<std::string> out;
   if (packed_.used()) return out;  // matrices came from the packed file, made from these
+  std::set<std::string> expected;  // what other ranks read (their experts)
+  for (const auto& p : specs) expected.insert(p.hf_name);
   for (const std::string& name : dir_.names()) {
-    if (used_.count(name)) continue;
+    if (used_.count(name) || expected.count(name)) continue;
     // Buffers older exports carry and transformers ignores too; a tied lm_head.weight copy.
     if (name.ends_with("rotary_emb.inv_freq")) continue;
     if (name == "lm_head.weight" && config.tie_word_embeddings) continue;

@@ -24,8 +24,11 @@ class CheckpointWeights final : public WeightSource {
   // Every matrix came from the packed file (none of its matrices was refused).
   bool used_packed_file() const { return packed_.used() && packed_.refused() == 0; }
   double packed_verify_seconds() const { return packed_.verify_seconds(); }
-  // Tensors of the files that no read() asked for (buffers transformers ignores left out).
-  std::vector<std::string> unused(const ModelConfig& config) const;
+  // Tensors of the files that no read() asked for and no rank holds (`specs`: every parameter of
+  // the model; an expert another rank holds is not unused), buffers transformers ignores left out.
+  std::vector<std::string> unused(const ModelConfig& config, const std::vector<ParamSpec>& specs) const;
+  // The names read() was asked for (what this rank read of the checkpoint).
+  const std::set<std::string>& read_names() const { return used_; }
   // The first NaN or Inf this rank's reads found ("" when none): file, tensor and element.
   const std::string& non_finite() const { return non_finite_; }
 

@@ -102,6 +102,10 @@ const std::vector<Family>& families() {
       {"olmo2", "Olmo2ForCausalLM", 0, 1e-5, false, std::nullopt, 10000.0},
       {"granite", "GraniteForCausalLM", 0, 1e-6, false, std::nullopt, 10000.0},
       {"smollm3", "SmolLM3ForCausalLM", 0, 1e-6, true, std::nullopt, 2000000.0},
+      // Mixtures of experts (issue 30).
+      {"mixtral", "MixtralForCausalLM", 0, 1e-5, false, std::nullopt, 1000000.0},
+      {"qwen3_moe", "Qwen3MoeForCausalLM", 0, 1e-6, false, 4096, 10000.0},
+      {"olmoe", "OlmoeForCausalLM", 0, 1e-5, false, std::nullopt, 10000.0},
   };
   return table;
 }
@@ -113,6 +117,7 @@ std::string family_list() {
 }
 
 bool is_gemma(const std::string& t) { return t == "gemma2" || t == "gemma3_text"; }
+bool is_moe(const std::string& t) { return t == "mixtral" || t == "qwen3_moe" || t == "olmoe"; }
 
 // ---- RoPE --------------------------------------------------------------------------------
 
@@ -393,7 +398,7 @@ void parse_layers(const Reader& r, ModelConfig& c, const Family& fam) {
   const std::vector<std::string> types = layer_types(r, c);
   std::optional<int64_t> window = window_key(r, fam);
   std::vector<bool> sliding(static_cast<size_t>(c.layers), false);
-  if (type == "llama" || type == "granite" || type == "olmo2") {
+  if (type == "llama" || type == "granite" || type == "olmo2" || type == "olmoe") {
     // No sliding window in transformers' code for these: a window set is not applied there.
     if (given(r.j, "sliding_window") || r.boolean("use_sliding_window", false))
       c.unapplied_window = given(r.j, "sliding_window") ? std::optional<int64_t>(r.positive("sliding_window"))
@@ -404,8 +409,13 @@ void parse_layers(const Reader& r, ModelConfig& c, const Family& fam) {
         c.unapplied_window = r.positive("sliding_window");
       }
     window.reset();
-  } else if (type == "mistral" || type == "phi3") {
+  } else if (type == "mistral" || type == "phi3" || type == "mixtral") {
     // Every layer attends within the window when one is set (Mistral's default: 4096).
+    for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = window.has_value();
+  } else if (type == "qwen3_moe") {
+    // Qwen3-MoE: every layer slides when use_sliding_window (its config class has no
+    // layer_types nor max_window_layers; the model masks all layers alike).
+    if (!r.boolean("use_sliding_window", false)) window.reset();
     for (size_t i = 0; i < sliding.size(); ++i) sliding[i] = window.has_value();
   } else if (type == "qwen2" || type == "qwen3" || type == "smollm3") {
     if (!r.boolean("use_sliding_window", false)) window.reset();
@@ -475,9 +485,13 @@ void refuse_unsupported(const Reader& r, const std::string& type) {
       if (given(j, key)) refuse(key, "logit soft-capping is Gemma's (gemma2, gemma3_text)");
   if (given(j, "pretraining_tp") && !(j["pretraining_tp"].is_number_integer() && j["pretraining_tp"].get<int64_t>() <= 1))
     refuse("pretraining_tp", "transformers splits each projection into pretraining_tp slices; linnet runs 1");
-  for (const char* key : {"num_experts", "num_local_experts", "n_routed_experts"})
-    if (given(j, key) && !(j[key].is_number_integer() && j[key].get<int64_t>() == 0))
-      refuse(key, "mixture-of-experts layers");
+  if (!is_moe(type))
+    for (const char* key : {"num_experts", "num_local_experts", "n_routed_experts"})
+      if (given(j, key) && !(j[key].is_number_integer() && j[key].get<int64_t>() == 0))
+        refuse(key, str("mixture-of-experts layers are read for model_type mixtral, qwen3_moe and olmoe, not '", type,
+                        "'"));
+  if (type == "mixtral" && given(j, "n_routed_experts")) refuse("n_routed_experts", "DeepSeek's experts");
+  if (given(j, "clip_qkv")) refuse("clip_qkv", "OLMo's clipping of q, k and v");
   for (const char* key : {"use_qk_norm", "qk_layernorm", "rope_interleaved"})
     if (given(j, key) && j[key] != false)
       refuse(key, "linnet's q/k norms are those of qwen3, gemma3_text and olmo2; RoPE rotates halves, not pairs");
@@ -488,6 +502,69 @@ void refuse_unsupported(const Reader& r, const std::string& type) {
       if (given(j, key) && !(j[key].is_number() && j[key].get<double>() == 1.0))
         refuse(key, "scaling multipliers are Granite's (model_type granite)");
   if (given(j, "quantization_config")) refuse("quantization_config", "quantized weights; linnet reads bf16, f16, f32");
+}
+
+// ---- mixtures of experts -------------------------------------------------------------------
+
+// The experts as each family's config class has them: how many, how many a token takes, their
+// inner size, whether the chosen weights are renormalised, and which layers have them.
+void parse_moe(const Reader& r, ModelConfig& c) {
+  const std::string& type = c.model_type;
+  if (!is_moe(type)) return;
+  const json& j = r.j;
+  std::optional<int64_t> local, named;
+  if (given(j, "num_local_experts")) local = r.positive("num_local_experts");
+  if (given(j, "num_experts")) named = r.positive("num_experts");
+  if (type == "mixtral") {
+    // MixtralConfig has num_local_experts only; a num_experts beside it is not read.
+    if (named && named != local)
+      r.fail(str("'num_experts' = ", *named, " is not read by transformers' Mixtral (it reads num_local_experts",
+                 local ? str(" = ", *local) : std::string(", default 8"), ")"));
+    c.experts = local.value_or(8);
+  } else {
+    // Qwen3-MoE and OLMoE read num_experts and num_local_experts as one attribute.
+    if (local && named && *local != *named)
+      r.fail(str("num_experts ", *named, " and num_local_experts ", *local, " disagree"));
+    c.experts = local ? *local : named.value_or(type == "qwen3_moe" ? 128 : 64);
+  }
+  constexpr int64_t kMaxExperts = 1024;  // a router row sorts in one device thread's memory
+  if (c.experts > kMaxExperts)
+    r.fail(str(c.experts, " experts per layer are more than linnet's router takes (", kMaxExperts, ")"));
+  c.experts_per_token = r.positive("num_experts_per_tok", type == "mixtral" ? 2 : 8);
+  if (c.experts_per_token > c.experts)
+    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", c.experts, " experts"));
+  if (c.experts_per_token > 64)
+    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than linnet's router takes (64)"));
+  c.expert_inner = type == "qwen3_moe" ? r.positive("moe_intermediate_size", 768) : c.inner;
+  // Mixtral always renormalises its top-k weights (its router has no switch for it).
+  c.norm_topk_prob = type == "mixtral" ? true : r.boolean("norm_topk_prob", false);
+  c.expert_names = type == "mixtral" ? ModelConfig::ExpertNames::mixtral : ModelConfig::ExpertNames::qwen;
+  std::vector<bool> sparse(static_cast<size_t>(c.layers), true);
+  if (type == "qwen3_moe") {
+    // transformers: layer i has experts unless it is in mlp_only_layers, when
+    // (i + 1) % decoder_sparse_step == 0; the others keep an MLP of intermediate_size.
+    const int64_t step = r.positive("decoder_sparse_step", 1);
+    for (int64_t i = 0; i < c.layers; ++i) sparse[static_cast<size_t>(i)] = (i + 1) % step == 0;
+    if (given(j, "mlp_only_layers")) {
+      const json& m = j["mlp_only_layers"];
+      if (!m.is_array()) r.fail(str("'mlp_only_layers' must be a list of layer indices, got ", m.dump()));
+      for (const json& v : m) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.layers)
+          r.fail(str("'mlp_only_layers' must list layers in [0, ", c.layers, "), got ", m.dump()));
+        sparse[static_cast<size_t>(v.get<int64_t>())] = false;
+      }
+    }
+  } else {
+    for (const char* key : {"decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size"})
+      if (given(j, key)) r.fail(str("'", key, "' = ", j[key].dump(), " is not read for model_type '", type,
+                                    "' (transformers reads it for qwen3_moe)"));
+  }
+  bool any = false;
+  for (int64_t i = 0; i < c.layers; ++i) {
+    c.layer_kinds[static_cast<size_t>(i)].sparse = sparse[static_cast<size_t>(i)];
+    any = any || sparse[static_cast<size_t>(i)];
+  }
+  if (!any) c.experts = c.experts_per_token = c.expert_inner = 0;  // every layer dense: no experts at all
 }
 
 }  // namespace
@@ -505,8 +582,9 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     if (t == "gemma3")
       r.fail("unsupported model_type 'gemma3' (Gemma 3 with its vision tower, Gemma3ForConditionalGeneration): linnet "
              "runs the text model, model_type gemma3_text (Gemma3ForCausalLM)");
-    if (t.find("moe") != std::string::npos || t == "mixtral" || t == "olmoe" || t == "deepseek_v2" || t == "deepseek_v3")
-      r.fail(str("unsupported model_type '", t, "' (mixture-of-experts layers; supported: ", family_list(), ")"));
+    if (t.find("moe") != std::string::npos || t == "deepseek_v2" || t == "deepseek_v3" || t == "gpt_oss")
+      r.fail(str("unsupported model_type '", t, "' (its mixture-of-experts layers are not implemented: linnet's are "
+                 "mixtral, qwen3_moe and olmoe; supported: ", family_list(), ")"));
     r.fail(str("unsupported model_type '", t, "' (supported: ", family_list(), ")"));
   }
   const std::string& type = c.model_type;
@@ -553,12 +631,13 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
   parse_rope(r, c, *fam);
   refuse_unsupported(r, type);
   parse_layers(r, c, *fam);
+  parse_moe(r, c);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", fam->tie_word_embeddings);
   // Biases, as each family's modules have them.
   const bool attention_bias = r.boolean("attention_bias", false);
   if (type == "qwen2") {
     c.qkv_bias = true;
-  } else if (type == "mistral" || type == "phi3") {
+  } else if (type == "mistral" || type == "phi3" || type == "mixtral") {
     c.qkv_bias = c.o_bias = false;  // hard-wired off in transformers' modules
   } else {
     c.qkv_bias = c.o_bias = attention_bias;
@@ -567,7 +646,15 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
   if (type != "llama" && type != "granite" && type != "smollm3" && r.boolean("mlp_bias", false))
     r.fail(str("'mlp_bias' = true is not supported for model_type '", type, "' (its MLP has no biases in transformers)"));
   // The families' own switches.
-  if (type == "qwen3") c.qk_norm = ModelConfig::QkNorm::per_head;
+  if (type == "qwen3" || type == "qwen3_moe") c.qk_norm = ModelConfig::QkNorm::per_head;
+  if (type == "olmoe") {
+    // OLMoE's q_norm / k_norm span the whole projection, sized hidden_size and
+    // hidden_size / heads · kv_heads: a head_dim of another size would not fit them.
+    c.qk_norm = ModelConfig::QkNorm::whole;
+    if (c.head_dim() * c.heads != c.hidden)
+      r.fail(str("head_dim ", c.head_dim(), " × num_attention_heads ", c.heads, " ≠ hidden_size ", c.hidden,
+                 ": OLMoE's q/k norms are sized by hidden_size"));
+  }
   if (type == "olmo2") {
     c.qk_norm = ModelConfig::QkNorm::whole;
     c.pre_norms = false;
@@ -737,7 +824,7 @@ json to_hf_config(const ModelConfig& c) {
   };
   if (is_gemma(type)) j["hidden_activation"] = "gelu_pytorch_tanh";
   else j["hidden_act"] = "silu";
-  if (type != "qwen2" && type != "mistral" && type != "phi3") j["attention_bias"] = c.o_bias;
+  if (type != "qwen2" && type != "mistral" && type != "phi3" && type != "mixtral") j["attention_bias"] = c.o_bias;
   if (type == "llama" || type == "granite" || type == "smollm3") j["mlp_bias"] = c.mlp_bias;
   j["rope_scaling"] = rope_json(c.rope);
   if (c.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = c.partial_rotary_factor;
@@ -759,13 +846,27 @@ json to_hf_config(const ModelConfig& c) {
   if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
   // Layers: the window and each layer's type; NoPE layers.
-  if (!c.layer_kinds.empty() && type != "llama" && type != "granite" && type != "olmo2") {
+  if (!c.layer_kinds.empty() && type != "llama" && type != "granite" && type != "olmo2" && type != "olmoe") {
     json types = json::array();
     for (int64_t i = 0; i < c.layers; ++i) types.push_back(c.layer_kind(i).sliding ? "sliding_attention" : "full_attention");
-    if (type != "mistral" && type != "phi3") j["layer_types"] = types;
+    if (type != "mistral" && type != "phi3" && !is_moe(type)) j["layer_types"] = types;
   }
   j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);
-  if (type == "qwen2" || type == "qwen3" || type == "smollm3") j["use_sliding_window"] = c.sliding_window.has_value();
+  if (type == "qwen2" || type == "qwen3" || type == "smollm3" || type == "qwen3_moe")
+    j["use_sliding_window"] = c.sliding_window.has_value();
+  if (c.moe()) {
+    j[type == "mixtral" ? "num_local_experts" : "num_experts"] = c.experts;
+    j["num_experts_per_tok"] = c.experts_per_token;
+    if (type != "mixtral") j["norm_topk_prob"] = c.norm_topk_prob;
+    if (type == "qwen3_moe") {
+      j["moe_intermediate_size"] = c.expert_inner;
+      j["decoder_sparse_step"] = 1;
+      json dense = json::array();
+      for (int64_t i = 0; i < c.layers; ++i)
+        if (!c.sparse_layer(i)) dense.push_back(i);
+      j["mlp_only_layers"] = dense;
+    }
+  }
   if (c.unapplied_window) {
     j["sliding_window"] = *c.unapplied_window;
     j["use_sliding_window"] = true;

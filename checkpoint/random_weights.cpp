@@ -110,7 +110,7 @@ Tensor RandomWeights::read(const ParamSpec& p, int64_t shard) {
     if (Tensor t = device_matrix(p, shard); t.defined()) return t;
   const Shape shape = p.shard_shape();
   std::vector<float> v(static_cast<size_t>(shape.numel()), 0.0f);
-  if (p.split == Split::mirrored) {
+  if (p.split == Split::mirrored || p.split == Split::expert) {
     random_values(seed_, p.hf_name, p.full, 0, p.full.numel(), v.data());
   } else if (p.split == Split::rows) {
     const auto [b, e] = p.shard_range(shard);

@@ -208,6 +208,27 @@ class Backend {
   // dst[:, col_begin : col_begin + cols] = src[:, 0 : cols]; src [R, Ws], dst [R, W].
   virtual void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) = 0;
 
+  // ---- mixtures of experts (layers/sparse_moe.h) ----
+  // The router's probabilities: probs [N, E] f32 = softmax of each row of logits [N, E] (any
+  // float dtype), in f32.
+  virtual void router_softmax(const Tensor& logits, Tensor& probs) = 0;
+  // Per row of probs [N, E] f32: its k largest as torch.topk picks them on the CPU, ties
+  // included (core/top_k.h) — weights [N, k] f32 in that order (each divided by their sum,
+  // added in that order, when `normalize`: norm_topk_prob) and experts [N, k] i32.
+  virtual void top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) = 0;
+  // Each expert's product over the rows routed to it: rows [offsets[g], offsets[g + 1]) of
+  // x [M, In] times group g's rows [g·Out, (g + 1)·Out) of w [G·Out, In] (transposed) into the
+  // same rows of out [M, Out]. A row's bits are those matmul gives it, however many rows its
+  // group has (batch invariance). offsets: G + 1 values, non-decreasing from 0 to M.
+  virtual void grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) = 0;
+  // The weighted sum of a token's expert outputs: out[n] = Σ_j weights[n, j] · y[rows[n, j]]
+  // over its choices j in increasing experts[n, j], from zero, each product rounded to f32 and
+  // then added in f32 (transformers' index_add_ of each expert's weighted rows, expert by
+  // expert); a negative row is left out. y [M, H], rows and experts [N, K] i32, weights [N, K]
+  // f32, out [N, H] (rounded once from the f32 sum).
+  virtual void moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
+                           Tensor& out) = 0;
+
   // ---- over a vocab shard: logits [N, Vs] (any float dtype); only columns < valid are
   // real (the rest pad the last shard); global index = vocab_offset + column ----
   // Per row: max, Σ exp(logit − max), and the target's logit (0 where the target is

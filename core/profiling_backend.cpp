@@ -81,6 +81,20 @@ void ProfilingBackend::gather_rows(const Tensor& src, const Tensor& index, Tenso
 void ProfilingBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
   timed("copy_columns", [&] { inner_.copy_columns(src, dst, col_begin, cols); });
 }
+void ProfilingBackend::router_softmax(const Tensor& logits, Tensor& probs) {
+  timed("router_softmax", [&] { inner_.router_softmax(logits, probs); });
+}
+void ProfilingBackend::top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) {
+  timed("top_k", [&] { inner_.top_k(probs, k, normalize, weights, experts); });
+}
+void ProfilingBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,
+                                      Tensor& out) {
+  timed("grouped_matmul", [&] { inner_.grouped_matmul(x, w, offsets, out); });
+}
+void ProfilingBackend::moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
+                                   Tensor& out) {
+  timed("moe_combine", [&] { inner_.moe_combine(y, rows, experts, weights, out); });
+}
 void ProfilingBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset, const Tensor& targets,
                                    Tensor& max, Tensor& sumexp, Tensor& target_logit) {
   timed("logit_stats", [&] { inner_.logit_stats(logits, valid, vocab_offset, targets, max, sumexp, target_logit); });

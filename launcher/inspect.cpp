@@ -34,7 +34,7 @@ std::string render_card(const ModelConfig& c, const Generics& g) {
   return o.str();
 }
 
-std::string render_shards(const ModelConfig& c, const Generics& g, const std::string& backend) {
+std::string render_shards(const ModelConfig& c, const Generics& g, const RunOptions& options, const std::string& backend) {
   std::ostringstream o;
   const DType held = backend_compute_dtype(backend, g.t), weights = backend_weight_dtype(backend, g.t);
   const std::string as = weights == held ? dtype_name(held)
@@ -44,23 +44,72 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const std::st
     << ". Every rank holds the same shapes";
   if (g.vocab % g.shards) o << " (lm_head's last shard padded: " << g.vocab_per_shard() * g.shards - g.vocab << " rows)";
   o << ":\n\nParameter\tSplit\tShape per rank\tBytes per rank\n";
-  for (const auto& p : parameter_specs(c, g)) {
-    if (p.card_name.rfind("layers[", 0) == 0 && p.card_name.rfind("layers[0]", 0) != 0) continue;
-    std::string name = p.card_name;
-    if (name.rfind("layers[0]", 0) == 0) name = "layers[*]" + name.substr(9);
-    const char* split = p.split == Split::mirrored ? "mirrored" : p.split == Split::rows ? "rows" : "columns";
-    o << name << "\t" << split << "\t" << p.shard_shape().to_string() << "\t";
-    if (name == "lm_head.weight" && c.tie_word_embeddings) o << "0 (a view of embedding.weight: tied)\n";
-    else o << p.shard_shape().numel() * static_cast<int64_t>(p.shard_shape().rank() == 2 ? dtype_size(weights)
-                                                             : c.norm_plus_one && name.ends_with("norm.weight") ? 4
-                                                                                                               : dtype_size(held)) << (name.rfind("layers[*]", 0) == 0 ? " ×" + std::to_string(g.layers) : "") << "\n";
+  // One line per parameter of the first layer of each kind (dense, sparse), its count after ×;
+  // one line per expert tensor (experts[*]), × the experts a rank holds.
+  auto layer_of = [](const std::string& name) -> int64_t {
+    if (name.rfind("layers[", 0) != 0) return -1;
+    return std::stoll(name.substr(7, name.find(']') - 7));
+  };
+  int64_t first_dense = -1, first_sparse = -1, dense = 0, sparse = 0;
+  for (int64_t i = 0; i < g.layers; ++i) {
+    (c.sparse_layer(i) ? sparse : dense) += 1;
+    int64_t& first = c.sparse_layer(i) ? first_sparse : first_dense;
+    if (first < 0) first = i;
   }
+  for (const auto& p : parameter_specs(c, g)) {
+    const int64_t layer = layer_of(p.card_name);
+    std::string name = p.card_name;
+    int64_t times = 1;
+    if (layer >= 0) {
+      if (layer != first_dense && layer != first_sparse) continue;
+      name = "layers[*]" + name.substr(name.find(']') + 1);
+      times = c.sparse_layer(layer) ? sparse : dense;
+    }
+    if (const size_t at = name.find(".experts["); at != std::string::npos) {
+      const size_t close = name.find(']', at);
+      if (name.substr(at + 9, close - at - 9) != "0") continue;
+      name = name.substr(0, at) + ".experts[*]" + name.substr(close + 1);
+      times *= g.experts_per_shard();
+    }
+    o << name << "\t" << split_name(p.split) << "\t" << p.shard_shape().to_string() << "\t";
+    if (name == "lm_head.weight" && c.tie_word_embeddings) {
+      o << "0 (a view of embedding.weight: tied)\n";
+      continue;
+    }
+    o << p.shard_shape().numel() * static_cast<int64_t>(p.shard_shape().rank() == 2 ? dtype_size(weights)
+                                                       : c.norm_plus_one && name.ends_with("norm.weight") ? 4
+                                                                                                         : dtype_size(held));
+    if (times > 1 || layer >= 0) o << " ×" << times;
+    o << "\n";
+  }
+  if (c.moe())
+    o << "\nExperts: " << g.experts << " per layer, " << g.experts_per_shard() << " held by each rank ("
+      << (g.expert_parallel() ? str("--moe-sharding expert: rank s holds experts s·", g.experts_per_shard(), " … whole")
+                              : str("--moe-sharding tensor: ", g.expert_inner_per_shard(), " of each expert's ",
+                                    g.expert_inner, " inner rows"))
+      << ")\n";
   const Footprint f = rank_footprint(c, g, held, weights);
   o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";
   o << "KV cache per rank\t" << f.kv_cache << " (" << human_bytes(static_cast<double>(f.kv_cache)) << ") = 2 × " << g.layers
     << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", " << g.head_dim()
     << "]\n";
   o << "Total per rank\t" << f.total() << " (" << human_bytes(static_cast<double>(f.total())) << ")\n";
+  if (c.moe()) {
+    // Both ways to shard the experts, side by side (what --moe-sharding would change).
+    o << "\nPer rank by --moe-sharding (parameters + KV cache):\n";
+    for (MoeSharding m : {MoeSharding::expert, MoeSharding::tensor}) {
+      RunOptions other = options;
+      other.moe_sharding = m;
+      o << moe_sharding_name(m) << "\t";
+      try {
+        const Footprint fm = rank_footprint(c, bind_generics(c, other), held, weights);
+        o << fm.total() << " (" << human_bytes(static_cast<double>(fm.total())) << "; parameters "
+          << human_bytes(static_cast<double>(fm.parameters)) << ")" << (m == g.moe_sharding ? "  (this run)" : "") << "\n";
+      } catch (const Error& e) {
+        o << "not possible: " << e.what() << "\n";
+      }
+    }
+  }
   return o.str();
 }
 
@@ -78,15 +127,17 @@ int cmd_inspect(const Args& args) {
     return 0;
   const std::string dir = vm["checkpoint"].as<std::string>();
   const ModelConfig config = load_hf_config(dir);
-  const Generics g = bind_generics(config, run_options(vm));
+  const RunOptions options = run_options(vm);
+  const Generics g = bind_generics(config, options);
   // The card alone is byte-for-byte what the seed shows; the per-rank sizes follow only
   // when a sizing option was given, so `inspect` without one reproduces the card exactly.
   const bool sizing = vm.count("shards") || !vm["batch"].defaulted() || !vm["max-seq"].defaulted() ||
-                      !vm["page-size"].defaulted() || !vm["backend"].defaulted() || vm.count("dtype");
+                      !vm["page-size"].defaulted() || !vm["backend"].defaulted() || vm.count("dtype") ||
+                      !vm["moe-sharding"].defaulted();
   std::string out = "linnet inspect " + dir + "\n\n" + render_card(config, g);
   std::string backend = vm["backend"].as<std::string>();
   if (backend == "auto") backend = cuda_device_count() > 0 ? "cuda" : "cpu";
-  if (sizing) out += "\n\n" + render_shards(config, g, backend);
+  if (sizing) out += "\n\n" + render_shards(config, g, options, backend);
   else if (isatty(STDOUT_FILENO)) out += "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;

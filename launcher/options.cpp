@@ -97,7 +97,8 @@ std::string placeholder(const po::option_description& o) {
       {"log-level", "LEVEL"},       {"config", "CFG"},        {"preset", "NAME"},           {"kv-cache-memory", "BYTES|FRACTION"},
       {"host", "HOST"},             {"text", "TEXT"},         {"ids", "IDS"},               {"stop", "STR"},
       {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE.json"},   {"tools", "FILE.json"},
-      {"input-file", "IN.jsonl"},   {"output-file", "OUT.jsonl"}, {"template", "NAME|FILE"},  {"kwargs", "JSON"}};
+      {"input-file", "IN.jsonl"},   {"output-file", "OUT.jsonl"}, {"template", "NAME|FILE"},  {"kwargs", "JSON"},
+      {"moe-sharding", "expert|tensor"}};
   if (auto it = named.find(o.long_name()); it != named.end()) return it->second;
   const po::value_semantic* v = o.semantic().get();
   if (dynamic_cast<const po::typed_value<int>*>(v) || dynamic_cast<const po::typed_value<int64_t>*>(v) ||
@@ -171,7 +172,10 @@ void add_run_options(po::options_description& desc) {
       ("page-size", po::value<int64_t>()->default_value(64), "PageSize for the paged entries")
       ("shards", po::value<int64_t>(), "Shards: tensor-parallel group size (default: ranks per replica)")
       ("dtype", po::value<std::string>(), "T: bf16, f16 or f32 (default: the checkpoint's torch_dtype)")
-      ("threads", po::value<int>()->default_value(0), "CPU threads per rank (0: the node's cores shared among its ranks)");
+      ("threads", po::value<int>()->default_value(0), "CPU threads per rank (0: the node's cores shared among its ranks)")
+      ("moe-sharding", po::value<std::string>()->default_value("expert"),
+       "mixtures of experts: expert (Experts/Shards whole experts per rank, rows sent to them and back) or tensor "
+       "(every expert sliced)");
 }
 
 RunOptions run_options(const po::variables_map& vm) {
@@ -184,6 +188,11 @@ RunOptions run_options(const po::variables_map& vm) {
     const std::string t = vm["dtype"].as<std::string>();
     if (t != "bf16" && t != "f16" && t != "f32") throw UsageError(str("--dtype '", t, "': expected bf16, f16 or f32"));
     o.dtype = parse_dtype(t);
+  }
+  if (vm.count("moe-sharding")) {
+    const std::string m = vm["moe-sharding"].as<std::string>();
+    if (m != "expert" && m != "tensor") throw UsageError(str("--moe-sharding '", m, "': expected expert or tensor"));
+    o.moe_sharding = m == "expert" ? MoeSharding::expert : MoeSharding::tensor;
   }
   return o;
 }

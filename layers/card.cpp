@@ -258,6 +258,11 @@ std::vector<std::pair<std::string, int64_t>> extra_generics(const ModelConfig& c
   if (c.llama_shaped()) return out;
   out.emplace_back("D", c.head_dim());
   if (c.sliding_window && c.any_sliding()) out.emplace_back("Window", *c.sliding_window);
+  if (c.moe()) {
+    out.emplace_back("Experts", c.experts);
+    out.emplace_back("TopK", c.experts_per_token);
+    out.emplace_back("ExpertInner", c.expert_inner);
+  }
   return out;
 }
 
@@ -274,9 +279,10 @@ std::vector<Block> blocks_for(const ModelConfig& c) {
     b.header = replace_all(b.header, "llama::", fam + "::");
     b.header = replace_all(b.header, "llama.attention::", fam + ".attention::");
     const std::string extra = std::string(", D: Dim") + (window ? ", Window: Dim" : "");
+    const std::string experts = c.moe() ? ", Experts: Dim, TopK: Dim, ExpertInner: Dim" : "";
     if (b.name == "DecoderLayer" || b.name == "GroupedQueryAttention" || b.name == "Model") {
       const size_t at = b.header.rfind('>');
-      b.header.insert(at, extra);
+      b.header.insert(at, extra + (b.name == "GroupedQueryAttention" ? "" : experts));
     }
     if (b.name == "DecoderLayer") {
       std::vector<std::string> m;
@@ -285,7 +291,13 @@ std::vector<Block> blocks_for(const ModelConfig& c) {
       m.push_back(replace_all(b.members[1], "PageSize>", std::string("PageSize, D") + (window ? ", Window>" : ">")));
       if (c.post_norms) m.push_back("sub post_attention_norm: " + n);
       if (c.pre_norms) m.push_back("sub mlp_norm: " + n);
-      m.push_back("sub mlp: " + mlp_block + "<H, Inner / Shards, T>");
+      const std::string moe = "SparseMoe<H, Experts, TopK, ExpertInner, T, Shards>";
+      if (!c.moe())
+        m.push_back("sub mlp: " + mlp_block + "<H, Inner / Shards, T>");
+      else if (!c.any_dense_mlp())
+        m.push_back("sub mlp: " + moe);
+      else
+        m.push_back("sub mlp: " + moe + "  (sparse_layers; the others " + mlp_block + "<H, Inner / Shards, T>)");
       if (c.post_norms) m.push_back("sub post_mlp_norm: " + n);
       if (c.residual_multiplier != 1.0) m.push_back("const residual_multiplier: f32 = " + num(c.residual_multiplier));
       b.members = m;
@@ -311,7 +323,10 @@ std::vector<Block> blocks_for(const ModelConfig& c) {
       if (c.embedding_scale != 1.0) m.push_back("const embedding_scale: f32 = " + num(static_cast<float>(c.embedding_scale)));
       m.push_back(replace_all(b.members[1], "DecoderLayer<H, Heads, KvHeads, Inner, Batch, MaxSeq, T, Shards, PageSize>",
                               std::string("DecoderLayer<H, Heads, KvHeads, Inner, Batch, MaxSeq, T, Shards, PageSize, D") +
-                                  (window ? ", Window" : "") + ">"));
+                                  (window ? ", Window" : "") + (c.moe() ? ", Experts, TopK, ExpertInner" : "") + ">"));
+      if (c.moe() && c.any_dense_mlp())
+        m.push_back("const sparse_layers: [" + layer_list(c, [](const LayerKind& k) { return k.sparse; }) +
+                    "]  (a SparseMoe for the MLP; the others a dense " + mlp_block + ")");
       const std::string sliding = layer_list(c, [](const LayerKind& k) { return k.sliding; });
       if (window) m.push_back("const sliding_layers: [" + sliding + "]  (attend within Window; the others every position)");
       if (c.local_rope)
@@ -325,6 +340,39 @@ std::vector<Block> blocks_for(const ModelConfig& c) {
       if (c.final_softcap > 0) m.push_back("const final_softcap: f32 = " + num(c.final_softcap) + "  (logits: softcap * tanh(l / softcap))");
       b.members = m;
     }
+  }
+  if (c.moe()) {
+    const std::string ns = fam + ".moe::";
+    const Function fwd = shaped_forward("x", "H", "T", "H");
+    out.push_back(
+        {"SparseMoe",
+         ns + "SparseMoe<H: Dim, Experts: Dim, TopK: Dim, ExpertInner: Dim, T: Float, Shards: Dim = 1>",
+         {"sub router: Router<H, Experts, TopK, T>",
+          "sub experts: [Expert<H, ExpertInner, T>; Experts]  (--moe-sharding expert: Experts / Shards whole experts "
+          "per rank; --moe-sharding tensor: every Expert<H, ExpertInner / Shards, T>, its down all-reduced)",
+          "fn combine: the sum over a token's TopK experts, in increasing expert order, of weight * expert(x)  "
+          "(each product rounded, then added)",
+          "fn dispatch: expert sharding: each rank routes its ceil(rows / Shards) rows, each chosen row to its "
+          "expert's rank and the output back (all_to_all of rows, each way), the rows all-gathered"},
+         {fwd}});
+    Function route = fn("pub fn", "forward", "*S: Shape", {tensor("x", {"*S", "H"}, "T")}, result({"*S", "TopK"}, "f32"));
+    route.results.push_back(result({"*S", "TopK"}, "i32"));
+    out.push_back({"Router",
+                   "std.nn.moe::Router<H: Dim, Experts: Dim, TopK: Dim, T: Float = bf16>",
+                   {"param weight: Tensor[Experts, H; T]",
+                    "fn probs = softmax(x * weight^T) over Experts, in f32",
+                    "fn top_k = the TopK largest probs as torch.topk chooses them (ties in its order): (weights, experts)",
+                    std::string("const normalize: bool = ") + (c.norm_topk_prob ? "true" : "false") +
+                        "  (norm_topk_prob: the TopK weights divided by their sum)"},
+                   {route}});
+    std::vector<std::string> expert = {"sub gate: Linear<H, ExpertInner, T>", "sub up: Linear<H, ExpertInner, T>",
+                                       "sub down: Linear<ExpertInner, H, T>",
+                                       "fn act = silu  (down(silu(gate(x)) * up(x)))"};
+    if (c.expert_names == ModelConfig::ExpertNames::mixtral)
+      expert.push_back("checkpoint: block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down); the router block_sparse_moe.gate");
+    out.push_back({"Expert", "std.nn.moe::Expert<H: Dim, ExpertInner: Dim, T: Float = bf16>", expert, {fwd}});
+    if (!c.any_dense_mlp())
+      out.erase(std::remove_if(out.begin(), out.end(), [](const Block& b) { return b.name == "SwiGlu"; }), out.end());
   }
   if (c.norm_plus_one)
     out.push_back({"RmsNorm1p", "gemma.norm::RmsNorm1p<H: Dim, T: Float = bf16>",

@@ -1,12 +1,14 @@
 // llama::DecoderLayer: x += attention(attention_norm(x)); x += mlp(mlp_norm(x)).
 // The families' variants: norms after the blocks too (Gemma 2/3: post_attention_norm,
 // post_mlp_norm) or only after them (OLMo 2: no attention_norm / mlp_norm), and Granite's
-// residual multiplier (x += f(x) · m).
+// residual multiplier (x += f(x) · m). A sparse layer (Mixtral, Qwen3-MoE, OLMoE) has a
+// mixture of experts in place of the MLP.
 #pragma once
 #include <optional>
 
 #include "layers/attention.h"
 #include "layers/rms_norm.h"
+#include "layers/sparse_moe.h"
 #include "layers/swiglu.h"
 
 namespace linnet {
@@ -16,9 +18,16 @@ struct DecoderLayer {
   GroupedQueryAttention attention;
   std::optional<RmsNorm> post_attention_norm;  // after attention (Gemma 2/3, OLMo 2)
   std::optional<RmsNorm> mlp_norm;             // before the MLP (absent: OLMo 2)
-  SwiGlu mlp;
+  SwiGlu mlp;                                  // a dense layer's MLP
+  std::optional<SparseMoe> moe;                // a sparse layer's experts (then `mlp` is empty)
   std::optional<RmsNorm> post_mlp_norm;        // after the MLP (Gemma 2/3, OLMo 2)
   float residual_multiplier = 1.0f;            // Granite
+
+  // The MLP block: the dense MLP or the mixture of experts.
+  void feed_forward(Context& ctx, const Tensor& x, Tensor& out) const {
+    if (moe) moe->forward(ctx, x, out);
+    else mlp.forward(ctx, x, out);
+  }
 
   // x: the residual stream [N, H], updated in place.
   void forward(Context& ctx, Tensor& x, const DevicePlan& plan) const {
@@ -29,7 +38,7 @@ struct DecoderLayer {
       attention_norm->forward(ctx, x, h);
       attention.forward(ctx, h, plan, delta);
       mlp_norm->add_forward(ctx, x, delta, h);  // x += attention; h = mlp_norm(x)
-      mlp.forward(ctx, h, delta);
+      feed_forward(ctx, h, delta);
       be.add(x, delta);
       return;
     }
@@ -58,7 +67,7 @@ struct DecoderLayer {
       be.add(x, *r);
     }
     Tensor* o = mlp_in == &h ? &delta : &h;
-    mlp.forward(ctx, *mlp_in, *o);
+    feed_forward(ctx, *mlp_in, *o);
     if (post_mlp_norm) {
       Tensor* p = the_other(o);
       post_mlp_norm->forward(ctx, *o, *p);

@@ -36,6 +36,7 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DT
   const int64_t e = static_cast<int64_t>(dtype_size(held));
   for (const auto& p : parameter_specs(c, g)) {
     if (p.card_name == "lm_head.weight" && c.tie_word_embeddings) continue;  // shares the embedding
+    if (!p.held_by(0)) continue;  // another rank's expert (every rank holds Experts/Shards of them)
     const Shape s = p.shard_shape();
     int64_t n = 1;
     for (int64_t d : s.dims()) n = mul(n, d);

@@ -10,6 +10,8 @@ int64_t Generics::vocab_valid(int64_t s) const {
   return std::clamp<int64_t>(vocab - vocab_begin(s), 0, vocab_per_shard());
 }
 
+const char* moe_sharding_name(MoeSharding s) { return s == MoeSharding::expert ? "expert" : "tensor"; }
+
 Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   Generics g;
   g.vocab = c.vocab;
@@ -19,6 +21,10 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   g.inner = c.inner;
   g.layers = c.layers;
   g.d = c.head_dim();
+  g.experts = c.experts;
+  g.top_k = c.experts_per_token;
+  g.expert_inner = c.expert_inner;
+  g.moe_sharding = o.moe_sharding;
   g.batch = o.batch;
   g.max_seq = o.max_seq > 0 ? o.max_seq : c.max_position;
   g.shards = o.shards == 0 ? 1 : o.shards;  // unresolved (no shard group): one
@@ -42,9 +48,22 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
                     c.model_type, " code applies no sliding window, so the config says one thing and the model "
                     "another (at MaxSeq ≤ the window the two are the same: pass --max-seq ",
                     *c.unapplied_window / g.page_size * g.page_size, " or less)"));
-  for (auto [name, value] : {std::pair{"Heads", g.heads}, {"KvHeads", g.kv_heads}, {"Inner", g.inner}})
+  for (auto [name, value] : {std::pair{"Heads", g.heads}, {"KvHeads", g.kv_heads}})
     if (value % g.shards != 0)
       throw Error(str(name, "=", value, " does not divide by Shards=", g.shards));
+  // Inner splits where a layer has a dense MLP (a Mixtral's layers are all experts).
+  if (c.any_dense_mlp() && g.inner % g.shards != 0)
+    throw Error(str("Inner=", g.inner, " does not divide by Shards=", g.shards));
+  if (c.moe()) {
+    if (g.expert_parallel() && g.experts % g.shards != 0)
+      throw Error(str("Experts=", g.experts, " does not divide by Shards=", g.shards,
+                      " (--moe-sharding expert holds Experts/Shards whole experts per rank; --moe-sharding tensor "
+                      "slices every expert instead)"));
+    if (!g.expert_parallel() && g.expert_inner % g.shards != 0)
+      throw Error(str("ExpertInner=", g.expert_inner, " does not divide by Shards=", g.shards,
+                      " (--moe-sharding tensor slices every expert by ExpertInner; --moe-sharding expert holds whole "
+                      "experts instead)"));
+  }
   return g;
 }
 

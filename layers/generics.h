@@ -7,17 +7,30 @@
 
 namespace linnet {
 
+// How a mixture of experts is split over the Shards of a replica (--moe-sharding).
+//   expert: each rank holds Experts/Shards whole experts (reads only their tensors); a token's
+//           row goes to the ranks of the experts it chose and its results come back (an
+//           all-to-all of rows each way, in SparseMoe::forward).
+//   tensor: every expert is sliced as SwiGlu is (gate/up by ExpertInner rows, down by columns,
+//           its partial sums all-reduced).
+enum class MoeSharding { expert, tensor };
+const char* moe_sharding_name(MoeSharding s);
+
 struct RunOptions {
   int64_t batch = 1;
   int64_t max_seq = 0;  // 0: max_position_embeddings
   int64_t shards = 0;  // 0: the shard group's size (the loader decides); alone, 1
   int64_t page_size = 64;
   std::optional<DType> dtype;  // default: the checkpoint's torch_dtype
+  MoeSharding moe_sharding = MoeSharding::expert;
 };
 
 struct Generics {
   int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, inner = 0, layers = 0;
   int64_t d = 0;  // the head dim: config.json's head_dim, else H / Heads
+  // Mixtures of experts (0 without): Experts, TopK, ExpertInner and how they are sharded.
+  int64_t experts = 0, top_k = 0, expert_inner = 0;
+  MoeSharding moe_sharding = MoeSharding::expert;
   int64_t batch = 1, max_seq = 0, shards = 1, page_size = 64;
   DType t = DType::bf16;
 
@@ -30,6 +43,14 @@ struct Generics {
   int64_t kv_heads_per_shard() const { return kv_heads / shards; }
   int64_t inner_per_shard() const { return inner / shards; }
   int64_t vocab_per_shard() const { return (vocab + shards - 1) / shards; }
+  // Experts: whole experts per shard (expert sharding; every expert under tensor sharding), the
+  // first of shard s, and each expert's inner rows per shard (sliced under tensor sharding).
+  bool expert_parallel() const { return moe_sharding == MoeSharding::expert; }
+  int64_t experts_per_shard() const { return expert_parallel() ? experts / shards : experts; }
+  int64_t expert_begin(int64_t s) const { return expert_parallel() ? s * experts_per_shard() : 0; }
+  int64_t expert_inner_per_shard() const { return expert_parallel() ? expert_inner : expert_inner / shards; }
+  // The shard holding expert e under expert sharding.
+  int64_t expert_owner(int64_t e) const { return e / experts_per_shard(); }
   // Real (unpadded) vocab rows of shard s, and where they start.
   int64_t vocab_begin(int64_t s) const { return s * vocab_per_shard(); }
   int64_t vocab_valid(int64_t s) const;

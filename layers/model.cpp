@@ -29,7 +29,9 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     return c;
   };
   auto host = [&](const std::string& card_name) {
-    Tensor t = converted(weights.read(specs.at(card_name), shard), g.t);
+    const ParamSpec& spec = specs.at(card_name);
+    LINNET_CHECK(spec.held_by(shard), card_name, " is held by shard ", spec.owner, ", not ", shard);
+    Tensor t = converted(weights.read(spec, shard), g.t);
     return converted(t, t.rank() == 2 ? matrices : act_);
   };
   // Matrices go up laid out for the backend's products (packed once, here); the rest as they are.
@@ -136,6 +138,37 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
     A.cache_k = be_.zeros({g.batch, kvh, g.max_seq, d}, act_);
     A.cache_v = be_.zeros({g.batch, kvh, g.max_seq, d}, act_);
 
+    if (config.sparse_layer(i)) {
+      // The experts: this rank's (expert sharding) or every expert's slices (tensor
+      // sharding), each product over one stacked matrix with a group of rows per expert.
+      SparseMoe& E = L.moe.emplace();
+      const std::string m = p + "mlp.";
+      E.router.gate.weight = matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
+      E.router.top_k = g.top_k;
+      E.router.normalize = config.norm_topk_prob;
+      E.num_experts = g.experts;
+      E.first_expert = g.expert_begin(shard);
+      E.inner = g.expert_inner_per_shard();
+      E.expert_parallel = g.expert_parallel();
+      const int64_t el = g.experts_per_shard(), ei = E.inner;
+      std::vector<std::string> gate_up, down;
+      for (int64_t e = E.first_expert; e < E.first_expert + el; ++e) {
+        const std::string x = m + "experts[" + std::to_string(e) + "].";
+        gate_up.push_back(x + "gate.weight");
+        gate_up.push_back(x + "up.weight");
+        down.push_back(x + "down.weight");
+      }
+      E.gate_up.weight = matrix(m + "experts.gate_up.weight", gate_up, {el * 2 * ei, g.hidden});
+      E.down.weight = matrix(m + "experts.down.weight", down, {el * g.hidden, ei});
+      E.experts.resize(static_cast<size_t>(el));
+      for (int64_t k = 0; k < el; ++k) {
+        Expert& X = E.experts[static_cast<size_t>(k)];
+        X.gate.weight = E.gate_up.weight.rows(2 * k * ei, (2 * k + 1) * ei);
+        X.up.weight = E.gate_up.weight.rows((2 * k + 1) * ei, (2 * k + 2) * ei);
+        X.down.weight = E.down.weight.rows(k * g.hidden, (k + 1) * g.hidden);
+      }
+      continue;
+    }
     SwiGlu& M = L.mlp;
     M.activation = config.activation;
     const std::string m = p + "mlp.";

@@ -40,10 +40,12 @@ struct Rope {
 struct LayerKind {
   bool sliding = false;  // attends within ModelConfig::sliding_window
   int rope = 0;          // 0: the model's RoPE, 1: local_rope (Gemma 3's sliding layers), -1: none (NoPE)
+  bool sparse = false;   // a mixture of experts in place of the MLP (ModelConfig::experts)
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, olmo2, granite, smollm3
+  std::string model_type = "llama";  // llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, olmo2, granite, smollm3,
+                                     // mixtral, qwen3_moe, olmoe
   int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, inner = 0, layers = 0;
   int64_t head_size = 0;  // head_dim when it is not hidden / heads (0: hidden / heads)
   int64_t max_position = 0;
@@ -85,11 +87,32 @@ struct ModelConfig {
   bool fused_qkv = false;       // Phi-3: one qkv_proj tensor in the checkpoint
   bool fused_gate_up = false;   // Phi-3: one gate_up_proj tensor
 
+  // ---- mixtures of experts (Mixtral, Qwen3-MoE, OLMoE): the layers whose LayerKind says
+  // sparse replace the MLP by a router and `experts` SwiGLU experts, `experts_per_token` of
+  // them per token (transformers' *SparseMoeBlock) ----
+  int64_t experts = 0;            // num_local_experts / num_experts (0: no sparse layer)
+  int64_t experts_per_token = 0;  // num_experts_per_tok: TopK
+  int64_t expert_inner = 0;       // each expert's intermediate size (Qwen3-MoE: moe_intermediate_size)
+  bool norm_topk_prob = false;    // the TopK weights divided by their sum (Mixtral: always)
+  // Where the experts' tensors are: Mixtral's block_sparse_moe.experts.E.w1/w3/w2, or
+  // mlp.experts.E.gate_proj/up_proj/down_proj (Qwen3-MoE, OLMoE); the router is `gate` in both.
+  enum class ExpertNames { mixtral, qwen };
+  ExpertNames expert_names = ExpertNames::qwen;
+
   int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   // Columns of each head that RoPE rotates (even; head_dim × partial_rotary_factor).
   int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor); }
   LayerKind layer_kind(int64_t i) const {
     return i < static_cast<int64_t>(layer_kinds.size()) ? layer_kinds[static_cast<size_t>(i)] : LayerKind{};
+  }
+  bool moe() const { return experts > 0; }
+  bool sparse_layer(int64_t i) const { return moe() && layer_kind(i).sparse; }
+  // Whether some layer keeps a dense MLP of Inner (every layer of a dense model; Qwen3-MoE's
+  // mlp_only_layers and those decoder_sparse_step skips).
+  bool any_dense_mlp() const {
+    for (int64_t i = 0; i < layers; ++i)
+      if (!sparse_layer(i)) return true;
+    return false;
   }
   bool any_sliding() const {
     for (const auto& k : layer_kinds)
@@ -107,7 +130,7 @@ struct ModelConfig {
     return qk_norm == QkNorm::none && !norm_plus_one && pre_norms && !post_norms && activation == Activation::silu &&
            embedding_scale == 1.0 && residual_multiplier == 1.0 && !attention_scale && attn_softcap == 0 &&
            final_softcap == 0 && logits_scaling == 1.0 && head_size == 0 && uniform_layers() &&
-           partial_rotary_factor == 1.0 && !local_rope;
+           partial_rotary_factor == 1.0 && !local_rope && !moe();
   }
 };
 

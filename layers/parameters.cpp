@@ -1,8 +1,19 @@
 #include "layers/parameters.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace linnet {
+
+const char* split_name(Split s) {
+  switch (s) {
+    case Split::mirrored: return "mirrored";
+    case Split::rows: return "rows";
+    case Split::columns: return "columns";
+    case Split::expert: return "expert";
+  }
+  return "?";
+}
 
 Shape ParamSpec::shard_shape() const {
   Shape s = full;
@@ -12,7 +23,7 @@ Shape ParamSpec::shard_shape() const {
 }
 
 std::pair<int64_t, int64_t> ParamSpec::shard_range(int64_t shard) const {
-  if (split == Split::mirrored) return {0, full[0]};
+  if (split == Split::mirrored || split == Split::expert) return {0, full[0]};
   const int64_t extent = split == Split::rows ? full[0] : full[1];
   const int64_t begin = std::min(shard * per_shard, extent);
   return {begin, std::min(begin + per_shard, extent)};
@@ -22,12 +33,12 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) 
   const int64_t h = g.hidden, d = g.head_dim(), s = g.shards;
   std::vector<ParamSpec> p;
   auto add = [&](std::string hf, std::string card, Shape full, Split split, int64_t per_shard, bool bias = false) {
-    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias, Shape{}, 0});
+    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias, Shape{}, 0, -1});
   };
   // A part of a fused tensor: rows [offset, offset + full[0]) of `stored`.
   auto add_part = [&](std::string hf, std::string card, Shape full, Shape stored, int64_t offset, int64_t per_shard) {
     p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), Split::rows, per_shard, false,
-                          std::move(stored), offset});
+                          std::move(stored), offset, -1});
   };
   add("model.embed_tokens.weight", "embedding.weight", {g.vocab, h}, Split::mirrored, 0);
   for (int64_t i = 0; i < g.layers; ++i) {
@@ -68,6 +79,34 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) 
           card + "mlp_norm.weight", {h}, Split::mirrored, 0);
     if (c.post_norms)
       add(hf + "post_feedforward_layernorm.weight", card + "post_mlp_norm.weight", {h}, Split::mirrored, 0);
+    if (c.sparse_layer(i)) {
+      // A mixture of experts: the router whole on every rank; each expert's gate/up/down held
+      // whole by its owner (expert sharding) or sliced as the MLP is (tensor sharding).
+      const bool mixtral = c.expert_names == ModelConfig::ExpertNames::mixtral;
+      const std::string m = hf + (mixtral ? "block_sparse_moe." : "mlp.");
+      add(m + "gate.weight", card + "mlp.router.weight", {g.experts, h}, Split::mirrored, 0);
+      const int64_t ei = g.expert_inner;
+      for (int64_t e = 0; e < g.experts; ++e) {
+        const std::string he = m + "experts." + std::to_string(e) + ".";
+        const std::string ce = card + "mlp.experts[" + std::to_string(e) + "].";
+        const std::string gate = he + (mixtral ? "w1" : "gate_proj") + ".weight";
+        const std::string up = he + (mixtral ? "w3" : "up_proj") + ".weight";
+        const std::string down = he + (mixtral ? "w2" : "down_proj") + ".weight";
+        if (g.expert_parallel()) {
+          for (auto [hf_name, card_name, shape] : {std::tuple{gate, ce + "gate.weight", Shape{ei, h}},
+                                                   {up, ce + "up.weight", Shape{ei, h}},
+                                                   {down, ce + "down.weight", Shape{h, ei}}}) {
+            add(hf_name, card_name, shape, Split::expert, 0);
+            p.back().owner = g.expert_owner(e);
+          }
+        } else {
+          add(gate, ce + "gate.weight", {ei, h}, Split::rows, ei / s);
+          add(up, ce + "up.weight", {ei, h}, Split::rows, ei / s);
+          add(down, ce + "down.weight", {h, ei}, Split::columns, ei / s);
+        }
+      }
+      continue;
+    }
     offset = 0;
     for (const char* name : {"gate", "up"}) {
       const std::string w = std::string("mlp.") + name + "_proj", cw = std::string("mlp.") + name;

@@ -11,8 +11,10 @@
 namespace linnet {
 
 // ggml's vocabulary: mirrored on every rank, split by output rows (column-parallel linear),
-// or split by input columns (row-parallel linear, followed by an all-reduce).
-enum class Split { mirrored, rows, columns };
+// or split by input columns (row-parallel linear, followed by an all-reduce); or held whole
+// by one rank only (an expert's tensors under expert sharding: `owner`).
+enum class Split { mirrored, rows, columns, expert };
+const char* split_name(Split s);
 
 struct ParamSpec {
   std::string hf_name;    // "model.layers.0.self_attn.q_proj.weight"
@@ -27,10 +29,14 @@ struct ParamSpec {
   // the row where this part begins; `full` is the part's own shape. Empty: the whole tensor.
   Shape stored;
   int64_t row_offset = 0;
+  // Split::expert: the one shard that holds (and reads) this tensor, whole.
+  int64_t owner = -1;
 
   const Shape& stored_shape() const { return stored.rank() ? stored : full; }
 
-  // Shape on shard s, and the range [begin, end) of the split dimension it reads.
+  // Whether shard s holds any of it (every shard but for Split::expert).
+  bool held_by(int64_t shard) const { return split != Split::expert || owner == shard; }
+  // Shape on a shard that holds it, and the range [begin, end) of the split dimension it reads.
   Shape shard_shape() const;
   std::pair<int64_t, int64_t> shard_range(int64_t shard) const;
 };

@@ -24,4 +24,15 @@ std::string first_error(Communicator& comm, const std::string& mine) {
   return comm.rank() == root ? text : str(text, " (found by shard ", root, ")");
 }
 
+std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64_t>& send_rows) {
+  const int n = comm.size();
+  LINNET_CHECK(static_cast<int>(send_rows.size()) == n, "exchange_counts: ", send_rows.size(), " counts for ", n,
+               " ranks");
+  Tensor send = Tensor::from_ints({n, 1}, send_rows, DType::i64);
+  Tensor recv = Tensor::zeros({n, 1}, DType::i64);
+  const std::vector<int64_t> ones(static_cast<size_t>(n), 1);
+  comm.all_to_all(send, ones, recv, ones);
+  return recv.to_ints();
+}
+
 }  // namespace linnet

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -28,7 +29,19 @@ class Communicator {
   virtual void max_with_index(Tensor& value, Tensor& index) = 0;
   // Whether every rank says `ok` (a failure one rank alone sees ends all of them cleanly).
   virtual bool all_ok(bool ok) = 0;
+  // Rows to and from every rank (an all-to-all of variable counts, MPI_Alltoallv's): `send`
+  // [Σ send_rows, W…] holds send_rows[r] rows for rank r, ranks in order; `recv` [Σ recv_rows,
+  // W…] receives recv_rows[r] rows from rank r, ranks in order. recv_rows[r] must be what rank r
+  // sends this one (exchange_counts gives it). Any dtype, rows of equal bytes on both sides;
+  // both tensors on the host or both on the backend's device. The expert-parallel mixture of
+  // experts sends each token's row to the ranks of its experts and the results back with it.
+  virtual void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                          const std::vector<int64_t>& recv_rows) = 0;
 };
+
+// What every rank sends this one, given what this one sends each (send_rows[r] for rank r):
+// an all_to_all of one i64 per pair. Collective.
+std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64_t>& send_rows);
 
 // The error one or more ranks of the group met ("" where none did), on every rank: the
 // lowest such rank's message. `mine`: this rank's ("" when it has none). Collective.
@@ -47,6 +60,8 @@ class SingleCommunicator final : public Communicator {
   void barrier() override {}
   void max_with_index(Tensor&, Tensor&) override {}
   bool all_ok(bool ok) override { return ok; }
+  void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                  const std::vector<int64_t>& recv_rows) override;
 };
 
 }  // namespace linnet

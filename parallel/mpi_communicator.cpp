@@ -191,6 +191,45 @@ void MpiCommunicator::max_with_index(Tensor& value, Tensor& index) {
   stage_out(hi, index);
 }
 
+void MpiCommunicator::all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                                 const std::vector<int64_t>& recv_rows) {
+  LINNET_CHECK(static_cast<int>(send_rows.size()) == size_ && static_cast<int>(recv_rows.size()) == size_ &&
+                   send.defined() && recv.defined() && send.dtype() == recv.dtype(),
+               "mpi all_to_all of ", send.describe(), " into ", recv.describe(), " over ", size_, " ranks");
+  auto rows_of = [](const Tensor& t) { return t.rank() == 0 ? int64_t{1} : t.dim(0); };
+  int64_t sent = 0, got = 0;
+  for (int r = 0; r < size_; ++r) {
+    LINNET_CHECK(send_rows[r] >= 0 && recv_rows[r] >= 0, "mpi all_to_all: a negative row count");
+    sent += send_rows[r], got += recv_rows[r];
+  }
+  LINNET_CHECK(sent == rows_of(send) && got == rows_of(recv), "mpi all_to_all: ", sent, " rows to send from ",
+               send.describe(), ", ", got, " to receive into ", recv.describe());
+  // Bytes per row: the same on both sides (rows of one width).
+  const int64_t row = sent > 0 ? static_cast<int64_t>(send.nbytes()) / sent
+                               : got > 0 ? static_cast<int64_t>(recv.nbytes()) / got : 0;
+  LINNET_CHECK((sent == 0 || row * sent == static_cast<int64_t>(send.nbytes())) &&
+                   (got == 0 || row * got == static_cast<int64_t>(recv.nbytes())),
+               "mpi all_to_all: rows of different widths (", send.describe(), " → ", recv.describe(), ")");
+  std::vector<int> send_count(static_cast<size_t>(size_)), send_at(static_cast<size_t>(size_));
+  std::vector<int> recv_count(static_cast<size_t>(size_)), recv_at(static_cast<size_t>(size_));
+  int64_t s_at = 0, r_at = 0;
+  for (int r = 0; r < size_; ++r) {
+    send_count[r] = count_of(send_rows[r] * row, send, "all_to_all (bytes)");
+    recv_count[r] = count_of(recv_rows[r] * row, recv, "all_to_all (bytes)");
+    send_at[r] = count_of(s_at, send, "all_to_all (offset)");
+    recv_at[r] = count_of(r_at, recv, "all_to_all (offset)");
+    s_at += send_rows[r] * row, r_at += recv_rows[r] * row;
+  }
+  const Tensor host_send = sent > 0 ? stage_in(send, "all_to_all") : send;
+  if (recv.device() != Device::cpu) need_backend(recv, "all_to_all");
+  Tensor host_recv = recv.device() == Device::cpu ? recv : Tensor::empty(recv.shape(), recv.dtype());
+  char dummy = 0;  // a valid address where a side holds no bytes
+  LINNET_MPI_CHECK(MPI_Alltoallv(sent > 0 ? host_send.data() : &dummy, send_count.data(), send_at.data(), MPI_BYTE,
+                                 got > 0 ? host_recv.data() : &dummy, recv_count.data(), recv_at.data(), MPI_BYTE,
+                                 comm_));
+  if (got > 0) stage_out(host_recv, recv);
+}
+
 bool MpiCommunicator::all_ok(bool ok) {
   int flag = ok ? 1 : 0;
   LINNET_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &flag, 1, MPI_INT, MPI_LAND, comm_));

@@ -47,6 +47,9 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
   void max_with_index(Tensor& value, Tensor& index) override;
   bool all_ok(bool ok) override;
+  // MPI_Alltoallv of bytes (device tensors staged through the host).
+  void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                  const std::vector<int64_t>& recv_rows) override;
 
   MPI_Comm comm() const { return comm_; }
 

@@ -352,6 +352,62 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   mark_enqueued();
 }
 
+void NcclCommunicator::all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                                  const std::vector<int64_t>& recv_rows) {
+  if (!on_device(send) || !on_device(recv)) {
+    mpi_.all_to_all(send, send_rows, recv, recv_rows);  // host (or mixed, staged) tensors
+    return;
+  }
+  const int S = size(), me = rank();
+  LINNET_CHECK(static_cast<int>(send_rows.size()) == S && static_cast<int>(recv_rows.size()) == S &&
+                   send.dtype() == recv.dtype(),
+               "nccl all_to_all of ", send.describe(), " into ", recv.describe(), " over ", S, " ranks");
+  int64_t sent = 0, got = 0;
+  for (int q = 0; q < S; ++q) {
+    LINNET_CHECK(send_rows[q] >= 0 && recv_rows[q] >= 0, "nccl all_to_all: a negative row count");
+    sent += send_rows[q], got += recv_rows[q];
+  }
+  LINNET_CHECK(sent == send.dim(0) && got == recv.dim(0), "nccl all_to_all: ", sent, " rows to send from ",
+               send.describe(), ", ", got, " to receive into ", recv.describe());
+  const size_t row = sent > 0 ? send.nbytes() / static_cast<size_t>(sent)
+                              : got > 0 ? recv.nbytes() / static_cast<size_t>(got) : 0;
+  LINNET_CHECK((sent == 0 || row * static_cast<size_t>(sent) == send.nbytes()) &&
+                   (got == 0 || row * static_cast<size_t>(got) == recv.nbytes()),
+               "nccl all_to_all: rows of different widths (", send.describe(), " → ", recv.describe(), ")");
+  if (sent == 0 && got == 0) return;
+  CUDA_COMM_CHECK(cudaSetDevice(device_));
+  std::vector<size_t> send_at(static_cast<size_t>(S) + 1, 0), recv_at(static_cast<size_t>(S) + 1, 0);
+  for (int q = 0; q < S; ++q) {
+    send_at[q + 1] = send_at[q] + static_cast<size_t>(send_rows[q]) * row;
+    recv_at[q + 1] = recv_at[q] + static_cast<size_t>(recv_rows[q]) * row;
+  }
+  const char* src = static_cast<const char*>(send.data());
+  char* dst = static_cast<char*>(recv.data());
+  if (send_rows[me] > 0) {
+    LINNET_CHECK(send_rows[me] == recv_rows[me], "nccl all_to_all: ", send_rows[me], " rows to itself, ",
+                 recv_rows[me], " expected");
+    if (backend_) backend_->flush();  // the rows are on the stream before the copy reads them
+    CUDA_COMM_CHECK(cudaMemcpyAsync(dst + recv_at[me], src + send_at[me], send_at[me + 1] - send_at[me],
+                                    cudaMemcpyDeviceToDevice, stream_));
+  }
+  wait(issue([&](ncclComm* comm) {
+         // The group is always closed; the first failing call's code wins over the end's.
+         ncclResult_t r = ncclGroupStart();
+         if (r != ncclSuccess) return r;
+         for (int q = 0; q < S && r == ncclSuccess; ++q) {
+           if (q == me) continue;
+           if (send_rows[q] > 0)
+             r = ncclSend(src + send_at[q], send_at[q + 1] - send_at[q], ncclInt8, q, comm, stream_);
+           if (r == ncclSuccess && recv_rows[q] > 0)
+             r = ncclRecv(dst + recv_at[q], recv_at[q + 1] - recv_at[q], ncclInt8, q, comm, stream_);
+         }
+         const ncclResult_t end = ncclGroupEnd();
+         return r != ncclSuccess ? r : end;
+       }),
+       "ncclSend/ncclRecv (all_to_all)");
+  mark_enqueued();
+}
+
 extern "C" Communicator* linnet_cuda_make_nccl_communicator(MPI_Comm comm, int cuda_device, void* stream,
                                                             Backend* backend) {
   return new NcclCommunicator(comm, cuda_device, static_cast<CUstream_st*>(stream), backend);

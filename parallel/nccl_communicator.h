@@ -71,6 +71,10 @@ class NcclCommunicator final : public Communicator {
   void barrier() override { mpi_.barrier(); }
   void max_with_index(Tensor& value, Tensor& index) override { mpi_.max_with_index(value, index); }
   bool all_ok(bool ok) override { return mpi_.all_ok(ok); }
+  // Device tensors: grouped ncclSend / ncclRecv per peer (this rank's own rows copied on the
+  // stream); host tensors through MPI.
+  void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                  const std::vector<int64_t>& recv_rows) override;
 
  private:
   void all_reduce(Tensor& t, bool sum);

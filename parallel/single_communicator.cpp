@@ -10,4 +10,15 @@ void SingleCommunicator::all_gather(const Tensor& local, Tensor& out) {
   std::memcpy(out.data(), local.data(), local.nbytes());
 }
 
+void SingleCommunicator::all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
+                                    const std::vector<int64_t>& recv_rows) {
+  LINNET_CHECK(send_rows.size() == 1 && recv_rows == send_rows && send.nbytes() == recv.nbytes() &&
+                   send.dtype() == recv.dtype(),
+               "single all_to_all of ", send.describe(), " into ", recv.describe());
+  if (send.data() == recv.data() || send.nbytes() == 0) return;
+  LINNET_CHECK(send.device() == Device::cpu && recv.device() == Device::cpu, "single all_to_all of device tensors ",
+               send.describe(), " into ", recv.describe(), " (one rank keeps its rows where they are)");
+  std::memcpy(recv.data(), send.data(), send.nbytes());
+}
+
 }  // namespace linnet

@@ -59,7 +59,7 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   if (m.from_packed_file && comm.rank() == 0)
     spdlog::info("{}: matrices mapped from {} (checksums verified in {:.2f} s)", dir, kPackedFileName,
                  weights.packed_verify_seconds());
-  if (const auto unused = weights.unused(m.config); !unused.empty() && comm.rank() == 0) {
+  if (const auto unused = weights.unused(m.config, parameter_specs(m.config, m.generics)); !unused.empty() && comm.rank() == 0) {
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 6; ++i) list += (i ? ", " : "") + unused[i];
     if (unused.size() > 6) list += str(", … (", unused.size() - 6, " more)");

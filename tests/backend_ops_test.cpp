@@ -779,3 +779,132 @@ TEST(BackendOps, AttentionWindowSoftcapWideHeads) {
       check_op("attention_cache", name, dtype_name(act), cache, {{"out", bound_for(act)}});
     }
 }
+
+// ---- mixtures of experts (issue 30) -------------------------------------------------------------
+// The router's softmax, torch's top-k (the same experts chosen in the same order, ties included:
+// core/top_k.h on both sides), each expert's product over its rows, and the weighted sum.
+TEST(BackendOps, RouterSoftmax) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, e;
+  };
+  for (const Case c : {Case{1, 8}, Case{17, 64}, Case{5, 128}, Case{300, 8}, Case{3, 1024}})
+    for (DType dt : kActs) {
+      auto lv = in_dtype(randn(c.n * c.e, 151 + static_cast<uint32_t>(c.e)), dt);
+      for (int64_t i = 0; i < c.e; ++i) lv[static_cast<size_t>(i)] = 0.5f;  // row 0: every expert tied
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor l = put(be, ref, {c.n, c.e}, lv, dt), p = poison(be, ref, {c.n, c.e}, DType::f32);
+        be.router_softmax(l, p);
+        return {be.to_host(p)};
+      };
+      check_op("router_softmax", str(c.n, "x", c.e), dtype_name(dt), run, {{"probs", 1e-6}});
+    }
+}
+
+TEST(BackendOps, TopK) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, e, k;
+  };
+  for (const Case c : {Case{1, 8, 2}, Case{33, 8, 3}, Case{9, 64, 8}, Case{5, 128, 8}, Case{7, 128, 2}, Case{4, 16, 16}})
+    for (bool normalize : {false, true})
+      for (bool ties : {false, true}) {
+        // Probabilities as a router makes them; with ties, from logits of a few levels (many
+        // experts tied, the order torch.topk leaves them in matters).
+        auto lv = randn(c.n * c.e, 161 + static_cast<uint32_t>(c.e + c.k));
+        if (ties)
+          for (auto& x : lv) x = std::round(x * 1.5f);
+        std::vector<float> pv(lv.size());
+        for (int64_t r = 0; r < c.n; ++r) {
+          double mx = -1e30, s = 0;
+          for (int64_t i = 0; i < c.e; ++i) mx = std::max(mx, double(lv[r * c.e + i]));
+          for (int64_t i = 0; i < c.e; ++i) s += std::exp(lv[r * c.e + i] - mx);
+          for (int64_t i = 0; i < c.e; ++i) pv[r * c.e + i] = static_cast<float>(std::exp(lv[r * c.e + i] - mx) / s);
+        }
+        OpRun run = [&](Backend& be, bool ref) -> Outputs {
+          Tensor p = put(be, ref, {c.n, c.e}, pv, DType::f32);
+          Tensor w = poison(be, ref, {c.n, c.k}, DType::f32), ix = poison(be, ref, {c.n, c.k}, DType::i32);
+          be.top_k(p, c.k, normalize, w, ix);
+          return {be.to_host(w), be.to_host(ix)};
+        };
+        check_op("top_k", str(c.n, "x", c.e, " k=", c.k, normalize ? " norm" : "", ties ? " ties" : ""), "f32", run,
+                 {{"weights", 0, true}, {"experts", 0, true}});
+      }
+}
+
+TEST(BackendOps, GroupedMatmul) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    std::vector<int64_t> offsets;
+    int64_t in, out;
+  };
+  const Case cases[] = {{{0, 1}, 64, 48},
+                        {{0, 3, 3, 40, 41}, 129, 33},       // an empty group; groups of 3, 37, 1
+                        {{0, 0, 0, 70, 70, 200}, 256, 130},  // leading empty groups
+                        {{0, 5, 10, 15, 20, 25, 30, 35, 40}, 64, 1}};
+  struct Types {
+    DType x, w;
+  };
+  uint32_t seed = 170;
+  for (const Case& c : cases)
+    for (const Types t : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f32, DType::bf16}}) {
+      const int64_t m = c.offsets.back(), groups = static_cast<int64_t>(c.offsets.size()) - 1;
+      const auto xv = in_dtype(randn(m * c.in, ++seed), t.x);
+      const auto wv = in_dtype(randn(groups * c.out * c.in, ++seed, 0.05f), t.w);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {m, c.in}, xv, t.x), w = put(be, ref, {groups * c.out, c.in}, wv, t.w);
+        Tensor y = poison(be, ref, {m, c.out}, t.x);
+        be.grouped_matmul(x, w, c.offsets, y);
+        return {be.to_host(y)};
+      };
+      check_op("grouped_matmul", str(groups, " groups of ", m, " rows, ", c.in, "->", c.out), dts(t.x, t.w), run,
+               {{"out", bound_for(t.x, 2e-5)}});
+    }
+  // Batch invariance on the device: a row alone in its group gives the bits it gets among 60.
+  for (auto& be : devs) {
+    const int64_t in = 200, out = 96;
+    const auto xv = randn(61 * in, 181), wv = randn(2 * out * in, 182, 0.05f);
+    for (DType dt : kActs) {
+      Tensor x = be->upload(Tensor::from_floats({61, in}, xv, dt));
+      Tensor w = be->upload(Tensor::from_floats({2 * out, in}, wv, dt));
+      Tensor all = be->empty({61, out}, dt), one = be->empty({1, out}, dt);
+      be->grouped_matmul(x, w, {0, 1, 61}, all);
+      be->grouped_matmul(x.rows(30, 31), w.rows(out, 2 * out), {0, 1}, one);
+      EXPECT_TRUE(same_bytes(be->to_host(all).rows(30, 31).clone(), be->to_host(one))) << dtype_name(dt);
+    }
+  }
+}
+
+TEST(BackendOps, MoeCombine) {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, k, h;
+  };
+  for (const Case c : {Case{1, 2, 48}, Case{17, 3, 64}, Case{40, 8, 33}})
+    for (DType dt : kActs) {
+      const int64_t m = c.n * c.k;
+      const auto yv = in_dtype(randn(m * c.h, 190 + static_cast<uint32_t>(c.k)), dt);
+      std::vector<int64_t> rows(static_cast<size_t>(m)), experts(static_cast<size_t>(m));
+      std::iota(rows.begin(), rows.end(), 0);
+      std::shuffle(rows.begin(), rows.end(), std::mt19937(5));
+      std::mt19937 g(6);
+      for (int64_t t = 0; t < c.n; ++t) {
+        std::vector<int64_t> e(64);
+        std::iota(e.begin(), e.end(), 0);
+        std::shuffle(e.begin(), e.end(), g);
+        for (int64_t j = 0; j < c.k; ++j) experts[t * c.k + j] = e[static_cast<size_t>(j)];  // distinct per token
+      }
+      if (c.n > 1) rows[static_cast<size_t>(c.k)] = -1;  // token 1's first choice left out
+      const auto wv = randn(m, 199, 0.5f);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor y = put(be, ref, {m, c.h}, yv, dt), out = poison(be, ref, {c.n, c.h}, dt);
+        Tensor r = put_ints(be, {c.n, c.k}, rows), e = put_ints(be, {c.n, c.k}, experts);
+        Tensor w = put(be, ref, {c.n, c.k}, wv, DType::f32);
+        be.moe_combine(y, r, e, w, out);
+        return {be.to_host(out)};
+      };
+      // f32: the same rounded products added in the same order — the same bits.
+      check_op("moe_combine", str(c.n, " tokens x ", c.k, " of ", c.h), dtype_name(dt), run,
+               {{"out", 1e-2, dt == DType::f32}});
+    }
+}

@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <thread>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -99,6 +100,10 @@ class FakeDeviceBackend final : public Backend {
   }
   void gather_rows(const Tensor&, const Tensor&, Tensor&) override { no(); }
   void copy_columns(const Tensor&, Tensor&, int64_t, int64_t) override { no(); }
+  void router_softmax(const Tensor&, Tensor&) override { no(); }
+  void top_k(const Tensor&, int64_t, bool, Tensor&, Tensor&) override { no(); }
+  void grouped_matmul(const Tensor&, const Tensor&, const std::vector<int64_t>&, Tensor&) override { no(); }
+  void moe_combine(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) override { no(); }
   void logit_stats(const Tensor&, int64_t, int64_t, const Tensor&, Tensor&, Tensor&, Tensor&) override { no(); }
   void argmax(const Tensor&, int64_t, int64_t, Tensor&, Tensor&) override { no(); }
   void gumbel_max(const Tensor&, int64_t, int64_t, uint64_t, uint64_t, int32_t, float, Tensor&, Tensor&) override {
@@ -302,6 +307,41 @@ void check_collectives(Communicator& comm, Backend* device) {
 }
 
 // ---- groups ----
+// all_to_all: rank r sends rank q (r + 2q) % 3 rows of 5 values each (some pairs none),
+// values every rank can recompute; f32, bf16, i64; host tensors and staged device ones; and
+// exchange_counts.
+void check_all_to_all(Communicator& comm, Backend* device) {
+  const int rank = comm.rank(), size = comm.size();
+  const int64_t w = 5;
+  auto rows_from = [](int r, int q) { return static_cast<int64_t>((r + 2 * q) % 3); };
+  const char* where = device ? " (staged)" : "";
+  for (DType d : {DType::f32, DType::bf16, DType::i64}) {
+    std::vector<int64_t> send_rows(static_cast<size_t>(size)), recv_rows(static_cast<size_t>(size));
+    std::vector<float> out;
+    for (int q = 0; q < size; ++q) {
+      send_rows[q] = rows_from(rank, q);
+      recv_rows[q] = rows_from(q, rank);
+      for (int64_t i = 0; i < send_rows[q] * w; ++i) out.push_back(value_of(rank * 100 + q, i, 17));
+    }
+    int64_t sent = 0, got = 0;
+    for (int q = 0; q < size; ++q) sent += send_rows[q], got += recv_rows[q];
+    Tensor send = Tensor::from_floats({sent, w}, out, d);
+    Tensor recv = Tensor::zeros({got, w}, d);
+    if (device) {
+      send = device->upload(send);
+      recv = device->upload(recv);
+    }
+    expect(exchange_counts(comm, send_rows) == recv_rows, "exchange_counts on rank ", rank);
+    comm.all_to_all(send, send_rows, recv, recv_rows);
+    const auto back = floats(recv, device);
+    int64_t at = 0;
+    for (int q = 0; q < size; ++q)
+      for (int64_t i = 0; i < recv_rows[q] * w; ++i, ++at)
+        expect(back[static_cast<size_t>(at)] == as_stored(d, value_of(q * 100 + rank, i, 17)), "all_to_all ",
+               dtype_name(d), where, " from rank ", q, " [", i, "] = ", back[static_cast<size_t>(at)]);
+  }
+}
+
 void check_groups(MpiRuntime& mpi) {
   const int w = mpi.world_size(), wr = mpi.world_rank();
   for (int tp = 1; tp <= w; ++tp) {
@@ -415,6 +455,97 @@ void check_model(Communicator& comm) {
   Tensor start = Tensor::from_ints({2, 1}, {3, 11}, DType::i32);
   Tensor gen = tp.generate(start, 0, 6), gen1 = one.generate(start, 0, 6);
   expect(gen.to_ints() == gen1.to_ints(), "generate on ", shards, " shards picks the one-rank tokens");
+}
+
+// ---- a mixture of experts over the shards ----
+// Layer 1 of 2 sparse: 4·Shards experts (8 on 1, 2 and 4 ranks: 12 on 3), top 2 renormalised,
+// inner 4·Shards.
+ModelConfig moe_config(int shards) {
+  ModelConfig c = model_config(shards);
+  c.experts = shards == 3 ? 12 : 8;
+  c.experts_per_token = 2;
+  c.expert_inner = 4 * shards;
+  c.norm_topk_prob = true;
+  c.layer_kinds = {LayerKind{}, LayerKind{false, 0, true}};
+  return c;
+}
+
+// Layer 1's experts as rank `shard` holds them (the model's way: stacked matrices).
+SparseMoe moe_layer(const ModelConfig& c, const Generics& g, int shard, Backend& be) {
+  std::map<std::string, ParamSpec> specs;
+  for (const auto& p : parameter_specs(c, g)) specs.emplace(p.card_name, p);
+  RandomWeights w(4);
+  SparseMoe m;
+  const std::string pre = "layers[1].mlp.";
+  m.router.gate.weight = be.upload_matrix(w.read(specs.at(pre + "router.weight"), shard));
+  m.router.top_k = g.top_k;
+  m.router.normalize = c.norm_topk_prob;
+  m.num_experts = g.experts;
+  m.first_expert = g.expert_begin(shard);
+  m.inner = g.expert_inner_per_shard();
+  m.expert_parallel = g.expert_parallel();
+  std::vector<Tensor> gu, dn;
+  for (int64_t e = m.first_expert; e < m.first_expert + g.experts_per_shard(); ++e) {
+    const std::string x = pre + "experts[" + std::to_string(e) + "].";
+    gu.push_back(w.read(specs.at(x + "gate.weight"), shard));
+    gu.push_back(w.read(specs.at(x + "up.weight"), shard));
+    dn.push_back(w.read(specs.at(x + "down.weight"), shard));
+  }
+  m.gate_up.weight = be.upload_matrix(gu);
+  m.down.weight = be.upload_matrix(dn);
+  m.experts.resize(static_cast<size_t>(g.experts_per_shard()));
+  return m;
+}
+
+// Expert sharding gives every token the bits one rank gives it (whole experts, the sum in the
+// same order); tensor sharding its slices' sum within f32 noise. Then the whole model in each
+// sharding against one rank: forward within 1e-5, greedy tokens equal. 1, 3 and 17 rows: some
+// ranks route none.
+void check_moe(Communicator& comm) {
+  const int shards = comm.size();
+  const ModelConfig c = moe_config(shards);
+  auto cpu = make_cpu_backend();
+  SingleCommunicator single;
+  RunOptions o;
+  o.batch = 2;
+  o.max_seq = 16;
+  o.page_size = 8;
+  o.shards = 1;
+  const Generics g1 = bind_generics(c, o);
+  const SparseMoe one = moe_layer(c, g1, 0, *cpu);
+  for (MoeSharding m : {MoeSharding::expert, MoeSharding::tensor}) {
+    o.shards = shards;
+    o.moe_sharding = m;
+    const Generics g = bind_generics(c, o);
+    const SparseMoe mine = moe_layer(c, g, comm.rank(), *cpu);
+    for (int64_t n : {1, 3, 17}) {
+      std::mt19937 gen(static_cast<uint32_t>(n));
+      std::normal_distribution<float> z;
+      std::vector<float> xv(static_cast<size_t>(n * c.hidden));
+      for (auto& v : xv) v = z(gen);
+      const Tensor x = Tensor::from_floats({n, c.hidden}, xv);
+      Tensor a = Tensor::zeros({n, c.hidden}, DType::f32), b = Tensor::zeros({n, c.hidden}, DType::f32);
+      Context c1{*cpu, single}, cs{*cpu, comm};
+      one.forward(c1, x, a);
+      mine.forward(cs, x, b);
+      if (m == MoeSharding::expert)
+        expect(std::memcmp(a.data(), b.data(), a.nbytes()) == 0, "expert sharding on ", shards, " ranks, ", n,
+               " rows: not the one-rank bits (", rel_diff(b, a), ")");
+      else
+        expect(rel_diff(b, a) < 1e-6, "tensor sharding on ", shards, " ranks, ", n, " rows: ", rel_diff(b, a));
+    }
+    RandomWeights w(3), w1(3);
+    Model tp(c, g, w, *cpu, comm);
+    Model ref(c, g1, w1, *cpu, single);
+    std::vector<int64_t> toks;
+    for (int i = 0; i < 2 * 7; ++i) toks.push_back((i * 37 + 5) % c.vocab);
+    const Tensor t = Tensor::from_ints({2, 7}, toks, DType::i32);
+    const double e = rel_diff(tp.forward(t), ref.forward(t));
+    expect(e < 1e-5, "moe forward (", moe_sharding_name(m), ") on ", shards, " shards vs one rank: ", e);
+    const Tensor start = Tensor::from_ints({2, 1}, {3, 11}, DType::i32);
+    expect(tp.generate(start, 0, 6).to_ints() == ref.generate(start, 0, 6).to_ints(), "moe generate (",
+           moe_sharding_name(m), ") on ", shards, " shards picks the one-rank tokens");
+  }
 }
 
 // ---- one rank on one GPU through NCCL ----
@@ -576,6 +707,8 @@ int main(int argc, char** argv) {
     }
     check_collectives(world, nullptr);
     check_collectives(world, device.get());
+    check_all_to_all(world, nullptr);
+    check_all_to_all(world, device.get());
     expect(device->to_host_calls > 0 && device->copy_from_host_calls > 0, "device tensors were staged");
     {  // A device tensor without a backend is an error, not a crash.
       MpiCommunicator bare(MPI_COMM_WORLD);
@@ -590,6 +723,7 @@ int main(int argc, char** argv) {
     }
     check_groups(mpi);
     if (model && world.size() <= 4) check_model(world);
+    if (model && world.size() <= 4) check_moe(world);
     if (!world.all_ok(true)) throw Error("ranks disagree at the end");
     if (world.rank() == 0)
       std::printf("mpi_comm_check: %d checks passed on each of %d ranks\n", g_checks, world.size());

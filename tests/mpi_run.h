@@ -214,4 +214,81 @@ inline MpiRunResult linnet_run(std::vector<std::string> args, double timeout_s =
   return run_command(args, timeout_s, true);
 }
 
+// A program left running in the background (its own process group; stdout and stderr read
+// from a pipe into `output`), its whole process tree killed when this goes out of scope: a
+// server under test.
+class BackgroundProcess {
+ public:
+  explicit BackgroundProcess(std::vector<std::string> argv_s) {
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e) env_s.emplace_back(*e);
+    env_s.emplace_back("OMPI_ALLOW_RUN_AS_ROOT=1");
+    env_s.emplace_back("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1");
+    std::vector<char*> envp;
+    for (auto& e : env_s) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    int out[2];
+    if (::pipe(out) != 0) return;
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);
+      ::dup2(out[1], 1);
+      ::dup2(out[1], 2);
+      ::close(out[0]);
+      ::close(out[1]);
+      ::execve(argv[0], argv.data(), envp.data());
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);
+    ::close(out[1]);
+    pid_ = pid;
+    fd_ = out[0];
+  }
+  BackgroundProcess(const BackgroundProcess&) = delete;
+  BackgroundProcess& operator=(const BackgroundProcess&) = delete;
+  ~BackgroundProcess() {
+    if (pid_ > 0) {
+      kill_tree(pid_);
+      int status = 0;
+      ::waitpid(pid_, &status, 0);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  // Reads output until `marker` appears (true) or the program ends or timeout_s passes (false).
+  bool wait_for(const std::string& marker, double timeout_s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    char buf[4096];
+    while (output.find(marker) == std::string::npos) {
+      const double left = timeout_s - std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (left <= 0 || fd_ < 0) return false;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(std::min(left, 1.0) * 1000) + 1) <= 0) continue;
+      const ssize_t got = ::read(fd_, buf, sizeof buf);
+      if (got <= 0) return false;
+      output.append(buf, static_cast<size_t>(got));
+    }
+    return true;
+  }
+
+  // `linnet serve --port 0`: the port it says it listens on once ready; 0 when it never does.
+  int serving_port(double timeout_s) {
+    const std::string marker = "listening on http://";
+    if (!wait_for(marker, timeout_s) || !wait_for("\n", 1)) return 0;
+    const size_t at = output.find(marker) + marker.size();
+    const std::string hostport = output.substr(at, output.find_first_of(" \n", at) - at);
+    const size_t colon = hostport.rfind(':');
+    return colon == std::string::npos ? 0 : std::atoi(hostport.c_str() + colon + 1);
+  }
+
+  std::string output;
+
+ private:
+  pid_t pid_ = -1;
+  int fd_ = -1;
+};
+
 }  // namespace linnet::testing

@@ -1118,6 +1118,89 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& ou
   submit(l);
 }
 
+// ---- mixtures of experts (kernels in moe.cu; each launched directly, after what is recorded) ----
+
+void CudaBackend::router_softmax(const Tensor& logits, Tensor& probs) {
+  const char* op = "router_softmax";
+  rank_is(op, "logits", logits, 2);
+  rank_is(op, "probs", probs, 2);
+  float_type(op, "logits", logits);
+  dtype_is(op, "probs", probs, DType::f32);
+  need(probs.dim(0) == logits.dim(0) && probs.dim(1) == logits.dim(1), op,
+       str("logits ", logits.describe(), " and probs ", probs.describe(), " disagree"));
+  activate();
+  flush();
+  cuda::launch_router_softmax(logits.data(), dt(logits), probs.ptr<float>(), logits.dim(0), logits.dim(1), stream_);
+}
+
+void CudaBackend::top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) {
+  const char* op = "top_k";
+  rank_is(op, "probs", probs, 2);
+  dtype_is(op, "probs", probs, DType::f32);
+  const int64_t n = probs.dim(0), e = probs.dim(1);
+  need(k >= 1 && k <= e, op, str("k ", k, " of ", e, " columns"));
+  on_device(op, "weights", weights);
+  dtype_is(op, "weights", weights, DType::f32);
+  need(weights.numel() == n * k, op, str("weights ", weights.describe(), " should hold ", n * k, " entries"));
+  index_vec(op, "experts", experts.reshape({experts.numel()}), n * k);
+  activate();
+  flush();
+  cuda::launch_top_k(probs.ptr<float>(), n, e, k, normalize, weights.ptr<float>(), experts.ptr<int32_t>(), stream_);
+}
+
+void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
+  const char* op = "grouped_matmul";
+  rank_is(op, "x", x, 2);
+  rank_is(op, "w", w, 2);
+  rank_is(op, "out", out, 2);
+  float_type(op, "x", x);
+  float_type(op, "w", w);
+  float_type(op, "out", out);
+  const int64_t groups = static_cast<int64_t>(offsets.size()) - 1, M = x.dim(0), K = x.dim(1), O = out.dim(1);
+  need(groups >= 1 && w.dim(1) == K && w.dim(0) == groups * O && out.dim(0) == M && offsets.front() == 0 &&
+           offsets.back() == M,
+       op, str(groups, " groups: ", x.describe(), " · ", w.describe(), "ᵀ → ", out.describe()));
+  activate();
+  flush();
+  const int tile = cuda::grouped_matmul_rows_per_tile();
+  for (int64_t g0 = 0; g0 < groups; g0 += cuda::GroupTiles::kMax) {
+    cuda::GroupTiles t;
+    t.first_group = static_cast<int>(g0);
+    t.groups = static_cast<int>(std::min<int64_t>(cuda::GroupTiles::kMax, groups - g0));
+    int tiles = 0;
+    for (int g = 0; g <= t.groups; ++g) {
+      t.offsets[g] = offsets[static_cast<size_t>(g0 + g)];
+      t.first_tile[g] = tiles;
+      if (g < t.groups) {
+        const int64_t rows = offsets[static_cast<size_t>(g0 + g + 1)] - offsets[static_cast<size_t>(g0 + g)];
+        need(rows >= 0, op, str("offsets decrease at group ", g0 + g));
+        tiles += static_cast<int>((rows + tile - 1) / tile);
+      }
+    }
+    cuda::launch_grouped_matmul(x.data(), dt(x), w.data(), dt(w), out.data(), dt(out), K, O, t, tiles, stream_);
+  }
+}
+
+void CudaBackend::moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
+                              Tensor& out) {
+  const char* op = "moe_combine";
+  rank_is(op, "y", y, 2);
+  rank_is(op, "out", out, 2);
+  act_type(op, "y", y);
+  act_type(op, "out", out);
+  const int64_t n = out.dim(0), h = out.dim(1), k = n > 0 ? rows.numel() / n : 0;
+  need(y.dim(1) == h, op, str("y ", y.describe(), " and out ", out.describe(), " differ in width"));
+  index_vec(op, "rows", rows.reshape({rows.numel()}), n * k);
+  index_vec(op, "experts", experts.reshape({experts.numel()}), n * k);
+  on_device(op, "weights", weights);
+  dtype_is(op, "weights", weights, DType::f32);
+  need(weights.numel() == n * k, op, str("weights ", weights.describe(), " should hold ", n * k, " entries"));
+  activate();
+  flush();
+  cuda::launch_moe_combine(y.data(), dt(y), rows.ptr<int32_t>(), experts.ptr<int32_t>(), weights.ptr<float>(),
+                           out.data(), dt(out), n, h, k, stream_);
+}
+
 void CudaBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
   const char* op = "copy_columns";
   rank_is(op, "src", src, 2);

@@ -172,6 +172,11 @@ class CudaBackend final : public Backend {
                        const Tensor& cache_v, Tensor& out) override;
   void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
   void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) override;
+  void router_softmax(const Tensor& logits, Tensor& probs) override;
+  void top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) override;
+  void grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) override;
+  void moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
+                   Tensor& out) override;
   void logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
                    const Tensor& targets, Tensor& max, Tensor& sumexp,
                    Tensor& target_logit) override;

@@ -108,6 +108,29 @@ void launch_argmax(const void* logits, int dt, int64_t N, int64_t Vs, int64_t va
                    float temperature, float* value, int32_t* index, bool split, float* workspace,
                    cudaStream_t s);
 
+// ---- moe.cu ----
+// probs [N, E] f32 = softmax of each row of logits (any float dtype), in f32.
+void launch_router_softmax(const void* logits, int ldt, float* probs, int64_t N, int64_t E, cudaStream_t s);
+// torch.topk's k of each row (core/top_k.h), weights divided by their sum when normalize.
+void launch_top_k(const float* probs, int64_t N, int64_t E, int64_t k, bool normalize, float* weights, int32_t* experts,
+                  cudaStream_t s);
+// Up to kMax groups of rows per launch: group g's rows [offsets[g], offsets[g + 1]) of x and out,
+// its weight rows [(first_group + g)·O, …); its row tiles start at first_tile[g] (the grid's y).
+struct GroupTiles {
+  static constexpr int kMax = 128;
+  int groups = 0;
+  int first_group = 0;
+  int64_t offsets[kMax + 1];
+  int first_tile[kMax + 1];
+};
+int grouped_matmul_rows_per_tile();
+// out rows of each group = x rows · w's group rows ᵀ; one f32 chain per element over k in order.
+void launch_grouped_matmul(const void* x, int xdt, const void* w, int wdt, void* out, int odt, int64_t K, int64_t O,
+                           const GroupTiles& tiles, int tile_count, cudaStream_t s);
+// out[n] = Σ over increasing experts[n, j] of weights[n, j] · y[rows[n, j]] (products rounded, then added).
+void launch_moe_combine(const void* y, int ydt, const int32_t* rows, const int32_t* experts, const float* weights,
+                        void* out, int odt, int64_t N, int64_t H, int64_t K, cudaStream_t s);
+
 // ---- random.cu ----
 // out[r, c] (rows × cols, row-major, a float dtype) = mean + scale · z(key, base + r·stride + c):
 // the standard normal of core/random_normal.h, made on the device (random weights).

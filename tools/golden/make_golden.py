@@ -212,6 +212,70 @@ FAMILY_CASES = [
 ]
 FAMILY_DTYPES = [("", "float32"), ("_bf16", "bfloat16")]
 
+# --------------------------------------------------------------------------------------
+# Mixtures of experts (issue 30): Mixtral, Qwen3-MoE (with a dense layer), OLMoE, written by
+# save_pretrained (per-expert tensors: block_sparse_moe.experts.E.w1/w2/w3, or
+# mlp.experts.E.gate_proj/up_proj/down_proj). 8 experts of inner 16 over hidden 32, 8 heads over
+# 4 KV heads (head_dim 4): Heads, KvHeads, Experts and the experts' inner size all split over
+# Shards 2 and 4. Seeds 3000 + index, after the families.
+# --------------------------------------------------------------------------------------
+
+MOE_BASE = dict(FAMILY_BASE, hidden_size=32, intermediate_size=16, num_attention_heads=8, num_key_value_heads=4)
+
+
+def moe(name, note, router=None, **over):
+    c = family(name, note, **dict(MOE_BASE, **over))
+    c["config"] = dict(MOE_BASE, **over)
+    c["router"] = router  # special router weights: ("zeros", layer) or ("tie", layer, e1, e2)
+    return c
+
+
+MOE_CASES = [
+    moe("mixtral", "MixtralForCausalLM: 8 experts of inner 16, top-2 renormalised (softmax, topk, / sum), "
+        "block_sparse_moe names, rope_theta 1e6", architectures=["MixtralForCausalLM"], model_type="mixtral",
+        num_local_experts=8, num_experts_per_tok=2, rope_theta=1000000.0, sliding_window=None),
+    moe("qwen3_moe", "Qwen3MoeForCausalLM: 3 layers, layer 1 dense (mlp_only_layers [1], intermediate 24), "
+        "layers 0 and 2 of 8 experts (moe_intermediate_size 16) top-3 with norm_topk_prob, q/k norms per head; "
+        "layer 2's router all zeros (every expert tied: torch.topk's tie order chooses 6, 5, 4)",
+        router=("zeros", 2), architectures=["Qwen3MoeForCausalLM"], model_type="qwen3_moe", num_hidden_layers=3,
+        intermediate_size=24, moe_intermediate_size=16, num_experts=8, num_experts_per_tok=3, norm_topk_prob=True,
+        mlp_only_layers=[1], decoder_sparse_step=1, use_sliding_window=False, head_dim=4, attention_bias=False),
+    moe("olmoe", "OlmoeForCausalLM: 8 experts of inner 16, top-2 without renormalising (norm_topk_prob false), "
+        "q/k norms over the whole projection; layer 0's router rows 2 and 5 equal (those two experts always tie)",
+        router=("tie", 0, 2, 5), architectures=["OlmoeForCausalLM"], model_type="olmoe", num_experts=8,
+        num_experts_per_tok=2, norm_topk_prob=False, rms_norm_eps=1e-05, attention_bias=False, clip_qkv=None),
+]
+
+
+def moe_tweak(case):
+    """The routers of a MoE case: N(0, 0.2) (logits of spread ~1 over 32 dims), and the case's
+    special router (all zeros, or two equal rows) — checked to tie exactly in torch."""
+    def tweak(state, cfg, gen, store_dtype, checks):
+        import torch
+        routers = sorted(k for k in state if k.endswith("mlp.gate.weight"))
+        assert routers, "no router weights"
+        for k in routers:
+            state[k] = (0.2 * torch.randn(state[k].shape, generator=gen)).to(store_dtype).to(torch.float32)
+        r = case.get("router")
+        if r is not None:
+            k = f"model.layers.{r[1]}.mlp.gate.weight"
+            if r[0] == "zeros":
+                state[k] = torch.zeros_like(state[k])
+            else:
+                state[k][r[3]] = state[k][r[2]]
+            x = torch.randn(64, cfg["hidden_size"], generator=gen)
+            logits = torch.nn.functional.linear(x, state[k])
+            probs = torch.softmax(logits, -1)
+            if r[0] == "zeros":
+                assert torch.all(probs == probs[:, :1]), "a zero router should tie every expert"
+                checks["router_tied_experts"] = "all"
+                checks["topk_of_ties"] = torch.topk(probs[:1], cfg["num_experts_per_tok"], -1).indices[0].tolist()
+            else:
+                assert torch.equal(logits[:, r[2]], logits[:, r[3]]), "equal router rows should tie exactly"
+                checks["router_tied_experts"] = [r[2], r[3]]
+    return tweak
+
+
 
 def reset_rope(ref):
     """Dynamic NTK keeps state between calls in transformers (frequencies grown past
@@ -223,7 +287,7 @@ def reset_rope(ref):
         re.max_seq_len_cached = re.original_max_seq_len
 
 
-def family_case(index, c, dtype_suffix, dtype_name, rewrite):
+def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, tweak=None):
     """Writes tests/fixtures/golden/<family><suffix>/: the model as save_pretrained writes it
     (config.json, generation_config.json, model.safetensors untouched) and golden.safetensors
     with the tensors of README.md plus decode_logits (transformers' generate, KV cache)."""
@@ -234,7 +298,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite):
     name, cfg, inp = c["name"] + dtype_suffix, dict(c["config"]), c["inputs"]
     print(f"[golden] {name}", flush=True)
     d = os.path.join(OUT, name)
-    seed = 2000 + index
+    seed = seed_base + index
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     store_dtype = torch.bfloat16 if dtype_name == "bfloat16" else torch.float32
@@ -262,6 +326,9 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite):
         else:  # v/o/gate/up/down
             t = 0.08 * torch.randn(p.shape, generator=gen)
         state[pname] = t.to(store_dtype).to(torch.float32).contiguous()
+    checks = {}
+    if tweak is not None:  # the mixtures of experts' routers (moe_tweak)
+        tweak(state, cfg, gen, store_dtype, checks)
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
     if os.path.isdir(d):
@@ -337,7 +404,6 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite):
         top2 = dec.topk(2, -1).values
         g["greedy_top2_gap"] = (top2[..., 0] - top2[..., 1]).float()
         g["decode_logits"] = dec
-        checks = {}
         by_length = (cfg.get("rope_scaling") or {}).get("rope_type") in ("dynamic", "longrope")
         checks["decode_step0_vs_forward"] = rel(dec[:, 0], logits[:, S0 - 1])
         assert checks["decode_step0_vs_forward"] < 1e-5, checks
@@ -603,6 +669,12 @@ def main():
     for fi, fc in enumerate(FAMILY_CASES):
         for di, (suffix, dtype_name) in enumerate(FAMILY_DTYPES):
             manifest["cases"].append(family_case(2 * fi + di, fc, suffix, dtype_name, rewrite))
+
+    for mi, mc in enumerate(MOE_CASES):
+        for di, (suffix, dtype_name) in enumerate(FAMILY_DTYPES):
+            entry = family_case(2 * mi + di, mc, suffix, dtype_name, rewrite, seed_base=3000, tweak=moe_tweak(mc))
+            entry["moe"] = True
+            manifest["cases"].append(entry)
 
     manifest["total_bytes"] = sum(c["bytes"] for c in manifest["cases"])
     with open(os.path.join(OUT, "manifest.json"), "w") as f:

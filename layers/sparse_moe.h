@@ -1,0 +1,67 @@
+// The mixture of experts of Mixtral, Qwen3-MoE and OLMoE in place of a layer's MLP
+// (transformers' *SparseMoeBlock):
+//   std.nn.moe::Router<H, Experts, TopK, T>: logits = x·Wᵀ, probabilities = softmax in f32, the
+//     TopK largest as torch.topk picks them (ties included), divided by their sum where the
+//     family says so (norm_topk_prob; Mixtral always);
+//   std.nn.moe::Expert<H, ExpertInner, T>: down(silu(gate(x)) · up(x));
+//   SparseMoe: out = Σ over a token's chosen experts, in increasing expert order, of its
+//     weight × that expert's output (each product rounded, then added: transformers' order).
+//
+// Two ways to split it over the Shards of a replica (Generics::moe_sharding, --moe-sharding):
+// - tensor: every expert sliced as SwiGlu is (gate/up by ExpertInner rows, down by columns);
+//   each rank runs every token's experts on its slices and the partial sums are all-reduced
+//   here, as SwiGlu's are.
+// - expert: each rank holds Experts/Shards whole experts. The rows of a call are split among the
+//   ranks (rank s routes rows s·⌈N/S⌉…); each token's row goes to the ranks holding its chosen
+//   experts and their outputs come back — an all-to-all of rows each way, here — its home rank
+//   adds them in transformers' order, and the ranks' rows are all-gathered (every rank holds the
+//   whole residual stream, as attention needs). A token's output has the bits it has on one
+//   rank (the products are batch-invariant and the sum is in the same order).
+// A token's numbers never depend on the other tokens that chose its experts (docs/numerics.md):
+// every product is batch-invariant (Backend::grouped_matmul) and each sum is per token.
+#pragma once
+#include <vector>
+
+#include "layers/linear.h"
+
+namespace linnet {
+
+struct Router {
+  Linear gate;  // [Experts, H], whole on every rank
+  int64_t top_k = 0;
+  bool normalize = false;  // norm_topk_prob
+  // x [N, H] → weights [N, TopK] f32 and experts [N, TopK] i32 (global expert ids), on the device.
+  void forward(Context& ctx, const Tensor& x, Tensor& weights, Tensor& experts) const;
+};
+
+// One expert as the card names it: views of SparseMoe's stacked matrices.
+struct Expert {
+  Linear gate, up, down;
+};
+
+class SparseMoe {
+ public:
+  Router router;
+  // This rank's experts (Experts/Shards whole ones under expert sharding; every one's slices
+  // under tensor sharding), `first_expert` the first one's id.
+  std::vector<Expert> experts;
+  Linear gate_up;  // [local experts · 2·ExpertInner', H]: expert k's gate rows, then its up rows
+  Linear down;     // [local experts · H, ExpertInner']
+  int64_t num_experts = 0;   // Experts (all ranks)
+  int64_t first_expert = 0;
+  int64_t inner = 0;         // ExpertInner' : this rank's rows of each expert
+  bool expert_parallel = false;
+
+  int64_t local_experts() const { return static_cast<int64_t>(experts.size()); }
+  // x [N, H] (every rank the same rows) → out [N, H] on every rank.
+  void forward(Context& ctx, const Tensor& x, Tensor& out) const;
+
+ private:
+  // Every expert on this rank (one rank, or tensor sharding and its all-reduce).
+  void forward_local(Context& ctx, const Tensor& x, Tensor& out) const;
+  void forward_expert_parallel(Context& ctx, const Tensor& x, Tensor& out) const;
+  // The local experts' SwiGLU over rows grouped by expert (offsets: local experts + 1).
+  void run_experts(Context& ctx, const Tensor& xs, const std::vector<int64_t>& offsets, Tensor& y) const;
+};
+
+}  // namespace linnet
