@@ -6,6 +6,7 @@
 // `linnet eval` end to end on 1, 2 and 3 ranks. Conformance with transformers itself is
 // tests/conformance_test.cpp's (the fixtures of tools/golden).
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <algorithm>
 #include <cmath>
@@ -560,6 +561,42 @@ TEST(Families, GenerateAndEvalOnOneTwoAndThreeRanks) {
           const double a = e1[i][key].get<double>(), b = e3[i][key].get<double>();
           EXPECT_NEAR(a, b, 1e-4 * std::abs(a)) << key;
         }
+    fs::remove_all(d);
+  }
+}
+
+// `linnet serve` on every family, on two ranks: a greedy completion (log-probs asked for too)
+// is what `linnet generate` gives the same prompt on one rank, token for token.
+TEST(Families, ServeOnTwoRanksAnswersAsGenerateDoes) {
+  const std::string mpirun = find_mpirun();
+  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not on PATH";
+  const std::string prompt = "Once upon a time the cat sat on a warm mat";
+  for (const auto& [family, config] : family_configs()) {
+    SCOPED_TRACE(family);
+    const fs::path ckpt = family_checkpoint(family);
+    const fs::path d = fs::temp_directory_path() / ("linnet_family_serve_" + family + "_" + std::to_string(::getpid()));
+    fs::remove_all(d);
+    fs::create_directories(d);
+    std::ofstream(d / "in.jsonl") << json{{"id", "p"}, {"text", prompt}}.dump() << "\n";
+    auto g = linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(), "--output",
+                         (d / "out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "8", "--max-seq", "64"},
+                        120);
+    ASSERT_EQ(g.exit_code, 0) << g.errors;
+    const json want = read_jsonl(d / "out.jsonl").at(0);
+    BackgroundProcess server({mpirun, "-np", "2", "--oversubscribe", LINNET_BINARY, "serve", "--checkpoint",
+                              ckpt.string(), "--port", "0", "--backend", "cpu", "--max-seq", "64",
+                              "--served-model-name", family});
+    const int port = server.serving_port(120);
+    ASSERT_GT(port, 0) << server.output;
+    httplib::Client cli("127.0.0.1", port);
+    cli.set_read_timeout(120, 0);
+    const json body = {{"model", family}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 1}};
+    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res) << httplib::to_string(res.error()) << "\n" << server.output;
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json r = json::parse(res->body);
+    EXPECT_EQ(r["choices"][0]["text"], want["text"]);
+    EXPECT_EQ(r["usage"]["completion_tokens"], want["tokens"].size());
     fs::remove_all(d);
   }
 }
