@@ -196,9 +196,10 @@ int cmd_bench(const Args& args) {
   int64_t matmul_params = 0, lm_head_params = 0;
   double wbytes = 0;
   // A mixture of experts: a token runs TopK of the Experts, so a prefill's products cover TopK /
-  // Experts of the experts' weights per token, and a decode step of Batch rows reads at most
-  // Batch·TopK of a rank's experts (whole experts under expert sharding: at most the rank's own).
-  double expert_params = 0, expert_bytes = 0;
+  // Experts of the experts' weights per token; which experts a decode step reads depends on the
+  // routing, so their bytes are counted as the step runs (the backend's
+  // grouped_matmul_weight_bytes: each expert with rows, once).
+  double expert_params = 0;
   for (const auto& p : parameter_specs(config, g)) {
     if (!p.held_by(comm.rank())) continue;  // another rank's expert
     const int64_t n = p.shard_shape().numel();
@@ -206,7 +207,6 @@ int cmd_bench(const Args& args) {
     const double bytes = static_cast<double>(n) * dtype_size(p.full.rank() == 2 ? held_weights : act);
     if (p.card_name.find(".experts[") != std::string::npos) {
       expert_params += static_cast<double>(n);
-      expert_bytes += bytes;
       continue;
     }
     wbytes += bytes;
@@ -214,11 +214,11 @@ int cmd_bench(const Args& args) {
     if (p.card_name == "lm_head.weight") lm_head_params = n;
   }
   const double active = g.experts > 0 ? static_cast<double>(g.top_k) / static_cast<double>(g.experts) : 0.0;
-  // Experts a decode step reads on this rank: at most Batch·TopK of them, at most all it holds.
-  const double read_fraction =
-      g.experts > 0 ? std::min(1.0, static_cast<double>(g.batch * g.top_k) / static_cast<double>(g.experts_per_shard()))
-                    : 0.0;
-  wbytes += expert_bytes * read_fraction;
+  auto grouped_weight_bytes = [&be] {
+    for (const auto& [name, value] : be.counters())
+      if (name == "grouped_matmul_weight_bytes") return static_cast<double>(value);
+    return 0.0;
+  };
   std::vector<int64_t> ids(static_cast<size_t>(g.batch * prompt));
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int64_t>((i * 7919) % g.vocab);
   const Tensor prompt_t = Tensor::from_ints({g.batch, prompt}, ids);
@@ -230,7 +230,11 @@ int cmd_bench(const Args& args) {
                                g.batch * prompt +
                            2.0 * static_cast<double>(lm_head_params) * g.batch;
   int64_t pos = prompt;
-  Tensor step = Tensor::from_ints({g.batch, 1}, std::vector<int64_t>(g.batch, 1));
+  // Each row its own token (the same token in every row would route every row alike).
+  std::vector<int64_t> step_ids(static_cast<size_t>(g.batch));
+  for (size_t i = 0; i < step_ids.size(); ++i) step_ids[i] = static_cast<int64_t>((i * 7919 + 13) % g.vocab);
+  Tensor step = Tensor::from_ints({g.batch, 1}, step_ids);
+  const double experts_read_before = grouped_weight_bytes();
   const Stats dec = time_it(
       be, warmup, repeats, [&] {
         for (int64_t i = 0; i < gen; ++i) model->decode(step, static_cast<int32_t>(pos++));
@@ -238,11 +242,13 @@ int cmd_bench(const Args& args) {
       &comm);
   const double dec_comm = comm.seconds() / repeats / gen, dec_a2a = comm.all_to_all_seconds() / repeats / gen;
   const double per_tok = dec.median / gen;
+  // This rank's experts' bytes a decode step read (warm-up steps included in the mean).
+  const double expert_step_bytes = (grouped_weight_bytes() - experts_read_before) / ((warmup + repeats) * gen);
   // Decode floor: the weights once, plus the K/V read at the mean position.
   const double kv = 2.0 * g.layers * g.batch * g.kv_heads_per_shard() * g.head_dim() * (prompt + gen) * dtype_size(act);
   // Decode streams the weights once for all rows, but at a larger batch its FLOPs bound it.
   const double dec_flops = 2.0 * (static_cast<double>(matmul_params) + expert_params * active) * g.batch;
-  const double dec_floor = std::max((wbytes + kv) / bw, dec_flops / rate), pre_floor = pre_flops / rate;
+  const double dec_floor = std::max((wbytes + expert_step_bytes + kv) / bw, dec_flops / rate), pre_floor = pre_flops / rate;
 
   // --profile: the same work once more, each op timed (device time on a GPU). What the ops
   // do not cover is the host's planning, uploads and launch gaps.
@@ -296,7 +302,8 @@ int cmd_bench(const Args& args) {
   if (be.device() != Device::cpu) report["ceilings"]["own_matmul_TFLOPs"] = own_rate / 1e12;
   if (g.experts > 0) {
     // The experts' all-to-alls (expert sharding), part of the collectives above: their share of a step.
-    report["moe"] = {{"experts", g.experts}, {"top_k", g.top_k}, {"sharding", moe_sharding_name(g.moe_sharding)}};
+    report["moe"] = {{"experts", g.experts}, {"top_k", g.top_k}, {"sharding", moe_sharding_name(g.moe_sharding)},
+                     {"expert_bytes_per_decode_step", expert_step_bytes}};
     report["prefill"]["all_to_all_s"] = pre_a2a;
     report["prefill"]["all_to_all_share"] = pre_a2a / pre.median;
     report["decode"]["all_to_all_ms_per_step"] = dec_a2a * 1e3;
@@ -317,10 +324,11 @@ int cmd_bench(const Args& args) {
     std::printf("%-8s %9.3f ms %10.0f tok/s %11.3f ms %9.3f ms %9.0f%%\n", "decode", per_tok * 1e3, g.batch / per_tok,
                 dec_comm * 1e3, dec_floor * 1e3, 100 * dec_floor / per_tok);
     if (g.experts > 0)
-      std::printf("experts: %lld, top %lld, --moe-sharding %s; all-to-all (in the collectives above): prefill %.2f ms "
-                  "(%.1f%% of it), decode %.3f ms a step (%.1f%%)\n",
+      std::printf("experts: %lld, top %lld, --moe-sharding %s; a decode step read %.1f MB of this rank's experts; "
+                  "all-to-all (in the collectives above): prefill %.2f ms (%.1f%% of it), decode %.3f ms a step (%.1f%%)\n",
                   static_cast<long long>(g.experts), static_cast<long long>(g.top_k), moe_sharding_name(g.moe_sharding),
-                  pre_a2a * 1e3, 100 * pre_a2a / pre.median, dec_a2a * 1e3, 100 * dec_a2a / per_tok);
+                  expert_step_bytes / 1e6, pre_a2a * 1e3, 100 * pre_a2a / pre.median, dec_a2a * 1e3,
+                  100 * dec_a2a / per_tok);
     if (!profile.is_null()) {
       report["profile"] = profile;
       std::printf("profile (each op timed on its own: %s):\n%s", be.device() == Device::cpu ? "wall time" : "device time, CUDA events",

@@ -929,6 +929,50 @@ TEST(Moe, ARankLostMidStepEndsEveryRank) {
   fs::remove_all(d);
 }
 
+// `linnet bench` on two ranks: the all-to-alls' share of a step under expert sharding (none
+// under tensor sharding), and the bytes of experts a decode step read — more than one
+// expert's, at most every expert this rank holds.
+TEST(Moe, BenchReportsTheAllToAllsShareInBothShardings) {
+  const fs::path ckpt = moe_checkpoint("mixtral");
+  const ModelConfig c = load_hf_config(ckpt.string());
+  const fs::path d = fs::temp_directory_path() / ("linnet_moe_bench_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  // One expert's gate, up and down in f32; this rank's experts under either sharding.
+  const double expert_bytes = 3.0 * static_cast<double>(c.hidden * c.expert_inner) * 4;
+  const double rank_experts_bytes = expert_bytes * static_cast<double>(c.layers * c.experts) / 2;
+  for (const std::string sharding : {"expert", "tensor"}) {
+    SCOPED_TRACE(sharding);
+    const fs::path out = d / (sharding + ".json");
+    auto r = linnet_run({"bench", "--checkpoint", ckpt.string(), "--backend", "cpu", "--dtype", "f32", "--batch", "4",
+                         "--prompt", "16", "--gen", "4", "--repeats", "2", "--warmup", "1", "--moe-sharding", sharding,
+                         "--json", out.string()},
+                        180, 2);
+    if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_NE(r.output.find("--moe-sharding " + sharding + "; a decode step read"), std::string::npos) << r.output;
+    std::ifstream in(out);
+    const json j = json::parse(in);
+    ASSERT_TRUE(j.contains("moe")) << j.dump();
+    EXPECT_EQ(j["moe"]["experts"], c.experts);
+    EXPECT_EQ(j["moe"]["top_k"], c.experts_per_token);
+    EXPECT_EQ(j["moe"]["sharding"], sharding);
+    const double read = j["moe"]["expert_bytes_per_decode_step"].get<double>();
+    EXPECT_GT(read, expert_bytes / 2 - 1) << "a step reads at least one expert (half of it under tensor sharding)";
+    EXPECT_LE(read, rank_experts_bytes + 1);
+    for (const char* phase : {"prefill", "decode"}) {
+      const double share = j[phase]["all_to_all_share"].get<double>();
+      EXPECT_GE(share, 0.0) << phase;
+      EXPECT_LT(share, 1.0) << phase;
+      if (sharding == "expert")
+        EXPECT_GT(share, 0.0) << phase << ": expert sharding moves rows by all-to-all";
+      else
+        EXPECT_EQ(share, 0.0) << phase << ": tensor sharding has no all-to-all";
+    }
+  }
+  fs::remove_all(d);
+}
+
 // ---- linnet serve on a mixture of experts -------------------------------------------------------
 
 // `linnet serve` on two ranks under expert sharding: a greedy completion is what `linnet

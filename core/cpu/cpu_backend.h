@@ -67,9 +67,15 @@ class CpuBackend : public Backend {  // not final: tests count its transfers
   void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
                   uint64_t key1, int32_t step, float temperature, Tensor& value,
                   Tensor& index) override;
+  // grouped_matmul_weight_bytes: the bytes of w's groups that had rows (what a mixture of
+  // experts' step read of its experts), for bench's decode floor.
+  std::vector<std::pair<std::string, int64_t>> counters() const override {
+    return {{"grouped_matmul_weight_bytes", grouped_weight_bytes_}};
+  }
 
  private:
   std::shared_ptr<HostPool> pool_ = std::make_shared<HostPool>();
+  int64_t grouped_weight_bytes_ = 0;
 };
 
 // Shared by the CPU ops: argument checks that name the op. The message is built only when

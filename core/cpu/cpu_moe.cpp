@@ -66,6 +66,7 @@ void CpuBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::vec
     const int64_t a = offsets[static_cast<size_t>(g)], b = offsets[static_cast<size_t>(g + 1)];
     cpu_expect(a <= b, "grouped_matmul", str("offsets decrease at group ", g));
     if (a == b) continue;
+    grouped_weight_bytes_ += o * w.dim(1) * static_cast<int64_t>(dtype_size(w.dtype()));
     // The packed product on this group's rows: the same kernel and bits as for any row count.
     Tensor rows = out.rows(a, b);
     matmul(x.rows(a, b), w.rows(g * o, (g + 1) * o), nullptr, rows);

@@ -662,7 +662,8 @@ std::vector<std::pair<std::string, int64_t>> CudaBackend::counters() const {
           {"graph_captures", graphs_.captures},
           {"graph_capture_failures", graphs_.capture_failures},
           {"flushes_launched_one_by_one", graphs_.direct},
-          {"graphs_cached", static_cast<int64_t>(graphs_.size())}};
+          {"graphs_cached", static_cast<int64_t>(graphs_.size())},
+          {"grouped_matmul_weight_bytes", grouped_weight_bytes_}};
 }
 
 bool CudaBackend::random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) {
@@ -1175,6 +1176,7 @@ void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::ve
         const int64_t rows = offsets[static_cast<size_t>(g0 + g + 1)] - offsets[static_cast<size_t>(g0 + g)];
         need(rows >= 0, op, str("offsets decrease at group ", g0 + g));
         tiles += static_cast<int>((rows + tile - 1) / tile);
+        if (rows > 0) grouped_weight_bytes_ += O * K * static_cast<int64_t>(dtype_size(w.dtype()));
       }
     }
     cuda::launch_grouped_matmul(x.data(), dt(x), w.data(), dt(w), out.data(), dt(out), K, O, t, tiles, stream_);

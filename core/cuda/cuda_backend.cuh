@@ -209,6 +209,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   std::vector<Launch> pending_;  // recorded, not yet launched (graphs on)
   GraphCache graphs_;
+  int64_t grouped_weight_bytes_ = 0;  // counters(): grouped_matmul's groups that had rows
   std::shared_ptr<MemoryPool> pool_;
   char* staging_ = nullptr;  // pinned (cudaHostAlloc)
   size_t staging_bytes_ = 0;
