@@ -27,6 +27,7 @@
 #include "core/top_k.h"
 #include "layers/card.h"
 #include "layers/footprint.h"
+#include "config_models.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 
@@ -42,19 +43,6 @@ json base() {
     "intermediate_size": 16, "num_hidden_layers": 3, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
     "torch_dtype": "float32", "bos_token_id": 1, "eos_token_id": 2})");
 }
-json with(json j, const json& more) {
-  for (const auto& [k, v] : more.items()) j[k] = v;
-  return j;
-}
-ModelConfig parse(const json& j) { return parse_hf_config(j, "cfg.json"); }
-std::string error_of(const json& j) {
-  try {
-    parse(j);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 // One small config per family: 8 experts of inner 16, Qwen3-MoE with a dense middle layer.
 std::map<std::string, json> moe_configs() {
@@ -67,18 +55,6 @@ std::map<std::string, json> moe_configs() {
   };
 }
 
-std::vector<int64_t> random_ids(size_t n, uint32_t seed) {
-  std::mt19937 g(seed);
-  std::vector<int64_t> v(n);
-  for (auto& x : v) x = static_cast<int64_t>(g() % 97);
-  return v;
-}
-Tensor i32(const std::vector<int64_t>& v) { return Tensor::from_ints({static_cast<int64_t>(v.size())}, v); }
-Tensor column(const std::vector<int64_t>& v) { return Tensor::from_ints({static_cast<int64_t>(v.size()), 1}, v); }
-Tensor row(const Tensor& t, int64_t r) { return t.rows(r, r + 1).reshape({t.dim(1)}); }
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
-}
 
 }  // namespace
 
@@ -297,21 +273,6 @@ TEST(Moe, CpuOpsMatchTheirDefinitions) {
 
 namespace {
 
-struct MoeModel {
-  ModelConfig c;
-  Generics g;
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  SingleCommunicator comm;
-  std::unique_ptr<Model> m;
-  MoeModel(const json& j, DType t = DType::f32, int64_t batch = 4, uint64_t seed = 5) : c(parse(j)) {
-    c.dtype = t;
-    g = bind_generics(c, RunOptions{batch, 32, 1, 8, t});
-    RandomWeights w(seed, t);
-    m = std::make_unique<Model>(c, g, w, *be, comm);
-  }
-  Model* operator->() { return m.get(); }
-};
-
 // transformers' sparse block in float64 on the weights RandomWeights gives a layer.
 std::vector<double> reference_moe(const ModelConfig& c, int64_t layer, const std::vector<float>& x, int64_t n) {
   const int64_t h = c.hidden, e = c.experts, k = c.experts_per_token, ei = c.expert_inner;
@@ -364,7 +325,7 @@ std::vector<double> reference_moe(const ModelConfig& c, int64_t layer, const std
 TEST(Moe, SparseLayerMatchesAFloat64Reference) {
   for (const auto& [name, j] : moe_configs()) {
     SCOPED_TRACE(name);
-    MoeModel m(j);
+    ConfigModel m(j);
     const ModelConfig& c = m.c;
     // The model's first sparse layer, fed hidden states of spread 1.
     const int64_t n = 11, h = c.hidden;
@@ -419,130 +380,12 @@ class MoeEntries : public ::testing::TestWithParam<std::string> {};
 
 // Every way into the cache gives forward's logits: prefill + decode, prefill_slots, shuffled
 // pages with a step beside a prompt chunk, packed log-probs; generate is decode's argmax.
-TEST_P(MoeEntries, EveryEntryAgreesWithForward) {
-  const json j = moe_configs().at(GetParam());
-  MoeModel ref(j);
-  const int64_t s = 20;
-  const auto a = random_ids(s, 31), b = random_ids(s, 32);
-  std::vector<int64_t> ab = a;
-  ab.insert(ab.end(), b.begin(), b.end());
-  const Tensor fwd = ref->forward(ids({2, s}, ab));
-  auto fwd_at = [&](int64_t r, int64_t p) { return fwd.reshape({2 * s, 97}).rows(r * s + p, r * s + p + 1).reshape({97}); };
-  const double tol = 2e-5;
-  {
-    MoeModel m(j, DType::f32, 2);
-    std::vector<int64_t> head;
-    for (int64_t r = 0; r < 2; ++r) head.insert(head.end(), ab.begin() + r * s, ab.begin() + r * s + 12);
-    Tensor out = m->prefill(ids({2, 12}, head), 0);
-    for (int64_t r = 0; r < 2; ++r) EXPECT_LT(rel_diff(row(out, r), fwd_at(r, 11)), tol) << "prefill row " << r;
-    for (int64_t p = 12; p < s; ++p) {
-      out = m->decode(column({a[p], b[p]}), static_cast<int32_t>(p));
-      for (int64_t r = 0; r < 2; ++r) EXPECT_LT(rel_diff(row(out, r), fwd_at(r, p)), tol) << "decode " << p;
-    }
-  }
-  {
-    MoeModel m(j);
-    Tensor out = m->prefill_slots(ids({2, s}, ab), i32({3, 1}), i32({s, 15}));
-    EXPECT_LT(rel_diff(row(out, 0), fwd_at(0, s - 1)), tol);
-    EXPECT_LT(rel_diff(row(out, 1), fwd_at(1, 14)), tol);
-  }
-  {
-    MoeModel m(j, DType::f32, 2);
-    std::vector<int64_t> table(8);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(3));
-    const Tensor tab = Tensor::from_ints({2, 4}, table);
-    auto slot = [&](int64_t r, int64_t p) { return table[r * 4 + p / 8] * 8 + p % 8; };
-    std::vector<int64_t> t, pos, rows, slots;
-    for (int64_t r = 0; r < 2; ++r)
-      for (int64_t p = 0; p < 13; ++p) t.push_back(ab[r * s + p]), pos.push_back(p), rows.push_back(r), slots.push_back(slot(r, p));
-    Tensor out = m->prefill_paged(i32(t), i32(pos), i32(rows), i32(slots), i32({12, 25}), tab);
-    EXPECT_LT(rel_diff(row(out, 0), fwd_at(0, 12)), tol);
-    EXPECT_LT(rel_diff(row(out, 1), fwd_at(1, 12)), tol);
-    t.clear(), pos.clear(), rows.clear(), slots.clear();
-    for (int64_t p = 13; p < s; ++p) t.push_back(a[p]), pos.push_back(p), rows.push_back(0), slots.push_back(slot(0, p));
-    out = m->step_paged(i32(t), i32(pos), i32(rows), i32(slots), i32({6, -1}), column({0, b[13]}), i32({-1, 13}), tab);
-    EXPECT_LT(rel_diff(row(out, 0), fwd_at(0, s - 1)), tol) << "step_paged prefill part";
-    EXPECT_LT(rel_diff(row(out, 3), fwd_at(1, 13)), tol) << "step_paged step part";
-  }
-  {
-    MoeModel m(j);
-    std::vector<int64_t> pos, seg, tgt;
-    for (int64_t r = 0; r < 2; ++r)
-      for (int64_t p = 0; p < s; ++p) pos.push_back(p), seg.push_back(r), tgt.push_back(p + 1 < s ? ab[r * s + p + 1] : -100);
-    const Tensor lp = m->log_probs_packed(i32(ab), i32(pos), i32(seg), Tensor::from_ints({2 * s}, tgt, DType::i64));
-    for (int64_t r = 0; r < 2; ++r)
-      for (int64_t p = 0; p + 1 < s; ++p) {
-        const auto l = fwd_at(r, p).to_floats();
-        const double mx = *std::max_element(l.begin(), l.end());
-        double se = 0;
-        for (float x : l) se += std::exp(x - mx);
-        EXPECT_NEAR(lp.to_floats()[r * s + p], l[ab[r * s + p + 1]] - mx - std::log(se), 2e-5) << r << " " << p;
-      }
-  }
-  {
-    MoeModel m(j, DType::f32, 2), n(j, DType::f32, 2);
-    std::vector<int64_t> head;
-    for (int64_t r = 0; r < 2; ++r) head.insert(head.end(), ab.begin() + r * s, ab.begin() + r * s + 9);
-    m->prefill(ids({2, 9}, head), 0);
-    n->prefill(ids({2, 9}, head), 0);
-    const auto gen = m->generate(column({a[9], b[9]}), 9, 10).to_ints();
-    std::vector<int64_t> cur = {a[9], b[9]};
-    for (int64_t i = 0; i < 10; ++i) {
-      const Tensor l = n->decode(column(cur), static_cast<int32_t>(9 + i));
-      for (int64_t r = 0; r < 2; ++r) {
-        const auto v = row(l, r).to_floats();
-        cur[r] = std::max_element(v.begin(), v.end()) - v.begin();
-        EXPECT_EQ(gen[r * 10 + i], cur[r]) << "row " << r << " step " << i;
-      }
-    }
-  }
-}
+TEST_P(MoeEntries, EveryEntryAgreesWithForward) { expect_every_entry_agrees_with_forward(moe_configs().at(GetParam())); }
 
 // A sequence's logits through the paged entries and its log-probs through the packed ones are
 // the same bits alone and among others, in f32 and bf16 (docs/numerics.md): its tokens' expert
 // outputs do not depend on which other tokens chose the same experts.
-TEST_P(MoeEntries, BatchInvariantBitForBit) {
-  const json j = moe_configs().at(GetParam());
-  for (DType t : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(dtype_name(t));
-    const auto target = random_ids(17, 41);
-    std::vector<Tensor> alone;
-    for (int others : {0, 3}) {
-      MoeModel m(j, t, 4);
-      std::vector<int64_t> table(16);
-      std::iota(table.begin(), table.end(), 0);
-      std::shuffle(table.begin(), table.end(), std::mt19937(static_cast<uint32_t>(others)));
-      const Tensor tab = Tensor::from_ints({4, 4}, table);
-      const int64_t target_row = others;
-      std::vector<int64_t> tok, pos, rows, slots, last(4, -1), ptok, ppos, pseg, ptgt;
-      for (int64_t r = 0; r <= others; ++r) {
-        const auto seq = r == others ? target : random_ids(5 + 3 * r, 50 + static_cast<uint32_t>(r));
-        for (size_t p = 0; p < seq.size(); ++p) {
-          tok.push_back(seq[p]), pos.push_back(static_cast<int64_t>(p)), rows.push_back(r);
-          slots.push_back(table[r * 4 + p / 8] * 8 + p % 8);
-          ptok.push_back(seq[p]), ppos.push_back(static_cast<int64_t>(p)), pseg.push_back(r);
-          ptgt.push_back(p + 1 < seq.size() ? seq[p + 1] : -1);
-        }
-        last[r] = static_cast<int64_t>(tok.size()) - 1;
-      }
-      const Tensor pre = m->prefill_paged(i32(tok), i32(pos), i32(rows), i32(slots), i32(last), tab);
-      std::vector<int64_t> next(4, 0), npos(4, -1);
-      next[target_row] = 7, npos[target_row] = 17;
-      const Tensor dec = m->decode_paged(column(next), i32(npos), tab);
-      const Tensor lp = m->log_probs_packed(i32(ptok), i32(ppos), i32(pseg),
-                                            Tensor::from_ints({static_cast<int64_t>(ptgt.size())}, ptgt, DType::i64));
-      const int64_t first = static_cast<int64_t>(ptgt.size()) - 17;
-      const std::vector<Tensor> got = {row(pre, target_row).clone(), row(dec, target_row).clone(),
-                                       lp.reshape({lp.numel()}).rows(first, first + 17).clone()};
-      if (others == 0) {
-        alone = got;
-        continue;
-      }
-      for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bytes(got[i], alone[i])) << "result " << i << " among " << others;
-    }
-  }
-}
+TEST_P(MoeEntries, BatchInvariantBitForBit) { expect_batch_invariant_bit_for_bit(moe_configs().at(GetParam())); }
 
 INSTANTIATE_TEST_SUITE_P(Family, MoeEntries, ::testing::Values("mixtral", "qwen3_moe", "olmoe"),
                          [](const auto& info) { return info.param; });
@@ -765,28 +608,16 @@ namespace {
 // A random checkpoint of a family with the fixtures' byte-level BPE tokenizer (vocab 1398),
 // 8 heads over 4 KV heads and 8 experts of inner 16 (Shards 2 and 4 in either sharding).
 fs::path moe_checkpoint(const std::string& family) {
-  return shared_checkpoint("linnet_moe_" + family, [&](const std::string& d) {
-    json j = moe_configs().at(family);
-    j["vocab_size"] = 1398;
-    j["num_attention_heads"] = 8;
-    j["num_key_value_heads"] = 4;
-    j["max_position_embeddings"] = 256;
-    ModelConfig c = parse(j);
-    c.eos_token_ids = {1};
-    write_random_checkpoint(c, d, DType::f32, 29);
-    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
-  });
+  json j = moe_configs().at(family);
+  j["vocab_size"] = 1398;
+  j["num_attention_heads"] = 8;
+  j["num_key_value_heads"] = 4;
+  j["max_position_embeddings"] = 256;
+  ModelConfig c = parse(j);
+  c.eos_token_ids = {1};
+  return random_checkpoint_with_tokenizer("linnet_moe_" + family, c, 29);
 }
 
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
 
 }  // namespace
 
