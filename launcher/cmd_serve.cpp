@@ -56,13 +56,8 @@ int cmd_serve(const Args& args) {
       ("http-threads", po::value<int64_t>()->default_value(1024), "connections served at once")
       ("http-timeout", po::value<double>()->default_value(30),
        "seconds a request may take to arrive whole, and each read or write of a connection may wait")
-      ("http-idle-timeout", po::value<double>()->default_value(5), "seconds an idle keep-alive connection stays open")
-      ("kv-cache-memory", po::value<std::string>()->default_value("0.8"),
-       "KV pool: bytes (e.g. 2GiB) or a fraction of the memory free after the weights")
-      ("max-batch-tokens", po::value<int64_t>()->default_value(512), "tokens per step (prefill chunks + decoding rows)")
-      ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once, per replica")
-      ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
-      ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+      ("http-idle-timeout", po::value<double>()->default_value(5), "seconds an idle keep-alive connection stays open");
+  add_engine_options(desc);
   add_served_model_option(desc);
   add_bos_option(desc);
   add_chat_template_option(desc);
@@ -70,9 +65,8 @@ int cmd_serve(const Args& args) {
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet serve"))
     return 0;
-  engine::SchedulerLimits limits;
-  limits.token_budget = positive_option(vm, "max-batch-tokens");
-  limits.max_rows = positive_option(vm, "max-rows");
+  const EngineOptions engine_options = engine_options_from(vm);
+  const engine::SchedulerLimits& limits = engine_options.limits;
   const int64_t max_waiting = positive_option(vm, "max-waiting");
   HttpOptions http_options;
   http_options.host = vm["host"].as<std::string>();
@@ -87,7 +81,7 @@ int cmd_serve(const Args& args) {
   http_options.request_timeout = http_options.io_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(vm["http-timeout"].as<double>() * 1000));
   http_options.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(vm["http-idle-timeout"].as<double>() * 1000));
-  const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
+  const KvMemory& kv_memory = engine_options.kv_memory;
   ModelCommand cmd = ModelCommand::open(vm, true, true);
   Ranks& ranks = *cmd.ranks;
   const ModelConfig& config = cmd.config;

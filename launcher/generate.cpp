@@ -106,13 +106,8 @@ int cmd_generate(const Args& args) {
       ("seed", po::value<uint64_t>()->default_value(0), "sampling seed (a prompt's own \"seed\" overrides it)")
       ("stop", po::value<std::vector<std::string>>()->composing(), "stop at this string (repeatable)")
       ("ignore-eos", "do not stop at end-of-sequence tokens (benchmarks)")
-      ("on-error", po::value<std::string>()->default_value("stop"), "a bad input line: stop (before any work) or skip")
-      ("kv-cache-memory", po::value<std::string>()->default_value("0.8"),
-       "KV pool: bytes (e.g. 2GiB) or a fraction of the memory free after the weights")
-      ("max-batch-tokens", po::value<int64_t>()->default_value(512), "tokens per step (prefill chunks + decoding rows)")
-      ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once")
-      ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
-      ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+      ("on-error", po::value<std::string>()->default_value("stop"), "a bad input line: stop (before any work) or skip");
+  add_engine_options(desc);
   add_output_options(desc);
   add_bos_option(desc);
   add_chat_template_option(desc);
@@ -134,10 +129,9 @@ int cmd_generate(const Args& args) {
   for (const auto& s : defaults.stop)
     if (s.empty()) throw UsageError("--stop \"\" would end every completion at once: a stop string is not empty");
   const OnError on_error = on_error_option(vm["on-error"].as<std::string>());
-  engine::SchedulerLimits limits;
-  limits.token_budget = positive_option(vm, "max-batch-tokens");
-  limits.max_rows = positive_option(vm, "max-rows");
-  const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
+  const EngineOptions engine_options = engine_options_from(vm);
+  const engine::SchedulerLimits& limits = engine_options.limits;
+  const KvMemory& kv_memory = engine_options.kv_memory;
   ModelCommand cmd = ModelCommand::open(vm, true, true);
   Ranks& ranks = *cmd.ranks;
   const ModelConfig& config = cmd.config;

@@ -238,6 +238,24 @@ void check_report_option(const po::variables_map& vm, const char* name) {
     throw Error(str(p.string(), ": cannot write --", name, ": ", std::strerror(errno)));
 }
 
+void add_engine_options(po::options_description& desc) {
+  desc.add_options()
+      ("kv-cache-memory", po::value<std::string>()->default_value("0.8"),
+       "KV pool: bytes (e.g. 2GiB) or a fraction of the memory free after the weights")
+      ("max-batch-tokens", po::value<int64_t>()->default_value(512), "tokens per step (prefill chunks + decoding rows)")
+      ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once, per replica")
+      ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
+      ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+}
+
+EngineOptions engine_options_from(const po::variables_map& vm) {
+  EngineOptions o;
+  o.limits.token_budget = positive_option(vm, "max-batch-tokens");
+  o.limits.max_rows = positive_option(vm, "max-rows");
+  o.kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
+  return o;
+}
+
 void add_bos_option(po::options_description& desc) {
   desc.add_options()("add-bos", po::value<std::string>()->default_value("auto"),
                      "texts start with BOS: auto (as transformers' tokenizer for this checkpoint does), yes or no");

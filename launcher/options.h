@@ -5,6 +5,8 @@
 #include <memory>
 
 #include "core/error.h"
+#include "engine/scheduler.h"
+#include "launcher/kv_memory.h"
 #include "launcher/commands.h"
 #include "layers/generics.h"
 #include "launcher/input_lines.h"
@@ -53,6 +55,16 @@ void add_chat_template_option(po::options_description& desc);
 // cannot be read or does not parse is an error, naming the file, line and column.
 std::unique_ptr<ChatTemplate> chat_template_from(const po::variables_map& vm, const std::string& checkpoint_dir,
                                                  std::string& why_not);
+
+// The continuous-batching engine's options (generate, serve, run-batch): --kv-cache-memory,
+// --max-batch-tokens, --max-rows, --backend, --tp; read back as the scheduler's limits and the
+// KV pool's size.
+void add_engine_options(po::options_description& desc);
+struct EngineOptions {
+  engine::SchedulerLimits limits;
+  KvMemory kv_memory;
+};
+EngineOptions engine_options_from(const po::variables_map& vm);
 
 // --on-error stop|skip.
 OnError on_error_option(const std::string& value);

@@ -90,13 +90,8 @@ int cmd_run_batch(const Args& args) {
        "IN.jsonl: one {\"custom_id\", \"method\": \"POST\", \"url\", \"body\"} per line (an OpenAI batch file)")
       ("output-file,o", po::value<std::string>()->required(),
        "OUT.jsonl: one {\"id\", \"custom_id\", \"response\", \"error\"} per line, in input order")
-      ("checkpoint", po::value<std::string>()->required(), "Hugging Face checkpoint directory (with its tokenizer)")
-      ("kv-cache-memory", po::value<std::string>()->default_value("0.8"),
-       "KV pool: bytes (e.g. 2GiB) or a fraction of the memory free after the weights")
-      ("max-batch-tokens", po::value<int64_t>()->default_value(512), "tokens per step (prefill chunks + decoding rows)")
-      ("max-rows", po::value<int64_t>()->default_value(256), "requests running at once, per replica")
-      ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
-      ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
+      ("checkpoint", po::value<std::string>()->required(), "Hugging Face checkpoint directory (with its tokenizer)");
+  add_engine_options(desc);
   add_served_model_option(desc);
   add_output_options(desc);
   add_bos_option(desc);
@@ -104,10 +99,9 @@ int cmd_run_batch(const Args& args) {
   add_run_options(desc);
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet run-batch")) return 0;
-  engine::SchedulerLimits limits;
-  limits.token_budget = positive_option(vm, "max-batch-tokens");
-  limits.max_rows = positive_option(vm, "max-rows");
-  const KvMemory kv_memory = parse_kv_memory(vm["kv-cache-memory"].as<std::string>());
+  const EngineOptions engine_options = engine_options_from(vm);
+  const engine::SchedulerLimits& limits = engine_options.limits;
+  const KvMemory& kv_memory = engine_options.kv_memory;
   ModelCommand cmd = ModelCommand::open(vm, true, true);
   Ranks& ranks = *cmd.ranks;
   const Tokenizer& tok = *cmd.tok;
