@@ -20,6 +20,10 @@
 
 using namespace linnet;
 using linnet::testing::linnet_run;
+using linnet::testing::fresh_dir;
+using linnet::testing::read_jsonl;
+using linnet::testing::slurp;
+using linnet::testing::write_text;
 namespace fs = std::filesystem;
 using nlohmann::json;
 using ojson = nlohmann::ordered_json;
@@ -39,47 +43,18 @@ const char* kPartsTemplate =
     "{% for m in messages %}[{{ m.role }}]{% if m.content is string %}{{ m.content }}{% else %}"
     "{% for p in m.content %}<{{ p.text }}>{% endfor %}{% endif %}{% endfor %}";
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("linnet_chat_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
-void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
-std::vector<json> json_lines(const fs::path& p) {
-  std::vector<json> out;
-  std::istringstream in(slurp(p));
-  for (std::string l; std::getline(in, l);) out.push_back(json::parse(l));
-  return out;
-}
 
 // Random weights, the fixture's byte-level BPE tokenizer and the template above; EOS ids from
 // config.json and generation_config.json.
 fs::path chat_model() {
-  return linnet::testing::shared_checkpoint("linnet_chat_tiny", [](const std::string& d) {
-    ModelConfig c = linnet::testing::tiny_config();
-    c.vocab = 1398;
-    c.hidden = 48;
-    c.heads = 6;
-    c.kv_heads = 6;
-    c.inner = 96;
-    c.max_position = 256;
-    c.eos_token_ids = {1};
-    write_random_checkpoint(c, d, DType::f32, 27);
-    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
-    write(fs::path(d) / "chat_template.jinja", kTemplate);
-    write(fs::path(d) / "generation_config.json", R"({"eos_token_id": [1, 4]})");
-  });
+  return linnet::testing::random_checkpoint_with_tokenizer(
+      "linnet_chat_tiny", linnet::testing::tiny_text_config(), 27, [](const fs::path& d) {
+        write_text(d / "chat_template.jinja", kTemplate);
+        write_text(d / "generation_config.json", R"({"eos_token_id": [1, 4]})");
+      });
 }
 
 const Tokenizer& tok() {
@@ -312,7 +287,7 @@ TEST(ServeChat, TokenizeAndDetokenizeAsVllm) {
 
 TEST(ChatCli, ApplyChatTemplatePrintsTheTextExactly) {
   const fs::path d = fresh_dir("apply");
-  write(d / "msgs.json", json(kHello).dump());
+  write_text(d / "msgs.json", json(kHello).dump());
   const std::string ckpt = chat_model().string();
   auto r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string()});
   ASSERT_EQ(r.exit_code, 0) << r.errors;
@@ -326,27 +301,27 @@ TEST(ChatCli, ApplyChatTemplatePrintsTheTextExactly) {
                   "--no-generation-prompt", "--kwargs", R"({"enable_thinking": false})"});
   EXPECT_EQ(r.output, kHelloText.substr(0, kHelloText.rfind("<|start_header_id|>")) + "(no thinking)") << r.errors;
   // Another template, from a file; one that does not parse is named with its line and column.
-  write(d / "parts.jinja", kPartsTemplate);
+  write_text(d / "parts.jinja", kPartsTemplate);
   r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
                   (d / "parts.jinja").string()});
   EXPECT_EQ(r.output, "[system]Be brief.[user]Hi there") << r.errors;
-  write(d / "bad.jinja", "line one\n{% for m in messages %}{{ m.content }\n");
+  write_text(d / "bad.jinja", "line one\n{% for m in messages %}{{ m.content }\n");
   r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
                   (d / "bad.jinja").string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("bad.jinja: the chat template does not parse: line 2, column"), std::string::npos) << r.errors;
   // A bad conversation: the file and what is wrong.
-  write(d / "bad.json", R"([{"role": "user", "content": "x"}, {"content": "y"}])");
+  write_text(d / "bad.json", R"([{"role": "user", "content": "x"}, {"content": "y"}])");
   r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "bad.json").string()});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("bad.json: `messages[1].role` must be a string"), std::string::npos) << r.errors;
-  write(d / "robot.json", R"([{"role": "robot", "content": "x"}])");
+  write_text(d / "robot.json", R"([{"role": "robot", "content": "x"}])");
   r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "robot.json").string()});
   EXPECT_NE(r.errors.find("robot.json: Unknown role: robot"), std::string::npos) << r.errors;
   // --tools: rendered as transformers renders them, the keys in the order written.
-  write(d / "tools.jinja", "{{ tools | tojson }}|{{ messages[0] | tojson }}");
-  write(d / "tools.json", R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}])");
-  write(d / "ordered.json", R"([{"role": "user", "zeta": 1, "content": "x", "alpha": 2}])");
+  write_text(d / "tools.jinja", "{{ tools | tojson }}|{{ messages[0] | tojson }}");
+  write_text(d / "tools.json", R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}])");
+  write_text(d / "ordered.json", R"([{"role": "user", "zeta": 1, "content": "x", "alpha": 2}])");
   r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "ordered.json").string(), "--tools",
                   (d / "tools.json").string(), "--template", (d / "tools.jinja").string()});
   EXPECT_EQ(r.output, R"([{"type": "function", "function": {"name": "f", "parameters": {"z": 1, "a": 2}}}]|)"
@@ -363,7 +338,7 @@ TEST(ChatCli, GenerateTakesMessagesLines) {
   const fs::path d = fresh_dir("generate");
   const std::string ckpt = chat_model().string();
   json tokens = tok().encode(kHelloText, false);
-  write(d / "in.jsonl", json{{"id", "chat"}, {"messages", kHello}, {"max_new_tokens", 6}}.dump() + "\n" +
+  write_text(d / "in.jsonl", json{{"id", "chat"}, {"messages", kHello}, {"max_new_tokens", 6}}.dump() + "\n" +
                             json{{"id", "ids"}, {"tokens", tokens}, {"max_new_tokens", 6}}.dump() + "\n" +
                             json{{"id", "robot"}, {"messages", {{{"role", "robot"}, {"content", "x"}}}}}.dump() + "\n" +
                             json{{"id", "sampled"}, {"messages", kHello}, {"temperature", 1}, {"seed", 5},
@@ -371,25 +346,25 @@ TEST(ChatCli, GenerateTakesMessagesLines) {
   auto r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "in.jsonl").string(), "--output",
                        (d / "out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "6"});
   EXPECT_EQ(r.exit_code, 3) << r.errors;  // the robot's line failed; the others ran
-  const auto out = json_lines(d / "out.jsonl");
+  const auto out = read_jsonl(d / "out.jsonl");
   ASSERT_EQ(out.size(), 4u);
   EXPECT_EQ(out[0]["tokens"], out[1]["tokens"]);  // a conversation is its rendered ids
   EXPECT_EQ(out[0]["prompt_tokens"], tokens.size());
   EXPECT_EQ(out[2]["error"], (d / "in.jsonl").string() + ":3: Unknown role: robot");
   EXPECT_TRUE(out[3].contains("tokens"));
   // A malformed conversation is an error line too, named by line and index; the others run.
-  write(d / "bad.jsonl", json{{"id", "x"}, {"messages", {{{"role", 1}}}}}.dump() + "\n" +
+  write_text(d / "bad.jsonl", json{{"id", "x"}, {"messages", {{{"role", 1}}}}}.dump() + "\n" +
                              json{{"id", "ok"}, {"messages", kHello}}.dump() + "\n");
   r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "bad.jsonl").string(), "--output",
                   (d / "bad-out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2"});
   EXPECT_EQ(r.exit_code, 3) << r.errors;
-  const auto bad = json_lines(d / "bad-out.jsonl");
+  const auto bad = read_jsonl(d / "bad-out.jsonl");
   ASSERT_EQ(bad.size(), 2u);
   EXPECT_EQ(bad[0]["error"], (d / "bad.jsonl").string() + ":1: `messages[0].role` must be a string (\"system\", "
                                                           "\"user\", \"assistant\", …), got 1");
   EXPECT_EQ(bad[1]["completion_tokens"], 2);
   // A chat key on a line that is not a conversation is a bad line (--on-error).
-  write(d / "mixed.jsonl", json{{"id", "y"}, {"text", "hi"}, {"chat_template_kwargs", json::object()}}.dump() + "\n");
+  write_text(d / "mixed.jsonl", json{{"id", "y"}, {"text", "hi"}, {"chat_template_kwargs", json::object()}}.dump() + "\n");
   r = linnet_run({"generate", "--checkpoint", ckpt, "--prompts", (d / "mixed.jsonl").string(), "--output",
                   (d / "mixed-out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2"});
   EXPECT_EQ(r.exit_code, 1);
@@ -403,12 +378,12 @@ TEST(ChatCli, GenerateTakesMessagesLines) {
             std::string::npos) << r.errors;
   EXPECT_NE(r.errors.find("--chat-template FILE"), std::string::npos) << r.errors;
   // --chat-template gives it one.
-  write(d / "t.jinja", kTemplate);
+  write_text(d / "t.jinja", kTemplate);
   r = linnet_run({"generate", "--checkpoint", plain.string(), "--prompts", (d / "in.jsonl").string(), "--output",
                   (d / "plain.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "2", "--chat-template",
                   (d / "t.jinja").string(), "--overwrite"});
   EXPECT_EQ(r.exit_code, 3) << r.errors;
-  write(d / "broken.jinja", "{% if %}");
+  write_text(d / "broken.jinja", "{% if %}");
   r = linnet_run({"generate", "--checkpoint", plain.string(), "--prompts", (d / "in.jsonl").string(), "--output",
                   (d / "plain.jsonl").string(), "--backend", "cpu", "--chat-template", (d / "broken.jinja").string(),
                   "--overwrite"});
@@ -451,11 +426,11 @@ std::string batch_file() {
 // Before: no way to run a batch file; the server's bodies only over HTTP.
 TEST(RunBatch, MixedLinesAreAnsweredAsTheServerAnswersAndBadLinesAreErrorLines) {
   const fs::path d = fresh_dir("batch");
-  write(d / "in.jsonl", batch_file());
+  write_text(d / "in.jsonl", batch_file());
   auto r = linnet_run(run_batch_args(d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 3) << r.errors;  // some lines failed; every line has its answer
   EXPECT_NE(r.output.find("run-batch: 5 requests answered (9 errors, 0 already done)"), std::string::npos) << r.output;
-  const auto out = json_lines(d / "out.jsonl");
+  const auto out = read_jsonl(d / "out.jsonl");
   ASSERT_EQ(out.size(), 14u);
   std::map<std::string, json> by;
   for (const auto& l : out) by[l["custom_id"].dump()] = l;
@@ -468,12 +443,12 @@ TEST(RunBatch, MixedLinesAreAnsweredAsTheServerAnswersAndBadLinesAreErrorLines) 
   EXPECT_EQ(body["object"], "chat.completion");
   EXPECT_EQ(body["model"], "tiny");
   EXPECT_EQ(body["choices"][0]["message"]["role"], "assistant");
-  write(d / "gen.jsonl", json{{"id", "g"}, {"tokens", tok().encode(kHelloText, false)}, {"max_new_tokens", 8}}.dump() + "\n");
+  write_text(d / "gen.jsonl", json{{"id", "g"}, {"tokens", tok().encode(kHelloText, false)}, {"max_new_tokens", 8}}.dump() + "\n");
   ASSERT_EQ(linnet_run({"generate", "--checkpoint", chat_model().string(), "--prompts", (d / "gen.jsonl").string(),
                         "--output", (d / "gen-out.jsonl").string(), "--backend", "cpu"})
                 .exit_code,
             0);
-  const json want = json_lines(d / "gen-out.jsonl")[0];
+  const json want = read_jsonl(d / "gen-out.jsonl")[0];
   EXPECT_EQ(body["choices"][0]["message"]["content"], want["text"]);
   EXPECT_EQ(body["choices"][0]["finish_reason"], want["finish_reason"]);
   EXPECT_EQ(body["usage"]["completion_tokens"], want["completion_tokens"]);
@@ -503,30 +478,30 @@ TEST(RunBatch, MixedLinesAreAnsweredAsTheServerAnswersAndBadLinesAreErrorLines) 
   EXPECT_TRUE(out[13]["error"].is_null());
   // Deterministic: the same file again gives the same answers (no seed: seed 0).
   r = linnet_run(run_batch_args(d / "in.jsonl", d / "again.jsonl"));
-  const auto again = json_lines(d / "again.jsonl");
+  const auto again = read_jsonl(d / "again.jsonl");
   ASSERT_EQ(again.size(), out.size());
   for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(comparable(again[i]), comparable(out[i])) << i;
 }
 
 TEST(RunBatch, ResumeByCustomIdAndTheOutputPolicy) {
   const fs::path d = fresh_dir("batch_resume");
-  write(d / "in.jsonl", batch_file());
+  write_text(d / "in.jsonl", batch_file());
   ASSERT_EQ(linnet_run(run_batch_args(d / "in.jsonl", d / "whole.jsonl")).exit_code, 3);
-  const auto whole = json_lines(d / "whole.jsonl");
+  const auto whole = read_jsonl(d / "whole.jsonl");
   // A non-empty output is refused without --resume or --overwrite.
-  write(d / "out.jsonl", whole[0].dump() + "\n");
+  write_text(d / "out.jsonl", whole[0].dump() + "\n");
   auto r = linnet_run(run_batch_args(d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 2) << r.errors;
   EXPECT_NE(r.errors.find("out.jsonl already holds results: give --resume"), std::string::npos) << r.errors;
   // --resume: what is there is kept (an error line runs again), the rest answered, in input order.
   const std::string kept = whole[0].dump() + "\n" + whole[4].dump() + "\n" + whole[13].dump() + "\n" +
                            whole[2].dump().substr(0, 40);  // a line a kill cut off
-  write(d / "out.jsonl", kept);
+  write_text(d / "out.jsonl", kept);
   r = linnet_run(run_batch_args(d / "in.jsonl", d / "out.jsonl", {"--resume"}));
   EXPECT_EQ(r.exit_code, 3) << r.errors;
   EXPECT_NE(r.errors.find("the last line is incomplete"), std::string::npos) << r.errors;
   EXPECT_NE(r.output.find("(9 errors, 2 already done)"), std::string::npos) << r.output;
-  const auto resumed = json_lines(d / "out.jsonl");
+  const auto resumed = read_jsonl(d / "out.jsonl");
   ASSERT_EQ(resumed.size(), whole.size());
   for (size_t i = 0; i < whole.size(); ++i) EXPECT_EQ(comparable(resumed[i]), comparable(whole[i])) << i;
   EXPECT_EQ(resumed[0], whole[0]);  // kept as it was
@@ -535,15 +510,15 @@ TEST(RunBatch, ResumeByCustomIdAndTheOutputPolicy) {
 TEST(RunBatch, TheSameAnswersOnTwoRanksAsShardsAndAsReplicas) {
   if (linnet::testing::find_mpirun().empty()) GTEST_SKIP() << "mpirun not found";
   const fs::path d = fresh_dir("batch_ranks");
-  write(d / "in.jsonl", batch_file());
+  write_text(d / "in.jsonl", batch_file());
   ASSERT_EQ(linnet_run(run_batch_args(d / "in.jsonl", d / "one.jsonl")).exit_code, 3);
-  const auto one = json_lines(d / "one.jsonl");
+  const auto one = read_jsonl(d / "one.jsonl");
   for (const char* tp : {"2", "1"}) {
     SCOPED_TRACE(std::string("--tp ") + tp);
     const fs::path out = d / (std::string("tp") + tp + ".jsonl");
     const auto r = linnet_run(run_batch_args(d / "in.jsonl", out, {"--tp", tp, "--threads", "1"}), 300, 2);
     EXPECT_EQ(r.exit_code, 3) << r.errors;
-    const auto two = json_lines(out);
+    const auto two = read_jsonl(out);
     ASSERT_EQ(two.size(), one.size());
     for (size_t i = 0; i < one.size(); ++i) {
       json a = comparable(one[i]), b = comparable(two[i]);

@@ -18,21 +18,15 @@ using linnet::testing::MpiRunResult;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using linnet::testing::fresh_dir;
+using linnet::testing::write_text;
+
 namespace {
 
 // linnet with args, stdout and stderr apart, killed after `timeout` (a hang fails the test).
 MpiRunResult run_linnet(std::vector<std::string> args, double timeout = 60) {
   return linnet::testing::linnet_run(std::move(args), timeout);
 }
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("linnet_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
 // A tiny random checkpoint (vocab 97, 2 layers, max_position 64), made once per build.
 fs::path tiny() {
@@ -47,7 +41,7 @@ fs::path weightless(const std::string& name, const json& overrides = json::objec
   const fs::path d = fresh_dir(name);
   json c = json::parse(std::ifstream(tiny() / "config.json"));
   c.update(overrides);
-  write(d / "config.json", c.dump());
+  write_text(d / "config.json", c.dump());
   return d;
 }
 
@@ -97,7 +91,7 @@ TEST(Cli, InlineValuesMustFitTheirArgumentsDtype) {
   };
   for (const auto& [call, want] : cases) {
     SCOPED_TRACE(call);
-    write(d / "calls.json", "[" + call + "]");
+    write_text(d / "calls.json", "[" + call + "]");
     const auto r = run_linnet(run_args(d, d / "calls.json", {"--batch", "1"}));
     EXPECT_ERROR(r, 1, want);
   }
@@ -112,7 +106,7 @@ TEST(Cli, DetokenizeRangeChecksIds) {
   r = run_linnet({"detokenize", "--checkpoint", tok.string(), "--ids", "99999999999999999999"});
   EXPECT_ERROR(r, 1, "'99999999999999999999' is not a token id");
   const fs::path d = fresh_dir("detok");
-  write(d / "ids.jsonl", "[1, 2]\n[3, 4294967396]\n");
+  write_text(d / "ids.jsonl", "[1, 2]\n[3, 4294967396]\n");
   r = run_linnet({"detokenize", "--checkpoint", tok.string(), "--jsonl", (d / "ids.jsonl").string()});
   EXPECT_ERROR(r, 1, "ids.jsonl:2: [1]: token id 4294967396 is outside");
   r = run_linnet({"detokenize", "--checkpoint", tok.string(), "--ids", "72 105"});
@@ -123,7 +117,7 @@ TEST(Cli, SizesAreCheckedForOverflowAndAgainstMemory) {
   const fs::path d = weightless("sizes");
   auto r = run_linnet({"inspect", "--checkpoint", d.string(), "--batch", "4611686018427387904"});
   EXPECT_ERROR(r, 1, "Batch=4611686018427387904 × MaxSeq=64 cache slots exceed the i32 slot range");
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   // 2 layers × 2 KV heads × head dim 8 × f32 × 2 (K, V) = 256 bytes a slot: 420 GB of cache.
   r = run_linnet(run_args(d, d / "calls.json", {"--batch", "200000", "--max-seq", "8192"}));
   EXPECT_ERROR(r, 1, "this rank needs");
@@ -133,7 +127,7 @@ TEST(Cli, SizesAreCheckedForOverflowAndAgainstMemory) {
   // the weights are looked for (this directory has none).
   const fs::path big = weightless("sizes_default", {{"max_position_embeddings", 1 << 20}, {"hidden_size", 4096},
                                                     {"num_attention_heads", 32}, {"num_key_value_heads", 8}});
-  write(big / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(big / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   r = run_linnet(run_args(big, big / "calls.json", {"--batch", "64"}));
   EXPECT_ERROR(r, 1, "MaxSeq defaults to max_position_embeddings (1048576): pass --max-seq to lower it");
   for (const auto& [opt, value] : std::vector<std::pair<std::string, std::string>>{
@@ -158,37 +152,37 @@ TEST(Cli, SizesAreCheckedForOverflowAndAgainstMemory) {
 TEST(Cli, DeepJsonIsRefusedByNameEverywhere) {
   const fs::path d = fresh_dir("deep");
   fs::copy(tiny(), d / "ckpt");
-  write(d / "calls.json", "[{\"entry\": \"forward\", \"args\": {\"tokens\": " + deep("[", "", "]", 60000) + "}}]");
+  write_text(d / "calls.json", "[{\"entry\": \"forward\", \"args\": {\"tokens\": " + deep("[", "", "]", 60000) + "}}]");
   auto r = run_linnet(run_args(d / "ckpt", d / "calls.json"));
   EXPECT_ERROR(r, 1, "calls.json: JSON nested deeper than 64 levels");
-  write(d / "ckpt/generation_config.json", deep("{\"eos_token_id\": ", "1", "}", 100000));
+  write_text(d / "ckpt/generation_config.json", deep("{\"eos_token_id\": ", "1", "}", 100000));
   r = run_linnet({"inspect", "--checkpoint", (d / "ckpt").string()});
   EXPECT_ERROR(r, 1, "generation_config.json: JSON nested deeper than 64 levels");
   fs::remove(d / "ckpt/generation_config.json");
   fs::create_directories(d / "bad");
-  write(d / "bad/config.json", deep("{\"vocab_size\": ", "1", "}", 100000));
+  write_text(d / "bad/config.json", deep("{\"vocab_size\": ", "1", "}", 100000));
   r = run_linnet({"inspect", "--checkpoint", (d / "bad").string()});
   EXPECT_ERROR(r, 1, "bad/config.json: JSON nested deeper than 64 levels");
   // A sharded checkpoint's index.
   fs::rename(d / "ckpt/model.safetensors", d / "ckpt/model-00001-of-00001.safetensors");
-  write(d / "ckpt/model.safetensors.index.json", deep("{\"weight_map\": ", "{}", "}", 100000));
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1]]}}])");
+  write_text(d / "ckpt/model.safetensors.index.json", deep("{\"weight_map\": ", "{}", "}", 100000));
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1]]}}])");
   r = run_linnet(run_args(d / "ckpt", d / "calls.json"));
   EXPECT_ERROR(r, 1, "model.safetensors.index.json: JSON nested deeper than 64 levels");
   // tokenizer.json, and a --jsonl line.
   fs::create_directories(d / "tok");
-  write(d / "tok/tokenizer.json", deep("{\"model\": ", "{}", "}", 100000));
+  write_text(d / "tok/tokenizer.json", deep("{\"model\": ", "{}", "}", 100000));
   r = run_linnet({"tokenize", "--checkpoint", (d / "tok").string(), "--text", "hi"});
   EXPECT_ERROR(r, 1, "tokenizer.json: JSON nested deeper than 64 levels");
   const fs::path tok = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/tokenizers/hf_bytelevel";
-  write(d / "texts.jsonl", "\"fine\"\n" + deep("[", "\"x\"", "]", 70000) + "\n");
+  write_text(d / "texts.jsonl", "\"fine\"\n" + deep("[", "\"x\"", "]", 70000) + "\n");
   r = run_linnet({"tokenize", "--checkpoint", tok.string(), "--jsonl", (d / "texts.jsonl").string()});
   EXPECT_ERROR(r, 1, "texts.jsonl:2: JSON nested deeper than 64 levels");
 }
 
 TEST(Cli, NonRegularFilesAreRefusedByName) {
   const fs::path d = fresh_dir("special");
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   // A FIFO as the weights: open() would wait for a writer forever.
   fs::create_directories(d / "fifo");
   fs::copy_file(tiny() / "config.json", d / "fifo/config.json");
@@ -231,8 +225,8 @@ TEST(Cli, UnusedTensorsAreNamedOnce) {
   fs::copy(tiny(), d / "ckpt");
   json c = json::parse(std::ifstream(d / "ckpt/config.json"));
   c["num_hidden_layers"] = 1;  // the files hold 2
-  write(d / "ckpt/config.json", c.dump());
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(d / "ckpt/config.json", c.dump());
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   auto count = [](const std::string& s, const std::string& what) {
     size_t n = 0;
     for (size_t at = 0; (at = s.find(what, at)) != std::string::npos; ++at) ++n;
@@ -253,7 +247,7 @@ TEST(Cli, UnusedTensorsAreNamedOnce) {
 
 TEST(Cli, UsageErrorsExitTwo) {
   const fs::path d = fresh_dir("usage");
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"run", "--checkpoint", tiny().string(), "--calls", (d / "calls.json").string(), "--bogus"},
            {"run", "--checkpoint", tiny().string()},
@@ -273,7 +267,7 @@ TEST(Cli, UsageErrorsExitTwo) {
 
 TEST(Cli, LogsGoToStderrAndResultsToStdout) {
   const fs::path d = fresh_dir("streams");
-  write(d / "calls.json", R"([{"entry": "generate", "args": {"token": [[3]], "pos": 0}, "generics": {"Steps": 4},
+  write_text(d / "calls.json", R"([{"entry": "generate", "args": {"token": [[3]], "pos": 0}, "generics": {"Steps": 4},
                                "outputs": ["ids"]}])");
   auto r = run_linnet(run_args(tiny(), d / "calls.json", {"--print", "--max-seq", "64"}));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
@@ -314,10 +308,10 @@ TEST(Cli, CallsAndOutputsAreCheckedBeforeTheModelLoads) {
   };
   for (const auto& [calls, want] : cases) {
     SCOPED_TRACE(calls);
-    write(d / "calls.json", calls);
+    write_text(d / "calls.json", calls);
     EXPECT_ERROR(run_linnet(run_args(d, d / "calls.json")), 1, want);
   }
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1]]}, "outputs": ["x"]}])");
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1]]}, "outputs": ["x"]}])");
   EXPECT_ERROR(run_linnet(run_args(d, d / "calls.json", {"--outputs", "/nonexistent/dir/out.safetensors"})), 1,
                "cannot write --outputs: directory /nonexistent/dir does not exist");
   // And with weights the same calls run.
@@ -358,8 +352,8 @@ TEST(Cli, EveryUsageLineListsEveryOption) {
 // generate --stop "" ended every completion after one token.
 TEST(Cli, CountsAreBounded) {
   const fs::path d = fresh_dir("counts");
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
-  write(d / "in.jsonl", R"({"text": "a"})" "\n");
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(d / "in.jsonl", R"({"text": "a"})" "\n");
   const std::string ck = tiny().string(), calls = (d / "calls.json").string(), in = (d / "in.jsonl").string(),
                     out = (d / "out.jsonl").string();
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
@@ -384,7 +378,7 @@ TEST(Cli, CountsAreBounded) {
 // --config --random-weights over --checkpoint.
 TEST(Cli, FlagsThatDisagreeAreRefused) {
   const fs::path d = fresh_dir("disagree");
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   const auto m = linnet::testing::mpi_run(2, LINNET_BINARY, run_args(tiny(), d / "calls.json", {"--shards", "1"}), 60, true);
   if (m.output.find("mpirun not found") == std::string::npos) {
     EXPECT_EQ(m.exit_code, 1) << m.errors;
@@ -406,7 +400,7 @@ TEST(Cli, FlagsThatDisagreeAreRefused) {
 TEST(Cli, EvalNamesTheRuleAndTheLengths) {
   const fs::path d = fresh_dir("eval_rules");
   const fs::path model = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
-  write(d / "in.jsonl", R"({"id": "short", "context": "the cat", "continuation": " sat"})" "\n"
+  write_text(d / "in.jsonl", R"({"id": "short", "context": "the cat", "continuation": " sat"})" "\n"
                         R"({"id": "long", "context": "a", "continuation": " the cat sat on the mat and the dog sat on the log"})" "\n");
   auto r = run_linnet({"eval", "--checkpoint", model.string(), "--data", (d / "in.jsonl").string(), "--output",
                        (d / "out.jsonl").string(), "--backend", "cpu", "--prefix-token", "40000"});
@@ -425,8 +419,8 @@ TEST(Cli, ACheckpointThatIsNotOneIsNamedForWhatItIs) {
   fs::create_directories(d / "models");
   fs::copy(tiny(), d / "models/tiny-a");
   fs::copy(tiny(), d / "models/tiny-b");
-  write(d / "stories15M.bin", std::string(64, '\0'));
-  write(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
+  write_text(d / "stories15M.bin", std::string(64, '\0'));
+  write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {(d / "models/tiny-a/model.safetensors").string(), "a checkpoint is a directory (config.json + *.safetensors"},
       {(d / "stories15M.bin").string(), "linnet import-llama2c --input"},
@@ -442,7 +436,7 @@ TEST(Cli, ACheckpointThatIsNotOneIsNamedForWhatItIs) {
 
 TEST(Cli, AnUnknownOptionGetsTheNearestOne) {
   const fs::path d = fresh_dir("nearest");
-  write(d / "in.jsonl", R"({"text": "a"})" "\n");
+  write_text(d / "in.jsonl", R"({"text": "a"})" "\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--max-tokens", "did you mean --max-new-tokens?"},
       {"--temprature", "did you mean --temperature?"},

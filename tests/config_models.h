@@ -56,15 +56,6 @@ inline bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {
-  std::vector<nlohmann::json> out;
-  std::ifstream in(p);
-  std::string line;
-  while (std::getline(in, line))
-    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
-
 // A one-rank CPU model of config j with random weights (seed), at Batch batch, MaxSeq 32, pages of 8.
 struct ConfigModel {
   ModelConfig c;
@@ -81,18 +72,6 @@ struct ConfigModel {
   }
   Model* operator->() { return m.get(); }
 };
-
-// A random f32 checkpoint of c (seed) with the fixtures' byte-level BPE tokenizer (vocab 1398),
-// made once per test cache as `name`.
-inline std::filesystem::path random_checkpoint_with_tokenizer(const std::string& name, const ModelConfig& c,
-                                                              uint64_t seed) {
-  return shared_checkpoint(name, [&](const std::string& d) {
-    write_random_checkpoint(c, d, DType::f32, seed);
-    const std::filesystem::path fx = std::filesystem::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
-      std::filesystem::copy_file(fx / f, std::filesystem::path(d) / f);
-  });
-}
 
 // Through every way into the cache — prefill and decode, prefill_slots, shuffled pages,
 // packed prefill with a step beside it — a sequence of 20 gets forward's logits; log_probs

@@ -18,16 +18,11 @@ using linnet::testing::linnet_run;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using linnet::testing::fresh_dir;
+
 namespace {
 
 const fs::path kFixture = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval";
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("linnet_eval_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
 
 std::map<std::string, json> results(const fs::path& p) {
   std::map<std::string, json> out;

@@ -19,16 +19,10 @@ using linnet::testing::linnet_run;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using linnet::testing::fresh_dir;
+using linnet::testing::write_text;
+
 namespace {
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("linnet_gen_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
 
 std::vector<json> read_jsonl(const fs::path& p) {
   std::vector<json> out;
@@ -74,7 +68,7 @@ TEST(Generate, OnceUponATimeGivesTheKnownStory) {
   const fs::path ckpt = linnet::testing::stories15m_checkpoint(), d = fresh_dir("stories");
   fs::copy_file(linnet::testing::stories15m_files().dir / "tokenizer.model", ckpt / "tokenizer.model",
                 fs::copy_options::skip_existing);
-  write(d / "in.jsonl", R"({"text": "Once upon a time"})" "\n");
+  write_text(d / "in.jsonl", R"({"text": "Once upon a time"})" "\n");
   const auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl", {"--max-new-tokens", "10"}));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   const auto out = read_jsonl(d / "out.jsonl");
@@ -100,14 +94,14 @@ void outputs_do_not_depend_on_batch_nor_ranks(const fs::path& ckpt, const std::v
         mode == "greedy" ? std::vector<std::string>{}
         : mode == "top-k" ? std::vector<std::string>{"--temperature", "0.9", "--top-k", "50", "--seed", "7"}
                           : std::vector<std::string>{"--temperature", "1.1", "--top-p", "0.9", "--seed", "11"};
-    write(d / "in.jsonl", prompts_of(texts));
+    write_text(d / "in.jsonl", prompts_of(texts));
     auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "all.jsonl", sampling));
     ASSERT_EQ(r.exit_code, 0) << r.errors;
     const auto all = read_jsonl(d / "all.jsonl");
     ASSERT_EQ(all.size(), texts.size());
     for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(all[i]["id"], "p" + std::to_string(i));  // input order
     for (size_t i : {size_t{0}, size_t{5}, texts.size() - 1}) {
-      write(d / "one.jsonl", json{{"id", "p" + std::to_string(i)}, {"text", texts[i]}}.dump() + "\n");
+      write_text(d / "one.jsonl", json{{"id", "p" + std::to_string(i)}, {"text", texts[i]}}.dump() + "\n");
       r = linnet_run(args(ckpt, d / "one.jsonl", d / "one_out.jsonl", sampling));
       ASSERT_EQ(r.exit_code, 0) << r.errors;
       EXPECT_EQ(read_jsonl(d / "one_out.jsonl").at(0), all[i]) << "prompt " << i << " alone";
@@ -145,7 +139,7 @@ TEST(Generate, PreemptionAndPrefixSharingChangeNoOutput) {
   std::vector<std::string> texts = mixed_texts();
   const std::string system = std::string(200, 'x').replace(0, 60, "You are a careful assistant who answers briefly and well. ");
   for (auto& t : texts) t = system.substr(0, 120) + t;
-  write(d / "in.jsonl", prompts_of(texts));
+  write_text(d / "in.jsonl", prompts_of(texts));
   auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "roomy.jsonl", {"--max-seq", "256", "--page-size", "16"}));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   // 256 positions × 2 layers × 6 heads × 8 dims × 2 × 4 bytes = 196608 bytes: one sequence.
@@ -171,7 +165,7 @@ TEST(Generate, PreemptionAndPrefixSharingChangeNoOutput) {
 
 TEST(Generate, MalformedLinesAreNamedAndSkippedOrStop) {
   const fs::path ckpt = tiny_text_model(), d = fresh_dir("bad");
-  write(d / "in.jsonl",
+  write_text(d / "in.jsonl",
         "{\"id\": \"a\", \"text\": \"hello there\"}\n"
         "{\"id\": \"b\", \"text\": \"unclosed\n"
         "{\"id\": \"c\"}\n"
@@ -205,7 +199,7 @@ TEST(Generate, MalformedLinesAreNamedAndSkippedOrStop) {
 // A job killed part-way keeps its finished lines; --resume runs only the rest.
 TEST(Generate, ResumeRunsOnlyWhatIsMissing) {
   const fs::path ckpt = tiny_text_model(), d = fresh_dir("resume");
-  write(d / "in.jsonl", prompts_of(mixed_texts()));
+  write_text(d / "in.jsonl", prompts_of(mixed_texts()));
   ASSERT_EQ(linnet_run(args(ckpt, d / "in.jsonl", d / "full.jsonl")).exit_code, 0);
   const auto full = read_jsonl(d / "full.jsonl");
   for (int np : {0, 2}) {
@@ -233,7 +227,7 @@ TEST(Generate, ResumeRunsOnlyWhatIsMissing) {
 
 TEST(Generate, StopStringsEosIdsAndIgnoreEos) {
   const fs::path ckpt = tiny_text_model(), d = fresh_dir("stop");
-  write(d / "in.jsonl", R"({"id": 1, "text": "the cat"})" "\n");
+  write_text(d / "in.jsonl", R"({"id": 1, "text": "the cat"})" "\n");
   ASSERT_EQ(linnet_run(args(ckpt, d / "in.jsonl", d / "free.jsonl", {"--ignore-eos", "--max-new-tokens", "20"})).exit_code, 0);
   const json free = read_jsonl(d / "free.jsonl").at(0);
   const std::string text = free["text"];
@@ -243,7 +237,7 @@ TEST(Generate, StopStringsEosIdsAndIgnoreEos) {
   while (k < text.size() && !std::isalpha(static_cast<unsigned char>(text[k]))) ++k;
   ASSERT_LT(k, text.size()) << text;
   const std::string stop = text.substr(k, 1);  // a letter (the model's text is random)
-  write(d / "in2.jsonl", json{{"id", 1}, {"text", "the cat"}, {"stop", stop}, {"ignore_eos", true}, {"max_new_tokens", 20}}.dump() + "\n");
+  write_text(d / "in2.jsonl", json{{"id", 1}, {"text", "the cat"}, {"stop", stop}, {"ignore_eos", true}, {"max_new_tokens", 20}}.dump() + "\n");
   ASSERT_EQ(linnet_run(args(ckpt, d / "in2.jsonl", d / "stopped.jsonl")).exit_code, 0);
   const json stopped = read_jsonl(d / "stopped.jsonl").at(0);
   EXPECT_EQ(stopped["finish_reason"], "stop");
@@ -252,7 +246,7 @@ TEST(Generate, StopStringsEosIdsAndIgnoreEos) {
   // generation_config.json's eos ids stop it too (here: the free run's 4th token).
   const fs::path ck2 = d / "ckpt";
   fs::copy(ckpt, ck2);
-  write(ck2 / "generation_config.json", json{{"eos_token_id", json::array({1, free["tokens"][3]})}}.dump());
+  write_text(ck2 / "generation_config.json", json{{"eos_token_id", json::array({1, free["tokens"][3]})}}.dump());
   ASSERT_EQ(linnet_run(args(ck2, d / "in.jsonl", d / "eos.jsonl", {"--max-new-tokens", "20"})).exit_code, 0);
   const json eos = read_jsonl(d / "eos.jsonl").at(0);
   EXPECT_EQ(eos["finish_reason"], "stop");
@@ -264,16 +258,12 @@ TEST(Generate, StopStringsEosIdsAndIgnoreEos) {
 // whose text encodes beyond it, by generate and by eval, instead of indexing past the
 // embedding.
 TEST(Generate, TokenizerIdsBeyondVocabAreNamed) {
-  const fs::path ckpt = linnet::testing::shared_checkpoint("linnet_gen_small_vocab", [](const std::string& d) {
-    ModelConfig c = linnet::testing::tiny_config();
-    c.vocab = 300;  // the fixture tokenizer has 1398 tokens
-    c.max_position = 256;
-    write_random_checkpoint(c, d, DType::f32, 22);
-    const fs::path fx = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) fs::copy_file(fx / f, fs::path(d) / f);
-  });
+  ModelConfig c = linnet::testing::tiny_config();
+  c.vocab = 300;  // the fixture tokenizer has 1398 tokens
+  c.max_position = 256;
+  const fs::path ckpt = linnet::testing::random_checkpoint_with_tokenizer("linnet_gen_small_vocab", c, 22);
   const fs::path d = fresh_dir("small_vocab");
-  write(d / "in.jsonl", prompts_of({"the cat sat on the mat"}));
+  write_text(d / "in.jsonl", prompts_of({"the cat sat on the mat"}));
   auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("in.jsonl:1: `text`: the tokenizer gives token id"), std::string::npos) << r.errors;

@@ -15,6 +15,8 @@ using namespace linnet;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+using linnet::testing::fresh_dir;
+
 namespace {
 
 json llama() {
@@ -30,13 +32,6 @@ std::string error_of(const json& j) {
     return e.what();
   }
   return "(no error)";
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("linnet_cfg_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
 }
 
 }  // namespace

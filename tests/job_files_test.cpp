@@ -20,25 +20,13 @@ using linnet::testing::run_command;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+using linnet::testing::fresh_dir;
+using linnet::testing::slurp;
+using linnet::testing::tiny_text_model;
+using linnet::testing::write_text;
+
 namespace {
 
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("linnet_jobfiles_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
-
-void write(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary) << text; }
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-using linnet::testing::tiny_text_model;
 
 std::string prompts(int n) {
   std::string s;
@@ -80,7 +68,7 @@ size_t lines_of(const std::string& text) { return static_cast<size_t>(std::count
 // with exit 0 on a full disk.
 TEST(JobFiles, AFullDiskStopsTheRunNamingTheFileAndResumeCompletesIt) {
   const fs::path d = fresh_dir("full");
-  write(d / "in.jsonl", prompts(40));
+  write_text(d / "in.jsonl", prompts(40));
   auto r = linnet_run(gen(d / "in.jsonl", "/dev/full"));
   EXPECT_EQ(r.exit_code, 1) << r.errors;
   EXPECT_NE(r.errors.find("/dev/full: cannot write the output: No space left on device"), std::string::npos) << r.errors;
@@ -127,8 +115,8 @@ TEST(JobFiles, ResultsPrintedToAFullStdoutAreAnError) {
 // Before: an existing output was replaced without a word (4 lines where there were 8).
 TEST(JobFiles, ANonEmptyOutputIsRefusedWithoutResumeOrOverwrite) {
   const fs::path d = fresh_dir("refuse");
-  write(d / "in.jsonl", prompts(4));
-  write(d / "out.jsonl", "{\"id\": \"earlier\", \"text\": \"kept\"}\n");
+  write_text(d / "in.jsonl", prompts(4));
+  write_text(d / "out.jsonl", "{\"id\": \"earlier\", \"text\": \"kept\"}\n");
   for (const auto& args : {gen(d / "in.jsonl", d / "out.jsonl"), ev(d / "in.jsonl", d / "out.jsonl")}) {
     const auto r = linnet_run(args);
     EXPECT_EQ(r.exit_code, 2) << r.errors;
@@ -138,7 +126,7 @@ TEST(JobFiles, ANonEmptyOutputIsRefusedWithoutResumeOrOverwrite) {
   }
   // A part a killed multi-replica run left counts too.
   fs::remove(d / "out.jsonl");
-  write(d / "out.jsonl.part1", "{\"id\": \"p1\", \"text\": \"x\"}\n");
+  write_text(d / "out.jsonl.part1", "{\"id\": \"p1\", \"text\": \"x\"}\n");
   auto r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 2) << r.errors;
   EXPECT_NE(r.errors.find("out.jsonl.part1 already holds results"), std::string::npos) << r.errors;
@@ -155,7 +143,7 @@ TEST(JobFiles, ANonEmptyOutputIsRefusedWithoutResumeOrOverwrite) {
 // counted an earlier error line as done.
 TEST(JobFiles, ResumeNamesWhatItDropsAndRerunsErrorLines) {
   const fs::path d = fresh_dir("resume");
-  write(d / "in.jsonl", prompts(5));
+  write_text(d / "in.jsonl", prompts(5));
   ASSERT_EQ(linnet_run(gen(d / "in.jsonl", d / "whole.jsonl")).exit_code, 0);
   std::vector<std::string> whole;
   {
@@ -166,7 +154,7 @@ TEST(JobFiles, ResumeNamesWhatItDropsAndRerunsErrorLines) {
   const std::string earlier =
       whole[0] + "\n" + "this line is not JSON\n" + R"({"id": "p1", "error": "an earlier failure"})" "\n" + whole[2] +
       "\n" + R"({"id": "gone", "text": "from an older input"})" "\n";
-  write(d / "out.jsonl", earlier);
+  write_text(d / "out.jsonl", earlier);
   auto r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl", {"--resume"}));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_NE(r.errors.find("out.jsonl:2: malformed JSON"), std::string::npos) << r.errors;
@@ -179,7 +167,7 @@ TEST(JobFiles, ResumeNamesWhatItDropsAndRerunsErrorLines) {
   EXPECT_EQ(slurp(d / "out.jsonl"), whole[0] + "\n" + whole[1] + "\n" + whole[2] + "\n" + whole[3] + "\n" + whole[4] +
                                         "\n" + R"({"id": "gone", "text": "from an older input"})" "\n");
   // --resume-keep-errors counts an error line as done.
-  write(d / "out.jsonl", R"({"id": "p1", "error": "an earlier failure"})" "\n");
+  write_text(d / "out.jsonl", R"({"id": "p1", "error": "an earlier failure"})" "\n");
   r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl", {"--resume", "--resume-keep-errors"}));
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   EXPECT_NE(r.output.find("4 completions (0 errors, 1 already done)"), std::string::npos) << r.output;
@@ -189,13 +177,13 @@ TEST(JobFiles, ResumeNamesWhatItDropsAndRerunsErrorLines) {
 // Before: a run whose every line failed printed "0 completions" and exited 0.
 TEST(JobFiles, ARunWithErrorLinesExitsThree) {
   const fs::path d = fresh_dir("errors");
-  write(d / "in.jsonl", R"({"id": "a", "text": "the cat", "max_new_tokens": 100000})" "\n"
+  write_text(d / "in.jsonl", R"({"id": "a", "text": "the cat", "max_new_tokens": 100000})" "\n"
                         R"({"id": "b", "text": "the dog", "max_new_tokens": 100000})" "\n");
   auto r = linnet_run(gen(d / "in.jsonl", d / "out.jsonl"));
   EXPECT_EQ(r.exit_code, 3) << r.errors;
   EXPECT_NE(r.output.find("0 completions (2 errors"), std::string::npos) << r.output;
   EXPECT_NE(r.errors.find("2 of the prompts ended in an error"), std::string::npos) << r.errors;
-  write(d / "docs.jsonl", R"({"id": "ok", "text": "the cat sat"})" "\n" R"({"id": "bad", "context": "x"})" "\n");
+  write_text(d / "docs.jsonl", R"({"id": "ok", "text": "the cat sat"})" "\n" R"({"id": "bad", "context": "x"})" "\n");
   r = linnet_run(ev(d / "docs.jsonl", d / "scores.jsonl", {"--on-error", "skip"}));
   EXPECT_EQ(r.exit_code, 3) << r.errors;
   EXPECT_NE(r.output.find("1 documents (1 errors"), std::string::npos) << r.output;
@@ -205,7 +193,7 @@ TEST(JobFiles, AJsonArrayIsNamedAsSuch) {
   const fs::path d = fresh_dir("array");
   for (const std::string& text : {std::string(R"([{"text": "a"}, {"text": "b"}])"),
                                  std::string("[\n  {\"text\": \"a\"},\n  {\"text\": \"b\"}\n]\n")}) {
-    write(d / "in.json", text);
+    write_text(d / "in.json", text);
     const auto r = linnet_run(gen(d / "in.json", d / "out.jsonl"));
     EXPECT_EQ(r.exit_code, 1) << r.errors;
     EXPECT_NE(r.errors.find("JSON Lines expected: one JSON object per line; this file is a JSON array"),
@@ -218,7 +206,7 @@ TEST(JobFiles, AJsonArrayIsNamedAsSuch) {
 // --add-bos overrides what transformers would decide for the checkpoint's tokenizer.
 TEST(JobFiles, AddBosYesAndNo) {
   const fs::path d = fresh_dir("add_bos");
-  write(d / "in.jsonl", R"({"id": "a", "text": "the cat sat"})" "\n");
+  write_text(d / "in.jsonl", R"({"id": "a", "text": "the cat sat"})" "\n");
   auto tokens_with = [&](const std::string& v) {
     const auto r = linnet_run(gen(d / "in.jsonl", d / ("out-" + v + ".jsonl"), {"--add-bos", v}));
     EXPECT_EQ(r.exit_code, 0) << r.errors;

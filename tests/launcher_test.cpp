@@ -19,6 +19,9 @@
 using namespace linnet;
 namespace fs = std::filesystem;
 
+using linnet::testing::fresh_dir;
+using linnet::testing::slurp;
+
 namespace {
 
 struct Output {
@@ -34,20 +37,6 @@ Output linnet_cmd(const std::string& args) {
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
   const int status = pclose(p);
   return {WEXITSTATUS(status), out};
-}
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-fs::path fresh_dir(const std::string& name) {
-  fs::path d = fs::temp_directory_path() / ("linnet_launcher_" + name);
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
 }
 
 const fs::path kFixtures = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures";

@@ -10,6 +10,12 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
 
 #include "checkpoint/random_weights.h"
 #include "checkpoint/write_checkpoint.h"
@@ -82,21 +88,66 @@ inline std::filesystem::path shared_checkpoint(const std::string& name,
 
 // Random weights (6 heads: Shards 2 and 3) with the byte-level BPE tokenizer of the fixtures
 // (vocab 1398), so that text prompts work: what the generate and job-file tests run.
-inline std::filesystem::path tiny_text_model() {
-  return shared_checkpoint("linnet_gen_tiny", [](const std::string& d) {
-    ModelConfig c = tiny_config();
-    c.vocab = 1398;
-    c.hidden = 48;
-    c.heads = 6;
-    c.kv_heads = 6;
-    c.inner = 96;
-    c.max_position = 256;
-    c.eos_token_ids = {1};
-    write_random_checkpoint(c, d, DType::f32, 21);
+// A new, empty folder linnet_<test suite>_<name>_<pid> under the temp dir (left for a look
+// after a failure; each test removes it when done).
+inline std::filesystem::path fresh_dir(const std::string& name) {
+  const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
+  const std::string suite = test ? test->test_suite_name() : "test";
+  std::filesystem::path d =
+      std::filesystem::temp_directory_path() / ("linnet_" + suite + "_" + name + "_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+inline void write_text(const std::filesystem::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+// The JSON values of a .jsonl file, empty lines skipped.
+inline std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  std::string line;
+  while (std::getline(in, line))
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// A random f32 checkpoint of c (seed) with the fixtures' byte-level BPE tokenizer (vocab 1398),
+// made once per test cache as `name`; `more` adds files to its folder (a chat template).
+inline std::filesystem::path random_checkpoint_with_tokenizer(
+    const std::string& name, const ModelConfig& c, uint64_t seed,
+    const std::function<void(const std::filesystem::path&)>& more = {}) {
+  return shared_checkpoint(name, [&](const std::string& d) {
+    write_random_checkpoint(c, d, DType::f32, seed);
     const std::filesystem::path fx = std::filesystem::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
     for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
       std::filesystem::copy_file(fx / f, std::filesystem::path(d) / f);
+    if (more) more(d);
   });
+}
+
+// A small random Llama with the fixtures' tokenizer: vocab 1398, H 48, 6 heads, MaxSeq 256,
+// EOS 1 — what the generate, job-file and chat tests run.
+inline ModelConfig tiny_text_config() {
+  ModelConfig c = tiny_config();
+  c.vocab = 1398;
+  c.hidden = 48;
+  c.heads = 6;
+  c.kv_heads = 6;
+  c.inner = 96;
+  c.max_position = 256;
+  c.eos_token_ids = {1};
+  return c;
+}
+
+inline std::filesystem::path tiny_text_model() {
+  return random_checkpoint_with_tokenizer("linnet_gen_tiny", tiny_text_config(), 21);
 }
 
 // stories15M's files (stories15M.bin, tokenizer.model, tokenizer.bin), as
