@@ -37,14 +37,16 @@ if stories=$(bash "$src/scripts/fetch-stories15M" "$work/models/stories15M" 2>/d
   ckpt="$work/slurm-stories15M"
   [[ -f $ckpt/model.safetensors ]] || "$linnet" import-llama2c --input "$stories/stories15M.bin" --out "$ckpt" >/dev/null 2>&1
   echo "model: stories15M"
+  words=9  # prompts of up to 60 words (MaxSeq 256)
 else
   ckpt="$src/tests/fixtures/lm_eval/model"
   echo "model: tests/fixtures/lm_eval/model (stories15M not to be had)"
+  words=3  # its MaxSeq is 64: prompts of up to 24 words and 8 new tokens fit
 fi
 prompts() {  # N prompts of mixed lengths
   local n=$1 i
   for ((i = 0; i < n; ++i)); do
-    printf '{"id": "p%d", "text": "Once upon a time there was a %s"}\n' "$i" "$(head -c $((i % 7 * 9 + 3)) /dev/zero | tr '\0' 'b' | sed 's/b/big /g')"
+    printf '{"id": "p%d", "text": "Once upon a time there was a %s"}\n' "$i" "$(head -c $((i % 7 * words + 3)) /dev/zero | tr '\0' 'b' | sed 's/b/big /g')"
   done
 }
 docs() {
