@@ -122,6 +122,7 @@ void store(void* p, DType t, size_t i, double v) {
 }  // namespace
 
 void convert(const void* src, DType st, void* dst, DType dt, size_t n) {
+  if (n == 0) return;  // an empty tensor's pointers may be null (memcpy's may not)
   if (st == dt) {
     std::memcpy(dst, src, n * dtype_size(st));
     return;
