@@ -22,6 +22,7 @@
 #include "engine/generator.h"
 #include "layers/card.h"
 #include "layers/rope.h"
+#include "command_checks.h"
 #include "config_models.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
@@ -324,96 +325,16 @@ fs::path family_checkpoint(const std::string& family) {
 TEST(Families, GenerateAndEvalOnOneTwoAndThreeRanks) {
   for (const std::string family : {"gemma2", "olmo2", "phi3"}) {
     SCOPED_TRACE(family);
-    const fs::path ckpt = family_checkpoint(family);
-    const fs::path d = fs::temp_directory_path() / ("linnet_family_run_" + family + "_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    const std::string words = "Once upon a time the cat sat on a warm mat while rain fell over quiet hills and far rivers ";
-    {
-      std::ofstream in(d / "in.jsonl");
-      for (int i = 0; i < 9; ++i)
-        in << json{{"id", "p" + std::to_string(i)}, {"text", words.substr(0, 5 + (i * 11) % 80)}}.dump() << "\n";
-      std::ofstream one(d / "one.jsonl");
-      one << json{{"id", "p4"}, {"text", words.substr(0, 5 + (4 * 11) % 80)}}.dump() << "\n";
-      std::ofstream ev(d / "eval.jsonl");
-      ev << R"({"id": "a", "context": "The cat sat on", "continuation": " a warm mat"})" "\n"
-         << R"({"id": "b", "text": "Rain fell over quiet hills and far rivers."})" "\n";
-    }
-    auto gen = [&](const fs::path& in, const fs::path& out, int np) {
-      return linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", in.string(), "--output", out.string(),
-                         "--backend", "cpu", "--max-new-tokens", "10", "--overwrite", "--max-seq", "64"},
-                        300, np);
-    };
-    auto r = gen(d / "in.jsonl", d / "all.jsonl", 0);
-    ASSERT_EQ(r.exit_code, 0) << r.errors;
-    const auto all = read_jsonl(d / "all.jsonl");
-    ASSERT_EQ(all.size(), 9u);
-    r = gen(d / "one.jsonl", d / "one_out.jsonl", 0);
-    ASSERT_EQ(r.exit_code, 0) << r.errors;
-    EXPECT_EQ(read_jsonl(d / "one_out.jsonl").at(0), all[4]);
-    for (int np : {2, 3}) {
-      r = gen(d / "in.jsonl", d / "ranks.jsonl", np);
-      if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
-      ASSERT_EQ(r.exit_code, 0) << r.errors;
-      const auto got = read_jsonl(d / "ranks.jsonl");
-      ASSERT_EQ(got.size(), all.size());
-      for (size_t i = 0; i < all.size(); ++i) EXPECT_EQ(got[i]["tokens"], all[i]["tokens"]) << "np " << np << " prompt " << i;
-    }
-    auto ev = [&](const fs::path& out, int np) {
-      return linnet_run({"eval", "--checkpoint", ckpt.string(), "--data", (d / "eval.jsonl").string(), "--output",
-                         out.string(), "--backend", "cpu", "--overwrite", "--max-seq", "64"},
-                        300, np);
-    };
-    r = ev(d / "ev1.jsonl", 0);
-    ASSERT_EQ(r.exit_code, 0) << r.errors;
-    r = ev(d / "ev3.jsonl", 3);
-    ASSERT_EQ(r.exit_code, 0) << r.errors;
-    const auto e1 = read_jsonl(d / "ev1.jsonl"), e3 = read_jsonl(d / "ev3.jsonl");
-    ASSERT_EQ(e1.size(), 2u);
-    ASSERT_EQ(e3.size(), 2u);
-    for (size_t i = 0; i < 2; ++i)
-      for (const char* key : {"loglikelihood", "word_perplexity"})
-        if (e1[i].contains(key)) {
-          const double a = e1[i][key].get<double>(), b = e3[i][key].get<double>();
-          EXPECT_NEAR(a, b, 1e-4 * std::abs(a)) << key;
-        }
-    fs::remove_all(d);
+    expect_generate_and_eval_agree(family_checkpoint(family), family, {{2, {}}, {3, {}}}, {{3, {}}});
   }
 }
 
-// `linnet serve` on every family, on two ranks: a greedy completion (log-probs asked for too)
-// is what `linnet generate` gives the same prompt on one rank, token for token.
+// `linnet serve` on every family, on two ranks: greedy completions (log-probs asked for too)
+// are what `linnet generate` gives the same prompts on one rank, token for token.
 TEST(Families, ServeOnTwoRanksAnswersAsGenerateDoes) {
-  const std::string mpirun = find_mpirun();
-  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not on PATH";
-  const std::string prompt = "Once upon a time the cat sat on a warm mat";
   for (const auto& [family, config] : family_configs()) {
     SCOPED_TRACE(family);
-    const fs::path ckpt = family_checkpoint(family);
-    const fs::path d = fs::temp_directory_path() / ("linnet_family_serve_" + family + "_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    std::ofstream(d / "in.jsonl") << json{{"id", "p"}, {"text", prompt}}.dump() << "\n";
-    auto g = linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(), "--output",
-                         (d / "out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "8", "--max-seq", "64"},
-                        120);
-    ASSERT_EQ(g.exit_code, 0) << g.errors;
-    const json want = read_jsonl(d / "out.jsonl").at(0);
-    BackgroundProcess server({mpirun, "-np", "2", "--oversubscribe", LINNET_BINARY, "serve", "--checkpoint",
-                              ckpt.string(), "--port", "0", "--backend", "cpu", "--max-seq", "64",
-                              "--served-model-name", family});
-    const int port = server.serving_port(120);
-    ASSERT_GT(port, 0) << server.output;
-    httplib::Client cli("127.0.0.1", port);
-    cli.set_read_timeout(120, 0);
-    const json body = {{"model", family}, {"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 1}};
-    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
-    ASSERT_TRUE(res) << httplib::to_string(res.error()) << "\n" << server.output;
-    ASSERT_EQ(res->status, 200) << res->body;
-    const json r = json::parse(res->body);
-    EXPECT_EQ(r["choices"][0]["text"], want["text"]);
-    EXPECT_EQ(r["usage"]["completion_tokens"], want["tokens"].size());
-    fs::remove_all(d);
+    expect_serve_answers_as_generate(family_checkpoint(family), family, {2, {}});
   }
 }
 

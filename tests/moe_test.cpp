@@ -27,6 +27,7 @@
 #include "core/top_k.h"
 #include "layers/card.h"
 #include "layers/footprint.h"
+#include "command_checks.h"
 #include "config_models.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
@@ -621,71 +622,15 @@ fs::path moe_checkpoint(const std::string& family) {
 
 }  // namespace
 
-// `linnet generate` and `linnet eval` on 1, 2 and 4 ranks under each sharding: the same greedy
-// tokens everywhere (a prompt alone as among others), log-likelihoods within f32 noise.
+// `linnet generate` and `linnet eval` on 1, 2 and 4 ranks in both shardings: a prompt alone
+// gives what it gives among others, every layout gives one rank's greedy tokens, and eval's
+// log-likelihoods agree within f32 noise.
 TEST(Moe, GenerateAndEvalOnOneTwoAndFourRanksInBothShardings) {
+  const std::vector<std::string> expert = {"--moe-sharding", "expert"}, tensor = {"--moe-sharding", "tensor"};
   for (const std::string family : {"mixtral", "qwen3_moe"}) {
     SCOPED_TRACE(family);
-    const fs::path ckpt = moe_checkpoint(family);
-    const fs::path d = fs::temp_directory_path() / ("linnet_moe_run_" + family + "_" + std::to_string(::getpid()));
-    fs::remove_all(d);
-    fs::create_directories(d);
-    const std::string words = "Once upon a time the cat sat on a warm mat while rain fell over quiet hills and far rivers ";
-    {
-      std::ofstream in(d / "in.jsonl");
-      for (int i = 0; i < 7; ++i)
-        in << json{{"id", "p" + std::to_string(i)}, {"text", words.substr(0, 5 + (i * 13) % 80)}}.dump() << "\n";
-      std::ofstream one(d / "one.jsonl");
-      one << json{{"id", "p3"}, {"text", words.substr(0, 5 + (3 * 13) % 80)}}.dump() << "\n";
-      std::ofstream ev(d / "eval.jsonl");
-      ev << R"({"id": "a", "context": "The cat sat on", "continuation": " a warm mat"})" "\n"
-         << R"({"id": "b", "text": "Rain fell over quiet hills and far rivers."})" "\n";
-    }
-    auto gen = [&](const fs::path& in, const fs::path& out, int np, const std::string& sharding) {
-      return linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", in.string(), "--output", out.string(),
-                         "--backend", "cpu", "--max-new-tokens", "8", "--overwrite", "--max-seq", "64",
-                         "--moe-sharding", sharding},
-                        300, np);
-    };
-    auto r = gen(d / "in.jsonl", d / "all.jsonl", 0, "expert");
-    ASSERT_EQ(r.exit_code, 0) << r.errors;
-    const auto all = read_jsonl(d / "all.jsonl");
-    ASSERT_EQ(all.size(), 7u);
-    r = gen(d / "one.jsonl", d / "one_out.jsonl", 0, "expert");
-    ASSERT_EQ(r.exit_code, 0) << r.errors;
-    EXPECT_EQ(read_jsonl(d / "one_out.jsonl").at(0), all[3]);
-    for (const std::string sharding : {"expert", "tensor"})
-      for (int np : {2, 4}) {
-        r = gen(d / "in.jsonl", d / "ranks.jsonl", np, sharding);
-        if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
-        ASSERT_EQ(r.exit_code, 0) << r.errors;
-        const auto got = read_jsonl(d / "ranks.jsonl");
-        ASSERT_EQ(got.size(), all.size());
-        for (size_t i = 0; i < all.size(); ++i)
-          EXPECT_EQ(got[i]["tokens"], all[i]["tokens"]) << sharding << " np " << np << " prompt " << i;
-      }
-    auto ev = [&](const fs::path& out, int np, const std::string& sharding) {
-      return linnet_run({"eval", "--checkpoint", ckpt.string(), "--data", (d / "eval.jsonl").string(), "--output",
-                         out.string(), "--backend", "cpu", "--overwrite", "--max-seq", "64", "--moe-sharding", sharding},
-                        300, np);
-    };
-    r = ev(d / "ev1.jsonl", 0, "expert");
-    ASSERT_EQ(r.exit_code, 0) << r.errors;
-    const auto e1 = read_jsonl(d / "ev1.jsonl");
-    ASSERT_EQ(e1.size(), 2u);
-    for (const std::string sharding : {"expert", "tensor"}) {
-      r = ev(d / "ev4.jsonl", 4, sharding);
-      ASSERT_EQ(r.exit_code, 0) << r.errors;
-      const auto e4 = read_jsonl(d / "ev4.jsonl");
-      ASSERT_EQ(e4.size(), 2u);
-      for (size_t i = 0; i < 2; ++i)
-        for (const char* key : {"loglikelihood", "word_perplexity"})
-          if (e1[i].contains(key)) {
-            const double a = e1[i][key].get<double>(), b = e4[i][key].get<double>();
-            EXPECT_NEAR(a, b, 1e-4 * std::abs(a)) << sharding << " " << key;
-          }
-    }
-    fs::remove_all(d);
+    expect_generate_and_eval_agree(moe_checkpoint(family), family,
+                                   {{2, expert}, {4, expert}, {2, tensor}, {4, tensor}}, {{4, expert}, {4, tensor}});
   }
 }
 
@@ -806,42 +751,8 @@ TEST(Moe, BenchReportsTheAllToAllsShareInBothShardings) {
 
 // ---- linnet serve on a mixture of experts -------------------------------------------------------
 
-// `linnet serve` on two ranks under expert sharding: a greedy completion is what `linnet
-// generate` gives the same prompt on one rank, and the server stays healthy.
+// `linnet serve` on two ranks under expert sharding: greedy completions are what `linnet
+// generate` gives the same prompts on one rank, and the server stays healthy.
 TEST(Moe, ServeOnTwoRanksAnswersAsGenerateDoes) {
-  const std::string mpirun = find_mpirun();
-  if (mpirun.empty()) GTEST_SKIP() << "mpirun is not on PATH";
-  const fs::path ckpt = moe_checkpoint("qwen3_moe");
-  const fs::path d = fs::temp_directory_path() / ("linnet_moe_serve_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  fs::create_directories(d);
-  const std::vector<std::string> prompts = {"Once upon a time", "The cat sat on a warm mat while rain fell"};
-  {
-    std::ofstream in(d / "in.jsonl");
-    for (size_t i = 0; i < prompts.size(); ++i) in << json{{"id", i}, {"text", prompts[i]}}.dump() << "\n";
-  }
-  auto g = linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(), "--output",
-                       (d / "out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "8", "--max-seq", "64"},
-                      120);
-  ASSERT_EQ(g.exit_code, 0) << g.errors;
-  const auto want = read_jsonl(d / "out.jsonl");
-  BackgroundProcess server({mpirun, "-np", "2", "--oversubscribe", LINNET_BINARY, "serve", "--checkpoint", ckpt.string(),
-                            "--port", "0", "--backend", "cpu", "--max-seq", "64", "--moe-sharding", "expert",
-                            "--served-model-name", "moe"});
-  const int port = server.serving_port(120);
-  ASSERT_GT(port, 0) << server.output;
-  httplib::Client cli("127.0.0.1", port);
-  cli.set_read_timeout(120, 0);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const json body = {{"model", "moe"}, {"prompt", prompts[i]}, {"max_tokens", 8}, {"temperature", 0}};
-    auto res = cli.Post("/v1/completions", body.dump(), "application/json");
-    ASSERT_TRUE(res) << "no answer: " << httplib::to_string(res.error()) << "\n" << server.output;
-    ASSERT_EQ(res->status, 200) << res->body;
-    const json r = json::parse(res->body);
-    EXPECT_EQ(r["choices"][0]["text"], want[i]["text"]) << "prompt " << i;
-  }
-  auto health = cli.Get("/health");
-  ASSERT_TRUE(health);
-  EXPECT_EQ(health->status, 200);
-  fs::remove_all(d);
+  expect_serve_answers_as_generate(moe_checkpoint("qwen3_moe"), "moe", {2, {"--moe-sharding", "expert"}});
 }

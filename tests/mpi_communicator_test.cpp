@@ -13,15 +13,8 @@
 namespace {
 
 using linnet::testing::find_mpirun;
+using linnet::testing::comm_check;
 using linnet::testing::mpi_run;
-
-std::string comm_check() {
-#ifdef LINNET_MPI_COMM_CHECK
-  return LINNET_MPI_COMM_CHECK;
-#else
-  return "";
-#endif
-}
 
 #define SKIP_WITHOUT_MPI()                                                                 \
   do {                                                                                     \

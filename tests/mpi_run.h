@@ -207,6 +207,15 @@ inline MpiRunResult mpi_run(int np, const std::string& program, const std::vecto
   return run_command(argv, timeout_s, split_stderr);
 }
 
+// The mpi_comm_check binary (tests/mpi_comm_check.cpp), or "" when MPI was not found.
+inline std::string comm_check() {
+#ifdef LINNET_MPI_COMM_CHECK
+  return LINNET_MPI_COMM_CHECK;
+#else
+  return "";
+#endif
+}
+
 // The linnet binary with args (stdout and stderr apart), alone or under mpirun -np np.
 inline MpiRunResult linnet_run(std::vector<std::string> args, double timeout_s = 120, int np = 0) {
   if (np > 0) return mpi_run(np, LINNET_BINARY, args, timeout_s, true);

@@ -11,15 +11,8 @@
 namespace {
 
 using linnet::testing::find_mpirun;
+using linnet::testing::comm_check;
 using linnet::testing::mpi_run;
-
-std::string comm_check() {
-#ifdef LINNET_MPI_COMM_CHECK
-  return LINNET_MPI_COMM_CHECK;
-#else
-  return "";
-#endif
-}
 
 void run_case(const std::string& what, const std::string& expect) {
   if (linnet::cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible: " << linnet::cuda_status();
