@@ -1,5 +1,7 @@
 #include "checkpoint/checkpoint_weights.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 
@@ -7,6 +9,27 @@
 #include <spdlog/spdlog.h>
 
 namespace linnet {
+
+void expect_layers(const CheckpointDir& dir, int64_t layers) {
+  int64_t held = 0;  // 1 + the largest layer index of a tensor
+  const std::string prefix = "model.layers.";
+  for (const auto& name : dir.names()) {
+    if (name.rfind(prefix, 0) != 0) continue;
+    int64_t i = 0;
+    size_t at = prefix.size();
+    for (; at < name.size() && std::isdigit(static_cast<unsigned char>(name[at])) && i < (int64_t{1} << 40); ++at)
+      i = i * 10 + (name[at] - '0');
+    if (at > prefix.size() && at < name.size() && name[at] == '.') held = std::max(held, i + 1);
+  }
+  if (layers > held)
+    throw Error(str(dir.dir(), ": config.json's num_hidden_layers is ", layers, ", but the checkpoint's files hold ",
+                    held == 0 ? std::string("no model.layers.<i> tensors") : str("layers 0…", held - 1, " only"),
+                    " (model.layers.", held, ".* is missing)"));
+}
+
+void CheckpointWeights::expect_all(const std::vector<ParamSpec>& specs) const {
+  for (const auto& p : specs) dir_.expect(p.hf_name, p.stored_shape());
+}
 
 Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   used_.insert(p.hf_name);

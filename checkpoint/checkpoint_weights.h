@@ -11,12 +11,20 @@
 
 namespace linnet {
 
+// config.json's num_hidden_layers against the layers the files hold (model.layers.<i>.…):
+// refused, naming both, when the config asks for more.
+void expect_layers(const CheckpointDir& dir, int64_t layers);
+
 class CheckpointWeights final : public WeightSource {
  public:
   // `declared`: config.json's torch_dtype; a tensor stored in another dtype is an error (a
   // checkpoint whose files disagree with its config is broken, and would load lossy).
   CheckpointWeights(const CheckpointDir& dir, DType declared) : dir_(dir), declared_(declared), packed_(dir.dir()) {}
   Tensor read(const ParamSpec& p, int64_t shard) override;
+  // Every tensor of `specs` is in the files with its shape: checked from the headers before
+  // anything is read or allocated, so a config that asks for more than the files hold is
+  // refused at once.
+  void expect_all(const std::vector<ParamSpec>& specs) const;
   // From the checkpoint's packed file (checkpoint/packed_file.h) where it holds this matrix.
   Tensor packed(const std::string& name, const std::string& format, DType dtype, const Shape& shape) override {
     return packed_.matrix(name, format, dtype, shape);

@@ -188,6 +188,9 @@ RopeSpec parse_rope_object(const Reader& r, const json& o, const std::string& ke
     factor(true);
   } else if (type == "llama3") {
     s.type = RopeScaling::Type::llama3;
+    // transformers refuses a llama3 RoPE without them (no defaults to fall back on).
+    for (const char* k : {"low_freq_factor", "high_freq_factor"})
+      if (!given(o, k)) r.fail(str(key, ": '", k, "' is required for rope_type llama3"));
     s.low_freq_factor = sub.number("low_freq_factor", 1.0);
     s.high_freq_factor = sub.number("high_freq_factor", 4.0);
     original(true);
@@ -257,7 +260,10 @@ void complete(const Reader& r, RopeScaling& s, const ModelConfig& c, const std::
   const bool scaled = s.type == RopeScaling::Type::yarn || s.type == RopeScaling::Type::longrope ||
                       s.type == RopeScaling::Type::llama3;
   if (!scaled) return;
-  if (given(r.j, "original_max_position_embeddings")) {
+  if (c.model_type == "phi3" && !given(r.j, "original_max_position_embeddings")) {
+    // Phi3Config always has the attribute (default 4096), and it replaces the RoPE's own.
+    s.original_max_position = 4096;
+  } else if (given(r.j, "original_max_position_embeddings")) {
     const int64_t top = r.positive("original_max_position_embeddings");
     if (c.model_type == "phi3") s.original_max_position = top;
     else if (s.original_max_position != 0 && s.original_max_position != top)
@@ -530,6 +536,9 @@ void parse_moe(const Reader& r, ModelConfig& c) {
   constexpr int64_t kMaxExperts = 1024;  // a router row sorts in one device thread's memory
   if (c.experts > kMaxExperts)
     r.fail(str(c.experts, " experts per layer are more than linnet's router takes (", kMaxExperts, ")"));
+  // Absent takes the family's default; null is not absent (transformers' top-k fails on it).
+  if (j.contains("num_experts_per_tok") && j["num_experts_per_tok"].is_null())
+    r.fail("'num_experts_per_tok' must be a positive integer, got null");
   c.experts_per_token = r.positive("num_experts_per_tok", type == "mixtral" ? 2 : 8);
   if (c.experts_per_token > c.experts)
     r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", c.experts, " experts"));
@@ -661,6 +670,10 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     c.post_norms = true;
   }
   if (type == "phi3") c.fused_qkv = c.fused_gate_up = true;
+  // Phi3ForCausalLM.prepare_inputs_for_generation drops the cache when a sequence reaches
+  // original_max_position_embeddings + 1 tokens with no more cached: every key is recomputed
+  // with the long factors. Only longrope changes the keys by it.
+  if (type == "phi3" && c.rope.type == RopeScaling::Type::longrope) c.recompute_cache_at = c.rope.original_max_position;
   if (is_gemma(type)) {
     c.norm_plus_one = true;
     c.post_norms = true;
@@ -672,8 +685,12 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     c.attention_scale = 1.0 / std::sqrt(qpas);
     auto cap = [&](const char* key, double fallback) {
       if (j.contains(key) && j[key].is_null()) return 0.0;
+      if (!given(j, key)) return fallback;
       const double v = r.number(key, fallback);
-      if (v < 0) r.fail(str("'", key, "' must be positive or null"));
+      // 0 is not "off": transformers divides by the cap (all-zero logits, uniform attention).
+      if (!(v > 0))
+        r.fail(str("'", key, "' must be positive or null (null turns soft-capping off; transformers divides by it), got ",
+                   j[key].dump()));
       return v;
     };
     // Gemma 2 defaults to 50 / 30; transformers' Gemma 3 applies only the final cap.

@@ -12,6 +12,8 @@ Generator::Generator(Model& model, SchedulerLimits limits, std::vector<int32_t> 
       scheduler_(pages_, [&] {
         limits.max_seq = model.generics().max_seq;
         limits.whole_prompts = limits.whole_prompts || model.rope_follows_length();
+        limits.recompute_at = model.config().recompute_cache_at;
+        LINNET_CHECK(limits.recompute_at == 0 || limits.whole_prompts, "a recomputed sequence runs whole");
         return limits;
       }()),
       eos_(std::move(eos)) {}

@@ -125,7 +125,8 @@ std::vector<StepRow> Scheduler::schedule() {
     Sequence& s = *running_[i];
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (s.computed >= n - 1) continue;
-    const int64_t chunk = std::min(n - s.computed, budget);
+    // Whole prompts: a sequence recomputed at recompute_at runs whole (the budget may overrun once).
+    const int64_t chunk = limits_.whole_prompts ? n - s.computed : std::min(n - s.computed, budget);
     bool gone = false;
     while (!ensure_pages(s, s.computed + chunk)) {
       if (!rows.empty()) break;
@@ -137,7 +138,7 @@ std::vector<StepRow> Scheduler::schedule() {
     if (gone) break;
     if (static_cast<int64_t>(s.pages.size()) * pages_.page_size() < s.computed + chunk) break;  // wait
     rows.push_back({&s, s.computed, chunk, s.computed + chunk == n});
-    budget -= chunk;
+    budget -= std::min(chunk, budget);
   }
   // 3. Waiting sequences, in order, while there is budget, a free row and pages — not in a
   //    step that had to preempt (the pages it freed are for the sequences that stay).
@@ -175,7 +176,13 @@ std::vector<Completion> Scheduler::complete(const std::vector<StepRow>& rows, co
     std::vector<int32_t> generated;
     if (stop || at_eos || full) generated.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
     const bool at_stop = !at_eos && stop && stop(s.request.index, generated);
-    if (!at_eos && !at_stop && !full) continue;
+    if (!at_eos && !at_stop && !full) {
+      // Its keys so far were rotated for a shorter sequence: all of them again, in one chunk.
+      if (limits_.recompute_at > 0 && s.computed == limits_.recompute_at &&
+          static_cast<int64_t>(s.tokens.size()) == limits_.recompute_at + 1)
+        s.computed = 0;
+      continue;
+    }
     const FinishReason reason = at_eos || at_stop ? FinishReason::stop : FinishReason::length;
     done.push_back(Completion{s.request.index, std::move(generated), reason, s.prompt_len, s.preemptions});
     finished.push_back(&s);

@@ -24,6 +24,11 @@ struct SchedulerLimits {
   // where a chunk boundary or a prefix computed by another request would change the numbers.
   // A prompt past the budget then runs in a step of its own.
   bool whole_prompts = false;
+  // > 0: a sequence whose next token to feed sits at this position, every earlier one cached,
+  // is recomputed whole instead (ModelConfig::recompute_cache_at: Phi-3's longrope switches
+  // to its long factors there, and transformers recomputes the keys with them). Needs
+  // whole_prompts (the recomputation runs in one chunk).
+  int64_t recompute_at = 0;
 };
 
 // A request in the scheduler: its tokens so far (prompt, then generated) and its pages.

@@ -213,7 +213,7 @@ int cmd_eval(const Args& args) {
     }
   }
   report_input_errors(in_path, lines, on_error);
-  JobOutput out(vm["output"].as<std::string>(), output_policy(vm), ranks, lines);
+  JobOutput out(vm["output"].as<std::string>(), in_path, output_policy(vm), ranks, lines);
 
   // This replica's windows, in its lines' order. The model needs no cache for packed scoring:
   // the smallest one (MaxSeq = PageSize) is bound, windows are positions 0 … max_len − 1.
@@ -285,6 +285,7 @@ int cmd_eval(const Args& args) {
     // Over every line this run scored: lm-eval's aggregates (weighted by tokens, words, bytes).
     double ll = 0, rolling_ll = 0;
     int64_t docs = 0, tokens = 0, words = 0, bytes = 0;
+    std::FILE* summary = out.summary_stream();
     for (const json& r : out.results_of_this_run()) {
       if (r.contains("error")) {
         ++errors;
@@ -305,15 +306,15 @@ int cmd_eval(const Args& args) {
       }
     }
     const double nll = tokens ? -ll / static_cast<double>(tokens) : 0;
-    std::printf("eval: %lld documents (%lld errors, %zu already done), %lld tokens scored in %.2f s (%.1f tok/s): "
+    std::fprintf(summary, "eval: %lld documents (%lld errors, %zu already done), %lld tokens scored in %.2f s (%.1f tok/s): "
                 "mean NLL %.6f, perplexity %.4f",
                 static_cast<long long>(docs), static_cast<long long>(errors), out.skipped_done(),
                 static_cast<long long>(tokens), seconds, static_cast<double>(scored_tokens) / seconds, nll, std::exp(nll));
     if (words > 0)
-      std::printf("; rolling: word_perplexity %.4f, byte_perplexity %.4f, bits_per_byte %.6f",
+      std::fprintf(summary, "; rolling: word_perplexity %.4f, byte_perplexity %.4f, bits_per_byte %.6f",
                   std::exp(-rolling_ll / static_cast<double>(words)), std::exp(-rolling_ll / static_cast<double>(bytes)),
                   -rolling_ll / static_cast<double>(bytes) / std::log(2.0));
-    std::printf("\n");
+    std::fprintf(summary, "\n");
     if (errors) spdlog::error("{} of the lines ended in an error (their lines in {} say why); exit code {}", errors,
                               vm["output"].as<std::string>(), kExitSomeLinesFailed);
   }

@@ -158,7 +158,7 @@ int cmd_generate(const Args& args) {
     }
   }
   report_input_errors(in_path, lines, on_error);
-  JobOutput out(vm["output"].as<std::string>(), output_policy(vm), ranks, lines);
+  JobOutput out(vm["output"].as<std::string>(), in_path, output_policy(vm), ranks, lines);
 
   // The pool: what this replica's requests can use at once, within the memory given to it.
   std::vector<int64_t> lengths;
@@ -225,6 +225,7 @@ int cmd_generate(const Args& args) {
   int64_t errors = 0;
   if (ranks.world_rank() == 0) {
     int64_t n = 0, prompt_tokens = 0, completion_tokens = 0;
+    std::FILE* summary = out.summary_stream();
     for (const json& r : out.results_of_this_run()) {
       if (r.contains("error")) {
         ++errors;
@@ -234,7 +235,7 @@ int cmd_generate(const Args& args) {
       prompt_tokens += r.value("prompt_tokens", int64_t{0});
       completion_tokens += r.value("completion_tokens", int64_t{0});
     }
-    std::printf("generate: %lld completions (%lld errors, %zu already done), %lld prompt tokens, %lld generated in "
+    std::fprintf(summary, "generate: %lld completions (%lld errors, %zu already done), %lld prompt tokens, %lld generated in "
                 "%.2f s: %.1f tok/s generated, %.1f tok/s in all\n",
                 static_cast<long long>(n), static_cast<long long>(errors), out.skipped_done(),
                 static_cast<long long>(prompt_tokens), static_cast<long long>(completion_tokens), seconds,

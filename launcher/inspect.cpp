@@ -43,6 +43,9 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
     << backend << " backend), Batch " << g.batch << ", MaxSeq " << g.max_seq << ", PageSize " << g.page_size
     << ". Every rank holds the same shapes";
   if (g.vocab % g.shards) o << " (lm_head's last shard padded: " << g.vocab_per_shard() * g.shards - g.vocab << " rows)";
+  if (g.kv_replicas() > 1)
+    o << " (KV heads replicated: KvHeads " << g.kv_heads << " < Shards " << g.shards << ", so each rank holds the one KV "
+      << "head its q heads use, and each KV head is held by " << g.kv_replicas() << " ranks: k/v rows, their cache)";
   o << ":\n\nParameter\tSplit\tShape per rank\tBytes per rank\n";
   // One line per parameter of the first layer of each kind (dense, sparse), its count after ×;
   // one line per expert tensor (experts[*]), × the experts a rank holds.
@@ -71,7 +74,8 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
       name = name.substr(0, at) + ".experts[*]" + name.substr(close + 1);
       times *= g.experts_per_shard();
     }
-    o << name << "\t" << split_name(p.split) << "\t" << p.shard_shape().to_string() << "\t";
+    o << name << "\t" << split_name(p.split) << (p.replicas > 1 ? str(" (×", p.replicas, " replicated)") : "") << "\t"
+      << p.shard_shape().to_string() << "\t";
     if (name == "lm_head.weight" && c.tie_word_embeddings) {
       o << "0 (a view of embedding.weight: tied)\n";
       continue;

@@ -1,6 +1,7 @@
 #include "launcher/job_io.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,8 +124,8 @@ std::map<std::string, DoneLine> finished_lines_of_all(const std::string& path, c
 }
 }  // namespace
 
-JobOutput::JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines,
-                     std::string id_key)
+JobOutput::JobOutput(const std::string& path, const std::string& input_path, OutputPolicy policy, Ranks& ranks,
+                     const std::vector<InputLine>& lines, std::string id_key)
     : path_(path), part_(part_path(path, ranks.replica())), id_key_(std::move(id_key)), ranks_(ranks), policy_(policy) {
   const int replicas = ranks.replicas();
   writer_ = ranks.shards().rank() == 0;
@@ -133,10 +134,16 @@ JobOutput::JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks,
   // parts a killed run left: their finished lines are gathered into OUT, in input order, when
   // this run finishes), replaced with --overwrite, refused otherwise.
   std::string problem;
+  std::error_code ec;
+  stream_ = fs::exists(path, ec) && !fs::is_regular_file(path, ec);
   if (ranks.world_rank() == 0) {
     try {
-      std::error_code ec;
-      if (fs::exists(path, ec) && !fs::is_regular_file(path, ec) && (policy.resume || replicas > 1))
+      // The same file twice (a path, a link, /dev/stdin and /dev/stdout on one file): writing
+      // would destroy the input, and --resume would take the requests for their answers.
+      if (fs::exists(path, ec) && fs::exists(input_path, ec) && fs::equivalent(path, input_path, ec))
+        throw UsageError(str(path, ": the output is the input file (", input_path,
+                             "); give another output path"));
+      if (stream_ && (policy.resume || replicas > 1))
         throw Error(str(path, ": --output is not a regular file; --resume and several replicas need one (they "
                         "read it back and merge into it)"));
       const auto parts = part_files(path);
@@ -148,7 +155,10 @@ JobOutput::JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks,
           throw UsageError(str(held, " already holds results: give --resume to keep them and run only the lines "
                                "they lack, or --overwrite to replace them"));
       }
-      if (!policy.resume) {
+      if (stream_) {
+        // Opened once, by the writer below: opening a FIFO and closing it again would end its
+        // reader's input, and the second open would wait for a reader forever.
+      } else if (!policy.resume) {
         OutputFile(path, "w", "the output").close();
         for (const auto& p : parts) fs::remove(p);
       } else {
@@ -219,6 +229,7 @@ void JobOutput::write_ready() {
       try {
         file_->write(it->second + "\n");
         file_->flush();  // a finished line survives whatever happens next
+        if (stream_) streamed_.push_back(json::parse(it->second));
       } catch (const Error& e) {
         throw Error(str(e.what(), ". ", written_, " result line(s) of this run were written whole before it; "
                         "`--resume` continues from the last complete line"));
@@ -258,6 +269,7 @@ void JobOutput::finish() {
 }
 
 std::vector<json> JobOutput::results_of_this_run() const {
+  if (stream_) return streamed_;  // a pipe read back would wait on the write end this process holds
   std::vector<json> out;
   const std::set<std::string> input_ids(order_.begin(), order_.end());
   std::ifstream in(path_);
@@ -272,6 +284,14 @@ std::vector<json> JobOutput::results_of_this_run() const {
     }
   }
   return out;
+}
+
+std::FILE* JobOutput::summary_stream() const {
+  struct stat out{}, std_out{};
+  if (::fstat(STDOUT_FILENO, &std_out) == 0 && ::stat(path_.c_str(), &out) == 0 && out.st_dev == std_out.st_dev &&
+      out.st_ino == std_out.st_ino)
+    return stderr;
+  return stdout;
 }
 
 // ---- progress ----

@@ -4,6 +4,7 @@
 // and a progress line on a terminal.
 #pragma once
 #include <chrono>
+#include <cstdio>
 #include <boost/program_options.hpp>
 #include <map>
 #include <memory>
@@ -33,8 +34,11 @@ class JobOutput {
  public:
   // id_key: the key of an output line that holds its input line's id ("id"; run-batch's
   // "custom_id"). An output line is an error line when its "error" is there and not null.
-  JobOutput(const std::string& path, OutputPolicy policy, Ranks& ranks, const std::vector<InputLine>& lines,
-            std::string id_key = "id");
+  // input_path: the file the lines came from (an output that is the input is refused). An output
+  // that is not a regular file (a pipe, a FIFO, /dev/stdout) is written as a stream: no
+  // --resume from it, and this run's results are kept in memory instead of read back.
+  JobOutput(const std::string& path, const std::string& input_path, OutputPolicy policy, Ranks& ranks,
+            const std::vector<InputLine>& lines, std::string id_key = "id");
   ~JobOutput();
 
   // Indices (into `lines`) this replica does, in order.
@@ -47,6 +51,9 @@ class JobOutput {
   void finish();
   // On world rank 0 after finish(): the output lines this run wrote (not those --resume kept).
   std::vector<nlohmann::json> results_of_this_run() const;
+  // Where the command's summary line goes: stderr when the output is this process's stdout
+  // (the summary would land among the results), else stdout.
+  std::FILE* summary_stream() const;
 
  private:
   void write_ready();
@@ -56,6 +63,8 @@ class JobOutput {
   OutputPolicy policy_;
   std::vector<std::string> order_;                // every line's id, in input order
   bool writer_ = false;
+  bool stream_ = false;                           // not a regular file: written once, never read back
+  std::vector<nlohmann::json> streamed_;          // this run's results when stream_ (world rank 0)
   std::unique_ptr<OutputFile> file_;
   size_t written_ = 0;                            // lines this rank wrote
   std::vector<size_t> mine_;

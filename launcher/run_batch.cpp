@@ -112,7 +112,7 @@ int cmd_run_batch(const Args& args) {
   auto lines = read_input_lines(in_path, {"custom_id", "method", "url", "body"}, LineIds{"custom_id", true});
   std::vector<BatchLine> batch(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) batch[i] = read_line(lines[i], str(in_path, ":", lines[i].line), tok, served);
-  JobOutput out(out_path, output_policy(vm), ranks, lines, "custom_id");
+  JobOutput out(out_path, in_path, output_policy(vm), ranks, lines, "custom_id");
 
   std::vector<int64_t> lengths;
   for (size_t i : out.mine())
@@ -200,6 +200,7 @@ int cmd_run_batch(const Args& args) {
   int64_t errors = 0;
   if (ranks.world_rank() == 0) {
     int64_t n = 0, prompt_tokens = 0, completion_tokens = 0;
+    std::FILE* summary = out.summary_stream();
     for (const json& r : out.results_of_this_run()) {
       if (r.contains("error") && !r["error"].is_null()) {
         ++errors;
@@ -210,7 +211,7 @@ int cmd_run_batch(const Args& args) {
       prompt_tokens += usage.value("prompt_tokens", int64_t{0});
       completion_tokens += usage.value("completion_tokens", int64_t{0});
     }
-    std::printf("run-batch: %lld requests answered (%lld errors, %zu already done), %lld prompt tokens, %lld generated "
+    std::fprintf(summary, "run-batch: %lld requests answered (%lld errors, %zu already done), %lld prompt tokens, %lld generated "
                 "in %.2f s: %.1f tok/s generated\n",
                 static_cast<long long>(n), static_cast<long long>(errors), out.skipped_done(),
                 static_cast<long long>(prompt_tokens), static_cast<long long>(completion_tokens), seconds,

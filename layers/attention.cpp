@@ -16,6 +16,7 @@ void GroupedQueryAttention::norm_qk(Context& ctx, Tensor& qkv) const {
     Tensor ss_q = ss.rows(0, 1).reshape({n}), ss_k = ss.rows(1, 2).reshape({n});
     be.sum_squares(qkv, 0, qw, ss_q);
     be.sum_squares(qkv, qw, kw, ss_k);
+    if (!k_squares_counted) be.fill_zero(ss_k);
     ctx.comm.all_reduce_sum(ss);
     be.rms_norm_cols(qkv, 0, 1, qw, q_norm->weight, q_norm->eps, &ss_q, q_norm_width);
     be.rms_norm_cols(qkv, qw, 1, kw, k_norm->weight, k_norm->eps, &ss_k, k_norm_width);

@@ -28,6 +28,9 @@ class GroupedQueryAttention {
   ModelConfig::QkNorm qk_norm = ModelConfig::QkNorm::none;
   std::optional<RmsNorm> q_norm, k_norm;
   int64_t q_norm_width = 0, k_norm_width = 0;  // whole: the norms' full widths (Heads·D, KvHeads·D)
+  // whole, with KV heads replicated across shards: whether this shard's k columns count in the
+  // all-reduced sum of squares (the first shard of each KV head's copies; the others add 0).
+  bool k_squares_counted = true;
 
   // x: [N, H] normed hidden states of the plan's tokens; out: [N, H].
   void forward(Context& ctx, const Tensor& x, const DevicePlan& plan, Tensor& out) const;

@@ -28,7 +28,9 @@ bool better(const Candidate& a, const Candidate& b) { return a.logit > b.logit |
 std::vector<int32_t> Model::choose_rows(const Hidden& hidden, const std::vector<RowChoice>& choices) {
   const int64_t r = hidden.rows, s = comm_.rank();
   const int64_t valid = g_.vocab_valid(s), offset = g_.vocab_begin(s);
-  Tensor local = shard_logits(final_hidden(hidden), g_.t);  // rounded to T, as generate sees them
+  // The f32 logits (before rounding to T): the values logprobs and eval report, so a greedy
+  // token is always its own top-1.
+  Tensor local = shard_logits(final_hidden(hidden), DType::f32);
   Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
   be_.argmax(local, valid, offset, value, index);
   std::vector<int64_t> filtered;  // rows with top-k or top-p

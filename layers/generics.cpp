@@ -48,9 +48,10 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
                     c.model_type, " code applies no sliding window, so the config says one thing and the model "
                     "another (at MaxSeq ≤ the window the two are the same: pass --max-seq ",
                     *c.unapplied_window / g.page_size * g.page_size, " or less)"));
-  for (auto [name, value] : {std::pair{"Heads", g.heads}, {"KvHeads", g.kv_heads}})
-    if (value % g.shards != 0)
-      throw Error(str(name, "=", value, " does not divide by Shards=", g.shards));
+  if (g.heads % g.shards != 0) throw Error(str("Heads=", g.heads, " does not divide by Shards=", g.shards));
+  if (g.kv_heads % g.shards != 0 && g.shards % g.kv_heads != 0)
+    throw Error(str("KvHeads=", g.kv_heads, " does not divide by Shards=", g.shards, ", nor Shards by KvHeads (the KV "
+                    "heads are split across the shards, or each replicated on Shards/KvHeads of them)"));
   // Inner splits where a layer has a dense MLP (a Mixtral's layers are all experts).
   if (c.any_dense_mlp() && g.inner % g.shards != 0)
     throw Error(str("Inner=", g.inner, " does not divide by Shards=", g.shards));

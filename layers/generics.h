@@ -40,7 +40,12 @@ struct Generics {
   // Per shard (rank s of shards): heads, kv heads, inner rows, and lm_head rows. A vocab
   // that does not divide is padded: each shard holds ⌈Vocab/Shards⌉ rows.
   int64_t heads_per_shard() const { return heads / shards; }
-  int64_t kv_heads_per_shard() const { return kv_heads / shards; }
+  // KV heads are split when KvHeads divides by Shards; when Shards is a multiple of KvHeads
+  // each shard keeps the one KV head its q heads use, replicated on Shards/KvHeads shards
+  // (vLLM's replication when tp > num_kv_heads).
+  int64_t kv_replicas() const { return shards > kv_heads ? shards / kv_heads : 1; }
+  int64_t kv_heads_per_shard() const { return shards > kv_heads ? 1 : kv_heads / shards; }
+  int64_t kv_head_begin(int64_t s) const { return s / kv_replicas() * kv_heads_per_shard(); }
   int64_t inner_per_shard() const { return inner / shards; }
   int64_t vocab_per_shard() const { return (vocab + shards - 1) / shards; }
   // Experts: whole experts per shard (expert sharding; every expert under tensor sharding), the

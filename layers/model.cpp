@@ -118,6 +118,7 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
       A.k_norm = norm(p + "attention.k_norm.weight");
       A.q_norm_width = g.heads * d;
       A.k_norm_width = g.kv_heads * d;
+      A.k_squares_counted = shard % g.kv_replicas() == 0;
     }
     const std::string a = p + "attention.";
     A.qkv_proj.weight = matrix(a + "qkv_proj.weight", {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
@@ -332,8 +333,9 @@ Tensor Model::logits(const Hidden& hidden) {
 std::vector<int32_t> Model::choose(const Hidden& hidden, float temperature, uint64_t key0, uint64_t key1,
                                    int32_t step) {
   const int64_t r = hidden.rows, s = comm_.rank();
-  // Logits rounded to T, as the entries return them, so generate picks what decode shows.
-  Tensor local = shard_logits(final_hidden(hidden), g_.t);
+  // The f32 logits, before rounding to T: the values log_probs_packed scores, so a greedy token
+  // is its own top-1 (rounding to T makes near-ties that f32, and transformers, resolve).
+  Tensor local = shard_logits(final_hidden(hidden), DType::f32);
   Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
   if (temperature > 0)
     be_.gumbel_max(local, g_.vocab_valid(s), g_.vocab_begin(s), key0, key1, step, temperature, value, index);

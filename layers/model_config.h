@@ -86,6 +86,10 @@ struct ModelConfig {
   double logits_scaling = 1.0;  // Granite: logits / logits_scaling
   bool fused_qkv = false;       // Phi-3: one qkv_proj tensor in the checkpoint
   bool fused_gate_up = false;   // Phi-3: one gate_up_proj tensor
+  // Phi-3 with longrope (0: never): when a sequence's token at this position is next to
+  // decode, with every earlier one cached, its whole K/V is recomputed first, as transformers'
+  // generate does (its keys then carry the long factors, as a full forward's would).
+  int64_t recompute_cache_at = 0;
 
   // ---- mixtures of experts (Mixtral, Qwen3-MoE, OLMoE): the layers whose LayerKind says
   // sparse replace the MLP by a router and `experts` SwiGLU experts, `experts_per_token` of

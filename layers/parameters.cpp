@@ -25,7 +25,7 @@ Shape ParamSpec::shard_shape() const {
 std::pair<int64_t, int64_t> ParamSpec::shard_range(int64_t shard) const {
   if (split == Split::mirrored || split == Split::expert) return {0, full[0]};
   const int64_t extent = split == Split::rows ? full[0] : full[1];
-  const int64_t begin = std::min(shard * per_shard, extent);
+  const int64_t begin = std::min(shard / replicas * per_shard, extent);
   return {begin, std::min(begin + per_shard, extent)};
 }
 
@@ -40,6 +40,9 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) 
     p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), Split::rows, per_shard, false,
                           std::move(stored), offset, -1});
   };
+  // k/v rows: KvHeads/Shards heads a shard, or one head on each of kv_replicas() shards.
+  const int64_t kv_rows = g.kv_heads_per_shard() * d;
+  auto replicate_kv = [&] { p.back().replicas = g.kv_replicas(); };
   add("model.embed_tokens.weight", "embedding.weight", {g.vocab, h}, Split::mirrored, 0);
   for (int64_t i = 0; i < g.layers; ++i) {
     const std::string hf = "model.layers." + std::to_string(i) + ".";
@@ -54,11 +57,17 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) 
     const Shape fused = {(g.heads + 2 * g.kv_heads) * d, h};
     for (auto [name, heads] : qkv) {
       const std::string w = std::string("self_attn.") + name, cw = std::string("attention.") + name;
+      const bool kv = name[0] != 'q';  // k_proj, v_proj
+      const int64_t rows = kv ? kv_rows : heads / s * d;
       if (c.fused_qkv)
-        add_part(hf + "self_attn.qkv_proj.weight", card + cw + ".weight", {heads * d, h}, fused, offset, heads / s * d);
+        add_part(hf + "self_attn.qkv_proj.weight", card + cw + ".weight", {heads * d, h}, fused, offset, rows);
       else
-        add(hf + w + ".weight", card + cw + ".weight", {heads * d, h}, Split::rows, heads / s * d);
-      if (c.qkv_bias) add(hf + w + ".bias", card + cw + ".bias", {heads * d}, Split::rows, heads / s * d, true);
+        add(hf + w + ".weight", card + cw + ".weight", {heads * d, h}, Split::rows, rows);
+      if (kv) replicate_kv();
+      if (c.qkv_bias) {
+        add(hf + w + ".bias", card + cw + ".bias", {heads * d}, Split::rows, rows, true);
+        if (kv) replicate_kv();
+      }
       offset += heads * d;
     }
     if (c.qk_norm == ModelConfig::QkNorm::per_head) {
@@ -68,8 +77,8 @@ std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) 
       // OLMo 2: one norm over the whole projection, split with it (its sum of squares is
       // all-reduced in the layer).
       add(hf + "self_attn.q_norm.weight", card + "attention.q_norm.weight", {g.heads * d}, Split::rows, g.heads / s * d);
-      add(hf + "self_attn.k_norm.weight", card + "attention.k_norm.weight", {g.kv_heads * d}, Split::rows,
-          g.kv_heads / s * d);
+      add(hf + "self_attn.k_norm.weight", card + "attention.k_norm.weight", {g.kv_heads * d}, Split::rows, kv_rows);
+      replicate_kv();
     }
     add(hf + "self_attn.o_proj.weight", card + "attention.o_proj.weight", {h, g.heads * d}, Split::columns,
         g.heads / s * d);

@@ -31,6 +31,9 @@ struct ParamSpec {
   int64_t row_offset = 0;
   // Split::expert: the one shard that holds (and reads) this tensor, whole.
   int64_t owner = -1;
+  // Split::rows: how many consecutive shards hold the same slice (KV heads replicated when
+  // Shards > KvHeads: Generics::kv_replicas); 1 otherwise.
+  int64_t replicas = 1;
 
   const Shape& stored_shape() const { return stored.rank() ? stored : full; }
 

@@ -49,9 +49,15 @@ LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend&
 
 LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
                        int ranks_sharing) {
-  LoadedModel m = bound(load_hf_config(dir), options, backend, comm, ranks_sharing);
+  const ModelConfig config = load_hf_config(dir);
   CheckpointDir files(dir);
+  // What the config asks for against what the files hold, from their headers, before the
+  // memory plan and before anything is read (a folder with no tensors at all gets the memory
+  // plan's verdict first, then the first missing tensor's name).
+  if (!files.names().empty()) expect_layers(files, config.layers);
+  LoadedModel m = bound(config, options, backend, comm, ranks_sharing);
   CheckpointWeights weights(files, m.config.dtype);
+  weights.expect_all(parameter_specs(m.config, m.generics));
   m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
   // Every shard read its own slices: the first rank that found a bad value tells them all.
   if (const std::string bad = first_error(comm, weights.non_finite()); !bad.empty()) throw Error(bad);

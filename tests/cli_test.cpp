@@ -448,3 +448,17 @@ TEST(Cli, AnUnknownOptionGetsTheNearestOne) {
     EXPECT_ERROR(r, 2, want);
   }
 }
+
+// issue 34 item 3: Shards past KvHeads replicate the KV heads, and inspect says so (before:
+// "KvHeads=1 does not divide by Shards=4").
+TEST(Cli, InspectPrintsReplicatedKvHeads) {
+  const fs::path mqa = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/mqa";
+  const auto r = run_linnet({"inspect", "--checkpoint", mqa.string(), "--shards", "4"});
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("KV heads replicated: KvHeads 1 < Shards 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("layers[*].attention.k_proj.weight\trows (×4 replicated)\t[6, 48]"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("= 2 × 2 layers × [1, 1, 64, 6]"), std::string::npos) << r.output;
+  const auto three = run_linnet({"inspect", "--checkpoint", (fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/gqa").string(),
+                                 "--shards", "3"});
+  EXPECT_NE(three.errors.find("does not divide by Shards=3"), std::string::npos) << three.errors;
+}

@@ -232,3 +232,69 @@ TEST(ConfigKeys, SavedPretrainedFixturesEqualTheirClassicTwins) {
   EXPECT_GE(twins, 8);
   EXPECT_EQ(load_hf_config((golden / "llama3_style_saved").string()).eos_token_ids, (std::vector<int64_t>{2, 5, 7}));
 }
+
+// issue 34 item 11: configs transformers refuses, accepted silently before (made-up llama3
+// frequencies, zero soft-caps that transformers divides by, a null TopK taking the default).
+TEST(ConfigKeys, RefusesWhatTransformersRefuses) {
+  for (const char* key : {"low_freq_factor", "high_freq_factor"}) {
+    json rope = kLlama3Rope;
+    rope.erase(key);
+    EXPECT_EQ(parse_error(with(llama(), "rope_parameters", rope)),
+              str("cfg.json: rope_parameters: '", key, "' is required for rope_type llama3"));
+    json j = with(llama(), "rope_scaling", rope);
+    j["rope_scaling"].erase("rope_theta");
+    EXPECT_NE(parse_error(j).find(str("'", key, "' is required for rope_type llama3")), std::string::npos);
+  }
+  json gemma = with(with(with(llama(), "model_type", "gemma2"), "head_dim", 16), "query_pre_attn_scalar", 16);
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    EXPECT_EQ(parse_error(with(gemma, key, 0.0)),
+              str("cfg.json: '", key, "' must be positive or null (null turns soft-capping off; transformers divides "
+                  "by it), got 0.0"));
+    EXPECT_NE(parse_error(with(gemma, key, -1.0)).find("must be positive or null"), std::string::npos);
+  }
+  // null: off.
+  EXPECT_EQ(parse_hf_config(with(gemma, "final_logit_softcapping", nullptr), "cfg.json").final_softcap, 0);
+  EXPECT_EQ(parse_hf_config(with(gemma, "attn_logit_softcapping", nullptr), "cfg.json").attn_softcap, 0);
+  EXPECT_EQ(parse_hf_config(gemma, "cfg.json").final_softcap, 30.0);  // absent: the default
+  json mixtral = with(with(llama(), "model_type", "mixtral"), "num_local_experts", 4);
+  EXPECT_EQ(parse_hf_config(mixtral, "cfg.json").experts_per_token, 2);  // absent: the default
+  EXPECT_EQ(parse_error(with(mixtral, "num_experts_per_tok", nullptr)),
+            "cfg.json: 'num_experts_per_tok' must be a positive integer, got null");
+}
+
+// Phi3Config always has original_max_position_embeddings (4096 when absent), and it replaces
+// the RoPE's own; transformers' generate recomputes the cache past it (longrope only).
+TEST(ConfigKeys, Phi3OriginalLengthAndItsRecomputation) {
+  json phi = with(with(llama(), "model_type", "phi3"), "max_position_embeddings", 131072);
+  phi["rope_scaling"] = {{"type", "longrope"}, {"short_factor", std::vector<double>(8, 1.0)},
+                         {"long_factor", std::vector<double>(8, 2.0)}, {"original_max_position_embeddings", 8192}};
+  ModelConfig c = parse_hf_config(phi, "cfg.json");
+  EXPECT_EQ(c.rope.original_max_position, 4096);
+  EXPECT_EQ(c.recompute_cache_at, 4096);
+  phi["original_max_position_embeddings"] = 2048;
+  c = parse_hf_config(phi, "cfg.json");
+  EXPECT_EQ(c.rope.original_max_position, 2048);
+  EXPECT_EQ(c.recompute_cache_at, 2048);
+  phi.erase("rope_scaling");
+  EXPECT_EQ(parse_hf_config(phi, "cfg.json").recompute_cache_at, 0);  // default RoPE: the keys would not change
+}
+
+// issue 34 item 3: Shards beyond KvHeads replicate each KV head on Shards/KvHeads shards (the
+// one their q heads use); a Shards neither dividing nor divided by KvHeads is refused.
+TEST(ConfigKeys, ShardsBeyondTheKvHeadsReplicateThem) {
+  const ModelConfig c = parse_hf_config(with(with(llama(), "num_attention_heads", 8), "num_key_value_heads", 2), "x");
+  const Generics g4 = bind_generics(c, RunOptions{1, 64, 4, 16, std::nullopt});
+  EXPECT_EQ(g4.kv_heads_per_shard(), 1);
+  EXPECT_EQ(g4.kv_replicas(), 2);
+  for (int64_t s = 0; s < 4; ++s) EXPECT_EQ(g4.kv_head_begin(s), s / 2);  // q heads 2s, 2s+1 of group s/2
+  const Generics g8 = bind_generics(c, RunOptions{1, 64, 8, 16, std::nullopt});
+  EXPECT_EQ(g8.kv_replicas(), 4);
+  const Generics g2 = bind_generics(c, RunOptions{1, 64, 2, 16, std::nullopt});
+  EXPECT_EQ(g2.kv_replicas(), 1);
+  EXPECT_EQ(g2.kv_heads_per_shard(), 1);
+  const ModelConfig three = parse_hf_config(
+      with(with(with(llama(), "num_attention_heads", 12), "num_key_value_heads", 3), "hidden_size", 48), "x");
+  EXPECT_EQ(error_of([&] { bind_generics(three, RunOptions{1, 64, 2, 16, std::nullopt}); }),
+            "KvHeads=3 does not divide by Shards=2, nor Shards by KvHeads (the KV heads are split across the shards, "
+            "or each replicated on Shards/KvHeads of them)");
+}

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -93,7 +94,8 @@ TEST(HfConfig, RefusesUnsupportedValues) {
   json missing = llama();
   missing.erase("hidden_size");
   EXPECT_EQ(error_of(missing), "cfg.json: missing required key 'hidden_size'");
-  EXPECT_EQ(error_of(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8}})),
+  EXPECT_EQ(error_of(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8}, {"low_freq_factor", 1},
+                                           {"high_freq_factor", 4}})),
             "cfg.json: missing required key 'original_max_position_embeddings'");
   EXPECT_THROW(load_hf_config("/nonexistent/config.json"), Error);
 }
@@ -158,5 +160,29 @@ TEST(HfConfig, MissingAndMisshapedTensorsNameFileAndTensor) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no tensor 'model.layers.0.self_attn.q_proj.bias'"), std::string::npos) << e.what();
+  }
+}
+
+// issue 34 item 11: num_hidden_layers 100000 over 2-layer files was refused only after 40 s (the
+// memory plan and every layer's reads first). Now from the headers, at once, naming both.
+TEST(HfConfig, MoreLayersThanTheFilesHoldAreRefusedBeforeAnyRead) {
+  const fs::path d = fresh_dir("layers");
+  ModelConfig c = parse_hf_config(llama(), "x");
+  write_random_checkpoint(c, d.string(), DType::f32, 1);
+  auto be = make_cpu_backend();
+  SingleCommunicator comm;
+  for (int64_t layers : {3, 100000}) {
+    c.layers = layers;
+    std::ofstream(d / "config.json") << to_hf_config(c).dump();
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      load_model(d.string(), RunOptions{}, *be, comm);
+      FAIL();
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), str(d.string(), ": config.json's num_hidden_layers is ", layers,
+                                           ", but the checkpoint's files hold layers 0…1 only (model.layers.2.* is "
+                                           "missing)"));
+    }
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0);
   }
 }

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <sys/stat.h>
 
 #include "checkpoint/write_checkpoint.h"
 #include "model_fixtures.h"
@@ -216,4 +217,89 @@ TEST(JobFiles, AddBosYesAndNo) {
   const auto r = linnet_run(gen(d / "in.jsonl", d / "x.jsonl", {"--add-bos", "maybe"}));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.errors.find("--add-bos 'maybe': expected auto, yes or no"), std::string::npos) << r.errors;
+}
+
+namespace {
+// A shell line running linnet with `args`, each quoted.
+std::string shell_line(const std::vector<std::string>& args) {
+  std::string cmd = "set -o pipefail; '" + std::string(LINNET_BINARY) + "'";
+  for (const auto& a : args) cmd += " '" + a + "'";
+  return cmd;
+}
+std::string batch_lines(int n) {
+  std::string s;
+  for (int i = 0; i < n; ++i)
+    s += json{{"custom_id", "r" + std::to_string(i)}, {"method", "POST"}, {"url", "/v1/completions"},
+              {"body", {{"prompt", "the cat sat"}, {"max_tokens", 3}, {"temperature", 0}}}}.dump() + "\n";
+  return s;
+}
+std::vector<std::string> batch(const fs::path& in, const fs::path& out, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"run-batch", "--checkpoint", tiny_text_model().string(), "-i", in.string(), "-o",
+                                out.string(), "--backend", "cpu"};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+}  // namespace
+
+// issue 34 item 9. Before: `-o /dev/stdout | cat` hung forever (the results were read back from
+// the pipe the process itself held open), a FIFO too. Now a non-regular output is a stream:
+// every result line goes through it, the summary goes to stderr when the output is stdout, and
+// --resume from a stream is refused.
+TEST(JobFiles, OutputToAPipeOrFifoIsWrittenAsAStream) {
+  const fs::path d = fresh_dir("stream");
+  write_text(d / "in.jsonl", prompts(5));
+  write_text(d / "batch.jsonl", batch_lines(3));
+  struct Case {
+    const char* name;
+    std::vector<std::string> (*args)(const fs::path&, const fs::path&, std::vector<std::string>);
+    fs::path in;
+    size_t lines;
+  };
+  for (const Case& c : {Case{"generate", gen, d / "in.jsonl", 5}, Case{"eval", ev, d / "in.jsonl", 5},
+                        Case{"run-batch", batch, d / "batch.jsonl", 3}}) {
+    SCOPED_TRACE(c.name);
+    // stdout, a pipe: `| cat > piped.jsonl`.
+    const fs::path piped = d / (std::string(c.name) + "-piped.jsonl");
+    auto r = run_command({"/bin/bash", "-c", shell_line(c.args(c.in, "/dev/stdout", {})) + " | cat > '" + piped.string() + "'"},
+                         60, true);
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    const auto lines = linnet::testing::read_jsonl(piped);  // every line a JSON result: no summary among them
+    EXPECT_EQ(lines.size(), c.lines);
+    EXPECT_NE(r.errors.find(std::string(c.name) + ": "), std::string::npos) << "the summary goes to stderr: " << r.errors;
+    // A FIFO with a reader.
+    const fs::path fifo = d / (std::string(c.name) + ".fifo"), read = d / (std::string(c.name) + "-fifo.jsonl");
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    r = run_command({"/bin/bash", "-c", "cat '" + fifo.string() + "' > '" + read.string() + "' & " +
+                                            shell_line(c.args(c.in, fifo, {})) + "; s=$?; wait; exit $s"},
+                    60, true);
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_EQ(linnet::testing::read_jsonl(read).size(), c.lines);
+    EXPECT_NE(r.output.find(std::string(c.name) + ": "), std::string::npos) << "the summary on stdout: " << r.output;
+    // --resume reads the output back: refused on a stream, by name.
+    r = run_command({"/bin/bash", "-c", shell_line(c.args(c.in, "/dev/stdout", {"--resume"})) + " | cat"}, 60, true);
+    EXPECT_EQ(r.exit_code, 1) << r.errors;
+    EXPECT_NE(r.errors.find("--output is not a regular file"), std::string::npos) << r.errors;
+  }
+}
+
+// issue 34 item 10. Before: `run-batch --resume` with the input as its output took the requests
+// for answers and exited 0 having done nothing; --overwrite would have truncated the input.
+TEST(JobFiles, AnOutputThatIsTheInputIsRefused) {
+  const fs::path d = fresh_dir("same");
+  write_text(d / "batch.jsonl", batch_lines(3));
+  write_text(d / "in.jsonl", prompts(3));
+  fs::create_symlink(d / "in.jsonl", d / "link.jsonl");
+  const std::string batch_before = slurp(d / "batch.jsonl"), in_before = slurp(d / "in.jsonl");
+  const std::vector<std::vector<std::string>> runs = {
+      batch(d / "batch.jsonl", d / "batch.jsonl", {"--resume"}), batch(d / "batch.jsonl", d / "batch.jsonl", {"--overwrite"}),
+      gen(d / "in.jsonl", d / "in.jsonl", {"--resume"}), gen(d / "in.jsonl", d / "link.jsonl", {"--overwrite"}),
+      ev(d / "link.jsonl", d / "in.jsonl", {"--resume"})};
+  for (const auto& args : runs) {
+    SCOPED_TRACE(args[0] + " " + args.back());
+    const auto r = linnet_run(args);
+    EXPECT_EQ(r.exit_code, 2) << r.errors;  // a usage error
+    EXPECT_NE(r.errors.find("the output is the input file"), std::string::npos) << r.errors;
+  }
+  EXPECT_EQ(slurp(d / "batch.jsonl"), batch_before);
+  EXPECT_EQ(slurp(d / "in.jsonl"), in_before);
 }

@@ -247,6 +247,54 @@ MOE_CASES = [
 ]
 
 
+# --------------------------------------------------------------------------------------
+# Issue 34: Phi-3's longrope past original_max_position_embeddings during decode (transformers'
+# generate drops the cache at the crossing and recomputes every key with the long factors),
+# shards beyond the KV heads (MQA, GQA-2 with OLMo 2's whole-projection q/k norms), and bf16
+# greedy near ties (rounding the logits to bf16 would pick another token than f32 does).
+# Seeds 4000 + index; `dtypes` says which of FAMILY_DTYPES each is written in; `steps` the
+# generate steps. Written with `make_golden.py --only NAME …` without touching other cases.
+# --------------------------------------------------------------------------------------
+
+PHI3_LONGROPE = dict(architectures=["Phi3ForCausalLM"], model_type="phi3", num_attention_heads=6,
+                     num_key_value_heads=6, partial_rotary_factor=0.75, original_max_position_embeddings=16,
+                     rope_scaling={"rope_type": "longrope", "short_factor": [1.0, 1.25, 1.5],
+                                   "long_factor": [1.5, 3.0, 6.0]})
+
+ISSUE34_CASES = [
+    dict(family("phi3_longrope_decode", "Phi3ForCausalLM, longrope over original 16: a 10-token prompt and 16 "
+                "greedy steps, so the sequence reaches 17 tokens at step 7, where transformers' generate drops its "
+                "cache and recomputes every key with the long factors",
+                inputs={"S": 12, "runs": [(5, 0), (7, 0), (4, 0), (6, 3)], "S0": 10}, **PHI3_LONGROPE),
+         steps=16, dtypes=[("", "float32")]),
+    dict(family("phi3_longrope_decode16", "Phi3ForCausalLM, longrope over original 16: a prompt of exactly 16 "
+                "tokens, so the first decode step already crosses (16 cached, 17 in all)",
+                inputs={"S": 16, "runs": [(5, 0), (7, 0), (4, 0), (6, 3)], "S0": 16}, **PHI3_LONGROPE),
+         steps=12, dtypes=[("_bf16", "bfloat16")]),
+    dict(family("mqa", "Qwen2ForCausalLM with one KV head (MQA: 8 q heads over 1 KV head) and q/k/v biases: at "
+                "Shards 2 and 4 the KV head is replicated on every rank", architectures=["Qwen2ForCausalLM"],
+                model_type="qwen2", num_attention_heads=8, num_key_value_heads=1, use_sliding_window=False),
+         steps=8, dtypes=[("", "float32")]),
+    dict(family("olmo2_kv2", "Olmo2ForCausalLM, 8 q heads over 2 KV heads: at Shards 4 each KV head is on two "
+                "ranks, and the k norm's sum of squares (over the whole projection) counts each once",
+                architectures=["Olmo2ForCausalLM"], model_type="olmo2", num_attention_heads=8, num_key_value_heads=2,
+                rms_norm_eps=1e-05, attention_bias=False),
+         steps=8, dtypes=[("", "float32")]),
+    dict(family("bf16_near_ties", "LlamaForCausalLM in bfloat16, 40 greedy steps from prompts chosen so that at "
+                "least one step's two best f32 logits round to one bf16 value with the lower id second (an argmax "
+                "over bf16-rounded logits picks another token than transformers' f32 one), every f32 top-2 gap "
+                "above 1e-4", architectures=["LlamaForCausalLM"], model_type="llama", num_attention_heads=8,
+                num_key_value_heads=4, rope_theta=10000.0),
+         steps=40, dtypes=[("_bf16", "bfloat16")], want_bf16_flip=True),
+]
+
+
+def bf16_flip(dec):
+    """Per row: whether argmax over the bf16-rounded logits differs from the f32 argmax at some step."""
+    import torch
+    return (dec.to(torch.bfloat16).float().argmax(-1) != dec.argmax(-1)).any(-1)
+
+
 def moe_tweak(case):
     """The routers of a MoE case: N(0, 0.2) (logits of spread ~1 over 32 dims), and the case's
     special router (all zeros, or two equal rows) — checked to tie exactly in torch."""
@@ -347,9 +395,26 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     ref.generation_config.pad_token_id = 0
     V, H = cfg["vocab_size"], cfg["hidden_size"]
     S, S0, runs = inp["S"], inp["S0"], inp["runs"]
+    steps = c.get("steps", STEPS)
     g = {}
     with torch.no_grad():
         toks = torch.from_numpy(rng.integers(0, V, size=(B, S))).long()
+        for attempt in range(200 if c.get("want_bf16_flip") else 0):
+            # Prompts drawn until a row's greedy run has a step that bf16 rounding would
+            # decide otherwise, with no f32 near-tie that float noise could flip.
+            p = toks[:, :S0]
+            o = ref.generate(input_ids=p, attention_mask=torch.ones_like(p), do_sample=False, max_new_tokens=steps,
+                             min_new_tokens=0, eos_token_id=None, pad_token_id=0, output_logits=True,
+                             return_dict_in_generate=True)
+            dec = torch.stack([x.float() for x in o.logits], 1)
+            top2 = dec.topk(2, -1).values
+            if bool(bf16_flip(dec).any()) and float((top2[..., 0] - top2[..., 1]).min()) > 1e-4:
+                checks["bf16_flip_rows"] = bf16_flip(dec).int().tolist()
+                checks["prompt_attempts"] = attempt + 1
+                break
+            toks = torch.from_numpy(rng.integers(0, V, size=(B, S))).long()
+        else:
+            assert not c.get("want_bf16_flip"), f"{name}: no prompts with a bf16 near tie found"
         reset_rope(ref)
         logits = ref(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
         g["forward_tokens"] = toks.int()
@@ -393,11 +458,11 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         prompt = toks[:, :S0].clone()
         reset_rope(ref)
         outg = ref.generate(input_ids=prompt, attention_mask=torch.ones_like(prompt), do_sample=False,
-                            max_new_tokens=STEPS, min_new_tokens=0, eos_token_id=None, pad_token_id=0,
+                            max_new_tokens=steps, min_new_tokens=0, eos_token_id=None, pad_token_id=0,
                             output_logits=True, return_dict_in_generate=True)
         greedy = outg.sequences[:, S0:]
         dec = torch.stack([x.float() for x in outg.logits], 1)  # [B, Steps, V]
-        assert greedy.shape == (B, STEPS) and dec.shape == (B, STEPS, V)
+        assert greedy.shape == (B, steps) and dec.shape == (B, steps, V)
         assert torch.equal(dec.argmax(-1), greedy), "greedy tokens are not the logits' argmax"
         g["greedy_prompt"] = prompt.int()
         g["greedy_tokens"] = greedy.int()
@@ -427,7 +492,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         "architecture": cfg["architectures"][0],
         "model_type": cfg["model_type"],
         "torch_dtype": dtype_name,
-        "shapes": {"B": B, "S": S, "P": int(tokens.numel()), "runs_len_start": runs, "S0": S0, "Steps": STEPS},
+        "shapes": {"B": B, "S": S, "P": int(tokens.numel()), "runs_len_start": runs, "S0": S0, "Steps": steps},
         "greedy_min_top2_gap": round(float(g["greedy_top2_gap"].min()), 6),
         "checks": checks,
         "config": saved_cfg,
@@ -465,6 +530,8 @@ def main():
     from transformers import AutoConfig, AutoModelForCausalLM
 
     rewrite = "--rewrite" in sys.argv[1:]
+    if "--only" in sys.argv[1:]:
+        return write_only(sys.argv[sys.argv.index("--only") + 1:])
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     torch.set_num_threads(1)
@@ -682,6 +749,42 @@ def main():
         f.write("\n")
     print(f"[golden] wrote {len(manifest['cases'])} cases ({len(SAVED)} of them save_pretrained "
           f"twins), {manifest['total_bytes']} bytes in all", flush=True)
+
+
+def issue34_cases():
+    """(name, writer) of every issue-34 case in every dtype it is written in."""
+    out = []
+    for i, c in enumerate(ISSUE34_CASES):
+        for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
+            out.append((c["name"] + suffix,
+                        lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
+                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=4000)))
+    return out
+
+
+def write_only(names):
+    """Writes the named cases (issue 34's) and replaces their entries in manifest.json; every
+    other case and its files stay as they are."""
+    import torch
+    import transformers
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    writers = dict(issue34_cases())
+    unknown = [n for n in names if n not in writers]
+    assert names and not unknown, f"--only takes these cases: {sorted(writers)}; not {unknown}"
+    path = os.path.join(OUT, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    for n in names:
+        entry = writers[n]()
+        entry["issue34"] = True
+        manifest["cases"] = [e for e in manifest["cases"] if e["name"] != n] + [entry]
+    manifest["total_bytes"] = sum(e["bytes"] for e in manifest["cases"])
+    with open(path, "w") as f:
+        json.dump(manifest, f, indent=2)
+        f.write("\n")
 
 
 def keep_existing(path, g):
