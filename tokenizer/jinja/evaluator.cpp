@@ -4,6 +4,7 @@
 // its parent's; a macro sees the variables of the scope it was defined in, as they are when
 // it is called.
 #include <cmath>
+#include <unordered_map>
 
 #include "tokenizer/jinja/ast.h"
 #include "tokenizer/jinja/builtins.h"
@@ -14,24 +15,16 @@ namespace {
 
 struct Scope {
   std::shared_ptr<Scope> parent;
-  std::vector<std::pair<std::string, Value>> vars;
+  std::unordered_map<std::string, Value> vars;  // hashed: a context may hold many thousand names
 
   explicit Scope(std::shared_ptr<Scope> p = nullptr) : parent(std::move(p)) {}
 
   const Value* lookup(const std::string& name) const {
     for (const Scope* s = this; s; s = s->parent.get())
-      for (const auto& [k, v] : s->vars)
-        if (k == name) return &v;
+      if (auto it = s->vars.find(name); it != s->vars.end()) return &it->second;
     return nullptr;
   }
-  void set(const std::string& name, Value v) {
-    for (auto& [k, x] : vars)
-      if (k == name) {
-        x = std::move(v);
-        return;
-      }
-    vars.emplace_back(name, std::move(v));
-  }
+  void set(const std::string& name, Value v) { vars.insert_or_assign(name, std::move(v)); }
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
@@ -273,8 +266,6 @@ class Evaluator {
         auto d = std::make_shared<Dict>();
         for (std::size_t i = 0; i + 1 < e.items.size(); i += 2) {
           Value k = eval(*e.items[i], scope);
-          if (k.is_sequence() && !k.is_tuple()) throw EvalError("unhashable type: 'list'");
-          if (k.is_dict()) throw EvalError("unhashable type: 'dict'");
           d->set(k, eval(*e.items[i + 1], scope));
         }
         return Value::dict(d);
@@ -360,7 +351,7 @@ Value make_dict(CallArgs& args) {
   if (!args.positional.empty()) {
     const Value& src = args.positional[0];
     if (src.is_dict()) {
-      d->items = src.dict_ref().items;
+      *d = src.dict_ref();
     } else {
       for (const Value& pair : iterate(src)) {
         List kv = iterate(pair);
@@ -402,7 +393,7 @@ Globals builtin_globals() {
       {"dict", Value::function("dict", make_dict)},
       {"namespace", Value::function("namespace", [](CallArgs& args) {
          Value d = make_dict(args);
-         for (const auto& [k, v] : d.dict_ref().items)
+         for (const auto& [k, v] : d.dict_ref().items())
            if (k.is_string() && !k.as_string().empty() && k.as_string()[0] == '_')
              throw EvalError("Chat templates cannot store underscore-prefixed attributes on a namespace, but got " + k.repr() + ". Please rename the attribute.");
          return Value::namespace_(std::make_shared<Dict>(d.dict_ref()));
@@ -424,13 +415,26 @@ Template Template::parse(std::string_view source, const Options& options) {
 }
 
 std::string Template::render(const nlohmann::ordered_json& context, const Globals& globals) const {
+  if (!context.is_null() && !context.is_object()) throw RenderError("the template context must be a JSON object");
+  Variables variables;
+  if (context.is_object()) {
+    variables.reserve(context.size());
+    try {
+      for (auto it = context.begin(); it != context.end(); ++it) variables.emplace_back(it.key(), from_json(it.value()));
+    } catch (const EvalError& e) {
+      throw RenderError(str("the template context: ", e.what()));
+    }
+  }
+  return render_values(variables, globals);
+}
+
+std::string Template::render_values(const Variables& context, const Globals& globals) const {
   auto base = std::make_shared<Scope>();
   for (auto& [k, v] : builtin_globals()) base->set(k, v);
   for (auto& [k, v] : globals) base->set(k, v);
   auto top = std::make_shared<Scope>(base);
-  if (!context.is_null() && !context.is_object()) throw RenderError("the template context must be a JSON object");
-  if (context.is_object())
-    for (auto it = context.begin(); it != context.end(); ++it) top->set(it.key(), from_json(it.value()));
+  top->vars.reserve(context.size());
+  for (const auto& [k, v] : context) top->set(k, v);
   // The template's own top-level variables sit above its context, as jinja2's do.
   auto scope = std::make_shared<Scope>(top);
   Evaluator ev;

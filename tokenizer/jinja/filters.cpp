@@ -274,7 +274,7 @@ const std::map<std::string, Filter>& filters() {
       if (by != "key" && by != "value") throw EvalError("You can only sort by either \"key\" or \"value\"");
       if (!v.is_dict()) throw EvalError("'" + v.type_name() + "' has no attribute 'items'");
       List items;
-      for (const auto& [k, x] : v.dict_ref().items) items.push_back(Value::tuple({k, x}));
+      for (const auto& [k, x] : v.dict_ref().items()) items.push_back(Value::tuple({k, x}));
       bool ignore = !case_sensitive(a[0]);
       std::size_t pos = by == "key" ? 0 : 1;
       return Value::list(sorted(items, [pos, ignore](const Value& item) {
@@ -332,7 +332,7 @@ const std::map<std::string, Filter>& filters() {
       if (v.is_undefined()) return Value::generator({});
       if (!v.is_dict()) throw EvalError("Can only get item pairs from a mapping.");
       List out;
-      for (const auto& [k, x] : v.dict_ref().items) out.push_back(Value::tuple({k, x}));
+      for (const auto& [k, x] : v.dict_ref().items()) out.push_back(Value::tuple({k, x}));
       return Value::generator(std::move(out));
     };
     f["indent"] = do_indent;
@@ -399,11 +399,12 @@ const std::map<std::string, Filter>& filters() {
     f["unique"] = [](const Value& v, CallArgs& args) {
       auto a = bind_args("unique", args, {"case_sensitive", "attribute"});
       auto key = attr_getter(a[1], {}, !case_sensitive(a[0]));
-      List out, seen;
+      List out;
+      Dict seen;  // a set, as jinja2's: constant-time lookups, unhashable items refused
       for (const Value& item : iterate(v)) {
         Value k = key(item);
-        if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) continue;
-        seen.push_back(k);
+        if (seen.find(k)) continue;
+        seen.set(k, Value::none());
         out.push_back(item);
       }
       return Value::generator(std::move(out));

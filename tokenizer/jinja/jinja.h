@@ -48,6 +48,8 @@ class RaiseError : public linnet::Error {
 
 // Names the template can call or read besides its context, e.g. {"strftime_now", fn}.
 using Globals = std::vector<std::pair<std::string, Value>>;
+// A context as values: name and value, in order (a later name replaces an earlier one).
+using Variables = std::vector<std::pair<std::string, Value>>;
 
 // strftime_now(format) as transformers defines it (datetime.now().strftime), at time `now`
 // (local time) or at the real current time when now is empty.
@@ -65,6 +67,8 @@ class Template {
   // Renders with `context`'s keys as variables, then `globals` (raise_exception, namespace,
   // dict, range and strftime_now are always there; a global of the same name replaces them).
   std::string render(const nlohmann::ordered_json& context, const Globals& globals = {}) const;
+  // The same with the context already made values (ChatTemplate builds them in one pass).
+  std::string render_values(const Variables& context, const Globals& globals = {}) const;
 
  private:
   std::shared_ptr<const Program> program_;

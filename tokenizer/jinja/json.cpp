@@ -99,7 +99,7 @@ void dump(std::string& out, const Value& v, const JsonStyle& style, int level) {
     }
     case Value::Kind::Dict: {
       std::vector<const std::pair<Value, Value>*> items;
-      for (const auto& item : v.dict_ref().items) items.push_back(&item);
+      for (const auto& item : v.dict_ref().items()) items.push_back(&item);
       if (items.empty()) {
         out += "{}";
         return;
@@ -166,7 +166,7 @@ Value from_json(const nlohmann::ordered_json& j) {
     }
     case nlohmann::json::value_t::object: {
       auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(Value(it.key()), from_json(it.value()));
+      for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value()));
       return Value::dict(std::move(d));
     }
     default: return Value::none();

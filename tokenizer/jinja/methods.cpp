@@ -168,18 +168,19 @@ Value dict_method(const Value& d, const std::string& name, CallArgs& args) {
   if (name == "items") {
     arg({});
     List out;
-    for (const auto& [k, v] : dict.items) out.push_back(Value::tuple({k, v}));
+    for (const auto& [k, v] : dict.items()) out.push_back(Value::tuple({k, v}));
     return Value::list(std::move(out));
   }
   if (name == "keys" || name == "values") {
     arg({});
     List out;
-    for (const auto& [k, v] : dict.items) out.push_back(name == "keys" ? k : v);
+    for (const auto& [k, v] : dict.items()) out.push_back(name == "keys" ? k : v);
     return Value::list(std::move(out));
   }
   if (name == "get") {
     auto a = arg({"key", "default"});
     if (!a[0]) throw EvalError("get expected at least 1 argument, got 0");
+    require_hashable(*a[0]);
     const Value* v = dict.find(*a[0]);
     return v ? *v : a[1] ? *a[1] : Value::none();
   }
@@ -332,7 +333,7 @@ List iterate(const Value& v) {
     case Value::Kind::List: case Value::Kind::Tuple: return v.items();
     case Value::Kind::Dict: {
       List keys;
-      for (const auto& item : v.dict_ref().items) keys.push_back(item.first);
+      for (const auto& item : v.dict_ref().items()) keys.push_back(item.first);
       return keys;
     }
     case Value::Kind::String: {
@@ -350,7 +351,10 @@ bool contains(const Value& container, const Value& item) {
     if (!item.is_string()) throw EvalError("'in <string>' requires string as left operand, not " + item.type_name());
     return container.as_string().find(item.as_string()) != std::string::npos;
   }
-  if (container.is_dict()) return container.dict_ref().find(item) != nullptr;
+  if (container.is_dict()) {
+    require_hashable(item);
+    return container.dict_ref().find(item) != nullptr;
+  }
   if (container.is_sequence()) {
     for (const Value& x : container.items())
       if (equals(x, item)) return true;
@@ -370,7 +374,7 @@ std::int64_t py_len(const Value& v) {
     case Value::Kind::List: case Value::Kind::Tuple:
       if (v.is_generator()) throw EvalError("object of type 'generator' has no len()");
       return std::int64_t(v.items().size());
-    case Value::Kind::Dict: return std::int64_t(v.dict_ref().items.size());
+    case Value::Kind::Dict: return std::int64_t(v.dict_ref().size());
     default: throw EvalError("object of type '" + v.type_name() + "' has no len()");
   }
 }

@@ -8,6 +8,43 @@
 
 namespace linnet::jinja {
 
+namespace {
+
+// Values whose containers are being released: a thread's queue, emptied by the outermost
+// release one value at a time, so that releasing lists nested 100,000 deep is a loop, not a
+// recursion that deep.
+thread_local std::vector<Value> releasing;
+thread_local bool draining = false;
+
+void queue_release(Value& v) {
+  if (v.is_sequence() || v.is_dict() || v.is_namespace()) releasing.push_back(std::move(v));
+}
+
+void drain_releases() {
+  if (draining) return;  // an outer release empties the queue
+  draining = true;
+  while (!releasing.empty()) {
+    Value last = std::move(releasing.back());
+    releasing.pop_back();
+  }  // `last` going may queue its own items, which the loop takes next
+  draining = false;
+}
+
+}  // namespace
+
+ListBox::~ListBox() {
+  for (Value& v : items) queue_release(v);
+  drain_releases();
+}
+
+Dict::~Dict() {
+  for (auto& [k, v] : items_) {
+    queue_release(k);
+    queue_release(v);
+  }
+  drain_releases();
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
   v.s_ = std::make_shared<std::string>(std::move(hint));
@@ -35,7 +72,8 @@ Value::Value(std::string s, bool markup)
 Value Value::list(List items) {
   Value v;
   v.kind_ = Kind::List;
-  v.list_ = std::make_shared<List>(std::move(items));
+  v.list_ = std::make_shared<ListBox>();
+  v.list_->items = std::move(items);
   return v;
 }
 
@@ -85,8 +123,8 @@ bool Value::truthy() const {
     case Kind::Int: return i_ != 0;
     case Kind::Float: return f_ != 0;
     case Kind::String: return !s_->empty();
-    case Kind::List: case Kind::Tuple: return generator_ || !list_->empty();
-    case Kind::Dict: return !dict_->items.empty();
+    case Kind::List: case Kind::Tuple: return generator_ || !list_->items.empty();
+    case Kind::Dict: return !dict_->empty();
     default: return true;
   }
 }
@@ -146,9 +184,9 @@ static std::string join_repr(const List& items) {
 
 static std::string dict_repr(const Dict& d) {
   std::string out = "{";
-  for (std::size_t i = 0; i < d.items.size(); ++i) {
+  for (std::size_t i = 0; i < d.size(); ++i) {
     if (i) out += ", ";
-    out += d.items[i].first.repr() + ": " + d.items[i].second.repr();
+    out += d.items()[i].first.repr() + ": " + d.items()[i].second.repr();
   }
   return out + "}";
 }
@@ -164,9 +202,9 @@ std::string Value::str() const {
     case Kind::List: {
       if (generator_) return "<generator object>";
       Printing guard(list_.get());
-      return guard.again ? "[...]" : linnet::str("[", join_repr(*list_), "]");
+      return guard.again ? "[...]" : linnet::str("[", join_repr(list_->items), "]");
     }
-    case Kind::Tuple: return linnet::str("(", join_repr(*list_), list_->size() == 1 ? ",)" : ")");
+    case Kind::Tuple: return linnet::str("(", join_repr(list_->items), list_->items.size() == 1 ? ",)" : ")");
     case Kind::Dict: {
       Printing guard(dict_.get());
       return guard.again ? "{...}" : dict_repr(*dict_);
@@ -220,12 +258,42 @@ bool Value::same_object(const Value& o) const {
   return false;
 }
 
+namespace {
+
+// An int against a float, exactly (Python compares the values, not the int made a float):
+// -1, 0 or 1 for i <, ==, > f; nullopt when f is NaN.
+std::optional<int> compare_int_float(std::int64_t i, double f) {
+  if (std::isnan(f)) return std::nullopt;
+  constexpr double kTwo63 = 9223372036854775808.0;
+  if (f >= kTwo63) return -1;
+  if (f < -kTwo63) return 1;
+  const double whole = std::trunc(f);  // in [-2**63, 2**63): exact as an int64
+  const auto w = static_cast<std::int64_t>(whole);
+  if (i != w) return i < w ? -1 : 1;
+  if (f == whole) return 0;
+  return f > whole ? -1 : 1;
+}
+
+// <0, 0, >0 for numbers a and b; nullopt when either is NaN.
+std::optional<int> compare_numbers(const Value& a, const Value& b) {
+  if (a.is_float() && b.is_float()) {
+    const double x = a.as_float(), y = b.as_float();
+    if (std::isnan(x) || std::isnan(y)) return std::nullopt;
+    return x < y ? -1 : x > y ? 1 : 0;
+  }
+  if (a.is_float()) {
+    auto c = compare_int_float(b.as_int(), a.as_float());
+    return c ? std::optional<int>(-*c) : std::nullopt;
+  }
+  if (b.is_float()) return compare_int_float(a.as_int(), b.as_float());
+  return a.as_int() < b.as_int() ? -1 : a.as_int() > b.as_int() ? 1 : 0;
+}
+
+}  // namespace
+
 bool equals(const Value& a, const Value& b) {
   using K = Value::Kind;
-  if (a.is_number() && b.is_number()) {
-    if (a.is_float() || b.is_float()) return a.as_float() == b.as_float();
-    return a.as_int() == b.as_int();
-  }
+  if (a.is_number() && b.is_number()) return compare_numbers(a, b) == 0;
   if (a.kind() != b.kind()) return false;
   switch (a.kind()) {
     case K::Undefined: return !a.is_unsafe() && !b.is_unsafe();
@@ -241,8 +309,8 @@ bool equals(const Value& a, const Value& b) {
     }
     case K::Dict: {
       const Dict &x = a.dict_ref(), &y = b.dict_ref();
-      if (x.items.size() != y.items.size()) return false;
-      for (const auto& [k, v] : x.items) {
+      if (x.size() != y.size()) return false;
+      for (const auto& [k, v] : x.items()) {
         const Value* other = y.find(k);
         if (!other || !equals(v, *other)) return false;
       }
@@ -270,10 +338,7 @@ static std::string python_type(const Value& v) {
 }
 
 bool less(const Value& a, const Value& b) {
-  if (a.is_number() && b.is_number()) {
-    if (a.is_float() || b.is_float()) return a.as_float() < b.as_float();
-    return a.as_int() < b.as_int();
-  }
+  if (a.is_number() && b.is_number()) return compare_numbers(a, b) < 0;
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 order is code point order
   if (a.kind() == b.kind() && a.is_sequence()) {
     const List &x = a.items(), &y = b.items();
@@ -285,24 +350,85 @@ bool less(const Value& a, const Value& b) {
   throw EvalError("'<' not supported between instances of '" + python_type(a) + "' and '" + python_type(b) + "'");
 }
 
+bool hashable(const Value& v) {
+  if (v.is_tuple()) return std::all_of(v.items().begin(), v.items().end(), [](const Value& x) { return hashable(x); });
+  return !(v.is_list() && !v.is_generator()) && !v.is_dict();
+}
+
+void require_hashable(const Value& v) {
+  if (hashable(v)) return;
+  const Value* part = &v;  // Python names the first unhashable item of a tuple
+  while (part->is_tuple()) part = &*std::find_if(part->items().begin(), part->items().end(), [](const Value& x) { return !hashable(x); });
+  throw EvalError("unhashable type: '" + python_type(*part) + "'");
+}
+
+std::size_t hash_key(const Value& v) {
+  auto mix = [](std::size_t h, std::size_t x) { return h ^ (x + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)); };
+  switch (v.kind()) {
+    case Value::Kind::Undefined: return 0x51;  // every undefined equals every other (but unsafe ones)
+    case Value::Kind::None: return 0x4e;
+    case Value::Kind::Bool: case Value::Kind::Int: return std::hash<std::int64_t>()(v.as_int());
+    case Value::Kind::Float: {
+      // A float equal to an int hashes as that int (1.0 and 1 are one key).
+      const double f = v.as_float();
+      if (f == std::trunc(f) && f >= -9223372036854775808.0 && f < 9223372036854775808.0)
+        return std::hash<std::int64_t>()(static_cast<std::int64_t>(f));
+      return std::hash<double>()(f);
+    }
+    case Value::Kind::String: return std::hash<std::string>()(v.as_string());
+    case Value::Kind::List: case Value::Kind::Tuple: {
+      if (v.is_generator()) return std::hash<const void*>()(&v.items());
+      std::size_t h = v.items().size();
+      for (const Value& x : v.items()) h = mix(h, hash_key(x));
+      return h;
+    }
+    case Value::Kind::Dict: return 0x44;  // unhashable: never a key
+    case Value::Kind::Namespace: return std::hash<const void*>()(&v.dict_ref());
+    case Value::Kind::Function: return std::hash<const void*>()(&v.function_ref());
+  }
+  return 0;
+}
+
+namespace {
+constexpr std::size_t kIndexedFrom = 8;  // smaller dicts are searched in order: cheaper than hashing
+}
+
+std::ptrdiff_t Dict::position(const Value& key) const {
+  if (index_.empty()) {
+    for (std::size_t i = 0; i < items_.size(); ++i)
+      if (equals(items_[i].first, key)) return std::ptrdiff_t(i);
+    return -1;
+  }
+  if (!hashable(key)) return -1;
+  auto [from, to] = index_.equal_range(hash_key(key));
+  for (auto it = from; it != to; ++it)
+    if (equals(items_[it->second].first, key)) return std::ptrdiff_t(it->second);
+  return -1;
+}
+
 const Value* Dict::find(const Value& key) const {
-  for (const auto& item : items)
-    if (equals(item.first, key)) return &item.second;
-  return nullptr;
+  const std::ptrdiff_t at = position(key);
+  return at < 0 ? nullptr : &items_[std::size_t(at)].second;
 }
 
 Value* Dict::find(const Value& key) {
-  for (auto& item : items)
-    if (equals(item.first, key)) return &item.second;
-  return nullptr;
+  const std::ptrdiff_t at = position(key);
+  return at < 0 ? nullptr : &items_[std::size_t(at)].second;
 }
 
 void Dict::set(const Value& key, Value value) {
+  require_hashable(key);
   if (Value* v = find(key)) {
     *v = std::move(value);
     return;
   }
-  items.emplace_back(key, std::move(value));
+  items_.emplace_back(key, std::move(value));
+  if (items_.size() == kIndexedFrom) {
+    index_.reserve(2 * kIndexedFrom);
+    for (std::size_t i = 0; i < items_.size(); ++i) index_.emplace(hash_key(items_[i].first), i);
+  } else if (items_.size() > kIndexedFrom) {
+    index_.emplace(hash_key(key), items_.size() - 1);
+  }
 }
 
 }  // namespace linnet::jinja

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,12 +19,30 @@ namespace linnet::jinja {
 class Value;
 using List = std::vector<Value>;
 
-// A dict keyed by Python equality (1, 1.0 and True are one key), in insertion order.
-struct Dict {
-  std::vector<std::pair<Value, Value>> items;
+// A dict keyed by Python equality (1, 1.0 and True are one key), in insertion order. Lookups
+// take constant time past a few items (an index by hash_key beside the items, as Python's
+// dicts), so a context or message with many keys costs linear time, not quadratic.
+class Dict {
+ public:
+  Dict() = default;
+  Dict(const Dict& other) = default;
+  Dict& operator=(const Dict& other) = default;
+  ~Dict();
+
+  const std::vector<std::pair<Value, Value>>& items() const { return items_; }
+  std::size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  // nullptr when absent (also for an unhashable key, which no dict can hold).
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
+  // Replaces the value of an existing key in place, else appends; EvalError for an
+  // unhashable key ("unhashable type: 'list'").
   void set(const Value& key, Value value);
+
+ private:
+  std::vector<std::pair<Value, Value>> items_;
+  std::unordered_multimap<std::size_t, std::size_t> index_;  // hash_key → position; empty while small
+  std::ptrdiff_t position(const Value& key) const;
 };
 
 // What a callable receives: positional and keyword arguments as written at the call.
@@ -41,6 +60,14 @@ struct Function {
 class EvalError : public linnet::Error {
  public:
   using linnet::Error::Error;
+};
+
+// A list's items, released one level at a time when it goes (release_nested in value.cpp):
+// a list nested 100,000 deep, which a template can build, must not recurse that deep in
+// destructors.
+struct ListBox {
+  List items;
+  ~ListBox();
 };
 
 class Value {
@@ -90,7 +117,7 @@ class Value {
   std::int64_t as_int() const { return kind_ == Kind::Bool ? std::int64_t(b_) : i_; }
   double as_float() const { return kind_ == Kind::Float ? f_ : double(as_int()); }
   const std::string& as_string() const { return *s_; }
-  List& items() const { return *list_; }  // list or tuple
+  List& items() const { return list_->items; }  // list or tuple
   Dict& dict_ref() const { return *dict_; }  // dict or namespace
   const Function& function_ref() const { return *fn_; }
   const std::string& undefined_hint() const { return *s_; }
@@ -116,14 +143,21 @@ class Value {
   std::int64_t i_ = 0;
   double f_ = 0;
   std::shared_ptr<std::string> s_;
-  std::shared_ptr<List> list_;
+  std::shared_ptr<ListBox> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
 };
 
 // Python ==, and < for sorting and comparisons (EvalError when Python would raise TypeError).
+// An int and a float compare exactly, as Python's do (2**53 + 1 != 2.0**53).
 bool equals(const Value& a, const Value& b);
 bool less(const Value& a, const Value& b);
+
+// Python's hash() as far as dicts need it: equal values hash alike (1, 1.0, True). Python
+// refuses lists, dicts and tuples holding them as keys: hashable() says which.
+bool hashable(const Value& v);
+void require_hashable(const Value& v);  // EvalError "unhashable type: 'list'" as Python's TypeError
+std::size_t hash_key(const Value& v);
 
 // Python's repr of a float ("1.0", "1e+20", "0.30000000000000004").
 std::string float_repr(double f);
