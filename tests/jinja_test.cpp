@@ -3,8 +3,11 @@
 // test re-checks them against jinja2); the rest checks the API: errors, globals, loading.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -410,6 +413,104 @@ TEST(Jinja, DictKeysFollowPythonEquality) {
   EXPECT_EQ(error_of("{{ [1] in {} }}"), "line 1: unhashable type: 'list'");
   EXPECT_EQ(error_of("{{ {([1], 2): 3} }}"), "line 1: unhashable type: 'list'");
   EXPECT_EQ(error_of("{{ [[1], [1]] | unique | list }}"), "line 1: unhashable type: 'list'");
+}
+
+// Runs fn on a thread with a stack of `bytes` (a server may render on small worker stacks);
+// a stack overflow would end the test binary.
+void on_stack_of(std::size_t bytes, const std::function<void()>& fn) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__has_feature)
+#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
+  bytes *= 8;  // AddressSanitizer's frames are several times larger
+#endif
+#endif
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, bytes);
+  pthread_t thread;
+  auto run = [](void* f) -> void* {
+    (*static_cast<const std::function<void()>*>(f))();
+    return nullptr;
+  };
+  ASSERT_EQ(pthread_create(&thread, &attr, run, const_cast<std::function<void()>*>(&fn)), 0);
+  pthread_join(thread, nullptr);
+  pthread_attr_destroy(&attr);
+}
+
+constexpr std::size_t kOneMiB = std::size_t{1} << 20;
+
+// A list nested `depth` deep, built by the template (the request's JSON is limited to 64
+// levels; a template's own values are not).
+std::string nested(int depth, const std::string& then) {
+  return linnet::str("{% set ns = namespace(x=[], y=[]) %}{% for i in range(", depth,
+                     ") %}{% set ns.x = [ns.x] %}{% set ns.y = [ns.y] %}{% endfor %}", then);
+}
+
+// Every recursive walk is bounded as Python's recursion limit bounds jinja2's (RecursionError,
+// a 400 on the server): printing, tojson, comparisons, `in`, sorting, hashing and converting
+// nested values, macro recursion; values nested 100,000 deep are freed without recursion;
+// all on a 1 MiB stack (before: printing a 20,000-deep list overflowed the stack, SIGSEGV).
+TEST(Jinja, DeepNestingIsARecursionErrorNotACrash) {
+  on_stack_of(kOneMiB, [] {
+    const std::string repr = "maximum recursion depth exceeded while getting the repr of an object";
+    EXPECT_EQ(error_of(nested(20000, "{{ ns.x }}")), "line 1: " + repr);
+    EXPECT_EQ(error_of(nested(20000, "{{ ns.x | string }}")), "line 1: " + repr);
+    EXPECT_EQ(error_of(nested(20000, "{{ ns.x | tojson }}")), "line 1: maximum recursion depth exceeded while encoding a JSON object");
+    EXPECT_EQ(error_of(nested(20000, "{{ ns.x == ns.y }}")), "line 1: maximum recursion depth exceeded in comparison");
+    EXPECT_EQ(error_of(nested(20000, "{{ ns.x in [ns.y] }}")), "line 1: maximum recursion depth exceeded in comparison");
+    EXPECT_EQ(error_of(nested(20000, "{{ [ns.x, ns.y] | sort }}")), "line 1: maximum recursion depth exceeded in comparison");
+    EXPECT_EQ(render(nested(20000, "{{ ns.x is sameas ns.x }} {{ ns.x == ns.x }}")), "True True");  // no walk: the same object
+    EXPECT_EQ(error_of("{% set ns = namespace(t=()) %}{% for i in range(5000) %}{% set ns.t = (ns.t,) %}{% endfor %}{{ {ns.t: 1} }}"),
+              "line 1: maximum recursion depth exceeded");
+    EXPECT_EQ(error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}"), "line 1: maximum recursion depth exceeded");
+    // As deep as jinja2 goes (it prints 990 levels), and freeing 100,000 levels.
+    EXPECT_EQ(render(nested(990, "{{ (ns.x | string | length) }} {{ ns.x | tojson | length }} {{ ns.x == ns.y }}")), "1982 1982 True");
+    EXPECT_EQ(render(nested(100000, "done")), "done");
+    // Context JSON deeper than the limit (the server's JSON stops at 64 levels; a caller's may not).
+    const ojson deep = ojson::parse(std::string(5000, '[') + std::string(5000, ']'));
+    EXPECT_EQ(error_of("{{ x }}", {{"x", deep}}), "the template context: maximum recursion depth exceeded while converting JSON");
+  });
+}
+
+// Parsing is linear and its recursion bounded: 30,000 parentheses are refused at once (before:
+// 22 s of quadratic work first), a chain of 200,000 operators and a 4 MB template are quick.
+TEST(Jinja, ParsingIsLinearAndItsRecursionBounded) {
+  on_stack_of(kOneMiB, [] {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(error_of("{{ " + std::string(30000, '(') + "1" + std::string(30000, ')') + " }}"),
+              "line 1, column 103: the template nests deeper than 100 levels");
+    EXPECT_EQ(error_of("{{ " + std::string(30000, '[') + std::string(30000, ']') + " }}"),
+              "line 1, column 103: the template nests deeper than 100 levels");
+    std::string nots, chain = "{{ 1", elses = "{{ 1", filters = "{{ 'a'", dots = "{{ x";
+    for (int i = 0; i < 50000; ++i) {
+      nots += "not ";
+      chain += " + 1";
+      elses += " if x else 1";
+      filters += " | lower";
+      dots += ".a";
+    }
+    EXPECT_EQ(error_of("{{ " + nots + "1 }}"), "line 1, column 400: the template nests deeper than 100 levels");
+    EXPECT_EQ(error_of(chain + " }}"), "line 1, column 2006: the expression nests deeper than 500 levels");
+    EXPECT_EQ(error_of(elses + " }}"), "line 1, column 1192: the template nests deeper than 100 levels");
+    EXPECT_EQ(error_of(filters + " }}"), "line 1, column 4008: the expression nests deeper than 500 levels");
+    EXPECT_EQ(error_of(dots + " }}"), "line 1, column 1005: the expression nests deeper than 500 levels");
+    std::string ifs;
+    for (int i = 0; i < 1000; ++i) ifs += "{% if true %}";
+    EXPECT_EQ(error_of(ifs), "line 1, column 1294: the template nests deeper than 100 levels");
+    // As deep as real templates go, and more.
+    EXPECT_EQ(render("{{ " + std::string(60, '(') + "1" + std::string(60, ')') + " }}"), "1");
+    std::string sum = "{{ 0";
+    for (int i = 0; i < 400; ++i) sum += " + 1";
+    EXPECT_EQ(render(sum + " }}"), "400");
+    EXPECT_LT(seconds_since(start), 1.0);
+  });
+  // A 4 MB template of text, and one of 500,000 tags on a single line: linear time.
+  std::string text, tags;
+  for (int i = 0; i < 100000; ++i) text += "plain text, line " + std::to_string(i) + " of many.\n";
+  for (int i = 0; i < 500000; ++i) tags += "{{ 1 }}";
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(Template::parse(text, kHf).render(ojson::object()).size(), text.size() - 1);  // the last newline dropped
+  EXPECT_EQ(Template::parse(tags, kHf).render(ojson::object()), std::string(500000, '1'));
+  EXPECT_LT(seconds_since(start), 2.0);
 }
 
 }  // namespace

@@ -182,29 +182,8 @@ bool ChatTemplate::iterates_content(bool with_tools, const std::optional<std::st
   return false;
 }
 
-std::string ChatTemplate::render(const ChatRequest& request) const {
-  const std::string& text = source(request.tools.has_value(), request.template_name);
-  std::string name;
-  for (const auto& [n, t] : templates_)
-    if (&t == &text) name = n;
-  if (!compiled_.at(name)) throw jinja::TemplateError(parse_errors_.at(name));
-  const jinja::Template& tmpl = *compiled_.at(name);
-
-  if (!request.messages.is_array()) throw Error("messages must be a list of messages");
-  if (request.messages.empty()) throw Error("Cannot apply chat template to an empty conversation. Provide at least one message.");
-  if (request.continue_final_message && request.add_generation_prompt)
-    throw Error("continue_final_message and add_generation_prompt are not compatible");
-  if (request.tools && !request.tools->is_array()) throw Error("tools must be a list of JSON schemas");
-  if (request.tools)
-    for (const auto& tool : *request.tools)
-      if (!tool.is_object()) throw Error("Tools should either be a JSON schema, or a callable function with type hints");
-  if (request.documents) {
-    if (!request.documents->is_array()) throw Error("documents must be a list of objects");
-    for (const auto& d : *request.documents)
-      if (!d.is_object()) throw Error("Documents should be a list of dicts with 'title' and 'text' keys!");
-  }
-  if (!request.kwargs.is_object()) throw Error("chat template kwargs must be an object");
-
+jinja::Variables ChatTemplate::variables(const ChatRequest& request, const std::string& text,
+                                         std::string& final_message) const {
   jinja::List chat;
   chat.reserve(request.messages.size());
   for (const auto& m : request.messages) {
@@ -212,7 +191,6 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
     chat.push_back(message_value(m));
   }
 
-  std::string final_message;
   if (request.continue_final_message) {
     const std::string& field = *request.continue_final_message;
     jinja::Dict& last = chat.back().dict_ref();
@@ -236,8 +214,8 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
         jinja::Dict& part = it->dict_ref();
         const jinja::Value* part_text = part.find(jinja::Value("text"));
         if (!part_text) continue;
-        final_message = part_text->is_string() ? part_text->as_string()
-                                               : jinja::dumps(*part_text, {.indent = std::nullopt, .item_separator = ",", .key_separator = ":"});
+        const jinja::JsonStyle compact{.indent = std::nullopt, .item_separator = ",", .key_separator = ":"};
+        final_message = part_text->is_string() ? part_text->as_string() : jinja::dumps(*part_text, compact);
         part.set(jinja::Value("text"), jinja::Value(final_message + kContinueTag));
         found_text = true;
       }
@@ -264,7 +242,41 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
       throw Error("render() got multiple values for keyword argument '" + k + "'");
     context.emplace_back(k, jinja::from_json(it.value()));
   }
+  return context;
+}
 
+std::string ChatTemplate::render(const ChatRequest& request) const {
+  const std::string& text = source(request.tools.has_value(), request.template_name);
+  std::string name;
+  for (const auto& [n, t] : templates_)
+    if (&t == &text) name = n;
+  if (!compiled_.at(name)) throw jinja::TemplateError(parse_errors_.at(name));
+  const jinja::Template& tmpl = *compiled_.at(name);
+
+  if (!request.messages.is_array()) throw Error("messages must be a list of messages");
+  if (request.messages.empty()) throw Error("Cannot apply chat template to an empty conversation. Provide at least one message.");
+  if (request.continue_final_message && request.add_generation_prompt)
+    throw Error("continue_final_message and add_generation_prompt are not compatible");
+  if (request.tools && !request.tools->is_array()) throw Error("tools must be a list of JSON schemas");
+  if (request.tools)
+    for (const auto& tool : *request.tools)
+      if (!tool.is_object()) throw Error("Tools should either be a JSON schema, or a callable function with type hints");
+  if (request.documents) {
+    if (!request.documents->is_array()) throw Error("documents must be a list of objects");
+    for (const auto& d : *request.documents)
+      if (!d.is_object()) throw Error("Documents should be a list of dicts with 'title' and 'text' keys!");
+  }
+  if (!request.kwargs.is_object()) throw Error("chat template kwargs must be an object");
+
+  // The request as values (json → Value); a conversion error (JSON nested too deep for the
+  // recursion limit) is the render's error.
+  jinja::Variables context;
+  std::string final_message;
+  try {
+    context = variables(request, text, final_message);
+  } catch (const jinja::EvalError& e) {
+    throw jinja::RenderError(str("the chat request: ", e.what()));
+  }
   std::string rendered = tmpl.render_values(context, {{"strftime_now", jinja::strftime_now_function(now_)}});
 
   if (request.continue_final_message) {

@@ -104,6 +104,11 @@ class ChatTemplate {
   std::map<std::string, std::optional<jinja::Template>> compiled_;
   std::map<std::string, std::string> parse_errors_;
   std::map<std::string, bool> content_loops_;
+
+  // What the template sees (messages as transformers shapes them, tools, documents,
+  // add_generation_prompt, special tokens, kwargs); `text` is the template's source and
+  // final_message the text continue_final_message continues.
+  jinja::Variables variables(const ChatRequest& request, const std::string& text, std::string& final_message) const;
 };
 
 }  // namespace linnet

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
@@ -68,8 +69,7 @@ std::string key_string(const Value& k) {
 }
 
 void dump(std::string& out, const Value& v, const JsonStyle& style, int level) {
-  // Only a namespace can make a cycle, and namespaces are not JSON; this bounds the rest.
-  if (level > 512) throw EvalError("Circular reference detected");
+  RecursionGuard depth(" while encoding a JSON object");
   auto newline = [&](int lvl) {
     out += '\n';
     for (int i = 0; i < lvl; ++i) out += *style.indent;
@@ -151,24 +151,43 @@ Value tojson(const Value& v, CallArgs& args) {
   return Value(dumps(v, style));
 }
 
+namespace {
+
+// A JSON integer past int64 (up to 2**64 - 1): Python's would be exact, template integers are
+// 64-bit (docs/chat_templates.md), so it is refused rather than wrapped.
+Value unsigned_from_json(std::uint64_t u) {
+  if (u > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    throw EvalError(str("integer ", u, " is out of range: template integers are 64-bit"));
+  return Value(std::int64_t(u));
+}
+
+[[gnu::noinline]] Value list_from_json(const nlohmann::ordered_json& j) {
+  List items;
+  items.reserve(j.size());
+  for (const auto& x : j) items.push_back(from_json(x));
+  return Value::list(std::move(items));
+}
+
+[[gnu::noinline]] Value dict_from_json(const nlohmann::ordered_json& j) {
+  auto d = std::make_shared<Dict>();
+  for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value()));
+  return Value::dict(std::move(d));
+}
+
+}  // namespace
+
+// The containers are converted out of this frame, which is on the stack once per level.
 Value from_json(const nlohmann::ordered_json& j) {
+  RecursionGuard depth(" while converting JSON");
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value(j.get<bool>());
     case nlohmann::json::value_t::number_integer: return Value(j.get<std::int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return Value(std::int64_t(j.get<std::uint64_t>()));
+    case nlohmann::json::value_t::number_unsigned: return unsigned_from_json(j.get<std::uint64_t>());
     case nlohmann::json::value_t::number_float: return Value(j.get<double>());
     case nlohmann::json::value_t::string: return Value(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
-      List items;
-      for (const auto& x : j) items.push_back(from_json(x));
-      return Value::list(std::move(items));
-    }
-    case nlohmann::json::value_t::object: {
-      auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value()));
-      return Value::dict(std::move(d));
-    }
+    case nlohmann::json::value_t::array: return list_from_json(j);
+    case nlohmann::json::value_t::object: return dict_from_json(j);
     default: return Value::none();
   }
 }

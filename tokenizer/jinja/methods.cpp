@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
 
@@ -330,14 +331,22 @@ List iterate(const Value& v) {
     case Value::Kind::Undefined:
       if (v.is_unsafe()) v.fail_undefined();
       return {};
-    case Value::Kind::List: case Value::Kind::Tuple: return v.items();
+    case Value::Kind::List: case Value::Kind::Tuple:
+      budget::steps(std::int64_t(v.items().size()));  // whoever iterates walks them all
+      return v.items();
     case Value::Kind::Dict: {
+      budget::steps(std::int64_t(v.dict_ref().size()));
       List keys;
+      keys.reserve(v.dict_ref().size());
       for (const auto& item : v.dict_ref().items()) keys.push_back(item.first);
       return keys;
     }
     case Value::Kind::String: {
+      const std::size_t n = pystr::length(v.as_string());
+      budget::check_items(n);  // a value per character
+      budget::steps(std::int64_t(n));
       List chars;
+      chars.reserve(n);
       for (char32_t c : pystr::decode(v.as_string())) chars.emplace_back(pystr::encode(c));
       return chars;
     }

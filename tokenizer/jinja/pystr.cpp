@@ -7,28 +7,40 @@
 
 namespace linnet::jinja::pystr {
 
+namespace {
+
+// The code point s starts with and its size: UTF-8, plus the three-byte form of a lone
+// surrogate (a literal '\ud800': Python keeps it as one code point of a str, length 1); any
+// other stray byte stands for itself as U+DC80…U+DCFF (Python's surrogateescape).
+std::pair<char32_t, std::size_t> next_code_point(std::string_view s) {
+  const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  if (s.size() >= 3 && b[0] == 0xED && (b[1] & 0xE0) == 0xA0 && (b[2] & 0xC0) == 0x80)
+    return {char32_t(0xD000 | ((b[1] & 0x3F) << 6) | (b[2] & 0x3F)), 3};
+  utf8proc_int32_t cp = 0;
+  const auto n = utf8proc_iterate(b, utf8proc_ssize_t(s.size()), &cp);
+  if (n <= 0) return {char32_t(0xDC00 + b[0]), 1};
+  return {char32_t(cp), std::size_t(n)};
+}
+
+}  // namespace
+
+std::size_t code_point_size(std::string_view s) { return s.empty() ? 0 : next_code_point(s).second; }
+
 std::u32string decode(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
-  std::size_t i = 0;
-  while (i < s.size()) {
-    utf8proc_int32_t cp = 0;
-    auto n = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                              utf8proc_ssize_t(s.size() - i), &cp);
-    if (n <= 0) {
-      // Python's surrogateescape: a stray byte survives the round trip through encode().
-      out.push_back(0xDC00 + static_cast<unsigned char>(s[i]));
-      ++i;
-      continue;
-    }
-    out.push_back(char32_t(cp));
-    i += std::size_t(n);
+  for (std::size_t i = 0; i < s.size();) {
+    auto [c, n] = next_code_point(s.substr(i));
+    out.push_back(c);
+    i += n;
   }
   return out;
 }
 
 std::string encode(char32_t c) {
   if (c >= 0xDC80 && c <= 0xDCFF) return std::string(1, char(c - 0xDC00));
+  if (c >= 0xD800 && c <= 0xDFFF)  // a lone surrogate: its three-byte form, as decode() reads it
+    return {char(0xE0 | (c >> 12)), char(0x80 | ((c >> 6) & 0x3F)), char(0x80 | (c & 0x3F))};
   utf8proc_uint8_t buf[4];
   auto n = utf8proc_encode_char(utf8proc_int32_t(c), buf);
   return std::string(reinterpret_cast<char*>(buf), std::size_t(n));
@@ -43,13 +55,7 @@ std::string encode(std::u32string_view s) {
 
 std::size_t length(std::string_view s) {
   std::size_t n = 0;
-  for (std::size_t i = 0; i < s.size();) {
-    utf8proc_int32_t cp;
-    auto k = utf8proc_iterate(reinterpret_cast<const utf8proc_uint8_t*>(s.data() + i),
-                              utf8proc_ssize_t(s.size() - i), &cp);
-    i += k <= 0 ? 1 : std::size_t(k);
-    ++n;
-  }
+  for (std::size_t i = 0; i < s.size(); i += next_code_point(s.substr(i)).second) ++n;
   return n;
 }
 

@@ -8,10 +8,14 @@
 
 namespace linnet::jinja::pystr {
 
-std::u32string decode(std::string_view s);  // invalid bytes stand for themselves (U+0080…U+00FF)
+// UTF-8 to code points: a stray byte becomes U+DC80…U+DCFF (Python's surrogateescape, and
+// encode() writes it back), a lone surrogate's three-byte form its code point.
+std::u32string decode(std::string_view s);
 std::string encode(std::u32string_view s);
 std::string encode(char32_t c);
 std::size_t length(std::string_view s);
+// The bytes of the code point s starts with, as decode() counts them (a stray byte: 1).
+std::size_t code_point_size(std::string_view s);
 
 bool is_space(char32_t c);  // str.isspace()
 bool is_printable(char32_t c);  // str.isprintable(), for repr()

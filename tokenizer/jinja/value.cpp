@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/pystr.h"
 
 namespace linnet::jinja {
@@ -31,6 +32,15 @@ void drain_releases() {
 }
 
 }  // namespace
+
+thread_local int recursion_depth = 0;
+
+RecursionGuard::RecursionGuard(const char* while_doing) {
+  if (recursion_depth >= kMaxRecursion) throw EvalError(std::string("maximum recursion depth exceeded") + while_doing);
+  ++recursion_depth;
+}
+
+RecursionGuard::~RecursionGuard() { --recursion_depth; }
 
 ListBox::~ListBox() {
   for (Value& v : items) queue_release(v);
@@ -67,9 +77,12 @@ Value::Value(bool b) : kind_(Kind::Bool), b_(b) {}
 Value::Value(std::int64_t i) : kind_(Kind::Int), i_(i) {}
 Value::Value(double f) : kind_(Kind::Float), f_(f) {}
 Value::Value(std::string s, bool markup)
-    : kind_(Kind::String), markup_(markup), s_(std::make_shared<std::string>(std::move(s))) {}
+    : kind_(Kind::String), markup_(markup), s_(std::make_shared<std::string>(std::move(s))) {
+  budget::built_text(s_->size());  // in a render: every string the template makes is measured
+}
 
 Value Value::list(List items) {
+  budget::check_items(items.size());
   Value v;
   v.kind_ = Kind::List;
   v.list_ = std::make_shared<ListBox>();
@@ -173,23 +186,76 @@ struct Printing {
   }
 };
 
-static std::string join_repr(const List& items) {
-  std::string out;
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    if (i) out += ", ";
-    out += items[i].repr();
+namespace {
+
+void append_str(std::string& out, const Value& v);
+
+void append_repr(std::string& out, const Value& v) {
+  if (v.is_string()) {
+    out += v.is_markup() ? "Markup(" + pystr::repr(v.as_string()) + ")" : pystr::repr(v.as_string());
+    budget::check_text(out.size());
+  } else if (v.is_undefined()) {
+    out += "Undefined";
+  } else {
+    append_str(out, v);
   }
-  return out;
 }
 
-static std::string dict_repr(const Dict& d) {
-  std::string out = "{";
+void append_items(std::string& out, const List& items) {
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ", ";
+    append_repr(out, items[i]);
+  }
+}
+
+void append_dict(std::string& out, const Dict& d) {
+  out += '{';
   for (std::size_t i = 0; i < d.size(); ++i) {
     if (i) out += ", ";
-    out += d.items()[i].first.repr() + ": " + d.items()[i].second.repr();
+    append_repr(out, d.items()[i].first);
+    out += ": ";
+    append_repr(out, d.items()[i].second);
   }
-  return out + "}";
+  out += '}';
 }
+
+// str(v) appended to out: one frame per level of nesting, and the text measured as it grows
+// (a list of many references to one long string prints to far more than it holds).
+void append_str(std::string& out, const Value& v) {
+  switch (v.kind()) {
+    case Value::Kind::List: case Value::Kind::Tuple: case Value::Kind::Dict: case Value::Kind::Namespace: break;
+    case Value::Kind::String: out += v.as_string(); budget::check_text(out.size()); return;
+    default: out += v.str(); return;
+  }
+  if (v.is_generator()) {
+    out += "<generator object>";
+    return;
+  }
+  RecursionGuard depth(" while getting the repr of an object");
+  if (v.is_tuple()) {
+    out += '(';
+    append_items(out, v.items());
+    out += v.items().size() == 1 ? ",)" : ")";
+  } else if (v.is_list()) {
+    Printing guard(&v.items());
+    if (guard.again) {
+      out += "[...]";
+    } else {
+      out += '[';
+      append_items(out, v.items());
+      out += ']';
+    }
+  } else {
+    Printing guard(&v.dict_ref());
+    if (v.is_namespace()) out += "<Namespace ";
+    if (guard.again) out += "{...}";
+    else append_dict(out, v.dict_ref());
+    if (v.is_namespace()) out += '>';
+  }
+  budget::check_text(out.size());
+}
+
+}  // namespace
 
 std::string Value::str() const {
   switch (kind_) {
@@ -199,31 +265,19 @@ std::string Value::str() const {
     case Kind::Int: return std::to_string(i_);
     case Kind::Float: return float_repr(f_);
     case Kind::String: return *s_;
-    case Kind::List: {
-      if (generator_) return "<generator object>";
-      Printing guard(list_.get());
-      return guard.again ? "[...]" : linnet::str("[", join_repr(list_->items), "]");
-    }
-    case Kind::Tuple: return linnet::str("(", join_repr(list_->items), list_->items.size() == 1 ? ",)" : ")");
-    case Kind::Dict: {
-      Printing guard(dict_.get());
-      return guard.again ? "{...}" : dict_repr(*dict_);
-    }
-    case Kind::Namespace: {
-      Printing guard(dict_.get());
-      return linnet::str("<Namespace ", guard.again ? "{...}" : dict_repr(*dict_), ">");
-    }
     case Kind::Function: return "<function " + fn_->name + ">";
+    default: {
+      std::string out;
+      append_str(out, *this);
+      return out;
+    }
   }
-  return "";
 }
 
 std::string Value::repr() const {
-  switch (kind_) {
-    case Kind::Undefined: return "Undefined";
-    case Kind::String: return markup_ ? "Markup(" + pystr::repr(*s_) + ")" : pystr::repr(*s_);
-    default: return str();
-  }
+  std::string out;
+  append_repr(out, *this);
+  return out;
 }
 
 std::string Value::type_name() const {
@@ -295,6 +349,8 @@ bool equals(const Value& a, const Value& b) {
   using K = Value::Kind;
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == 0;
   if (a.kind() != b.kind()) return false;
+  if ((a.is_sequence() || a.is_dict()) && a.same_object(b)) return true;  // Python's identity shortcut
+  RecursionGuard depth(" in comparison");
   switch (a.kind()) {
     case K::Undefined: return !a.is_unsafe() && !b.is_unsafe();
     case K::None: return true;
@@ -341,6 +397,7 @@ bool less(const Value& a, const Value& b) {
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) < 0;
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();  // UTF-8 order is code point order
   if (a.kind() == b.kind() && a.is_sequence()) {
+    RecursionGuard depth(" in comparison");
     const List &x = a.items(), &y = b.items();
     for (std::size_t i = 0; i < x.size() && i < y.size(); ++i) {
       if (!equals(x[i], y[i])) return less(x[i], y[i]);
@@ -351,6 +408,7 @@ bool less(const Value& a, const Value& b) {
 }
 
 bool hashable(const Value& v) {
+  RecursionGuard depth;
   if (v.is_tuple()) return std::all_of(v.items().begin(), v.items().end(), [](const Value& x) { return hashable(x); });
   return !(v.is_list() && !v.is_generator()) && !v.is_dict();
 }
@@ -378,6 +436,7 @@ std::size_t hash_key(const Value& v) {
     case Value::Kind::String: return std::hash<std::string>()(v.as_string());
     case Value::Kind::List: case Value::Kind::Tuple: {
       if (v.is_generator()) return std::hash<const void*>()(&v.items());
+      RecursionGuard depth;
       std::size_t h = v.items().size();
       for (const Value& x : v.items()) h = mix(h, hash_key(x));
       return h;

@@ -62,6 +62,24 @@ class EvalError : public linnet::Error {
   using linnet::Error::Error;
 };
 
+// How deep a thread's recursive work may go: evaluating nested expressions, statements and
+// macro calls, printing, comparing, hashing, converting or dumping nested values each count a
+// level, as Python counts every frame against its recursion limit (1000). Past it the work
+// fails as jinja2's RecursionError does, with EvalError "maximum recursion depth exceeded…",
+// long before the stack runs out: a level costs at most about 1 KiB of stack
+// (tests/jinja_test.cpp checks the deepest nesting on a 1 MiB thread stack).
+constexpr int kMaxRecursion = 1000;
+
+// One level of that: throws past kMaxRecursion, `while_doing` completing the message as
+// Python's does (" while getting the repr of an object", " in comparison").
+class RecursionGuard {
+ public:
+  explicit RecursionGuard(const char* while_doing = "");
+  ~RecursionGuard();
+  RecursionGuard(const RecursionGuard&) = delete;
+  RecursionGuard& operator=(const RecursionGuard&) = delete;
+};
+
 // A list's items, released one level at a time when it goes (release_nested in value.cpp):
 // a list nested 100,000 deep, which a template can build, must not recurse that deep in
 // destructors.
