@@ -245,7 +245,7 @@ jinja::Variables ChatTemplate::variables(const ChatRequest& request, const std::
   return context;
 }
 
-std::string ChatTemplate::render(const ChatRequest& request) const {
+std::string ChatTemplate::render(const ChatRequest& request, const jinja::Limits& limits) const {
   const std::string& text = source(request.tools.has_value(), request.template_name);
   std::string name;
   for (const auto& [n, t] : templates_)
@@ -277,7 +277,7 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
   } catch (const jinja::EvalError& e) {
     throw jinja::RenderError(str("the chat request: ", e.what()));
   }
-  std::string rendered = tmpl.render_values(context, {{"strftime_now", jinja::strftime_now_function(now_)}});
+  std::string rendered = tmpl.render_values(context, {{"strftime_now", jinja::strftime_now_function(now_)}}, limits);
 
   if (request.continue_final_message) {
     std::string tag = py_strip(kContinueTag);

@@ -5,7 +5,7 @@ namespace {
 
 thread_local Scope* installed = nullptr;
 constexpr std::int64_t kPollEvery = 4096;   // steps between two calls of the cancel check
-constexpr std::size_t kBytesPerStep = 16;  // what building text costs in steps
+constexpr std::size_t kBytesPerStep = 16;  // what making values costs in steps
 
 std::string mib(std::size_t bytes) {
   return bytes % (std::size_t{1} << 20) == 0 ? str(bytes >> 20, " MiB") : str(bytes, " bytes");
@@ -36,10 +36,14 @@ void check_text(std::size_t bytes) {
                         " (the render limit max_bytes)"));
 }
 
+void built(std::size_t bytes) {
+  if (installed) steps(std::int64_t(bytes / kBytesPerStep));
+}
+
 void built_text(std::size_t size, std::size_t added) {
   if (!installed) return;
   check_text(size);
-  steps(std::int64_t(added / kBytesPerStep));
+  built(added);
 }
 
 void check_items(std::size_t count) {

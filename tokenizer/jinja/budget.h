@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 #include "tokenizer/jinja/jinja.h"
 
@@ -34,12 +35,18 @@ void steps(std::int64_t n = 1);
 // A string of `bytes` is about to exist: EvalError past Limits::max_bytes. Builders call it
 // as they grow (or with the size they will reach) so that nothing much larger is allocated.
 void check_text(std::size_t bytes);
-// Text that was built or grown to `size` bytes, `added` of them new: check_text(size), and
-// the new bytes cost steps (one per 16).
+// Bytes of values made (text, list items, dict entries): their cost in steps, one per 16
+// bytes, which also bounds what a render can hold.
+void built(std::size_t bytes);
+// Text that was built or grown to `size` bytes, `added` of them new: check_text(size) and
+// built(added).
 void built_text(std::size_t size, std::size_t added);
 inline void built_text(std::size_t size) { built_text(size, size); }
 // A list of `count` items is about to exist: EvalError when count × sizeof(Value) passes
 // Limits::max_bytes.
 void check_items(std::size_t count);
+
+// a × b, or the largest size_t when that does not fit: a size to check, not to allocate.
+inline std::size_t product(std::size_t a, std::size_t b) { return b && a > SIZE_MAX / b ? SIZE_MAX : a * b; }
 
 }  // namespace linnet::jinja::budget

@@ -4,6 +4,7 @@
 // its parent's; a macro sees the variables of the scope it was defined in, as they are when
 // it is called.
 #include <cmath>
+#include <iterator>
 #include <unordered_map>
 
 #include "tokenizer/jinja/ast.h"
@@ -16,16 +17,40 @@ namespace {
 
 struct Scope {
   std::shared_ptr<Scope> parent;
-  std::unordered_map<std::string, Value> vars;  // hashed: a context may hold many thousand names
+  // Searched in order while small (a loop iteration's scope holds two or three names); a
+  // context with many thousand names is indexed by name past kIndexedFrom.
+  std::vector<std::pair<std::string, Value>> vars;
+  std::unordered_map<std::string, std::size_t> index;
+  static constexpr std::size_t kIndexedFrom = 16;
 
   explicit Scope(std::shared_ptr<Scope> p = nullptr) : parent(std::move(p)) {}
 
+  Value* find(const std::string& name) {
+    if (index.empty()) {
+      for (auto& [k, v] : vars)
+        if (k == name) return &v;
+      return nullptr;
+    }
+    auto it = index.find(name);
+    return it == index.end() ? nullptr : &vars[it->second].second;
+  }
   const Value* lookup(const std::string& name) const {
-    for (const Scope* s = this; s; s = s->parent.get())
-      if (auto it = s->vars.find(name); it != s->vars.end()) return &it->second;
+    for (Scope* s = const_cast<Scope*>(this); s; s = s->parent.get())
+      if (const Value* v = s->find(name)) return v;
     return nullptr;
   }
-  void set(const std::string& name, Value v) { vars.insert_or_assign(name, std::move(v)); }
+  void set(const std::string& name, Value v) {
+    if (Value* found = find(name)) {
+      *found = std::move(v);
+      return;
+    }
+    vars.emplace_back(name, std::move(v));
+    if (vars.size() == kIndexedFrom) {
+      for (std::size_t i = 0; i < vars.size(); ++i) index.emplace(vars[i].first, i);
+    } else if (vars.size() > kIndexedFrom) {
+      index.emplace(name, vars.size() - 1);
+    }
+  }
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
@@ -171,33 +196,44 @@ class Evaluator {
       exec(s.else_body, std::make_shared<Scope>(scope), out);
       return Flow::Normal;
     }
+    // One loop object for the whole loop, its fields set in place each iteration, as jinja2's
+    // LoopContext is one object (making it anew was most of an iteration's time).
+    const std::int64_t n = std::int64_t(items.size());
+    auto at = std::make_shared<std::int64_t>(0);
     auto changed_last = std::make_shared<std::optional<List>>();
-    std::int64_t n = std::int64_t(items.size());
+    auto loop = std::make_shared<Dict>();
+    static const char* const kFields[] = {"index", "index0", "revindex", "revindex0", "first", "last",
+                                          "length", "depth", "depth0", "previtem", "nextitem"};
+    for (const char* f : kFields) loop->set(Value(f), Value());
+    loop->set(Value("cycle"), Value::function("cycle", [at](CallArgs& args) {
+      if (args.positional.empty()) throw EvalError("no items for cycling given");
+      return args.positional[std::size_t(*at) % args.positional.size()];
+    }));
+    loop->set(Value("changed"), Value::function("changed", [changed_last](CallArgs& args) {
+      bool changed = !*changed_last || !equals(Value::list(**changed_last), Value::list(args.positional));
+      *changed_last = args.positional;
+      return Value(changed);
+    }));
+    Value* field[std::size(kFields)];  // the loop's dict takes no new keys: these stay valid
+    for (std::size_t k = 0; k < std::size(kFields); ++k) field[k] = loop->find(Value(kFields[k]));
+    *field[6] = Value(n);
+    *field[7] = Value(1);
+    *field[8] = Value(0);
+    const Value no_previous = Value::undefined("there is no previous item"), no_next = Value::undefined("there is no next item");
+    const Value loop_value = Value::dict(loop);
     for (std::int64_t i = 0; i < n; ++i) {
       budget::steps();
+      *at = i;
+      *field[0] = Value(i + 1);
+      *field[1] = Value(i);
+      *field[2] = Value(n - i);
+      *field[3] = Value(n - i - 1);
+      *field[4] = Value(i == 0);
+      *field[5] = Value(i == n - 1);
+      *field[9] = i > 0 ? items[std::size_t(i - 1)] : no_previous;
+      *field[10] = i + 1 < n ? items[std::size_t(i + 1)] : no_next;
       auto iteration = std::make_shared<Scope>(scope);
-      auto loop = std::make_shared<Dict>();
-      loop->set(Value("index"), Value(i + 1));
-      loop->set(Value("index0"), Value(i));
-      loop->set(Value("revindex"), Value(n - i));
-      loop->set(Value("revindex0"), Value(n - i - 1));
-      loop->set(Value("first"), Value(i == 0));
-      loop->set(Value("last"), Value(i == n - 1));
-      loop->set(Value("length"), Value(n));
-      loop->set(Value("depth"), Value(1));
-      loop->set(Value("depth0"), Value(0));
-      loop->set(Value("previtem"), i > 0 ? items[std::size_t(i - 1)] : Value::undefined("there is no previous item"));
-      loop->set(Value("nextitem"), i + 1 < n ? items[std::size_t(i + 1)] : Value::undefined("there is no next item"));
-      loop->set(Value("cycle"), Value::function("cycle", [i](CallArgs& args) {
-        if (args.positional.empty()) throw EvalError("no items for cycling given");
-        return args.positional[std::size_t(i) % args.positional.size()];
-      }));
-      loop->set(Value("changed"), Value::function("changed", [changed_last](CallArgs& args) {
-        bool changed = !*changed_last || !equals(Value::list(**changed_last), Value::list(args.positional));
-        *changed_last = args.positional;
-        return Value(changed);
-      }));
-      iteration->set("loop", Value::dict(loop));
+      iteration->set("loop", loop_value);
       bind(s.target, items[std::size_t(i)], *iteration);
       if (exec(s.body, iteration, out) == Flow::Break) break;
     }
@@ -433,9 +469,10 @@ Value range(CallArgs& args) {
   }
   if (step == 0) throw EvalError("range() arg 3 must not be zero");
   List out;
-  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (std::int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (out.size() >= 100000) throw EvalError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     out.emplace_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // past the 64-bit range: past stop too
   }
   return Value::list(std::move(out));
 }

@@ -56,6 +56,7 @@ std::string pad(const std::string& s, long width, const std::string& fill, char 
   long n = long(pystr::length(s));
   if (width <= n) return s;
   long total = width - n;
+  budget::check_text(budget::product(std::size_t(total), fill.size()) + s.size());  // before making it
   long left = align == '<' ? 0 : align == '>' ? total : total / 2 + (total & width & 1);
   std::string out;
   for (long i = 0; i < left; ++i) out += fill;
@@ -123,6 +124,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
         throw EvalError(str("sequence item ", i, ": expected str instance, ", items[i].type_name(), " found"));
       if (i) out += s;
       out += items[i].as_string();
+      budget::check_text(out.size());
     }
     return Value(out);
   }
@@ -131,6 +133,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
     auto a = arg({"width"});
     long width = optional_int(a[0], 0), n = long(pystr::length(s));
     if (width <= n) return Value(s);
+    budget::check_text(std::size_t(width - n) + s.size());
     std::size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
     return Value(s.substr(0, sign) + std::string(std::size_t(width - n), '0') + s.substr(sign));
   }
@@ -305,7 +308,10 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
       return std::clamp<std::int64_t>(i, -1, n - 1);
     };
     std::int64_t b = clamp(start, step > 0 ? 0 : n - 1), e = clamp(stop, step > 0 ? n : -1);
-    for (std::int64_t i = b; step > 0 ? i < e : i > e; i += step) take(std::size_t(i));
+    for (std::int64_t i = b; step > 0 ? i < e : i > e;) {
+      take(std::size_t(i));
+      if (__builtin_add_overflow(i, step, &i)) break;  // a step past the 64-bit range ends it
+    }
   };
   if (obj.is_string()) {
     std::u32string u = pystr::decode(obj.as_string()), out;

@@ -5,15 +5,16 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace linnet::jinja::pystr {
+#include "tokenizer/jinja/budget.h"
 
-namespace {
+namespace linnet::jinja::pystr {
 
 // The code point s starts with and its size: UTF-8, plus the three-byte form of a lone
 // surrogate (a literal '\ud800': Python keeps it as one code point of a str, length 1); any
 // other stray byte stands for itself as U+DC80…U+DCFF (Python's surrogateescape).
 std::pair<char32_t, std::size_t> next_code_point(std::string_view s) {
   const auto* b = reinterpret_cast<const unsigned char*>(s.data());
+  if (b[0] < 0x80) return {char32_t(b[0]), 1};
   if (s.size() >= 3 && b[0] == 0xED && (b[1] & 0xE0) == 0xA0 && (b[2] & 0xC0) == 0x80)
     return {char32_t(0xD000 | ((b[1] & 0x3F) << 6) | (b[2] & 0x3F)), 3};
   utf8proc_int32_t cp = 0;
@@ -21,8 +22,6 @@ std::pair<char32_t, std::size_t> next_code_point(std::string_view s) {
   if (n <= 0) return {char32_t(0xDC00 + b[0]), 1};
   return {char32_t(cp), std::size_t(n)};
 }
-
-}  // namespace
 
 std::size_t code_point_size(std::string_view s) { return s.empty() ? 0 : next_code_point(s).second; }
 
@@ -106,6 +105,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
     while (maxsplit < 0 || long(out.size()) < maxsplit) {
       auto at = s.find(*sep, pos);
       if (at == std::string_view::npos) break;
+      budget::check_items(out.size() + 1);  // the parts become a list
       out.emplace_back(s.substr(pos, at - pos));
       pos = at + sep->size();
     }
@@ -125,6 +125,7 @@ std::vector<std::string> split(std::string_view s, const std::optional<std::stri
     }
     std::size_t j = i;
     while (j < u.size() && !is_space(u[j])) ++j;
+    budget::check_items(out.size() + 1);
     out.push_back(encode(std::u32string_view(u).substr(i, j - i)));
     i = j;
   }
@@ -140,6 +141,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
       if (end < sep->size()) break;
       auto at = s.rfind(*sep, end - sep->size());
       if (at == std::string_view::npos) break;
+      budget::check_items(out.size() + 1);
       out.emplace_back(s.substr(at + sep->size(), end - at - sep->size()));
       end = at;
     }
@@ -159,6 +161,7 @@ std::vector<std::string> rsplit(std::string_view s, const std::optional<std::str
       }
       std::size_t b = e;
       while (b > 0 && !is_space(u[b - 1])) --b;
+      budget::check_items(out.size() + 1);
       out.push_back(encode(std::u32string_view(u).substr(b, e - b)));
       e = b;
     }
@@ -184,6 +187,7 @@ std::vector<std::string> splitlines(std::string_view s, bool keepends) {
     std::size_t eol = i;
     if (u[i] == '\r' && i + 1 < u.size() && u[i + 1] == '\n') ++i;
     ++i;
+    budget::check_items(out.size() + 1);
     out.push_back(encode(std::u32string_view(u).substr(start, (keepends ? i : eol) - start)));
     start = i;
   }
@@ -196,6 +200,8 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
   if (old.empty()) {
     // Python inserts `with` between code points (and at both ends).
     std::u32string u = decode(s);
+    const std::size_t n_with = count < 0 ? u.size() + 1 : std::min(u.size() + 1, std::size_t(count));
+    budget::check_text(s.size() + budget::product(n_with, with.size()));
     long n = 0;
     for (char32_t c : u) {
       if (count < 0 || n < count) {
@@ -213,6 +219,7 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
     auto at = s.find(old, pos);
     if (at == std::string_view::npos) break;
     out.append(s.substr(pos, at - pos));
+    budget::check_text(out.size() + with.size() + (s.size() - at - old.size()));  // what it will be at least
     out.append(with);
     pos = at + old.size();
     ++n;
@@ -320,13 +327,21 @@ bool is_alnum(std::string_view s) {
 bool all_space(std::string_view s) { return all_of_nonempty(s, is_space); }
 
 std::string repr(std::string_view s) {
-  std::u32string u = decode(s);
-  bool has_single = u.find(U'\'') != std::u32string::npos;
-  bool has_double = u.find(U'"') != std::u32string::npos;
-  char quote = has_single && !has_double ? '"' : '\'';
+  const bool has_single = s.find('\'') != std::string_view::npos, has_double = s.find('"') != std::string_view::npos;
+  const char quote = has_single && !has_double ? '"' : '\'';
   std::string out(1, quote);
+  out.reserve(s.size() + 2);
   char buf[16];
-  for (char32_t c : u) {
+  auto plain = [quote](char b) { return b >= 0x20 && b < 0x7f && b != quote && b != '\\'; };
+  for (std::size_t i = 0; i < s.size();) {
+    if (plain(s[i])) {  // a run of ASCII printed as it is, at once
+      std::size_t j = i + 1;
+      while (j < s.size() && plain(s[j])) ++j;
+      out.append(s, i, j - i);
+      i = j;
+      continue;
+    }
+    const auto [c, n] = next_code_point(s.substr(i));
     if (c == char32_t(quote) || c == '\\') {
       out += '\\';
       out += char(c);
@@ -340,7 +355,7 @@ std::string repr(std::string_view s) {
       std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(c));
       out += buf;
     } else if (c < 0x7f || is_printable(c)) {
-      out += encode(c);
+      out.append(s, i, n);  // as written
     } else if (c < 0x100) {
       std::snprintf(buf, sizeof buf, "\\x%02x", unsigned(c));
       out += buf;
@@ -351,14 +366,18 @@ std::string repr(std::string_view s) {
       std::snprintf(buf, sizeof buf, "\\U%08x", unsigned(c));
       out += buf;
     }
+    i += n;
   }
   out += quote;
   return out;
 }
 
 std::string html_escape(std::string_view s) {
+  std::size_t size = s.size();  // measured first: each of & < > " ' grows to 4 or 5 bytes
+  for (char c : s) size += c == '&' || c == '"' || c == '\'' ? 4 : c == '<' || c == '>' ? 3 : 0;
+  budget::check_text(size);
   std::string out;
-  out.reserve(s.size());
+  out.reserve(size);
   for (char c : s) {
     switch (c) {
       case '&': out += "&amp;"; break;

@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace linnet::jinja::pystr {
@@ -14,6 +15,8 @@ std::u32string decode(std::string_view s);
 std::string encode(std::u32string_view s);
 std::string encode(char32_t c);
 std::size_t length(std::string_view s);
+// The code point s (not empty) starts with and its size in bytes, as decode() reads them.
+std::pair<char32_t, std::size_t> next_code_point(std::string_view s);
 // The bytes of the code point s starts with, as decode() counts them (a stray byte: 1).
 std::size_t code_point_size(std::string_view s);
 

@@ -42,6 +42,17 @@ RecursionGuard::RecursionGuard(const char* while_doing) {
 
 RecursionGuard::~RecursionGuard() { --recursion_depth; }
 
+Dict::Dict(const Dict& other) : items_(other.items_), index_(other.index_) {
+  budget::built(items_.size() * sizeof(items_[0]));  // dict(d), d.copy(), namespace(d): a copy made
+}
+
+Dict& Dict::operator=(const Dict& other) {
+  items_ = other.items_;
+  index_ = other.index_;
+  budget::built(items_.size() * sizeof(items_[0]));
+  return *this;
+}
+
 ListBox::~ListBox() {
   for (Value& v : items) queue_release(v);
   drain_releases();
@@ -83,6 +94,7 @@ Value::Value(std::string s, bool markup)
 
 Value Value::list(List items) {
   budget::check_items(items.size());
+  budget::built(items.size() * sizeof(Value));
   Value v;
   v.kind_ = Kind::List;
   v.list_ = std::make_shared<ListBox>();
@@ -376,7 +388,7 @@ bool equals(const Value& a, const Value& b) {
   }
 }
 
-static std::string python_type(const Value& v) {
+std::string python_type_name(const Value& v) {
   switch (v.kind()) {
     case Value::Kind::Undefined: return "Undefined";
     case Value::Kind::None: return "NoneType";
@@ -404,7 +416,7 @@ bool less(const Value& a, const Value& b) {
     }
     return x.size() < y.size();
   }
-  throw EvalError("'<' not supported between instances of '" + python_type(a) + "' and '" + python_type(b) + "'");
+  throw EvalError("'<' not supported between instances of '" + python_type_name(a) + "' and '" + python_type_name(b) + "'");
 }
 
 bool hashable(const Value& v) {
@@ -417,7 +429,7 @@ void require_hashable(const Value& v) {
   if (hashable(v)) return;
   const Value* part = &v;  // Python names the first unhashable item of a tuple
   while (part->is_tuple()) part = &*std::find_if(part->items().begin(), part->items().end(), [](const Value& x) { return !hashable(x); });
-  throw EvalError("unhashable type: '" + python_type(*part) + "'");
+  throw EvalError("unhashable type: '" + python_type_name(*part) + "'");
 }
 
 std::size_t hash_key(const Value& v) {

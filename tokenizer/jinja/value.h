@@ -25,8 +25,10 @@ using List = std::vector<Value>;
 class Dict {
  public:
   Dict() = default;
-  Dict(const Dict& other) = default;
-  Dict& operator=(const Dict& other) = default;
+  Dict(const Dict& other);  // counted in a render's budget (Limits::max_steps)
+  Dict& operator=(const Dict& other);
+  Dict(Dict&&) = default;
+  Dict& operator=(Dict&&) = default;
   ~Dict();
 
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
@@ -176,6 +178,9 @@ bool less(const Value& a, const Value& b);
 bool hashable(const Value& v);
 void require_hashable(const Value& v);  // EvalError "unhashable type: 'list'" as Python's TypeError
 std::size_t hash_key(const Value& v);
+
+// The value's Python type as Python's messages name it: "int", "float", "str", "list"…
+std::string python_type_name(const Value& v);
 
 // Python's repr of a float ("1.0", "1e+20", "0.30000000000000004").
 std::string float_repr(double f);
