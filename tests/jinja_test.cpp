@@ -592,4 +592,35 @@ TEST(Jinja, ARenderCanBeCancelled) {
   EXPECT_EQ(chat.render(two_messages()), "");
 }
 
+// Numbers and strings as Python's, or an error where Python's answer is beyond what template
+// values hold (ints past 64 bits, complex numbers): never a wrapped or made-up number (before:
+// (-2**63)|abs wrapped, 1e30|int gave -2**63, 0 ** -1 and 10.0 ** 400 gave inf, 'ß'|upper gave
+// 'ẞ', 'İ'|lower had length 1 and a lone surrogate length 3, a long strftime_now format gave '').
+// tests/jinja/make_cases.py has the cases whose answers Python's jinja2 gives.
+TEST(Jinja, NumbersAreAsPythonsOrAnError) {
+  const std::string min = "(-9223372036854775807 - 1)", bits = ": template integers are 64-bit";
+  EXPECT_EQ(error_of("{{ " + min + " | abs }}"), "line 1: integer overflow in abs" + bits);
+  EXPECT_EQ(error_of("{{ 1e30 | int }}"), "line 1: integer overflow in int(1e+30)" + bits);
+  EXPECT_EQ(error_of("{{ '1e30' | int }}"), "line 1: integer overflow in int(1e+30)" + bits);
+  EXPECT_EQ(error_of("{{ x | int }}", {{"x", 1e19}}), "line 1: integer overflow in int(1e+19)" + bits);
+  EXPECT_EQ(error_of("{{ '99999999999999999999' | int }}"), "line 1: integer overflow in int('99999999999999999999')" + bits);
+  EXPECT_EQ(error_of("{{ '%d' % 1e30 }}"), "line 1: integer overflow in int(1e+30)" + bits);
+  EXPECT_EQ(error_of("{{ " + min + " // -1 }}"), "line 1: integer overflow in //" + bits);
+  EXPECT_EQ(error_of("{{ 2 ** 63 }}"), "line 1: integer overflow in **" + bits);
+  EXPECT_EQ(error_of("{{ 9223372036854775807 | round(-1) }}"), "line 1: integer overflow in round" + bits);
+  EXPECT_EQ(error_of("{{ x }}", {{"x", 18446744073709551615ULL}}),
+            "the template context: integer 18446744073709551615 is out of range" + bits);
+  EXPECT_EQ(error_of("{{ 0 ** -1 }}"), "line 1: 0.0 cannot be raised to a negative power");
+  EXPECT_EQ(error_of("{{ 10.0 ** 400 }}"), "line 1: (34, 'Numerical result out of range')");
+  EXPECT_EQ(error_of("{{ (-8) ** 0.5 }}"),
+            "line 1: a negative number to a fractional power is a complex number, which templates do not have");
+  EXPECT_EQ(error_of("{{ 'inf' | float | int }}"), "line 1: cannot convert float infinity to integer");
+  EXPECT_EQ(render("{{ 'inf' | int(7) }} {{ 'nan' | float | int(7) }} {{ 7.0 / 2 }} {{ 9223372036854775807 / 3 }}"),
+            "7 7 3.5 3.0744573456182584e+18");
+  EXPECT_EQ(render("{{ 'ß' | upper }} {{ 'İ' | lower | length }} {{ '\\ud800' | length }} {{ 'ΑΣ ΣΑΣ' | lower }}"),
+            "SS 2 1 ας σας");
+  EXPECT_EQ(error_of("{{ '\\U00110000' }}"), "line 1, column 4: illegal Unicode character");
+  EXPECT_EQ(render("{{ strftime_now('%Y' * 100000) | length }} [{{ strftime_now('%z%Z%f') }}]"), "400000 [000000]");
+}
+
 }  // namespace

@@ -386,15 +386,16 @@ const std::map<std::string, Filter>& filters() {
     f["int"] = [](const Value& v, CallArgs& args) {
       auto a = bind_args("int", args, {"default", "base"});
       Value fallback = arg_or(a[0], Value(0));
-      if (v.is_string()) {
+      // As jinja2: int(value) (with the base for a string), then int(float(value)) when that
+      // raised ValueError or TypeError, then the default on ValueError, TypeError or
+      // OverflowError. A float's infinity is an error (int() raises OverflowError outside the
+      // fallback); past 64 bits is one too (Python's int would be exact).
+      if (v.is_int()) return Value(v.as_int());
+      if (v.is_float() && std::isinf(v.as_float())) return Value(int_of_float(v.as_float()));
+      if (v.is_string())
         if (auto i = parse_int(v.as_string(), a[1] ? int(a[1]->as_int()) : 10)) return Value(*i);
-      } else if (v.is_int()) {
-        return Value(v.as_int());
-      }
-      // jinja2 falls back to int(float(value)) and then to the default on ValueError and
-      // TypeError only: NaN gives the default, infinity and numbers past 64 bits an error.
       auto d = parse_float(v);
-      if (!d || std::isnan(*d)) return fallback;
+      if (!d || std::isnan(*d) || std::isinf(*d)) return fallback;
       return Value(int_of_float(*d));
     };
     f["items"] = [](const Value& v, CallArgs& args) {

@@ -57,7 +57,12 @@ std::string unescape(std::string_view s, int line, int column) {
       case 'v': out += '\v'; break;
       case 'x': out += pystr::encode(char32_t(hex(2))); break;
       case 'u': out += pystr::encode(char32_t(hex(4))); break;
-      case 'U': out += pystr::encode(char32_t(hex(8))); break;
+      case 'U': {
+        const std::uint32_t v = hex(8);
+        if (v > 0x10FFFF) syntax_error(line, column, "illegal Unicode character");
+        out += pystr::encode(char32_t(v));
+        break;
+      }
       default:
         if (c >= '0' && c <= '7') {
           std::uint32_t v = std::uint32_t(c - '0');

@@ -90,7 +90,9 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
     return Value(affix_match(sub, *a[0], name == "startswith"));
   }
   if (name == "upper") return arg({}), Value(pystr::upper(s));
-  if (name == "lower" || name == "casefold") return arg({}), Value(pystr::lower(s));
+  if (name == "lower") return arg({}), Value(pystr::lower(s));
+  if (name == "casefold") return arg({}), Value(pystr::casefold(s));
+  if (name == "swapcase") return arg({}), Value(pystr::swapcase(s));
   if (name == "title") return arg({}), Value(pystr::title(s));
   if (name == "capitalize") return arg({}), Value(pystr::capitalize(s));
   if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") return arg({}), Value(pystr::is_digit(s));
@@ -162,7 +164,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
 
 const std::set<std::string> kStringMethods = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "upper", "lower",
-    "casefold", "title", "capitalize", "isdigit", "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace",
+    "casefold", "swapcase", "title", "capitalize", "isdigit", "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace",
     "isupper", "islower", "replace", "find", "rfind", "index", "rindex", "count", "join", "format", "zfill",
     "ljust", "rjust", "center", "partition", "rpartition", "removeprefix", "removesuffix"};
 

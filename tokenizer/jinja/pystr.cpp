@@ -3,9 +3,11 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cstdio>
 
 #include "tokenizer/jinja/budget.h"
+#include "tokenizer/jinja/case_tables.h"
 
 namespace linnet::jinja::pystr {
 
@@ -245,40 +247,124 @@ long rfind(std::string_view s, std::string_view sub) {
   return at == std::string_view::npos ? -1 : long(length(s.substr(0, at)));
 }
 
-static char32_t to_upper(char32_t c) { return c > 0x10FFFF ? c : char32_t(utf8proc_toupper(utf8proc_int32_t(c))); }
-static char32_t to_lower(char32_t c) { return c > 0x10FFFF ? c : char32_t(utf8proc_tolower(utf8proc_int32_t(c))); }
-static char32_t to_title(char32_t c) { return c > 0x10FFFF ? c : char32_t(utf8proc_totitle(utf8proc_int32_t(c))); }
-static bool is_cased(char32_t c) {
-  auto k = category(c);
-  return k == UTF8PROC_CATEGORY_LU || k == UTF8PROC_CATEGORY_LL || k == UTF8PROC_CATEGORY_LT;
+// Python's case mappings: the full ones (one code point to up to three: 'ß' → 'SS') from
+// case_tables.h, the one-to-one rest from utf8proc; lower() with the final sigma.
+namespace {
+
+enum class Case { Upper, Lower, Title };
+
+template <std::size_t N>
+bool in_ranges(const char32_t (&ranges)[N][2], char32_t c) {
+  auto it = std::upper_bound(std::begin(ranges), std::end(ranges), c, [](char32_t x, const char32_t(&r)[2]) { return x < r[0]; });
+  return it != std::begin(ranges) && c <= (*(it - 1))[1];
 }
 
+bool is_lowercase(char32_t c) { return category(c) == UTF8PROC_CATEGORY_LL || in_ranges(tables::kOtherLowercase, c); }
+bool is_uppercase(char32_t c) { return category(c) == UTF8PROC_CATEGORY_LU || in_ranges(tables::kOtherUppercase, c); }
+bool is_titlecase(char32_t c) { return category(c) == UTF8PROC_CATEGORY_LT; }
+bool is_cased(char32_t c) { return is_lowercase(c) || is_uppercase(c) || is_titlecase(c); }
+bool is_case_ignorable(char32_t c) {
+  switch (category(c)) {
+    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_ME: case UTF8PROC_CATEGORY_CF: case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_SK:
+      return true;
+    default:
+      return in_ranges(tables::kOtherCaseIgnorable, c);
+  }
+}
+
+void append_case(std::u32string& out, char32_t c, Case to) {
+  const auto* end = std::end(tables::kSpecialCases);
+  const auto* sc = std::lower_bound(std::begin(tables::kSpecialCases), end, c,
+                                    [](const tables::SpecialCase& x, char32_t y) { return x.c < y; });
+  if (sc != end && sc->c == c) {
+    const char32_t* m = to == Case::Upper ? sc->upper : to == Case::Lower ? sc->lower : sc->title;
+    for (int i = 0; i < 3 && m[i]; ++i) out += m[i];
+    return;
+  }
+  if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) {
+    out += c;
+    return;
+  }
+  const auto cp = utf8proc_int32_t(c);
+  out += char32_t(to == Case::Upper ? utf8proc_toupper(cp) : to == Case::Lower ? utf8proc_tolower(cp) : utf8proc_totitle(cp));
+}
+
+// Lowercase u[i] into out: a capital sigma is final (ς) after a cased letter with no cased
+// letter after it, case-ignorable letters skipped either way (Unicode's Final_Sigma).
+void append_lower(std::u32string& out, const std::u32string& u, std::size_t i) {
+  if (u[i] != 0x3A3) return append_case(out, u[i], Case::Lower);
+  std::size_t j = i;
+  while (j > 0 && is_case_ignorable(u[j - 1])) --j;
+  bool final = j > 0 && is_cased(u[j - 1]);
+  if (final) {
+    j = i + 1;
+    while (j < u.size() && is_case_ignorable(u[j])) ++j;
+    final = j == u.size() || !is_cased(u[j]);
+  }
+  out += final ? char32_t(0x3C2) : char32_t(0x3C3);
+}
+
+}  // namespace
+
 std::string upper(std::string_view s) {
-  std::u32string u = decode(s);
-  for (auto& c : u) c = to_upper(c);
-  return encode(u);
+  std::u32string u = decode(s), out;
+  out.reserve(u.size());
+  for (char32_t c : u) append_case(out, c, Case::Upper);
+  return encode(out);
 }
 
 std::string lower(std::string_view s) {
-  std::u32string u = decode(s);
-  for (auto& c : u) c = to_lower(c);
-  return encode(u);
+  std::u32string u = decode(s), out;
+  out.reserve(u.size());
+  for (std::size_t i = 0; i < u.size(); ++i) append_lower(out, u, i);
+  return encode(out);
 }
 
 std::string title(std::string_view s) {
-  std::u32string u = decode(s);
+  std::u32string u = decode(s), out;
+  out.reserve(u.size());
   bool previous_cased = false;
-  for (auto& c : u) {
-    c = previous_cased ? to_lower(c) : to_title(c);
-    previous_cased = is_cased(c);
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (previous_cased) append_lower(out, u, i);
+    else append_case(out, u[i], Case::Title);
+    previous_cased = is_cased(u[i]);
   }
-  return encode(u);
+  return encode(out);
 }
 
 std::string capitalize(std::string_view s) {
-  std::u32string u = decode(s);
-  for (std::size_t i = 0; i < u.size(); ++i) u[i] = i == 0 ? to_title(u[i]) : to_lower(u[i]);
-  return encode(u);
+  std::u32string u = decode(s), out;
+  out.reserve(u.size());
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (i == 0) append_case(out, u[i], Case::Title);
+    else append_lower(out, u, i);
+  }
+  return encode(out);
+}
+
+std::string swapcase(std::string_view s) {
+  std::u32string u = decode(s), out;
+  out.reserve(u.size());
+  for (std::size_t i = 0; i < u.size(); ++i) {
+    if (is_uppercase(u[i])) append_lower(out, u, i);
+    else if (is_lowercase(u[i])) append_case(out, u[i], Case::Upper);
+    else out += u[i];
+  }
+  return encode(out);
+}
+
+std::string casefold(std::string_view s) {
+  std::u32string out;
+  for (char32_t c : decode(s)) {
+    utf8proc_int32_t folded[4];
+    int boundclass = 0;
+    const auto n = c > 0x10FFFF ? 0
+                                : utf8proc_decompose_char(utf8proc_int32_t(c), folded, 4, UTF8PROC_CASEFOLD, &boundclass);
+    if (n <= 0 || n > 4) out += c;
+    else for (int i = 0; i < n; ++i) out += char32_t(folded[i]);
+  }
+  return encode(out);
 }
 
 template <class Pred>
@@ -287,19 +373,12 @@ static bool all_of_nonempty(std::string_view s, Pred pred) {
   return !u.empty() && std::all_of(u.begin(), u.end(), pred);
 }
 
-// Python: at least one cased character, and no cased character of the other case.
+// Python: at least one cased character, none of the other case, none titlecase.
 static bool cased_only(std::string_view s, bool want_upper) {
   bool any = false;
   for (char32_t c : decode(s)) {
-    auto k = category(c);
-    if (k == UTF8PROC_CATEGORY_LT) return false;
-    if (k == UTF8PROC_CATEGORY_LU) {
-      if (!want_upper) return false;
-      any = true;
-    } else if (k == UTF8PROC_CATEGORY_LL) {
-      if (want_upper) return false;
-      any = true;
-    }
+    if (is_titlecase(c) || (want_upper ? is_lowercase(c) : is_uppercase(c))) return false;
+    any = any || (want_upper ? is_uppercase(c) : is_lowercase(c));
   }
   return any;
 }

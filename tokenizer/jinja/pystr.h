@@ -36,8 +36,12 @@ long rfind(std::string_view s, std::string_view sub);
 
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
+// Python's full case mappings ('ß'.upper() == 'SS', 'İ'.lower() == 'i̇', a final 'Σ' lowered
+// to 'ς'), as the Unicode version of the Python that wrote case_tables.h.
 std::string title(std::string_view s);       // str.title()
 std::string capitalize(std::string_view s);  // str.capitalize()
+std::string swapcase(std::string_view s);    // str.swapcase()
+std::string casefold(std::string_view s);    // str.casefold()
 bool is_upper(std::string_view s);
 bool is_lower(std::string_view s);
 bool is_digit(std::string_view s);
