@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "core/files.h"
+#include "sanitized.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/jinja/jinja.h"
 
@@ -375,8 +376,12 @@ TEST(Jinja, LargeConversationRendersQuickly) {
 
 namespace {
 
+using linnet::testing::kSanitized;
+
+// Seconds since start, as an optimized build would have taken them (time bounds are for those).
 double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return s / linnet::testing::kSlowdown;
 }
 
 // A JSON object text of n keys "<prefix>0" … with the index as value, after `head` members.
@@ -427,11 +432,7 @@ TEST(Jinja, DictKeysFollowPythonEquality) {
 // Runs fn on a thread with a stack of `bytes` (a server may render on small worker stacks);
 // a stack overflow would end the test binary.
 void on_stack_of(std::size_t bytes, const std::function<void()>& fn) {
-#if defined(__SANITIZE_ADDRESS__) || defined(__has_feature)
-#if defined(__SANITIZE_ADDRESS__) || __has_feature(address_sanitizer)
-  bytes *= 8;  // AddressSanitizer's frames are several times larger
-#endif
-#endif
+  if (kSanitized) bytes *= 8;  // AddressSanitizer's frames are several times larger
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, bytes);

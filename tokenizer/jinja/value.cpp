@@ -14,21 +14,28 @@ namespace {
 // Values whose containers are being released: a thread's queue, emptied by the outermost
 // release one value at a time, so that releasing lists nested 100,000 deep is a loop, not a
 // recursion that deep.
-thread_local std::vector<Value> releasing;
-thread_local bool draining = false;
+// A value released after the thread's queue is gone (a static one, at exit) is released the
+// plain way: queue_gone has no destructor, so it can still be read then.
+thread_local bool queue_gone = false;
+struct ReleaseQueue {
+  std::vector<Value> values;
+  bool draining = false;
+  ~ReleaseQueue() { queue_gone = true; }
+};
+thread_local ReleaseQueue releasing;
 
 void queue_release(Value& v) {
-  if (v.is_sequence() || v.is_dict() || v.is_namespace()) releasing.push_back(std::move(v));
+  if (!queue_gone && (v.is_sequence() || v.is_dict() || v.is_namespace())) releasing.values.push_back(std::move(v));
 }
 
 void drain_releases() {
-  if (draining) return;  // an outer release empties the queue
-  draining = true;
-  while (!releasing.empty()) {
-    Value last = std::move(releasing.back());
-    releasing.pop_back();
+  if (queue_gone || releasing.draining) return;  // an outer release empties the queue
+  releasing.draining = true;
+  while (!releasing.values.empty()) {
+    Value last = std::move(releasing.values.back());
+    releasing.values.pop_back();
   }  // `last` going may queue its own items, which the loop takes next
-  draining = false;
+  releasing.draining = false;
 }
 
 }  // namespace

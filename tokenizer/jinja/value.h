@@ -32,8 +32,8 @@ class Dict {
   ~Dict();
 
   const std::vector<std::pair<Value, Value>>& items() const { return items_; }
-  std::size_t size() const { return items_.size(); }
-  bool empty() const { return items_.empty(); }
+  std::size_t size() const;  // (defined below Value: the items need it complete)
+  bool empty() const;
   // nullptr when absent (also for an unhashable key, which no dict can hold).
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
@@ -68,8 +68,8 @@ class EvalError : public linnet::Error {
 // macro calls, printing, comparing, hashing, converting or dumping nested values each count a
 // level, as Python counts every frame against its recursion limit (1000). Past it the work
 // fails as jinja2's RecursionError does, with EvalError "maximum recursion depth exceeded…",
-// long before the stack runs out: a level costs at most about 1 KiB of stack
-// (tests/jinja_test.cpp checks the deepest nesting on a 1 MiB thread stack).
+// long before the stack runs out: a level costs at most about half a KiB of stack (measured;
+// tests/jinja_test.cpp runs the deepest nesting on a 1 MiB thread stack).
 constexpr int kMaxRecursion = 1000;
 
 // One level of that: throws past kMaxRecursion, `while_doing` completing the message as
@@ -104,7 +104,7 @@ class Value {
   Value(int i) : Value(std::int64_t(i)) {}
   Value(std::int64_t i);
   Value(double f);
-  Value(std::string s, bool markup = false);
+  Value(std::string s, bool markup = false);  // in a render, measured against its Limits (budget.h)
   Value(const char* s) : Value(std::string(s)) {}
   static Value list(List items = {});
   static Value tuple(List items);
@@ -167,6 +167,9 @@ class Value {
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
 };
+
+inline std::size_t Dict::size() const { return items_.size(); }
+inline bool Dict::empty() const { return items_.empty(); }
 
 // Python ==, and < for sorting and comparisons (EvalError when Python would raise TypeError).
 // An int and a float compare exactly, as Python's do (2**53 + 1 != 2.0**53).
