@@ -1,12 +1,11 @@
 // What one render may still spend (jinja::Limits): the evaluator counts its steps here, and
 // the code that builds strings and lists measures them here before (or as) it builds them, so
 // that no template runs or grows without bound. Template::render installs its budget on the
-// calling thread for the render's duration (Budget::Scope); outside a render nothing is
+// calling thread for the render's duration (budget::Scope); outside a render nothing is
 // counted or refused.
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <limits>
 
 #include "tokenizer/jinja/jinja.h"
 

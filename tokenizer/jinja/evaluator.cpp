@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iterator>
 #include <unordered_map>
+#include <utility>
 
 #include "tokenizer/jinja/ast.h"
 #include "tokenizer/jinja/budget.h"
@@ -25,17 +26,18 @@ struct Scope {
 
   explicit Scope(std::shared_ptr<Scope> p = nullptr) : parent(std::move(p)) {}
 
-  Value* find(const std::string& name) {
+  const Value* find(const std::string& name) const {
     if (index.empty()) {
-      for (auto& [k, v] : vars)
+      for (const auto& [k, v] : vars)
         if (k == name) return &v;
       return nullptr;
     }
     auto it = index.find(name);
     return it == index.end() ? nullptr : &vars[it->second].second;
   }
+  Value* find(const std::string& name) { return const_cast<Value*>(std::as_const(*this).find(name)); }
   const Value* lookup(const std::string& name) const {
-    for (Scope* s = const_cast<Scope*>(this); s; s = s->parent.get())
+    for (const Scope* s = this; s; s = s->parent.get())
       if (const Value* v = s->find(name)) return v;
     return nullptr;
   }

@@ -60,7 +60,7 @@ struct Limits {
   // filter's result, a macro's output…); a list counts its items at sizeof(Value) each.
   std::size_t max_bytes = std::size_t{64} << 20;
   // Work: each statement, expression, loop iteration and item a filter walks is a step, and
-  // building text costs a step per 16 bytes.
+  // making values (text, list items, dict copies) costs a step per 16 bytes.
   std::int64_t max_steps = 20'000'000;
   // Called every 4,096 steps; true stops the render with Cancelled.
   std::function<bool()> cancelled;

@@ -82,9 +82,9 @@ class RecursionGuard {
   RecursionGuard& operator=(const RecursionGuard&) = delete;
 };
 
-// A list's items, released one level at a time when it goes (release_nested in value.cpp):
-// a list nested 100,000 deep, which a template can build, must not recurse that deep in
-// destructors.
+// A list's items, released one level at a time when it goes (a queue in value.cpp; Dict's
+// destructor does the same): a list nested 100,000 deep, which a template can build, must
+// not recurse that deep in destructors.
 struct ListBox {
   List items;
   ~ListBox();
