@@ -97,10 +97,15 @@ ChatRequest read_chat_request(const ojson& j, const ChatTemplate& chat, const st
   return r;
 }
 
-ChatPrompt chat_prompt(const ChatTemplate& chat, const ChatRequest& request, const Tokenizer& tok, int64_t vocab) {
+ChatPrompt chat_prompt(const ChatTemplate& chat, const ChatRequest& request, const Tokenizer& tok, int64_t vocab,
+                       const std::function<bool()>& cancelled) {
   ChatPrompt p;
+  jinja::Limits limits;
+  limits.cancelled = cancelled;
   try {
-    p.text = chat.render(request);
+    p.text = chat.render(request, limits);
+  } catch (const jinja::Cancelled&) {  // nobody waits for the answer: not the request's fault
+    throw;
   } catch (const jinja::RaiseError& e) {  // the template's own words
     throw FieldError("messages", e.what());
   } catch (const jinja::TemplateError& e) {

@@ -11,6 +11,7 @@
 // linnet serves text models.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -37,7 +38,10 @@ struct ChatPrompt {
 };
 // Renders and tokenizes (ids checked against Vocab). The template refusing the conversation
 // is a FieldError on "messages" whose message is the template's own (raise_exception), or
-// says how the template failed (it does not parse, or fails on this conversation).
-ChatPrompt chat_prompt(const ChatTemplate& chat, const ChatRequest& request, const Tokenizer& tok, int64_t vocab);
+// says how the template failed (it does not parse, fails on this conversation, or goes past
+// the render's limits, jinja::Limits). `cancelled`, when given, is asked every few thousand
+// steps of the render whether to stop: true ends it with jinja::Cancelled.
+ChatPrompt chat_prompt(const ChatTemplate& chat, const ChatRequest& request, const Tokenizer& tok, int64_t vocab,
+                       const std::function<bool()>& cancelled = {});
 
 }  // namespace linnet::engine

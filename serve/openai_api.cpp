@@ -33,6 +33,10 @@ namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& why) { throw ApiError(400, why, param); }
 
+// The chat template's render stopped because the client went away (`cancelled`): 499, as
+// nginx names a request closed by its client; nobody reads it.
+ApiError client_gone(const jinja::Cancelled& e) { return ApiError(499, str("the client closed the request (", e.what(), ")")); }
+
 using engine::read_boolean;
 using engine::read_integer;
 using engine::read_number;
@@ -179,8 +183,8 @@ CompletionParams parse_completion(const json& b, const Tokenizer& tok, const Ser
   throw ApiError(400, e.what(), e.field());
 }
 
-CompletionParams parse_chat_completion(const json& b, const ojson& ordered, const Tokenizer& tok,
-                                       const ServedModel& m) try {
+CompletionParams parse_chat_completion(const json& b, const ojson& ordered, const Tokenizer& tok, const ServedModel& m,
+                                       const std::function<bool()>& cancelled) try {
   check_body(b, m);
   refuse_unsupported(b);
   refuse_unsupported_chat(b);
@@ -212,7 +216,7 @@ CompletionParams parse_chat_completion(const json& b, const ojson& ordered, cons
   const int64_t asked = read_integer(b, key, 1, std::numeric_limits<int64_t>::max(), 0, "a positive integer");
   if (!m.chat) throw ApiError(400, m.no_chat, "messages");
   const ChatRequest request = engine::read_chat_request(ordered, *m.chat);
-  const engine::ChatPrompt prompt = engine::chat_prompt(*m.chat, request, tok, m.vocab);
+  const engine::ChatPrompt prompt = engine::chat_prompt(*m.chat, request, tok, m.vocab, cancelled);
   c.prompts.push_back(PromptIn{prompt.ids, prompt.text, true});
   const engine::PoolLimits pool{m.max_seq, m.page_size, m.pages};
   const int64_t len = static_cast<int64_t>(prompt.ids.size());
@@ -227,11 +231,13 @@ CompletionParams parse_chat_completion(const json& b, const ojson& ordered, cons
   return c;
 } catch (const engine::FieldError& e) {
   throw ApiError(400, e.what(), e.field());
+} catch (const jinja::Cancelled& e) {
+  throw client_gone(e);
 }
 
 CompletionParams parse_request(const std::string& route, const json& body, const ojson& ordered, const Tokenizer& tok,
-                               const ServedModel& model) {
-  if (route == "/v1/chat/completions") return parse_chat_completion(body, ordered, tok, model);
+                               const ServedModel& model, const std::function<bool()>& cancelled) {
+  if (route == "/v1/chat/completions") return parse_chat_completion(body, ordered, tok, model, cancelled);
   if (route == "/v1/completions") return parse_completion(body, tok, model);
   throw ApiError(404, str("no route POST ", route, " (/v1/completions or /v1/chat/completions)"), "url");
 }
@@ -379,7 +385,8 @@ json chat_chunk(const std::string& id, int64_t created, const std::string& model
            json::array({{{"index", index}, {"delta", delta}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
 }
 
-json tokenize_body(const json& b, const ojson& ordered, const Tokenizer& tok, const ServedModel& m) try {
+json tokenize_body(const json& b, const ojson& ordered, const Tokenizer& tok, const ServedModel& m,
+                   const std::function<bool()>& cancelled) try {
   check_body(b, m);
   const bool chat = b.contains("messages");
   if (chat == b.contains("prompt")) bad("", "give one of `prompt` (a text) and `messages` (a conversation)");
@@ -388,7 +395,7 @@ json tokenize_body(const json& b, const ojson& ordered, const Tokenizer& tok, co
     refuse_unsupported_chat(b);
     if (!m.chat) throw ApiError(400, m.no_chat, "messages");
     const ChatRequest request = engine::read_chat_request(ordered, *m.chat);
-    ids = engine::chat_prompt(*m.chat, request, tok, m.vocab).ids;
+    ids = engine::chat_prompt(*m.chat, request, tok, m.vocab, cancelled).ids;
     if (read_boolean(b, "add_special_tokens", false) && m.add_bos && tok.bos_id() >= 0) ids.insert(ids.begin(), tok.bos_id());
   } else {
     if (!b["prompt"].is_string()) bad("prompt", "`prompt` must be a string");
@@ -404,6 +411,8 @@ json tokenize_body(const json& b, const ojson& ordered, const Tokenizer& tok, co
   return out;
 } catch (const engine::FieldError& e) {
   throw ApiError(400, e.what(), e.field());
+} catch (const jinja::Cancelled& e) {
+  throw client_gone(e);
 }
 
 json detokenize_body(const json& b, const Tokenizer& tok, const ServedModel& m) try {

@@ -5,6 +5,7 @@
 // /detokenize. No HTTP here: tests call these directly.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -70,11 +71,15 @@ CompletionParams parse_completion(const nlohmann::json& body, const Tokenizer& t
 // written, for what the template reads). Fields that would change the output and are not
 // implemented (tools, response_format, …) are refused by name; a template's raise_exception
 // is a 400 with the template's message.
+// `cancelled`, when given, is asked every few thousand steps of the chat template's render
+// whether the client is gone: true stops it (ApiError 499, which nobody reads).
 CompletionParams parse_chat_completion(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
-                                       const Tokenizer& tok, const ServedModel& model);
+                                       const Tokenizer& tok, const ServedModel& model,
+                                       const std::function<bool()>& cancelled = {});
 // Either, by route ("/v1/completions" or "/v1/chat/completions").
 CompletionParams parse_request(const std::string& route, const nlohmann::json& body,
-                               const nlohmann::ordered_json& ordered, const Tokenizer& tok, const ServedModel& model);
+                               const nlohmann::ordered_json& ordered, const Tokenizer& tok, const ServedModel& model,
+                               const std::function<bool()>& cancelled = {});
 
 // The engine's jobs for a request: prompt i / n, sample i % n, sample k seeded seed + k.
 std::vector<ServeJob> jobs_of(const CompletionParams& p, uint64_t seed);
@@ -117,7 +122,7 @@ std::string response_id(const CompletionParams& p, uint64_t n);
 // vLLM's POST /tokenize ({"prompt"} or {"messages"}: count, max_model_len, tokens,
 // token_strs) and POST /detokenize ({"tokens"}: prompt).
 nlohmann::json tokenize_body(const nlohmann::json& body, const nlohmann::ordered_json& ordered, const Tokenizer& tok,
-                             const ServedModel& model);
+                             const ServedModel& model, const std::function<bool()>& cancelled = {});
 nlohmann::json detokenize_body(const nlohmann::json& body, const Tokenizer& tok, const ServedModel& model);
 
 // JSON text that never throws on bytes that are not UTF-8 (they become U+FFFD).

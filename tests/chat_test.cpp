@@ -5,6 +5,7 @@
 // template and tokenizer are in tests/serve (ctest Serve.chat, Serve.chat_lm_eval, Serve.batch).
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -12,10 +13,12 @@
 #include <sstream>
 
 #include "checkpoint/write_checkpoint.h"
+#include "core/files.h"
 #include "engine/chat_request.h"
 #include "engine/request_rules.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
+#include "sanitized.h"
 #include "serve/openai_api.h"
 
 using namespace linnet;
@@ -222,6 +225,69 @@ TEST(ServeChat, BodiesAreCheckedAndRefusedByName) {
   }
 }
 
+// A body of 60,000 chat_template_kwargs (1 MB) is read, checked and rendered in linear time
+// (issue 34 item 5; before: 4.8 s to parse its keys in order, 37 s of CPU in all).
+TEST(ServeChat, ABodyWithManyKeysTakesLinearTime) {
+  std::string kwargs = "{";
+  for (int i = 0; i < 60000; ++i) kwargs += str(i ? "," : "", "\"k", i, "\":", i);
+  const std::string text = R"({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "chat_template_kwargs": )" +
+                           kwargs + "}}";
+  const auto start = std::chrono::steady_clock::now();
+  const json body = json::parse(text);
+  const ojson ordered = parse_ordered_json(text, "the request body");
+  const auto p = serve::parse_request("/v1/chat/completions", body, ordered, tok(), served());
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 2.0 * linnet::testing::kSlowdown);
+  ASSERT_EQ(p.prompts.size(), 1u);
+  EXPECT_EQ(p.prompts[0].text,
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n");
+}
+
+// The server's cancel check reaches the chat template's render (parse_request's last
+// argument): a client that went away stops it within a few thousand steps, a 499 nobody reads
+// (issue 34 item 5; before: the render went on to its end).
+TEST(ServeChat, ARenderStopsWhenTheClientIsGone) {
+  const ChatTemplate slow = ChatTemplate::single(
+      "{% for i in range(100000) %}{% for m in messages %}{% endfor %}{% endfor %}{{ messages[0].content }}", ojson::object());
+  const json body = {{"messages", kHello}, {"max_tokens", 4}};
+  const ojson ordered = ojson::parse(body.dump());
+  int polls = 0;
+  try {
+    serve::parse_request("/v1/chat/completions", body, ordered, tok(), served(&slow), [&polls] { return ++polls == 2; });
+    ADD_FAILURE() << "not cancelled";
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(e.status(), 499) << e.what();
+  }
+  EXPECT_EQ(polls, 2);
+  polls = 0;
+  try {
+    serve::tokenize_body(body, ordered, tok(), served(&slow), [&polls] { return ++polls == 1; });
+    ADD_FAILURE() << "not cancelled";
+  } catch (const serve::ApiError& e) {
+    EXPECT_EQ(e.status(), 499) << e.what();
+  }
+  // A client still there: the same request is answered, the check asked all along.
+  polls = 0;
+  const auto p = serve::parse_request("/v1/chat/completions", body, ordered, tok(), served(&slow), [&polls] {
+    ++polls;
+    return false;
+  });
+  EXPECT_GT(polls, 10);
+  ASSERT_EQ(p.prompts.size(), 1u);
+  EXPECT_EQ(p.prompts[0].text, "Be brief.");
+}
+
+// A render past its limits is the request's fault: a 400 naming the limit.
+TEST(ServeChat, ARenderPastItsLimitsIsA400) {
+  const ChatTemplate huge = ChatTemplate::single("{{ messages[0].content | indent(10**9, true) }}", ojson::object());
+  const auto [why, param] = chat_refusal({{"messages", kHello}}, served(&huge));
+  EXPECT_EQ(param, "messages");
+  EXPECT_EQ(why, "the chat template failed on this conversation: line 1: the template would make a text of more than 64 MiB "
+                 "(the render limit max_bytes)");
+  const ChatTemplate deep = ChatTemplate::single("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ojson::object());
+  EXPECT_EQ(chat_refusal({{"messages", kHello}}, served(&deep)).first,
+            "the chat template failed on this conversation: line 1: maximum recursion depth exceeded");
+}
+
 TEST(ServeChat, ResponseShapes) {
   auto c = parse_chat({{"messages", kHello}, {"logprobs", true}, {"top_logprobs", 2}, {"n", 2}});
   serve::ChoiceResult r;
@@ -331,6 +397,19 @@ TEST(ChatCli, ApplyChatTemplatePrintsTheTextExactly) {
                   "tool_use"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("no chat template named 'tool_use': this tokenizer has a single chat template"),
+            std::string::npos) << r.errors;
+  // A hostile template is an error, never a crash (issue 34 item 6; before: printing a list
+  // nested 20,000 deep overflowed the stack, exit 139) or a run that eats the memory (item 7).
+  write_text(d / "deep.jinja", "{% set ns = namespace(x=[]) %}{% for i in range(20000) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
+                  (d / "deep.jinja").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("maximum recursion depth exceeded while getting the repr of an object"), std::string::npos) << r.errors;
+  write_text(d / "indent.jinja", "{{ 'a\nb' | indent(10**9) }}");
+  r = linnet_run({"apply-chat-template", "--checkpoint", ckpt, "--messages", (d / "msgs.json").string(), "--template",
+                  (d / "indent.jinja").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("the template would make a text of more than 64 MiB (the render limit max_bytes)"),
             std::string::npos) << r.errors;
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
 
 namespace linnet {
@@ -36,20 +37,23 @@ ojson special_tokens_of(const ojson& config) {
   return out;
 }
 
-// _alias_reasoning_fields: {"thinking": r, **message, "reasoning_content": r}.
-ojson alias_reasoning(const ojson& message) {
+// A message as the template sees it, made in one pass over its keys (constant-time dict
+// inserts: a message with many thousand keys costs linear time): keys whose value is null
+// dropped, reasoning aliased as _alias_reasoning_fields does ({"thinking": r, **message,
+// "reasoning_content": r}).
+jinja::Value message_value(const ojson& message) {
   const ojson* reasoning = nullptr;
   for (const char* key : kReasoningFields)
-    if (message.contains(key) && !message[key].is_null()) {
-      reasoning = &message[key];
+    if (auto it = message.find(key); it != message.end() && !it->is_null()) {
+      reasoning = &*it;
       break;
     }
-  if (!reasoning) return message;
-  ojson out = ojson::object();
-  out["thinking"] = *reasoning;
-  for (auto it = message.begin(); it != message.end(); ++it) out[it.key()] = it.value();
-  out["reasoning_content"] = *reasoning;
-  return out;
+  auto d = std::make_shared<jinja::Dict>();
+  if (reasoning) d->set(jinja::Value("thinking"), jinja::from_json(*reasoning));
+  for (auto it = message.begin(); it != message.end(); ++it)
+    if (!it.value().is_null()) d->set(jinja::Value(it.key()), jinja::from_json(it.value()));
+  if (reasoning) d->set(jinja::Value("reasoning_content"), jinja::from_json(*reasoning));
+  return jinja::Value::dict(std::move(d));
 }
 
 // Whether a for statement's iterable names content: {% for x in message['content'] %},
@@ -178,7 +182,70 @@ bool ChatTemplate::iterates_content(bool with_tools, const std::optional<std::st
   return false;
 }
 
-std::string ChatTemplate::render(const ChatRequest& request) const {
+jinja::Variables ChatTemplate::variables(const ChatRequest& request, const std::string& text,
+                                         std::string& final_message) const {
+  jinja::List chat;
+  chat.reserve(request.messages.size());
+  for (const auto& m : request.messages) {
+    if (!m.is_object()) throw Error("Chat messages should be dicts, but got " + m.dump());
+    chat.push_back(message_value(m));
+  }
+
+  if (request.continue_final_message) {
+    const std::string& field = *request.continue_final_message;
+    jinja::Dict& last = chat.back().dict_ref();
+    const jinja::Value* found = last.find(jinja::Value(field));  // null values are gone already
+    if (!found) throw Error("continue_final_message is set but the final message has no \"" + field + "\" to continue!");
+    const jinja::Value final_value = *found;
+    std::vector<std::string> fields = {field};
+    if (field == "reasoning_content" || field == "thinking" || field == "reasoning") {
+      fields.clear();
+      for (const char* f : kReasoningFields)
+        if (const jinja::Value* v = last.find(jinja::Value(f)); v && jinja::equals(*v, final_value)) fields.push_back(f);
+    }
+    bool mentioned = false;
+    for (const auto& f : fields) mentioned = mentioned || text.find(f) != std::string::npos;
+    if (!mentioned) throw Error("continue_final_message is set to \"" + field + "\" but this is not an accepted field in the chat_template");
+    if (final_value.is_list()) {
+      bool found_text = false;
+      const jinja::List& parts = final_value.items();
+      for (auto it = parts.rbegin(); it != parts.rend() && !found_text; ++it) {
+        if (!it->is_dict()) continue;
+        jinja::Dict& part = it->dict_ref();
+        const jinja::Value* part_text = part.find(jinja::Value("text"));
+        if (!part_text) continue;
+        const jinja::JsonStyle compact{.indent = std::nullopt, .item_separator = ",", .key_separator = ":"};
+        final_message = part_text->is_string() ? part_text->as_string() : jinja::dumps(*part_text, compact);
+        part.set(jinja::Value("text"), jinja::Value(final_message + kContinueTag));
+        found_text = true;
+      }
+      if (!found_text) throw Error("continue_final_message is set but we could not find any text to continue in the final message!");
+    } else {
+      if (!final_value.is_string()) throw Error("continue_final_message: the final message's " + field + " is not text");
+      final_message = final_value.as_string();
+      for (const auto& f : fields) last.set(jinja::Value(f), jinja::Value(final_message + kContinueTag));
+    }
+  }
+
+  // The variables in transformers' order: later ones replace earlier ones of the same name.
+  jinja::Variables context;
+  context.reserve(4 + special_tokens_.size() + request.kwargs.size());
+  context.emplace_back("messages", jinja::Value::list(std::move(chat)));
+  context.emplace_back("tools", request.tools ? jinja::from_json(*request.tools) : jinja::Value::none());
+  context.emplace_back("documents", request.documents ? jinja::from_json(*request.documents) : jinja::Value::none());
+  context.emplace_back("add_generation_prompt", jinja::Value(request.add_generation_prompt));
+  for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it)
+    context.emplace_back(it.key(), jinja::from_json(it.value()));
+  for (auto it = request.kwargs.begin(); it != request.kwargs.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
+      throw Error("render() got multiple values for keyword argument '" + k + "'");
+    context.emplace_back(k, jinja::from_json(it.value()));
+  }
+  return context;
+}
+
+std::string ChatTemplate::render(const ChatRequest& request, const jinja::Limits& limits) const {
   const std::string& text = source(request.tools.has_value(), request.template_name);
   std::string name;
   for (const auto& [n, t] : templates_)
@@ -201,63 +268,16 @@ std::string ChatTemplate::render(const ChatRequest& request) const {
   }
   if (!request.kwargs.is_object()) throw Error("chat template kwargs must be an object");
 
-  ojson chat = ojson::array();
-  for (const auto& m : request.messages) {
-    if (!m.is_object()) throw Error("Chat messages should be dicts, but got " + m.dump());
-    ojson kept = ojson::object();
-    for (auto it = m.begin(); it != m.end(); ++it)
-      if (!it.value().is_null()) kept[it.key()] = it.value();
-    chat.push_back(alias_reasoning(kept));
-  }
-
+  // The request as values (json → Value); a conversion error (JSON nested too deep for the
+  // recursion limit) is the render's error.
+  jinja::Variables context;
   std::string final_message;
-  if (request.continue_final_message) {
-    const std::string& field = *request.continue_final_message;
-    ojson& last = chat.back();
-    if (!last.contains(field) || last[field].is_null())
-      throw Error("continue_final_message is set but the final message has no \"" + field + "\" to continue!");
-    ojson final_value = last[field];
-    std::vector<std::string> fields = {field};
-    if (field == "reasoning_content" || field == "thinking" || field == "reasoning") {
-      fields.clear();
-      for (const char* f : kReasoningFields)
-        if (last.contains(f) && last[f] == final_value) fields.push_back(f);
-    }
-    bool mentioned = false;
-    for (const auto& f : fields) mentioned = mentioned || text.find(f) != std::string::npos;
-    if (!mentioned) throw Error("continue_final_message is set to \"" + field + "\" but this is not an accepted field in the chat_template");
-    if (final_value.is_array()) {
-      bool found = false;
-      for (auto it = last[field].rbegin(); it != last[field].rend(); ++it) {
-        if (it->is_object() && it->contains("text")) {
-          final_message = (*it)["text"].is_string() ? (*it)["text"].get<std::string>() : (*it)["text"].dump();
-          (*it)["text"] = final_message + kContinueTag;
-          found = true;
-          break;
-        }
-      }
-      if (!found) throw Error("continue_final_message is set but we could not find any text to continue in the final message!");
-    } else {
-      if (!final_value.is_string()) throw Error("continue_final_message: the final message's " + field + " is not text");
-      final_message = final_value.get<std::string>();
-      for (const auto& f : fields) last[f] = last[f].get<std::string>() + kContinueTag;
-    }
+  try {
+    context = variables(request, text, final_message);
+  } catch (const jinja::EvalError& e) {
+    throw jinja::RenderError(str("the chat request: ", e.what()));
   }
-
-  ojson context = ojson::object();
-  context["messages"] = chat;
-  context["tools"] = request.tools ? *request.tools : ojson(nullptr);
-  context["documents"] = request.documents ? *request.documents : ojson(nullptr);
-  context["add_generation_prompt"] = request.add_generation_prompt;
-  for (auto it = special_tokens_.begin(); it != special_tokens_.end(); ++it) context[it.key()] = it.value();
-  for (auto it = request.kwargs.begin(); it != request.kwargs.end(); ++it) {
-    const std::string& k = it.key();
-    if (k == "messages" || k == "tools" || k == "documents" || k == "add_generation_prompt")
-      throw Error("render() got multiple values for keyword argument '" + k + "'");
-    context[k] = it.value();
-  }
-
-  std::string rendered = tmpl.render(context, {{"strftime_now", jinja::strftime_now_function(now_)}});
+  std::string rendered = tmpl.render_values(context, {{"strftime_now", jinja::strftime_now_function(now_)}}, limits);
 
   if (request.continue_final_message) {
     std::string tag = py_strip(kContinueTag);

@@ -78,9 +78,10 @@ class ChatTemplate {
   const std::string& source(bool with_tools, const std::optional<std::string>& name = std::nullopt) const;
 
   // The prompt text. Throws jinja::TemplateError (the template does not parse),
-  // jinja::RaiseError (the template refused the conversation), jinja::RenderError, or
-  // linnet::Error (the request itself is refused, as transformers refuses it).
-  std::string render(const ChatRequest& request) const;
+  // jinja::RaiseError (the template refused the conversation), jinja::RenderError (also past
+  // one of `limits`; jinja::Cancelled when limits.cancelled said so), or linnet::Error (the
+  // request itself is refused, as transformers refuses it).
+  std::string render(const ChatRequest& request, const jinja::Limits& limits = {}) const;
 
   // Whether that template loops over a message's content (`{% for part in message['content'] %}`):
   // it reads content as a list of parts. vLLM's "auto" content format asks the same of the
@@ -104,6 +105,11 @@ class ChatTemplate {
   std::map<std::string, std::optional<jinja::Template>> compiled_;
   std::map<std::string, std::string> parse_errors_;
   std::map<std::string, bool> content_loops_;
+
+  // What the template sees (messages as transformers shapes them, tools, documents,
+  // add_generation_prompt, special tokens, kwargs); `text` is the template's source and
+  // final_message the text continue_final_message continues.
+  jinja::Variables variables(const ChatRequest& request, const std::string& text, std::string& final_message) const;
 };
 
 }  // namespace linnet

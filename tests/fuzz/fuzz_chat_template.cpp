@@ -14,7 +14,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto t = linnet::jinja::Template::parse(std::string_view(reinterpret_cast<const char*>(data), size),
                                                   linnet::jinja::Options{true, true, false});
-    (void)t.render(context);
+    // Small limits: the fuzzer explores what templates do, not how long they may run.
+    linnet::jinja::Limits limits;
+    limits.max_bytes = std::size_t{4} << 20;
+    limits.max_steps = 1'000'000;
+    (void)t.render(context, {}, limits);
   } catch (const linnet::Error&) {
   }
   return 0;

@@ -27,6 +27,15 @@ LB = {"lstrip_blocks": True}
 HF = {"trim_blocks": True, "lstrip_blocks": True}
 KT = {"keep_trailing_newline": True}
 
+# Letters whose case Python changes, in blocks whose case mappings have not changed in many
+# Unicode versions (so that another Python's cases.json stays the same).
+CASED = "".join(
+    chr(c)
+    for lo, hi in [(0x41, 0x58F), (0x1E00, 0x1FFF), (0x2100, 0x218F), (0x24B6, 0x24E9), (0xFB00, 0xFB17), (0xFF21, 0xFF5A),
+                   (0x10400, 0x1044F)]
+    for c in range(lo, hi + 1)
+    if chr(c).upper() != chr(c) or chr(c).lower() != chr(c) or chr(c).title() != chr(c) or chr(c).isupper() or chr(c).islower())
+
 MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 D = {"a": 1, "b": [1, 2], "c": {"x": "y"}, "items": "shadowed", "n": None}
 
@@ -195,6 +204,46 @@ CASES = [
     ("call_non_callable", "{{ 'a'() }}", {}, {}),
     ("break_outside_loop", "{% break %}", {}, {}),
     ("division_by_zero", "{{ 1 / 0 }}", {}, {}),
+    # dicts keyed by Python equality (issue 34 item 5)
+    ("dict_keys_equal_numbers", "{{ {1: 'a', 1.0: 'b', True: 'c', 2: 'd'} }} {{ {'a': 1} == {'a': 1.0} }} {{ [1, 1.0, True, 2] | unique | list }}", {}, {}),
+    ("dict_many_keys", "{% set d = dict(big) %}{{ d | length }} {{ d['k17'] }} {{ 'k9' in d }} {{ 'k99' in d }} {{ d.get('k3') }} {{ big == d }}", {"big": {f"k{i}": i for i in range(40)}}, {}),
+    ("dict_unhashable_in", "{{ [1] in {} }}", {}, {}),
+    ("dict_unhashable_key", "{{ {([1], 2): 3} }}", {}, {}),
+    ("unique_unhashable", "{{ [[1], [1]] | unique | list }}", {}, {}),
+    ("dict_get_unhashable", "{{ {}.get([1]) }}", {}, {}),
+    # numbers as Python's (item 8)
+    ("int_true_division_exact", "{{ 9223372036854775807 / 3 }} {{ 5258986265376043509 / 888601 }} {{ -4154830492154097476 / 495188 }} {{ 9007199254740993 / 1 }} {{ 0 / -5 }}", {}, {}),
+    ("int_float_compare_exact", "{{ 9007199254740993 == 9007199254740992.0 }} {{ 9007199254740993 > 9007199254740992.0 }} {{ 9007199254740993 < 9007199254740994.0 }}", {}, {}),
+    ("float_floordiv_mod", "{{ 1 // 0.1 }} {{ 1 % 0.1 }} {{ -4.0 % 2 }} {{ 4.0 % -2 }} {{ -0.0 // 1 }} {{ 0.0 // -1 }} {{ -7.5 // 2 }} {{ 7 % -3.0 }}", {}, {}),
+    ("zero_to_negative_power", "{{ 0 ** -1 }}", {}, {}),
+    ("float_zero_to_negative_power", "{{ 0.0 ** -2.5 }}", {}, {}),
+    ("float_pow_overflow", "{{ 10.0 ** 400 }}", {}, {}),
+    ("int_to_negative_power_overflow", "{{ (-1.5) ** 1e300 }}", {}, {}),
+    ("float_pow_defined", "{{ 2 ** -2000 }} {{ 10 ** -400 }} {{ 1.5 ** -1e300 }} {{ 0.0 ** 0 }} {{ (-8.0) ** 3.0 }} {{ (-2) ** -1 }}", {}, {}),
+    ("division_by_zero_int", "{{ 7 / 0 }}", {}, {}),
+    ("division_by_zero_float", "{{ 7.0 / 0 }}", {}, {}),
+    ("floordiv_by_zero_float", "{{ 7 // 0.0 }}", {}, {}),
+    ("modulo_by_zero_int", "{{ 7 % 0 }}", {}, {}),
+    ("round_as_python", "{{ 1250.0|round(-2) }} {{ 1350.0|round(-2) }} {{ 1234.5|round(-2) }} {{ 1250.0001|round(-2) }} {{ -1250.0|round(-2) }} {{ 5e-324|round(330) }} {{ 1e300|round(-299) }} {{ 1e300|round(-301) }} {{ -0.4|round }} {{ 2.675|round(2) }} {{ 0.125|round(2) }}", {}, {}),
+    ("round_ints", "{{ 25|round(-1) }} {{ 35|round(-1) }} {{ -25|round(-1) }} {{ 1234|round(-2) }} {{ 4000000000000000000|round(-19) }} {{ 7|round(3) }} {{ 7|round }}", {}, {}),
+    ("round_ceil_floor", "{{ 2.5|round(0, 'ceil') }} {{ 2|round(2, 'floor') }} {{ 1.005|round(2, 'ceil') }} {{ 123.456|round(-1, 'floor') }} {{ 15|round(400, 'ceil') }}", {}, {}),
+    ("round_ceil_too_precise", "{{ 1.5|round(400, 'ceil') }}", {}, {}),
+    ("round_precision_not_int", "{{ 1.5|round(2.5) }}", {}, {}),
+    ("int_filter_nan_and_strings", "{{ 'nan'|int(7) }} {{ '1e3'|int }} {{ ' 42 '|int }} {{ '4_2'|int }} {{ 'x'|int(5) }} {{ '-9223372036854775808'|int }} {{ 3.99|int }} {{ -3.99|int }}", {}, {}),
+    ("int_filter_inf", "{{ 'inf'|int }}", {}, {}),
+    ("percent_d_inf", "{{ '%d' % ('inf'|float) }}", {}, {}),
+    ("format_long_precision", "{{ '%.400f' % 1.5 }}|{{ '{:.330f}'.format(1e-320) }}|{{ '{:d}'.format(-9223372036854775807 - 1) }}|{{ '{:x}'.format(-9223372036854775807 - 1) }}|{{ '{:08.3f}'.format(-0.0) }}", {}, {}),
+    ("range_and_slice_near_64_bits", "{{ range(9223372036854775806, 9223372036854775807, 10) | list }} {{ range(-9223372036854775807, -9223372036854775807 - 1, -7) | list }} {{ 'abc'[1::9223372036854775807] }} {{ [1, 2, 3][-1::-9223372036854775807] }}", {}, {}),
+    # strings as Python's: full case mappings, the final sigma, lone surrogates (item 8)
+    ("case_full_mappings", "{{ 'ß' | upper }} {{ 'ﬁx' | upper }} {{ 'İ' | lower | length }} {{ 'İstanbul' | lower }} {{ 'ß'.title() }} {{ 'ßa'.capitalize() }} {{ 'ﬁx'.title() }} {{ 'ǆb' | title }} {{ 'ǆb'.title() }} {{ 'ΐ' | upper }}", {}, {}),
+    ("case_final_sigma", "{% for w in g %}{{ w | lower }}|{{ w.capitalize() }}|{{ w.swapcase() }}|{{ w.title() }}|{{ w | title }}\n{% endfor %}",
+     {"g": ["ΣΑΣ ΑΣ. Σ ΑΣ\u0345 ΑΣΑ", "ὈΔΥΣΣΕΎΣ", "ΑΣ'Β", "ΑΣ\u2019Β", "Α\u00adΣ", "ΑΣ\u0301", "αΣ", "Σ", "1Σ", "ªΣ"]}, {}),
+    ("case_swapcase_casefold", "{{ 'ǅ'.swapcase() }} {{ 'ß'.swapcase() }} {{ 'ΣΑΣ'.swapcase() }} {{ 'ß'.casefold() }} {{ 'ﬁ'.casefold() }} {{ 'ΣΑΣ'.casefold() }} {{ 'İ'.casefold() | length }}", {}, {}),
+    ("case_predicates", "{{ 'ǅ'.isupper() }} {{ 'ǅ'.islower() }} {{ 'ª'.islower() }} {{ 'Ⓐ'.isupper() }} {{ 'ABʰ'.isupper() }} {{ 'abⅰ'.islower() }} {{ 'Ⅰ' is upper }}", {}, {}),
+    ("case_every_cased_letter", "{% for c in s %}{{ c.upper() }}{{ c.lower() }}{{ c.title() }}{{ c.swapcase() }}{{ c.casefold() }}{{ c.isupper() | int }}{{ c.islower() | int }} {% endfor %}", {"s": CASED}, {}),
+    ("lone_surrogates", "{{ '\\ud800' | length }} {{ '\\ud83d\\ude00' | length }} {{ ('\\ud800' ~ 'a')[1] }} {{ ('a\\udc80b' | list | length) }} {{ '\\ud800' | tojson(ensure_ascii=true) }}", {}, {}),
+    ("illegal_unicode_escape", "{{ '\\U00110000' }}", {}, {}),
+    ("strftime_long_and_python_directives", "{{ strftime_now('%Y' * 1000) | length }} [{{ strftime_now('%z|%Z|%f|%%z|%') }}] [{{ strftime_now('') }}]", {}, {}),
     # transformers-shaped templates
     ("chatml", "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}", {"messages": MSGS, "add_generation_prompt": True}, HF),
     ("llama2_style", "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] | trim + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + message['content'] | trim + ' ' + eos_token }}{% endif %}{% endfor %}", {"messages": MSGS, "bos_token": "<s>", "eos_token": "</s>"}, HF),

@@ -32,6 +32,7 @@ struct Expr {
   std::vector<std::pair<std::string, ExprPtr>> ops;  // Compare: operator and right side
   bool negated = false;             // Test: `is not`
   bool unknown = false;             // Filter/Test: not known when parsed (an if branch): fails if run
+  int depth = 1;                    // levels of the tree under and with this node (Parser::settle)
 
   Expr(Kind k, int l) : kind(k), line(l) {}
 };

@@ -36,6 +36,9 @@ std::int64_t py_len(const Value& v);
 // Python's operators: + - * / // % ** ~ (binary_op), unary - + (unary_op), == != < <= > >=
 // in, not in (compare_op).
 Value binary_op(const std::string& op, const Value& a, const Value& b);
+// Python's int(f): truncated toward zero; EvalError for NaN and infinity (as Python's
+// ValueError and OverflowError) and past 64 bits (Python's int would be exact).
+std::int64_t int_of_float(double f);
 Value unary_op(const std::string& op, const Value& a);
 bool compare_op(const std::string& op, const Value& a, const Value& b);
 

@@ -4,8 +4,12 @@
 // its parent's; a macro sees the variables of the scope it was defined in, as they are when
 // it is called.
 #include <cmath>
+#include <iterator>
+#include <unordered_map>
+#include <utility>
 
 #include "tokenizer/jinja/ast.h"
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/jinja.h"
 
@@ -14,30 +18,45 @@ namespace {
 
 struct Scope {
   std::shared_ptr<Scope> parent;
+  // Searched in order while small (a loop iteration's scope holds two or three names); a
+  // context with many thousand names is indexed by name past kIndexedFrom.
   std::vector<std::pair<std::string, Value>> vars;
+  std::unordered_map<std::string, std::size_t> index;
+  static constexpr std::size_t kIndexedFrom = 16;
 
   explicit Scope(std::shared_ptr<Scope> p = nullptr) : parent(std::move(p)) {}
 
+  const Value* find(const std::string& name) const {
+    if (index.empty()) {
+      for (const auto& [k, v] : vars)
+        if (k == name) return &v;
+      return nullptr;
+    }
+    auto it = index.find(name);
+    return it == index.end() ? nullptr : &vars[it->second].second;
+  }
+  Value* find(const std::string& name) { return const_cast<Value*>(std::as_const(*this).find(name)); }
   const Value* lookup(const std::string& name) const {
     for (const Scope* s = this; s; s = s->parent.get())
-      for (const auto& [k, v] : s->vars)
-        if (k == name) return &v;
+      if (const Value* v = s->find(name)) return v;
     return nullptr;
   }
   void set(const std::string& name, Value v) {
-    for (auto& [k, x] : vars)
-      if (k == name) {
-        x = std::move(v);
-        return;
-      }
+    if (Value* found = find(name)) {
+      *found = std::move(v);
+      return;
+    }
     vars.emplace_back(name, std::move(v));
+    if (vars.size() == kIndexedFrom) {
+      for (std::size_t i = 0; i < vars.size(); ++i) index.emplace(vars[i].first, i);
+    } else if (vars.size() > kIndexedFrom) {
+      index.emplace(name, vars.size() - 1);
+    }
   }
 };
 using ScopePtr = std::shared_ptr<Scope>;
 
 enum class Flow { Normal, Break, Continue };
-
-constexpr int kMaxDepth = 400;  // nested macro calls; deeper is runaway recursion
 
 class Evaluator {
  public:
@@ -52,6 +71,8 @@ class Evaluator {
   }
 
   Value eval(const Expr& e, const ScopePtr& scope) {
+    RecursionGuard depth;
+    budget::steps();
     int outer = line;
     line = e.line;
     Value v = eval_node(e, scope);
@@ -60,44 +81,65 @@ class Evaluator {
   }
 
  private:
-  int depth_ = 0;
+  // Output, measured before it grows (Limits::max_bytes) and charged as text built.
+  static void emit(std::string& out, std::string_view text) {
+    budget::built_text(out.size() + text.size(), text.size());
+    out += text;
+  }
+  static void emit(std::string& out, const Value& v) {
+    if (v.is_string()) emit(out, std::string_view(v.as_string()));
+    else emit(out, std::string_view(v.str()));
+  }
 
   Flow exec(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    RecursionGuard depth;
+    budget::steps();
     line = s.line;
     switch (s.kind) {
-      case Stmt::Kind::Text: out += s.text; return Flow::Normal;
-      case Stmt::Kind::Print: out += eval(*s.expr, scope).str(); return Flow::Normal;
+      case Stmt::Kind::Text: emit(out, std::string_view(s.text)); return Flow::Normal;
+      case Stmt::Kind::Print: exec_print(s, scope, out); return Flow::Normal;
       case Stmt::Kind::If:
         for (const auto& [cond, body] : s.branches)
           if (eval(*cond, scope).truthy()) return exec(body, scope, out);
         return exec(s.else_body, scope, out);
       case Stmt::Kind::For: return exec_for(s, scope, out);
-      case Stmt::Kind::Set: assign(s.target, eval(*s.expr, scope), scope); return Flow::Normal;
-      case Stmt::Kind::SetBlock: {
-        Value v(render_body(s.body, scope));
-        assign(s.target, apply_filters(s.filters, v, scope), scope);
-        return Flow::Normal;
-      }
-      case Stmt::Kind::Macro: scope->set(s.macro->name, make_macro(s.macro, scope)); return Flow::Normal;
-      case Stmt::Kind::CallBlock: {
-        const Expr& call = *s.expr;
-        Value callee = eval(*call.a, scope);
-        CallArgs args = eval_args(call.args, scope);
-        args.keyword.emplace_back("caller", make_macro(s.macro, scope));
-        line = s.line;
-        out += call_value(callee, args).str();
-        return Flow::Normal;
-      }
-      case Stmt::Kind::FilterBlock: {
-        Value v(render_body(s.body, scope));
-        out += apply_filters(s.filters, v, scope).str();
-        return Flow::Normal;
-      }
-      case Stmt::Kind::Scope: out += render_body(s.body, scope); return Flow::Normal;
+      case Stmt::Kind::Set: exec_set(s, scope); return Flow::Normal;
+      case Stmt::Kind::SetBlock: exec_set_block(s, scope); return Flow::Normal;
+      case Stmt::Kind::Macro: exec_macro(s, scope); return Flow::Normal;
+      case Stmt::Kind::CallBlock: exec_call_block(s, scope, out); return Flow::Normal;
+      case Stmt::Kind::FilterBlock: exec_filter_block(s, scope, out); return Flow::Normal;
+      case Stmt::Kind::Scope: exec_scope(s, scope, out); return Flow::Normal;
       case Stmt::Kind::Break: return Flow::Break;
       case Stmt::Kind::Continue: return Flow::Continue;
     }
     return Flow::Normal;
+  }
+
+  // The statements' work, out of exec's frame (which is on the stack once per level).
+  [[gnu::noinline]] void exec_print(const Stmt& s, const ScopePtr& scope, std::string& out) { emit(out, eval(*s.expr, scope)); }
+  [[gnu::noinline]] void exec_set(const Stmt& s, const ScopePtr& scope) { assign(s.target, eval(*s.expr, scope), scope); }
+  [[gnu::noinline]] void exec_macro(const Stmt& s, const ScopePtr& scope) { scope->set(s.macro->name, make_macro(s.macro, scope)); }
+  [[gnu::noinline]] void exec_scope(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    emit(out, std::string_view(render_body(s.body, scope)));
+  }
+
+  [[gnu::noinline]] void exec_set_block(const Stmt& s, const ScopePtr& scope) {
+    Value v(render_body(s.body, scope));
+    assign(s.target, apply_filters(s.filters, v, scope), scope);
+  }
+
+  [[gnu::noinline]] void exec_call_block(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    const Expr& call = *s.expr;
+    Value callee = eval(*call.a, scope);
+    CallArgs args = eval_args(call.args, scope);
+    args.keyword.emplace_back("caller", make_macro(s.macro, scope));
+    line = s.line;
+    emit(out, call_value(callee, args));
+  }
+
+  [[gnu::noinline]] void exec_filter_block(const Stmt& s, const ScopePtr& scope, std::string& out) {
+    Value v(render_body(s.body, scope));
+    emit(out, apply_filters(s.filters, v, scope));
   }
 
   std::string render_body(const Body& body, const ScopePtr& scope) {
@@ -156,32 +198,44 @@ class Evaluator {
       exec(s.else_body, std::make_shared<Scope>(scope), out);
       return Flow::Normal;
     }
+    // One loop object for the whole loop, its fields set in place each iteration, as jinja2's
+    // LoopContext is one object (making it anew was most of an iteration's time).
+    const std::int64_t n = std::int64_t(items.size());
+    auto at = std::make_shared<std::int64_t>(0);
     auto changed_last = std::make_shared<std::optional<List>>();
-    std::int64_t n = std::int64_t(items.size());
+    auto loop = std::make_shared<Dict>();
+    static const char* const kFields[] = {"index", "index0", "revindex", "revindex0", "first", "last",
+                                          "length", "depth", "depth0", "previtem", "nextitem"};
+    for (const char* f : kFields) loop->set(Value(f), Value());
+    loop->set(Value("cycle"), Value::function("cycle", [at](CallArgs& args) {
+      if (args.positional.empty()) throw EvalError("no items for cycling given");
+      return args.positional[std::size_t(*at) % args.positional.size()];
+    }));
+    loop->set(Value("changed"), Value::function("changed", [changed_last](CallArgs& args) {
+      bool changed = !*changed_last || !equals(Value::list(**changed_last), Value::list(args.positional));
+      *changed_last = args.positional;
+      return Value(changed);
+    }));
+    Value* field[std::size(kFields)];  // the loop's dict takes no new keys: these stay valid
+    for (std::size_t k = 0; k < std::size(kFields); ++k) field[k] = loop->find(Value(kFields[k]));
+    *field[6] = Value(n);
+    *field[7] = Value(1);
+    *field[8] = Value(0);
+    const Value no_previous = Value::undefined("there is no previous item"), no_next = Value::undefined("there is no next item");
+    const Value loop_value = Value::dict(loop);
     for (std::int64_t i = 0; i < n; ++i) {
+      budget::steps();
+      *at = i;
+      *field[0] = Value(i + 1);
+      *field[1] = Value(i);
+      *field[2] = Value(n - i);
+      *field[3] = Value(n - i - 1);
+      *field[4] = Value(i == 0);
+      *field[5] = Value(i == n - 1);
+      *field[9] = i > 0 ? items[std::size_t(i - 1)] : no_previous;
+      *field[10] = i + 1 < n ? items[std::size_t(i + 1)] : no_next;
       auto iteration = std::make_shared<Scope>(scope);
-      auto loop = std::make_shared<Dict>();
-      loop->set(Value("index"), Value(i + 1));
-      loop->set(Value("index0"), Value(i));
-      loop->set(Value("revindex"), Value(n - i));
-      loop->set(Value("revindex0"), Value(n - i - 1));
-      loop->set(Value("first"), Value(i == 0));
-      loop->set(Value("last"), Value(i == n - 1));
-      loop->set(Value("length"), Value(n));
-      loop->set(Value("depth"), Value(1));
-      loop->set(Value("depth0"), Value(0));
-      loop->set(Value("previtem"), i > 0 ? items[std::size_t(i - 1)] : Value::undefined("there is no previous item"));
-      loop->set(Value("nextitem"), i + 1 < n ? items[std::size_t(i + 1)] : Value::undefined("there is no next item"));
-      loop->set(Value("cycle"), Value::function("cycle", [i](CallArgs& args) {
-        if (args.positional.empty()) throw EvalError("no items for cycling given");
-        return args.positional[std::size_t(i) % args.positional.size()];
-      }));
-      loop->set(Value("changed"), Value::function("changed", [changed_last](CallArgs& args) {
-        bool changed = !*changed_last || !equals(Value::list(**changed_last), Value::list(args.positional));
-        *changed_last = args.positional;
-        return Value(changed);
-      }));
-      iteration->set("loop", Value::dict(loop));
+      iteration->set("loop", loop_value);
       bind(s.target, items[std::size_t(i)], *iteration);
       if (exec(s.body, iteration, out) == Flow::Break) break;
     }
@@ -200,7 +254,17 @@ class Evaluator {
   }
 
   Value call_macro(const MacroDef& m, const ScopePtr& defined_in, CallArgs& args) {
-    if (depth_ >= kMaxDepth) throw EvalError("maximum recursion depth exceeded in macro '" + m.name + "'");
+    RecursionGuard depth;
+    ScopePtr scope = macro_scope(m, defined_in, args);
+    std::string text;
+    int outer = line;
+    exec(m.body, scope, text);
+    line = outer;
+    return Value(text);
+  }
+
+  // The scope a macro's body runs in: its parameters bound to the call's arguments.
+  [[gnu::noinline]] ScopePtr macro_scope(const MacroDef& m, const ScopePtr& defined_in, CallArgs& args) {
     auto scope = std::make_shared<Scope>(defined_in);
     std::size_t count = m.params.size();
     auto keyword = args.keyword;
@@ -240,13 +304,7 @@ class Evaluator {
     }
     if (m.uses_varargs)
       scope->set("varargs", Value::tuple(args.positional.size() > count ? List(args.positional.begin() + long(count), args.positional.end()) : List{}));
-    ++depth_;
-    std::string text;
-    int outer = line;
-    exec(m.body, scope, text);
-    line = outer;
-    --depth_;
-    return Value(text);
+    return scope;
   }
 
   CallArgs eval_args(const Arguments& a, const ScopePtr& scope) {
@@ -256,67 +314,28 @@ class Evaluator {
     return args;
   }
 
+  // The cases that need more than a value or two live in their own functions: eval_node's
+  // frame is on the stack once per level of nesting (RecursionGuard), so it stays small.
   Value eval_node(const Expr& e, const ScopePtr& scope) {
     using K = Expr::Kind;
     switch (e.kind) {
       case K::Const: return e.value;
       case K::Name: {
         if (const Value* v = scope->lookup(e.name)) return *v;
-        return Value::undefined("'" + e.name + "' is undefined");
+        return undefined_name(e);
       }
-      case K::List: case K::Tuple: {
-        List items;
-        for (const auto& x : e.items) items.push_back(eval(*x, scope));
-        return e.kind == K::List ? Value::list(std::move(items)) : Value::tuple(std::move(items));
-      }
-      case K::Dict: {
-        auto d = std::make_shared<Dict>();
-        for (std::size_t i = 0; i + 1 < e.items.size(); i += 2) {
-          Value k = eval(*e.items[i], scope);
-          if (k.is_sequence() && !k.is_tuple()) throw EvalError("unhashable type: 'list'");
-          if (k.is_dict()) throw EvalError("unhashable type: 'dict'");
-          d->set(k, eval(*e.items[i + 1], scope));
-        }
-        return Value::dict(d);
-      }
+      case K::List: case K::Tuple: return eval_sequence(e, scope);
+      case K::Dict: return eval_dict(e, scope);
       case K::Getattr: {
         Value obj = eval(*e.a, scope);
         line = e.line;
         return get_attr(obj, e.name);
       }
-      case K::Getitem: {
-        Value obj = eval(*e.a, scope);
-        Value key = eval(*e.b, scope);
-        line = e.line;
-        return get_item(obj, key);
-      }
-      case K::Slice: {
-        // The parser gives every slice its object (a slice inside a tuple subscript becomes
-        // None there); should one ever come without, it is an error, never a null read.
-        line = e.line;
-        if (!e.a) throw EvalError("a slice without the value it slices");
-        Value obj = eval(*e.a, scope);
-        auto part = [&](const ExprPtr& p) { return p ? eval(*p, scope) : Value::none(); };
-        Value b = part(e.b), c = part(e.c), d = part(e.d);
-        line = e.line;
-        return slice(obj, b, c, d);
-      }
-      case K::Call: {
-        Value callee = eval(*e.a, scope);
-        CallArgs args = eval_args(e.args, scope);
-        line = e.line;
-        return call_value(callee, args);
-      }
-      case K::Filter: {
-        Value input = eval(*e.a, scope);
-        return run_filter(e, input, scope);
-      }
-      case K::Test: {
-        Value input = eval(*e.a, scope);
-        CallArgs args = eval_args(e.args, scope);
-        line = e.line;
-        return Value(apply_test(e.name, input, args) != e.negated);
-      }
+      case K::Getitem: return eval_getitem(e, scope);
+      case K::Slice: return eval_slice(e, scope);
+      case K::Call: return eval_call(e, scope);
+      case K::Filter: return eval_filter(e, scope);
+      case K::Test: return eval_test(e, scope);
       case K::Not: return Value(!eval(*e.a, scope).truthy());
       case K::Neg: case K::Pos: return unary_op(e.kind == K::Neg ? "-" : "+", eval(*e.a, scope));
       case K::And: {
@@ -327,29 +346,92 @@ class Evaluator {
         Value l = eval(*e.a, scope);
         return l.truthy() ? l : eval(*e.b, scope);
       }
-      case K::Binary: {
-        Value l = eval(*e.a, scope);
-        Value r = eval(*e.b, scope);
-        line = e.line;
-        return binary_op(e.name, l, r);
-      }
-      case K::Compare: {
-        Value left = eval(*e.a, scope);
-        for (const auto& [op, rhs] : e.ops) {
-          Value right = eval(*rhs, scope);
-          line = e.line;
-          if (!compare_op(op, left, right)) return Value(false);
-          left = std::move(right);
-        }
-        return Value(true);
-      }
+      case K::Binary: return eval_binary(e, scope);
+      case K::Compare: return eval_compare(e, scope);
       case K::CondExpr: {
         if (eval(*e.a, scope).truthy()) return eval(*e.b, scope);
         if (e.c) return eval(*e.c, scope);
-        return Value::undefined(str("the inline if-expression on line ", e.line, " evaluated to false and no else section was defined."));
+        return undefined_else(e);
       }
     }
     return Value();
+  }
+
+  [[gnu::noinline]] static Value undefined_name(const Expr& e) { return Value::undefined("'" + e.name + "' is undefined"); }
+
+  [[gnu::noinline]] static Value undefined_else(const Expr& e) {
+    return Value::undefined(str("the inline if-expression on line ", e.line, " evaluated to false and no else section was defined."));
+  }
+
+  [[gnu::noinline]] Value eval_filter(const Expr& e, const ScopePtr& scope) {
+    Value input = eval(*e.a, scope);
+    return run_filter(e, input, scope);
+  }
+
+  [[gnu::noinline]] Value eval_sequence(const Expr& e, const ScopePtr& scope) {
+    List items;
+    for (const auto& x : e.items) items.push_back(eval(*x, scope));
+    return e.kind == Expr::Kind::List ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+
+  [[gnu::noinline]] Value eval_dict(const Expr& e, const ScopePtr& scope) {
+    auto d = std::make_shared<Dict>();
+    for (std::size_t i = 0; i + 1 < e.items.size(); i += 2) {
+      Value k = eval(*e.items[i], scope);
+      d->set(k, eval(*e.items[i + 1], scope));
+    }
+    return Value::dict(d);
+  }
+
+  [[gnu::noinline]] Value eval_getitem(const Expr& e, const ScopePtr& scope) {
+    Value obj = eval(*e.a, scope);
+    Value key = eval(*e.b, scope);
+    line = e.line;
+    return get_item(obj, key);
+  }
+
+  [[gnu::noinline]] Value eval_slice(const Expr& e, const ScopePtr& scope) {
+    // The parser gives every slice its object (a slice inside a tuple subscript becomes
+    // None there); should one ever come without, it is an error, never a null read.
+    line = e.line;
+    if (!e.a) throw EvalError("a slice without the value it slices");
+    Value obj = eval(*e.a, scope);
+    auto part = [&](const ExprPtr& p) { return p ? eval(*p, scope) : Value::none(); };
+    Value b = part(e.b), c = part(e.c), d = part(e.d);
+    line = e.line;
+    return slice(obj, b, c, d);
+  }
+
+  [[gnu::noinline]] Value eval_call(const Expr& e, const ScopePtr& scope) {
+    Value callee = eval(*e.a, scope);
+    CallArgs args = eval_args(e.args, scope);
+    line = e.line;
+    return call_value(callee, args);
+  }
+
+  [[gnu::noinline]] Value eval_test(const Expr& e, const ScopePtr& scope) {
+    Value input = eval(*e.a, scope);
+    CallArgs args = eval_args(e.args, scope);
+    line = e.line;
+    return Value(apply_test(e.name, input, args) != e.negated);
+  }
+
+  [[gnu::noinline]] Value eval_binary(const Expr& e, const ScopePtr& scope) {
+    Value l = eval(*e.a, scope);
+    Value r = eval(*e.b, scope);
+    line = e.line;
+    return binary_op(e.name, l, r);
+  }
+
+  [[gnu::noinline]] Value eval_compare(const Expr& e, const ScopePtr& scope) {
+    Value left = eval(*e.a, scope);
+    for (const auto& [op, rhs] : e.ops) {
+      Value right = eval(*rhs, scope);
+      line = e.line;
+      if (!compare_op(op, left, right)) return Value(false);
+      left = std::move(right);
+    }
+    return Value(true);
   }
 };
 
@@ -360,7 +442,7 @@ Value make_dict(CallArgs& args) {
   if (!args.positional.empty()) {
     const Value& src = args.positional[0];
     if (src.is_dict()) {
-      d->items = src.dict_ref().items;
+      *d = src.dict_ref();
     } else {
       for (const Value& pair : iterate(src)) {
         List kv = iterate(pair);
@@ -389,9 +471,10 @@ Value range(CallArgs& args) {
   }
   if (step == 0) throw EvalError("range() arg 3 must not be zero");
   List out;
-  for (std::int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (std::int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (out.size() >= 100000) throw EvalError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     out.emplace_back(i);
+    if (__builtin_add_overflow(i, step, &i)) break;  // past the 64-bit range: past stop too
   }
   return Value::list(std::move(out));
 }
@@ -402,7 +485,7 @@ Globals builtin_globals() {
       {"dict", Value::function("dict", make_dict)},
       {"namespace", Value::function("namespace", [](CallArgs& args) {
          Value d = make_dict(args);
-         for (const auto& [k, v] : d.dict_ref().items)
+         for (const auto& [k, v] : d.dict_ref().items())
            if (k.is_string() && !k.as_string().empty() && k.as_string()[0] == '_')
              throw EvalError("Chat templates cannot store underscore-prefixed attributes on a namespace, but got " + k.repr() + ". Please rename the attribute.");
          return Value::namespace_(std::make_shared<Dict>(d.dict_ref()));
@@ -423,18 +506,32 @@ Template Template::parse(std::string_view source, const Options& options) {
   return t;
 }
 
-std::string Template::render(const nlohmann::ordered_json& context, const Globals& globals) const {
+std::string Template::render(const nlohmann::ordered_json& context, const Globals& globals, const Limits& limits) const {
+  if (!context.is_null() && !context.is_object()) throw RenderError("the template context must be a JSON object");
+  Variables variables;
+  if (context.is_object()) {
+    variables.reserve(context.size());
+    try {
+      for (auto it = context.begin(); it != context.end(); ++it) variables.emplace_back(it.key(), from_json(it.value()));
+    } catch (const EvalError& e) {
+      throw RenderError(str("the template context: ", e.what()));
+    }
+  }
+  return render_values(variables, globals, limits);
+}
+
+std::string Template::render_values(const Variables& context, const Globals& globals, const Limits& limits) const {
   auto base = std::make_shared<Scope>();
   for (auto& [k, v] : builtin_globals()) base->set(k, v);
   for (auto& [k, v] : globals) base->set(k, v);
   auto top = std::make_shared<Scope>(base);
-  if (!context.is_null() && !context.is_object()) throw RenderError("the template context must be a JSON object");
-  if (context.is_object())
-    for (auto it = context.begin(); it != context.end(); ++it) top->set(it.key(), from_json(it.value()));
+  top->vars.reserve(context.size());
+  for (const auto& [k, v] : context) top->set(k, v);
   // The template's own top-level variables sit above its context, as jinja2's do.
   auto scope = std::make_shared<Scope>(top);
   Evaluator ev;
   std::string out;
+  budget::Scope spending(limits);
   try {
     ev.exec(program_->body, scope, out);
   } catch (const EvalError& e) {

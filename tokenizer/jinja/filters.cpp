@@ -1,10 +1,13 @@
 // jinja2's built-in filters and tests (filters.py, tests.py), with transformers' tojson.
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
 
@@ -65,6 +68,8 @@ CallArgs rest_args(CallArgs& args, std::size_t skip) {
   return rest;
 }
 
+// int(s, base) for a string: nullopt where Python raises ValueError; past 64 bits an
+// error (Python's int would be exact).
 std::optional<std::int64_t> parse_int(std::string s, int base) {
   s = pystr::strip(s, std::nullopt, true, true);
   std::string digits;
@@ -74,15 +79,13 @@ std::optional<std::int64_t> parse_int(std::string s, int base) {
       continue;
     digits += s[i];
   }
-  if (digits.empty()) return std::nullopt;
-  std::size_t pos = 0;
-  try {
-    long long v = std::stoll(digits, &pos, base);
-    if (pos != digits.size() || std::isspace(static_cast<unsigned char>(digits[0]))) return std::nullopt;
-    return v;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  if (digits.empty() || std::isspace(static_cast<unsigned char>(digits[0]))) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long long v = std::strtoll(digits.c_str(), &end, base);
+  if (end == digits.c_str() || end != digits.c_str() + digits.size()) return std::nullopt;
+  if (errno == ERANGE) throw EvalError("integer overflow in int('" + s + "'): template integers are 64-bit");
+  return v;
 }
 
 std::optional<double> parse_float(const Value& v) {
@@ -101,35 +104,95 @@ std::optional<double> parse_float(const Value& v) {
   return d;
 }
 
+// round(i, ndigits) for an int: itself, or (ndigits < 0) the nearest multiple of
+// 10**-ndigits, halves to even, as Python's.
+Value round_int(std::int64_t i, std::int64_t ndigits) {
+  if (ndigits >= 0) return Value(i);
+  if (ndigits < -19) return Value(std::int64_t{0});  // |i| < 10**19 / 2
+  __int128 m = 1;
+  for (std::int64_t k = 0; k < -ndigits; ++k) m *= 10;
+  __int128 q = i / m, r = i % m;
+  if (r < 0) r += m, q -= 1;  // floor division
+  if (2 * r > m || (2 * r == m && q % 2 != 0)) q += 1;
+  const __int128 result = q * m;
+  if (result > std::numeric_limits<std::int64_t>::max() || result < std::numeric_limits<std::int64_t>::min())
+    throw EvalError("integer overflow in round: template integers are 64-bit");
+  return Value(std::int64_t(result));
+}
+
+// round(x, ndigits) for a float, as Python's: the exact binary value rounded at that decimal
+// place, halves to even (printf does that for places after the point; before it, the exact
+// integer digits are rounded here).
+double round_float(double x, std::int64_t ndigits) {
+  if (!std::isfinite(x) || ndigits > 323) return x;
+  if (ndigits < -308) return 0.0 * x;
+  if (ndigits >= 0) {
+    const int n = std::snprintf(nullptr, 0, "%.*f", int(ndigits), x);
+    std::string text(std::size_t(n), '\0');
+    std::snprintf(text.data(), text.size() + 1, "%.*f", int(ndigits), x);
+    return std::strtod(text.c_str(), nullptr);
+  }
+  const double whole = std::floor(std::fabs(x));
+  const bool fraction = whole != std::fabs(x);
+  const int n = std::snprintf(nullptr, 0, "%.0f", whole);
+  std::string digits(std::size_t(n), '\0');
+  std::snprintf(digits.data(), digits.size() + 1, "%.0f", whole);  // exact: it is an integer
+  const std::size_t k = std::size_t(-ndigits);
+  if (digits.size() < k) digits.insert(0, k - digits.size(), '0');
+  std::string head = digits.substr(0, digits.size() - k), tail = digits.substr(digits.size() - k);
+  const std::string half = "5" + std::string(k - 1, '0');
+  const int against_half = tail.compare(half);
+  const bool head_odd = !head.empty() && (head.back() - '0') % 2 == 1;
+  if (against_half > 0 || (against_half == 0 && (fraction || head_odd))) {
+    std::size_t at = head.size();  // head + 1, in decimal
+    while (at > 0 && head[at - 1] == '9') head[--at] = '0';
+    if (at == 0) head.insert(0, "1");
+    else ++head[at - 1];
+  }
+  const double r = head.empty() ? 0.0 : std::strtod((head + std::string(k, '0')).c_str(), nullptr);
+  return std::copysign(r, x);
+}
+
 Value do_round(const Value& v, CallArgs& args) {
   auto a = bind_args("round", args, {"precision", "method"});
+  if (a[0] && !a[0]->is_int()) throw EvalError("'" + python_type_name(*a[0]) + "' object cannot be interpreted as an integer");
   std::int64_t precision = a[0] ? a[0]->as_int() : 0;
   std::string method = a[1] ? a[1]->str() : "common";
   if (method != "common" && method != "ceil" && method != "floor") throw EvalError("method must be common, ceil or floor");
   if (v.is_undefined()) v.fail_undefined();
   if (!v.is_number()) throw EvalError("type " + v.type_name() + " doesn't define __round__ method");
-  if (method == "common") {
-    if (v.is_int() && precision >= 0) return Value(v.as_int());
-    char buf[512];
-    std::snprintf(buf, sizeof buf, "%.*f", int(std::clamp<std::int64_t>(precision, 0, 300)), v.as_float());
-    return Value(std::strtod(buf, nullptr));
-  }
-  double scale = std::pow(10.0, double(precision));
-  double x = v.as_float() * scale;
-  return Value((method == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+  if (method == "common") return v.is_float() ? Value(round_float(v.as_float(), precision)) : round_int(v.as_int(), precision);
+  // jinja2: math.ceil/floor(value * 10 ** precision) / 10 ** precision. An int times a power
+  // of ten is exact in Python: the value itself comes back, as a float.
+  if (v.is_int() && precision >= 0) return Value(v.as_float());
+  if (precision > 308) throw EvalError("int too large to convert to float");
+  const double scale = std::pow(10.0, double(precision));
+  const double x = v.as_float() * scale, r = method == "ceil" ? std::ceil(x) : std::floor(x);
+  if (std::isnan(r)) throw EvalError("cannot convert float NaN to integer");
+  if (std::isinf(r)) throw EvalError("cannot convert float infinity to integer");
+  return Value(r / scale);
 }
 
 Value do_indent(const Value& v, CallArgs& args) {
   auto a = bind_args("indent", args, {"width", "first", "blank"});
-  std::string indention = a[0] && a[0]->is_string() ? a[0]->as_string() : std::string(std::size_t(std::max<std::int64_t>(0, a[0] ? a[0]->as_int() : 4)), ' ');
   if (!v.is_string()) {
     if (v.is_undefined()) v.fail_undefined();
     throw EvalError("unsupported operand type(s) for +=: '" + v.type_name() + "' and 'str'");
   }
+  if (a[0] && !a[0]->is_string() && !a[0]->is_int())
+    throw EvalError("can't multiply sequence by non-int of type '" + a[0]->type_name() + "'");
+  const bool first = a[1] && a[1]->truthy(), blank = a[2] && a[2]->truthy();
+  const bool by_string = a[0] && a[0]->is_string();
+  const std::size_t width = by_string ? a[0]->as_string().size() : std::size_t(std::max<std::int64_t>(0, a[0] ? a[0]->as_int() : 4));
   std::string s = v.as_string() + "\n";  // jinja2's quirk, for splitlines
   std::vector<std::string> lines = pystr::splitlines(s);
+  // What it will make, measured before anything is made (indent(10**9) would be gigabytes).
+  std::size_t indented = first ? 1 : 0;
+  for (std::size_t i = 1; i < lines.size(); ++i) indented += blank || !lines[i].empty() ? 1 : 0;
+  budget::check_text(s.size() + budget::product(indented, width));
+  const std::string indention = by_string ? a[0]->as_string() : std::string(width, ' ');
   std::string rv;
-  if (a[2] && a[2]->truthy()) {
+  if (blank) {
     for (std::size_t i = 0; i < lines.size(); ++i) rv += (i ? "\n" + indention : "") + lines[i];
   } else {
     rv = lines.empty() ? "" : lines[0];
@@ -141,7 +204,7 @@ Value do_indent(const Value& v, CallArgs& args) {
       }
     }
   }
-  if (a[1] && a[1]->truthy()) rv = indention + rv;
+  if (first) rv = indention + rv;
   return Value(rv, v.is_markup());
 }
 
@@ -233,7 +296,10 @@ const std::map<std::string, Filter>& filters() {
     f["abs"] = [](const Value& v, CallArgs& args) {
       bind_args("abs", args, {});
       if (!v.is_number()) throw EvalError("bad operand type for abs(): '" + v.type_name() + "'");
-      return v.is_float() ? Value(std::fabs(v.as_float())) : Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
+      if (v.is_float()) return Value(std::fabs(v.as_float()));
+      if (v.as_int() == std::numeric_limits<std::int64_t>::min())
+        throw EvalError("integer overflow in abs: template integers are 64-bit");
+      return Value(v.as_int() < 0 ? -v.as_int() : v.as_int());
     };
     f["attr"] = [](const Value& v, CallArgs& args) {
       auto a = bind_args("attr", args, {"name"});
@@ -250,8 +316,10 @@ const std::map<std::string, Filter>& filters() {
         tmp.push_back(item);
       }
       if (!tmp.empty()) {
-        if (a[1] && !a[1]->is_none())
+        if (a[1] && !a[1]->is_none()) {
+          budget::check_items(std::size_t(n));  // filled up to n items
           while (std::int64_t(tmp.size()) < n) tmp.push_back(*a[1]);
+        }
         out.push_back(Value::list(std::move(tmp)));
       }
       return Value::generator(std::move(out));
@@ -274,7 +342,7 @@ const std::map<std::string, Filter>& filters() {
       if (by != "key" && by != "value") throw EvalError("You can only sort by either \"key\" or \"value\"");
       if (!v.is_dict()) throw EvalError("'" + v.type_name() + "' has no attribute 'items'");
       List items;
-      for (const auto& [k, x] : v.dict_ref().items) items.push_back(Value::tuple({k, x}));
+      for (const auto& [k, x] : v.dict_ref().items()) items.push_back(Value::tuple({k, x}));
       bool ignore = !case_sensitive(a[0]);
       std::size_t pos = by == "key" ? 0 : 1;
       return Value::list(sorted(items, [pos, ignore](const Value& item) {
@@ -318,21 +386,24 @@ const std::map<std::string, Filter>& filters() {
     f["int"] = [](const Value& v, CallArgs& args) {
       auto a = bind_args("int", args, {"default", "base"});
       Value fallback = arg_or(a[0], Value(0));
-      if (v.is_string()) {
+      // As jinja2: int(value) (with the base for a string), then int(float(value)) when that
+      // raised ValueError or TypeError, then the default on ValueError, TypeError or
+      // OverflowError. A float's infinity is an error (int() raises OverflowError outside the
+      // fallback); past 64 bits is one too (Python's int would be exact).
+      if (v.is_int()) return Value(v.as_int());
+      if (v.is_float() && std::isinf(v.as_float())) return Value(int_of_float(v.as_float()));
+      if (v.is_string())
         if (auto i = parse_int(v.as_string(), a[1] ? int(a[1]->as_int()) : 10)) return Value(*i);
-      } else if (v.is_int()) {
-        return Value(v.as_int());
-      }
       auto d = parse_float(v);
       if (!d || std::isnan(*d) || std::isinf(*d)) return fallback;
-      return Value(std::int64_t(std::trunc(*d)));
+      return Value(int_of_float(*d));
     };
     f["items"] = [](const Value& v, CallArgs& args) {
       bind_args("items", args, {});
       if (v.is_undefined()) return Value::generator({});
       if (!v.is_dict()) throw EvalError("Can only get item pairs from a mapping.");
       List out;
-      for (const auto& [k, x] : v.dict_ref().items) out.push_back(Value::tuple({k, x}));
+      for (const auto& [k, x] : v.dict_ref().items()) out.push_back(Value::tuple({k, x}));
       return Value::generator(std::move(out));
     };
     f["indent"] = do_indent;
@@ -346,6 +417,7 @@ const std::map<std::string, Filter>& filters() {
         if (!first) out += sep;
         first = false;
         out += (a[1] ? get(item) : item).str();
+        budget::check_text(out.size());
       }
       return Value(out);
     };
@@ -399,11 +471,12 @@ const std::map<std::string, Filter>& filters() {
     f["unique"] = [](const Value& v, CallArgs& args) {
       auto a = bind_args("unique", args, {"case_sensitive", "attribute"});
       auto key = attr_getter(a[1], {}, !case_sensitive(a[0]));
-      List out, seen;
+      List out;
+      Dict seen;  // a set, as jinja2's: constant-time lookups, unhashable items refused
       for (const Value& item : iterate(v)) {
         Value k = key(item);
-        if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, k); })) continue;
-        seen.push_back(k);
+        if (seen.find(k)) continue;
+        seen.set(k, Value::none());
         out.push_back(item);
       }
       return Value::generator(std::move(out));

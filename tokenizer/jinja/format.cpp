@@ -3,12 +3,24 @@
 // sign, zero padding, width, precision and the d/f/e/g/s/x/o/b types.
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
 
 namespace linnet::jinja {
 namespace {
+
+// printf's rendering of x with a precision (as long as it takes: '%.400f' is 400 digits).
+std::string printf_double(const char* format, long precision, double x) {
+  const int p = int(std::min<long>(precision, std::numeric_limits<int>::max()));
+  const int n = std::snprintf(nullptr, 0, format, p, x);
+  if (n < 0) throw EvalError("the number cannot be formatted");
+  std::string out(std::size_t(n), '\0');
+  std::snprintf(out.data(), out.size() + 1, format, p, x);
+  return out;
+}
 
 std::string apply_spec(const Value& v, const std::string& spec) {
   if (spec.empty()) return v.str();
@@ -31,12 +43,21 @@ std::string apply_spec(const Value& v, const std::string& spec) {
     zero = true;
     ++i;
   }
-  long width = 0, precision = -1;
-  while (i < u.size() && u[i] >= '0' && u[i] <= '9') width = width * 10 + long(u[i++] - '0');
+  // Widths and precisions are text to be made: past Limits::max_bytes they are refused
+  // before anything is allocated (and long before the digits could overflow).
+  auto number = [&] {
+    long n = 0;
+    while (i < u.size() && u[i] >= '0' && u[i] <= '9') {
+      if (n > (std::numeric_limits<long>::max() - 9) / 10) throw EvalError("Too many decimal digits in format string");
+      n = n * 10 + long(u[i++] - '0');
+    }
+    budget::check_text(std::size_t(n));
+    return n;
+  };
+  long width = number(), precision = -1;
   if (i < u.size() && u[i] == '.') {
-    precision = 0;
     ++i;
-    while (i < u.size() && u[i] >= '0' && u[i] <= '9') precision = precision * 10 + long(u[i++] - '0');
+    precision = number();
   }
   char type = i < u.size() ? char(u[i++]) : 0;
   if (i != u.size()) throw EvalError("Invalid format specifier '" + spec + "'");
@@ -48,18 +69,19 @@ std::string apply_spec(const Value& v, const std::string& spec) {
     body = v.str();
     if (precision >= 0) body = pystr::encode(pystr::decode(body).substr(0, std::size_t(precision)));
   } else if (numeric) {
-    char buf[512];
     double f = v.as_float();
-    bool negative = f < 0 || (v.is_int() && v.as_int() < 0);
+    bool negative = v.is_int() ? v.as_int() < 0 : std::signbit(f);
+    // The int's magnitude, for INT64_MIN too (its negation does not fit).
+    const std::uint64_t magnitude = v.as_int() < 0 ? 0 - std::uint64_t(v.as_int()) : std::uint64_t(v.as_int());
     if (type == 0 && v.is_int() && precision < 0) type = 'd';
     switch (type) {
       case 'd':
         if (!v.is_int()) throw EvalError("Unknown format code 'd' for object of type 'float'");
-        body = std::to_string(v.as_int() < 0 ? -v.as_int() : v.as_int());
+        body = std::to_string(magnitude);
         break;
       case 'x': case 'X': case 'o': case 'b': {
         if (!v.is_int()) throw EvalError(str("Unknown format code '", type, "' for object of type 'float'"));
-        std::uint64_t n = std::uint64_t(v.as_int() < 0 ? -v.as_int() : v.as_int());
+        std::uint64_t n = magnitude;
         int base = type == 'o' ? 8 : type == 'b' ? 2 : 16;
         do {
           int d = int(n % std::uint64_t(base));
@@ -69,22 +91,15 @@ std::string apply_spec(const Value& v, const std::string& spec) {
         break;
       }
       case 'f': case 'F': case 'e': case 'E': case '%':
-        std::snprintf(buf, sizeof buf, type == '%' ? "%.*f" : (std::string("%.*") + type).c_str(),
-                      int(precision < 0 ? 6 : precision), std::fabs(type == '%' ? f * 100 : f));
-        body = buf;
+        body = printf_double(type == '%' ? "%.*f" : (std::string("%.*") + type).c_str(), precision < 0 ? 6 : precision,
+                             std::fabs(type == '%' ? f * 100 : f));
         if (type == '%') body += '%';
         break;
       case 'g': case 'G':
-        std::snprintf(buf, sizeof buf, type == 'g' ? "%.*g" : "%.*G", int(precision < 0 ? 6 : precision), std::fabs(f));
-        body = buf;
+        body = printf_double(type == 'g' ? "%.*g" : "%.*G", precision < 0 ? 6 : precision, std::fabs(f));
         break;
       case 0:
-        if (precision >= 0) {
-          std::snprintf(buf, sizeof buf, "%.*g", int(precision == 0 ? 1 : precision), std::fabs(f));
-          body = buf;
-        } else {
-          body = float_repr(std::fabs(f));
-        }
+        body = precision >= 0 ? printf_double("%.*g", precision == 0 ? 1 : precision, std::fabs(f)) : float_repr(std::fabs(f));
         break;
       default:
         throw EvalError(str("Unknown format code '", type, "' for object of type '", v.type_name(), "'"));
@@ -92,15 +107,17 @@ std::string apply_spec(const Value& v, const std::string& spec) {
     std::string sign_text = negative ? "-" : sign == '+' ? "+" : sign == ' ' ? " " : "";
     if (zero && !align) {
       align = '=';
-      fill = "0";
+      fill.assign(1, '0');  // (not = "0": a GCC 12 -Wrestrict false positive)
     }
     long n = long(pystr::length(body) + sign_text.size());
-    if (align == '=' && width > n) body = sign_text + std::string() + [&] {
-      std::string p;
-      for (long k = 0; k < width - n; ++k) p += fill;
-      return p;
-    }() + body;
-    else body = sign_text + body;
+    if (align == '=' && width > n) {
+      budget::check_text(budget::product(std::size_t(width - n), fill.size()) + body.size());
+      std::string padding;
+      for (long k = 0; k < width - n; ++k) padding += fill;
+      body = sign_text + padding + body;
+    } else {
+      body = sign_text + body;
+    }
   } else {
     if (type) throw EvalError(str("Unsupported format string passed to ", v.type_name(), ".__format__"));
     body = v.str();
@@ -109,6 +126,7 @@ std::string apply_spec(const Value& v, const std::string& spec) {
   if (width <= n) return body;
   if (!align) align = numeric ? '>' : '<';
   long total = width - n, left = align == '>' ? total : align == '^' ? total / 2 : 0;
+  budget::check_text(budget::product(std::size_t(total), fill.size()) + body.size());
   std::string out;
   for (long k = 0; k < left; ++k) out += fill;
   out += body;
@@ -180,6 +198,7 @@ std::string format_string(const std::string& fmt, CallArgs& args) {
     else if (conversion == "s") v = Value(v.str());
     else if (!conversion.empty()) throw EvalError("Unknown conversion specifier " + conversion);
     out += apply_spec(v, spec);
+    budget::check_text(out.size());
     i = close;
   }
   return out;
@@ -213,18 +232,19 @@ std::string percent_format(const std::string& fmt, const Value& args) {
     while (i < fmt.size() && std::string("-+ #0123456789.").find(fmt[i]) != std::string::npos) spec += fmt[i++];
     if (i >= fmt.size()) throw EvalError("incomplete format");
     char type = fmt[i];
-    if (!spec.empty() && spec[0] == '-') spec = "<" + spec.substr(1);
+    if (!spec.empty() && spec[0] == '-') spec[0] = '<';  // %-5s: left-aligned
     if (type == 's') out += apply_spec(Value(v.str()), spec);
     else if (type == 'r' || type == 'a') out += apply_spec(Value(v.repr()), spec);
     else if (type == 'd' || type == 'i' || type == 'u') {
       if (!v.is_number()) throw EvalError("%d format: a real number is required, not " + v.type_name());
-      out += apply_spec(Value(v.is_int() ? v.as_int() : std::int64_t(std::trunc(v.as_float()))), spec + "d");
+      out += apply_spec(Value(v.is_int() ? v.as_int() : int_of_float(v.as_float())), spec + "d");
     } else if (std::string("feEgGxXo").find(type) != std::string::npos) {
       if (!v.is_number()) throw EvalError(str("%", type, " format: a real number is required, not ", v.type_name()));
       out += apply_spec(std::string("xXo").find(type) != std::string::npos ? v : Value(v.as_float()), spec + type);
     } else {
       throw EvalError(str("unsupported format character '", type, "'"));
     }
+    budget::check_text(out.size());
   }
   if (!args.is_dict() && next_arg < positional.size()) throw EvalError("not all arguments converted during string formatting");
   return out;

@@ -40,14 +40,36 @@ class RenderError : public linnet::Error {
   using linnet::Error::Error;
 };
 
+// A render stopped because Limits::cancelled said so (the client went away): no output.
+class Cancelled : public RenderError {
+ public:
+  using RenderError::RenderError;
+};
+
 // raise_exception(message) called by the template; what() is the message as given.
 class RaiseError : public linnet::Error {
  public:
   using linnet::Error::Error;
 };
 
+// Bounds on one render, each failing it with a RenderError that names the limit (a 400 on
+// the server), and a way to stop it. The defaults are far above what real chat templates
+// need (docs/chat_templates.md, "Limits").
+struct Limits {
+  // The most text a render makes at once: its output, and any string along the way (a `~`, a
+  // filter's result, a macro's output…); a list counts its items at sizeof(Value) each.
+  std::size_t max_bytes = std::size_t{64} << 20;
+  // Work: each statement, expression, loop iteration and item a filter walks is a step, and
+  // making values (text, list items, dict copies) costs a step per 16 bytes.
+  std::int64_t max_steps = 20'000'000;
+  // Called every 4,096 steps; true stops the render with Cancelled.
+  std::function<bool()> cancelled;
+};
+
 // Names the template can call or read besides its context, e.g. {"strftime_now", fn}.
 using Globals = std::vector<std::pair<std::string, Value>>;
+// A context as values: name and value, in order (a later name replaces an earlier one).
+using Variables = std::vector<std::pair<std::string, Value>>;
 
 // strftime_now(format) as transformers defines it (datetime.now().strftime), at time `now`
 // (local time) or at the real current time when now is empty.
@@ -64,7 +86,9 @@ class Template {
 
   // Renders with `context`'s keys as variables, then `globals` (raise_exception, namespace,
   // dict, range and strftime_now are always there; a global of the same name replaces them).
-  std::string render(const nlohmann::ordered_json& context, const Globals& globals = {}) const;
+  std::string render(const nlohmann::ordered_json& context, const Globals& globals = {}, const Limits& limits = {}) const;
+  // The same with the context already made values (ChatTemplate builds them in one pass).
+  std::string render_values(const Variables& context, const Globals& globals = {}, const Limits& limits = {}) const;
 
  private:
   std::shared_ptr<const Program> program_;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
 
@@ -13,7 +15,16 @@ namespace {
 void quote(std::string& out, const std::string& s, bool ensure_ascii) {
   out += '"';
   char buf[16];
-  for (char32_t c : pystr::decode(s)) {
+  auto plain = [](char b) { return b >= 0x20 && b < 0x7f && b != '"' && b != '\\'; };
+  for (std::size_t i = 0; i < s.size();) {
+    if (plain(s[i])) {  // a run of ASCII written as it is, at once
+      std::size_t j = i + 1;
+      while (j < s.size() && plain(s[j])) ++j;
+      out.append(s, i, j - i);
+      i = j;
+      continue;
+    }
+    const auto [c, n] = pystr::next_code_point(std::string_view(s).substr(i));
     switch (c) {
       case '"': out += "\\\""; break;
       case '\\': out += "\\\\"; break;
@@ -32,9 +43,10 @@ void quote(std::string& out, const std::string& s, bool ensure_ascii) {
           }
           out += buf;
         } else {
-          out += pystr::encode(c);
+          out.append(s, i, n);  // as written
         }
     }
+    i += n;
   }
   out += '"';
 }
@@ -68,9 +80,9 @@ std::string key_string(const Value& k) {
 }
 
 void dump(std::string& out, const Value& v, const JsonStyle& style, int level) {
-  // Only a namespace can make a cycle, and namespaces are not JSON; this bounds the rest.
-  if (level > 512) throw EvalError("Circular reference detected");
+  RecursionGuard depth(" while encoding a JSON object");
   auto newline = [&](int lvl) {
+    budget::check_text(out.size() + 1 + budget::product(std::size_t(lvl), style.indent->size()));
     out += '\n';
     for (int i = 0; i < lvl; ++i) out += *style.indent;
   };
@@ -92,6 +104,7 @@ void dump(std::string& out, const Value& v, const JsonStyle& style, int level) {
         if (i) out += style.item_separator;
         if (style.indent) newline(level + 1);
         dump(out, items[i], style, level + 1);
+        budget::check_text(out.size());
       }
       if (style.indent) newline(level);
       out += ']';
@@ -99,7 +112,7 @@ void dump(std::string& out, const Value& v, const JsonStyle& style, int level) {
     }
     case Value::Kind::Dict: {
       std::vector<const std::pair<Value, Value>*> items;
-      for (const auto& item : v.dict_ref().items) items.push_back(&item);
+      for (const auto& item : v.dict_ref().items()) items.push_back(&item);
       if (items.empty()) {
         out += "{}";
         return;
@@ -113,6 +126,7 @@ void dump(std::string& out, const Value& v, const JsonStyle& style, int level) {
         quote(out, key_string(items[i]->first), style.ensure_ascii);
         out += style.key_separator;
         dump(out, items[i]->second, style, level + 1);
+        budget::check_text(out.size());
       }
       if (style.indent) newline(level);
       out += '}';
@@ -136,7 +150,11 @@ Value tojson(const Value& v, CallArgs& args) {
   JsonStyle style;
   style.ensure_ascii = a[0] && a[0]->truthy();
   if (a[1] && !a[1]->is_none()) {
-    if (a[1]->is_int()) style.indent = std::string(std::size_t(std::max<std::int64_t>(0, a[1]->as_int())), ' ');
+    if (a[1]->is_int()) {
+      const auto width = std::size_t(std::max<std::int64_t>(0, a[1]->as_int()));
+      budget::check_text(width);  // before making it
+      style.indent = std::string(width, ' ');
+    }
     else if (a[1]->is_string()) style.indent = a[1]->as_string();
     else throw EvalError("indent must be an int or a string, not " + a[1]->type_name());
     style.item_separator.assign(1, ',');
@@ -151,24 +169,43 @@ Value tojson(const Value& v, CallArgs& args) {
   return Value(dumps(v, style));
 }
 
+namespace {
+
+// A JSON integer past int64 (up to 2**64 - 1): Python's would be exact, template integers are
+// 64-bit (docs/chat_templates.md), so it is refused rather than wrapped.
+Value unsigned_from_json(std::uint64_t u) {
+  if (u > std::uint64_t(std::numeric_limits<std::int64_t>::max()))
+    throw EvalError(str("integer ", u, " is out of range: template integers are 64-bit"));
+  return Value(std::int64_t(u));
+}
+
+[[gnu::noinline]] Value list_from_json(const nlohmann::ordered_json& j) {
+  List items;
+  items.reserve(j.size());
+  for (const auto& x : j) items.push_back(from_json(x));
+  return Value::list(std::move(items));
+}
+
+[[gnu::noinline]] Value dict_from_json(const nlohmann::ordered_json& j) {
+  auto d = std::make_shared<Dict>();
+  for (auto it = j.begin(); it != j.end(); ++it) d->set(Value(it.key()), from_json(it.value()));
+  return Value::dict(std::move(d));
+}
+
+}  // namespace
+
+// The containers are converted out of this frame, which is on the stack once per level.
 Value from_json(const nlohmann::ordered_json& j) {
+  RecursionGuard depth(" while converting JSON");
   switch (j.type()) {
     case nlohmann::json::value_t::null: return Value::none();
     case nlohmann::json::value_t::boolean: return Value(j.get<bool>());
     case nlohmann::json::value_t::number_integer: return Value(j.get<std::int64_t>());
-    case nlohmann::json::value_t::number_unsigned: return Value(std::int64_t(j.get<std::uint64_t>()));
+    case nlohmann::json::value_t::number_unsigned: return unsigned_from_json(j.get<std::uint64_t>());
     case nlohmann::json::value_t::number_float: return Value(j.get<double>());
     case nlohmann::json::value_t::string: return Value(j.get<std::string>());
-    case nlohmann::json::value_t::array: {
-      List items;
-      for (const auto& x : j) items.push_back(from_json(x));
-      return Value::list(std::move(items));
-    }
-    case nlohmann::json::value_t::object: {
-      auto d = std::make_shared<Dict>();
-      for (auto it = j.begin(); it != j.end(); ++it) d->items.emplace_back(Value(it.key()), from_json(it.value()));
-      return Value::dict(std::move(d));
-    }
+    case nlohmann::json::value_t::array: return list_from_json(j);
+    case nlohmann::json::value_t::object: return dict_from_json(j);
     default: return Value::none();
   }
 }
@@ -180,13 +217,30 @@ Value strftime_now_function(std::function<std::time_t()> now) {
     std::time_t t = now ? now() : std::time(nullptr);
     std::tm tm{};
     localtime_r(&t, &tm);
-    const std::string& fmt = a[0]->as_string();
-    if (fmt.empty()) return Value("");
-    std::vector<char> buf(256);
-    while (true) {
-      std::size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
-      if (n > 0 || buf.size() > 65536) return Value(std::string(buf.data(), n));
-      buf.resize(buf.size() * 4);
+    // What datetime.strftime does before time.strftime: %f is the microseconds (the clock here
+    // gives whole seconds), %z and %Z are empty for the naive datetime.now().
+    std::string fmt;
+    const std::string& given = a[0]->as_string();
+    if (given.find('\0') != std::string::npos) throw EvalError("embedded null character");
+    for (std::size_t i = 0; i < given.size(); ++i) {
+      if (given[i] != '%' || i + 1 == given.size()) {
+        fmt += given[i];
+      } else if (given[i + 1] == 'f') {
+        fmt += "000000", ++i;
+      } else if (given[i + 1] == 'z' || given[i + 1] == 'Z') {
+        ++i;
+      } else {
+        fmt.append(given, i, 2), ++i;
+      }
+    }
+    // As Python's time.strftime: a larger buffer until the text fits, up to 256 bytes per byte
+    // of format (past that, an empty text is taken to be the answer); the text a render may
+    // make bounds it too.
+    for (std::size_t size = std::max<std::size_t>(1024, 2 * fmt.size());; size *= 2) {
+      budget::check_text(size / 2);
+      std::string buf(size, '\0');
+      const std::size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
+      if (n > 0 || size >= 256 * fmt.size()) return Value(buf.substr(0, n));
     }
   });
 }

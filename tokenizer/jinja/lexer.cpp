@@ -57,7 +57,12 @@ std::string unescape(std::string_view s, int line, int column) {
       case 'v': out += '\v'; break;
       case 'x': out += pystr::encode(char32_t(hex(2))); break;
       case 'u': out += pystr::encode(char32_t(hex(4))); break;
-      case 'U': out += pystr::encode(char32_t(hex(8))); break;
+      case 'U': {
+        const std::uint32_t v = hex(8);
+        if (v > 0x10FFFF) syntax_error(line, column, "illegal Unicode character");
+        out += pystr::encode(char32_t(v));
+        break;
+      }
       default:
         if (c >= '0' && c <= '7') {
           std::uint32_t v = std::uint32_t(c - '0');
@@ -92,19 +97,26 @@ class Lexer {
   bool line_starting_ = true;
   std::vector<Token> tokens_;
 
-  // Tokens come in order, so the line count carries on from the last one asked for.
-  mutable std::size_t seen_ = 0, seen_line_start_ = 0;
-  mutable int seen_line_ = 1;
+  // Tokens come in order, so the line and column count carry on from the last one asked for
+  // (counting each token's column from its line's start would cost a long line's length per
+  // token: 30,000 parentheses on one line took seconds).
+  mutable std::size_t seen_ = 0;
+  mutable int seen_line_ = 1, seen_column_ = 0;  // column: code points since the line's start
 
   void locate(std::size_t at, int& line, int& column) const {
-    if (at < seen_) seen_ = seen_line_start_ = 0, seen_line_ = 1;
-    for (; seen_ < at && seen_ < src_.size(); ++seen_)
+    if (at < seen_) seen_ = 0, seen_line_ = 1, seen_column_ = 0;  // an error pointing back: count again
+    while (seen_ < at && seen_ < src_.size()) {
       if (src_[seen_] == '\n') {
         ++seen_line_;
-        seen_line_start_ = seen_ + 1;
+        seen_column_ = 0;
+        ++seen_;
+        continue;
       }
+      seen_ += pystr::code_point_size(std::string_view(src_).substr(seen_, at - seen_));
+      ++seen_column_;
+    }
     line = seen_line_;
-    column = int(pystr::length(std::string_view(src_).substr(seen_line_start_, at - seen_line_start_))) + 1;
+    column = seen_column_ + 1;
   }
 
   Token& push(Token::Type type, std::string text, std::size_t at) {

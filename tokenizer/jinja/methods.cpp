@@ -4,6 +4,7 @@
 #include <cmath>
 #include <set>
 
+#include "tokenizer/jinja/budget.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
 
@@ -55,6 +56,7 @@ std::string pad(const std::string& s, long width, const std::string& fill, char 
   long n = long(pystr::length(s));
   if (width <= n) return s;
   long total = width - n;
+  budget::check_text(budget::product(std::size_t(total), fill.size()) + s.size());  // before making it
   long left = align == '<' ? 0 : align == '>' ? total : total / 2 + (total & width & 1);
   std::string out;
   for (long i = 0; i < left; ++i) out += fill;
@@ -88,7 +90,9 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
     return Value(affix_match(sub, *a[0], name == "startswith"));
   }
   if (name == "upper") return arg({}), Value(pystr::upper(s));
-  if (name == "lower" || name == "casefold") return arg({}), Value(pystr::lower(s));
+  if (name == "lower") return arg({}), Value(pystr::lower(s));
+  if (name == "casefold") return arg({}), Value(pystr::casefold(s));
+  if (name == "swapcase") return arg({}), Value(pystr::swapcase(s));
   if (name == "title") return arg({}), Value(pystr::title(s));
   if (name == "capitalize") return arg({}), Value(pystr::capitalize(s));
   if (name == "isdigit" || name == "isdecimal" || name == "isnumeric") return arg({}), Value(pystr::is_digit(s));
@@ -122,6 +126,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
         throw EvalError(str("sequence item ", i, ": expected str instance, ", items[i].type_name(), " found"));
       if (i) out += s;
       out += items[i].as_string();
+      budget::check_text(out.size());
     }
     return Value(out);
   }
@@ -130,6 +135,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
     auto a = arg({"width"});
     long width = optional_int(a[0], 0), n = long(pystr::length(s));
     if (width <= n) return Value(s);
+    budget::check_text(std::size_t(width - n) + s.size());
     std::size_t sign = !s.empty() && (s[0] == '-' || s[0] == '+') ? 1 : 0;
     return Value(s.substr(0, sign) + std::string(std::size_t(width - n), '0') + s.substr(sign));
   }
@@ -158,7 +164,7 @@ Value string_method(const std::string& s, const std::string& name, CallArgs& arg
 
 const std::set<std::string> kStringMethods = {
     "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith", "upper", "lower",
-    "casefold", "title", "capitalize", "isdigit", "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace",
+    "casefold", "swapcase", "title", "capitalize", "isdigit", "isdecimal", "isnumeric", "isalpha", "isalnum", "isspace",
     "isupper", "islower", "replace", "find", "rfind", "index", "rindex", "count", "join", "format", "zfill",
     "ljust", "rjust", "center", "partition", "rpartition", "removeprefix", "removesuffix"};
 
@@ -168,18 +174,19 @@ Value dict_method(const Value& d, const std::string& name, CallArgs& args) {
   if (name == "items") {
     arg({});
     List out;
-    for (const auto& [k, v] : dict.items) out.push_back(Value::tuple({k, v}));
+    for (const auto& [k, v] : dict.items()) out.push_back(Value::tuple({k, v}));
     return Value::list(std::move(out));
   }
   if (name == "keys" || name == "values") {
     arg({});
     List out;
-    for (const auto& [k, v] : dict.items) out.push_back(name == "keys" ? k : v);
+    for (const auto& [k, v] : dict.items()) out.push_back(name == "keys" ? k : v);
     return Value::list(std::move(out));
   }
   if (name == "get") {
     auto a = arg({"key", "default"});
     if (!a[0]) throw EvalError("get expected at least 1 argument, got 0");
+    require_hashable(*a[0]);
     const Value* v = dict.find(*a[0]);
     return v ? *v : a[1] ? *a[1] : Value::none();
   }
@@ -303,7 +310,10 @@ Value slice(const Value& obj, const Value& start_v, const Value& stop_v, const V
       return std::clamp<std::int64_t>(i, -1, n - 1);
     };
     std::int64_t b = clamp(start, step > 0 ? 0 : n - 1), e = clamp(stop, step > 0 ? n : -1);
-    for (std::int64_t i = b; step > 0 ? i < e : i > e; i += step) take(std::size_t(i));
+    for (std::int64_t i = b; step > 0 ? i < e : i > e;) {
+      take(std::size_t(i));
+      if (__builtin_add_overflow(i, step, &i)) break;  // a step past the 64-bit range ends it
+    }
   };
   if (obj.is_string()) {
     std::u32string u = pystr::decode(obj.as_string()), out;
@@ -329,14 +339,22 @@ List iterate(const Value& v) {
     case Value::Kind::Undefined:
       if (v.is_unsafe()) v.fail_undefined();
       return {};
-    case Value::Kind::List: case Value::Kind::Tuple: return v.items();
+    case Value::Kind::List: case Value::Kind::Tuple:
+      budget::steps(std::int64_t(v.items().size()));  // whoever iterates walks them all
+      return v.items();
     case Value::Kind::Dict: {
+      budget::steps(std::int64_t(v.dict_ref().size()));
       List keys;
-      for (const auto& item : v.dict_ref().items) keys.push_back(item.first);
+      keys.reserve(v.dict_ref().size());
+      for (const auto& item : v.dict_ref().items()) keys.push_back(item.first);
       return keys;
     }
     case Value::Kind::String: {
+      const std::size_t n = pystr::length(v.as_string());
+      budget::check_items(n);  // a value per character
+      budget::steps(std::int64_t(n));
       List chars;
+      chars.reserve(n);
       for (char32_t c : pystr::decode(v.as_string())) chars.emplace_back(pystr::encode(c));
       return chars;
     }
@@ -350,7 +368,10 @@ bool contains(const Value& container, const Value& item) {
     if (!item.is_string()) throw EvalError("'in <string>' requires string as left operand, not " + item.type_name());
     return container.as_string().find(item.as_string()) != std::string::npos;
   }
-  if (container.is_dict()) return container.dict_ref().find(item) != nullptr;
+  if (container.is_dict()) {
+    require_hashable(item);
+    return container.dict_ref().find(item) != nullptr;
+  }
   if (container.is_sequence()) {
     for (const Value& x : container.items())
       if (equals(x, item)) return true;
@@ -370,7 +391,7 @@ std::int64_t py_len(const Value& v) {
     case Value::Kind::List: case Value::Kind::Tuple:
       if (v.is_generator()) throw EvalError("object of type 'generator' has no len()");
       return std::int64_t(v.items().size());
-    case Value::Kind::Dict: return std::int64_t(v.dict_ref().items.size());
+    case Value::Kind::Dict: return std::int64_t(v.dict_ref().size());
     default: throw EvalError("object of type '" + v.type_name() + "' has no len()");
   }
 }

@@ -8,6 +8,21 @@ namespace linnet::jinja {
 static const std::set<std::string> kCompareOps = {"==", "!=", "<", "<=", ">", ">="};
 
 
+ExprPtr Parser::settle(ExprPtr n) {
+  int below = 0;
+  auto see = [&](const ExprPtr& child) {
+    if (child) below = std::max(below, child->depth);
+  };
+  for (const ExprPtr* child : {&n->a, &n->b, &n->c, &n->d}) see(*child);
+  for (const auto& x : n->items) see(x);
+  for (const auto& x : n->args.positional) see(x);
+  for (const auto& [name, x] : n->args.keyword) see(x);
+  for (const auto& [op, x] : n->ops) see(x);
+  n->depth = below + 1;
+  if (n->depth > kMaxExprDepth) fail(str("the expression nests deeper than ", kMaxExprDepth, " levels"));
+  return n;
+}
+
 bool Parser::tuple_end(const std::set<std::string>& extra_end) const {
   if (cur().type == T::VariableEnd || cur().type == T::BlockEnd || is_op(")")) return true;
   return cur().type == T::Name && extra_end.count(cur().text);
@@ -30,7 +45,7 @@ ExprPtr Parser::parse_tuple(bool with_condexpr, const std::set<std::string>& ext
   }
   auto t = node(Expr::Kind::Tuple, line);
   t->items = std::move(items);
-  return t;
+  return settle(std::move(t));
 }
 
 ExprPtr Parser::parse_expression(bool with_condexpr) { return with_condexpr ? parse_condexpr() : parse_or(); }
@@ -47,9 +62,12 @@ ExprPtr Parser::parse_condexpr() {
     auto c = node(Expr::Kind::CondExpr, line);
     c->a = parse_or();  // the test
     c->b = std::move(e);
-    if (skip_name("else")) c->c = parse_condexpr();
+    if (skip_name("else")) {
+      Nested guard(*this);
+      c->c = parse_condexpr();
+    }
     soft_ = was;
-    e = std::move(c);
+    e = settle(std::move(c));
   }
   return e;
 }
@@ -61,7 +79,7 @@ ExprPtr Parser::parse_or() {
     auto n = node(Expr::Kind::Or, line);
     n->a = std::move(e);
     n->b = parse_and();
-    e = std::move(n);
+    e = settle(std::move(n));
   }
   return e;
 }
@@ -73,17 +91,18 @@ ExprPtr Parser::parse_and() {
     auto n = node(Expr::Kind::And, line);
     n->a = std::move(e);
     n->b = parse_not();
-    e = std::move(n);
+    e = settle(std::move(n));
   }
   return e;
 }
 
 ExprPtr Parser::parse_not() {
   if (is_name("not")) {
+    Nested guard(*this);
     int line = next().line;
     auto n = node(Expr::Kind::Not, line);
     n->a = parse_not();
-    return n;
+    return settle(std::move(n));
   }
   return parse_compare();
 }
@@ -110,7 +129,7 @@ ExprPtr Parser::parse_compare() {
   auto n = node(Expr::Kind::Compare, line);
   n->a = std::move(e);
   n->ops = std::move(ops);
-  return n;
+  return settle(std::move(n));
 }
 
 ExprPtr Parser::binary(const std::string& op, ExprPtr l, ExprPtr r, int line) {
@@ -118,7 +137,7 @@ ExprPtr Parser::binary(const std::string& op, ExprPtr l, ExprPtr r, int line) {
   n->name = op;
   n->a = std::move(l);
   n->b = std::move(r);
-  return n;
+  return settle(std::move(n));
 }
 
 ExprPtr Parser::parse_math1() {
@@ -165,6 +184,7 @@ ExprPtr Parser::parse_unary(bool with_filter) {
     bool neg = next().text == "-";
     e = node(neg ? Expr::Kind::Neg : Expr::Kind::Pos, line);
     e->a = parse_unary(false);
+    e = settle(std::move(e));
   } else {
     e = parse_primary();
   }
@@ -218,7 +238,7 @@ ExprPtr Parser::parse_primary() {
       l->items.push_back(parse_expression(true));
     }
     next();
-    return l;
+    return settle(std::move(l));
   }
   if (is_op("{")) {
     next();
@@ -231,7 +251,7 @@ ExprPtr Parser::parse_primary() {
       d->items.push_back(parse_expression(true));
     }
     next();
-    return d;
+    return settle(std::move(d));
   }
   fail(str("unexpected '", describe(t), "'"));
 }
@@ -267,14 +287,14 @@ ExprPtr Parser::parse_subscript(ExprPtr e) {
       auto n = node(Expr::Kind::Getattr, t.line);
       n->a = std::move(e);
       n->name = a.text;
-      return n;
+      return settle(std::move(n));
     }
     if (a.type != T::Integer) fail_at(a, "expected name or number");
     auto n = node(Expr::Kind::Getitem, t.line);
     n->a = std::move(e);
     n->b = node(Expr::Kind::Const, a.line);
     n->b->value = Value(a.integer);
-    return n;
+    return settle(std::move(n));
   }
   std::vector<ExprPtr> keys;
   while (!is_op("]")) {
@@ -290,7 +310,7 @@ ExprPtr Parser::parse_subscript(ExprPtr e) {
   if (keys.size() == 1) {
     if (keys[0]->kind == Expr::Kind::Slice) {
       keys[0]->a = std::move(n->a);
-      return std::move(keys[0]);
+      return settle(std::move(keys[0]));
     }
     n->b = std::move(keys[0]);
   } else {
@@ -305,8 +325,9 @@ ExprPtr Parser::parse_subscript(ExprPtr e) {
       }
     n->b = node(Expr::Kind::Tuple, t.line);
     n->b->items = std::move(keys);
+    n->b = settle(std::move(n->b));
   }
-  return n;
+  return settle(std::move(n));
 }
 
 // An index, or a slice (returned as a Slice whose object the caller fills in).
@@ -324,7 +345,7 @@ ExprPtr Parser::parse_subscribed() {
   if (skip_op(":")) {
     if (!is_op("]") && !is_op(",")) s->d = parse_expression(true);
   }
-  return s;
+  return settle(std::move(s));
 }
 
 void Parser::parse_args(Arguments& args) {
@@ -353,7 +374,7 @@ ExprPtr Parser::parse_call(ExprPtr e) {
   auto n = node(Expr::Kind::Call, cur().line);
   n->a = std::move(e);
   parse_args(n->args);
-  return n;
+  return settle(std::move(n));
 }
 
 std::string Parser::dotted_name() {
@@ -380,7 +401,7 @@ ExprPtr Parser::parse_filter(ExprPtr input, int line) {
   n->name = dotted_name();
   check_known(at, n->name, true, *n);
   if (is_op("(")) parse_args(n->args);
-  return n;
+  return settle(std::move(n));
 }
 
 ExprPtr Parser::parse_test(ExprPtr input) {
@@ -400,6 +421,6 @@ ExprPtr Parser::parse_test(ExprPtr input) {
     if (t.type == T::Name && t.text == "is") fail("You cannot chain multiple tests with is");
     n->args.positional.push_back(parse_postfix(parse_primary()));
   }
-  return n;
+  return settle(std::move(n));
 }
 }  // namespace linnet::jinja

@@ -26,14 +26,18 @@ class Parser {
   std::vector<Token> toks_;
   std::size_t i_ = 0;
   int loop_depth_ = 0;
-  // Nesting of expressions and blocks: deeper than any real template would overflow the
-  // stack of this recursive parser (and of the evaluator) on a hostile one.
+  // Nesting of expressions and blocks, which this parser follows by recursion (a level of
+  // parentheses is a dozen calls): past kMaxNesting the template is refused, as jinja2
+  // refuses it (RecursionError: at about 70 parentheses, 100 nested ifs).
   int nesting_ = 0;
-  static constexpr int kMaxNesting = 256;
+  static constexpr int kMaxNesting = 100;
+  // Expression trees (chains such as 1 + 1 + … or x.a.a.…, which the parser builds in a loop)
+  // are evaluated and freed by recursion: deeper than this is refused too (jinja2: at ~490).
+  static constexpr int kMaxExprDepth = 500;
   struct Nested {
     Parser& p;
     explicit Nested(Parser& parser) : p(parser) {
-      if (++p.nesting_ > kMaxNesting) p.fail("the template nests too deeply");
+      if (++p.nesting_ > kMaxNesting) p.fail(str("the template nests deeper than ", kMaxNesting, " levels"));
     }
     ~Nested() { --p.nesting_; }
   };
@@ -91,6 +95,8 @@ class Parser {
   }
 
   ExprPtr node(Expr::Kind k, int line) { return std::make_unique<Expr>(k, line); }
+  // Sets n's depth from its children's (set before): a syntax error past kMaxExprDepth.
+  ExprPtr settle(ExprPtr n);
 
 
   // statements (parser.cpp)

@@ -4,14 +4,21 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace linnet::jinja::pystr {
 
-std::u32string decode(std::string_view s);  // invalid bytes stand for themselves (U+0080…U+00FF)
+// UTF-8 to code points: a stray byte becomes U+DC80…U+DCFF (Python's surrogateescape, and
+// encode() writes it back), a lone surrogate's three-byte form its code point.
+std::u32string decode(std::string_view s);
 std::string encode(std::u32string_view s);
 std::string encode(char32_t c);
 std::size_t length(std::string_view s);
+// The code point s (not empty) starts with and its size in bytes, as decode() reads them.
+std::pair<char32_t, std::size_t> next_code_point(std::string_view s);
+// The bytes of the code point s starts with, as decode() counts them (a stray byte: 1).
+std::size_t code_point_size(std::string_view s);
 
 bool is_space(char32_t c);  // str.isspace()
 bool is_printable(char32_t c);  // str.isprintable(), for repr()
@@ -29,8 +36,12 @@ long rfind(std::string_view s, std::string_view sub);
 
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
+// Python's full case mappings ('ß'.upper() == 'SS', 'İ'.lower() == 'i̇', a final 'Σ' lowered
+// to 'ς'), as the Unicode version of the Python that wrote case_tables.h.
 std::string title(std::string_view s);       // str.title()
 std::string capitalize(std::string_view s);  // str.capitalize()
+std::string swapcase(std::string_view s);    // str.swapcase()
+std::string casefold(std::string_view s);    // str.casefold()
 bool is_upper(std::string_view s);
 bool is_lower(std::string_view s);
 bool is_digit(std::string_view s);

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -18,12 +19,32 @@ namespace linnet::jinja {
 class Value;
 using List = std::vector<Value>;
 
-// A dict keyed by Python equality (1, 1.0 and True are one key), in insertion order.
-struct Dict {
-  std::vector<std::pair<Value, Value>> items;
+// A dict keyed by Python equality (1, 1.0 and True are one key), in insertion order. Lookups
+// take constant time past a few items (an index by hash_key beside the items, as Python's
+// dicts), so a context or message with many keys costs linear time, not quadratic.
+class Dict {
+ public:
+  Dict() = default;
+  Dict(const Dict& other);  // counted in a render's budget (Limits::max_steps)
+  Dict& operator=(const Dict& other);
+  Dict(Dict&&) = default;
+  Dict& operator=(Dict&&) = default;
+  ~Dict();
+
+  const std::vector<std::pair<Value, Value>>& items() const { return items_; }
+  std::size_t size() const;  // (defined below Value: the items need it complete)
+  bool empty() const;
+  // nullptr when absent (also for an unhashable key, which no dict can hold).
   const Value* find(const Value& key) const;
   Value* find(const Value& key);
+  // Replaces the value of an existing key in place, else appends; EvalError for an
+  // unhashable key ("unhashable type: 'list'").
   void set(const Value& key, Value value);
+
+ private:
+  std::vector<std::pair<Value, Value>> items_;
+  std::unordered_multimap<std::size_t, std::size_t> index_;  // hash_key → position; empty while small
+  std::ptrdiff_t position(const Value& key) const;
 };
 
 // What a callable receives: positional and keyword arguments as written at the call.
@@ -43,6 +64,32 @@ class EvalError : public linnet::Error {
   using linnet::Error::Error;
 };
 
+// How deep a thread's recursive work may go: evaluating nested expressions, statements and
+// macro calls, printing, comparing, hashing, converting or dumping nested values each count a
+// level, as Python counts every frame against its recursion limit (1000). Past it the work
+// fails as jinja2's RecursionError does, with EvalError "maximum recursion depth exceeded…",
+// long before the stack runs out: a level costs at most about half a KiB of stack (measured;
+// tests/jinja_test.cpp runs the deepest nesting on a 1 MiB thread stack).
+constexpr int kMaxRecursion = 1000;
+
+// One level of that: throws past kMaxRecursion, `while_doing` completing the message as
+// Python's does (" while getting the repr of an object", " in comparison").
+class RecursionGuard {
+ public:
+  explicit RecursionGuard(const char* while_doing = "");
+  ~RecursionGuard();
+  RecursionGuard(const RecursionGuard&) = delete;
+  RecursionGuard& operator=(const RecursionGuard&) = delete;
+};
+
+// A list's items, released one level at a time when it goes (a queue in value.cpp; Dict's
+// destructor does the same): a list nested 100,000 deep, which a template can build, must
+// not recurse that deep in destructors.
+struct ListBox {
+  List items;
+  ~ListBox();
+};
+
 class Value {
  public:
   enum class Kind { Undefined, None, Bool, Int, Float, String, List, Tuple, Dict, Namespace, Function };
@@ -57,7 +104,7 @@ class Value {
   Value(int i) : Value(std::int64_t(i)) {}
   Value(std::int64_t i);
   Value(double f);
-  Value(std::string s, bool markup = false);
+  Value(std::string s, bool markup = false);  // in a render, measured against its Limits (budget.h)
   Value(const char* s) : Value(std::string(s)) {}
   static Value list(List items = {});
   static Value tuple(List items);
@@ -90,7 +137,7 @@ class Value {
   std::int64_t as_int() const { return kind_ == Kind::Bool ? std::int64_t(b_) : i_; }
   double as_float() const { return kind_ == Kind::Float ? f_ : double(as_int()); }
   const std::string& as_string() const { return *s_; }
-  List& items() const { return *list_; }  // list or tuple
+  List& items() const { return list_->items; }  // list or tuple
   Dict& dict_ref() const { return *dict_; }  // dict or namespace
   const Function& function_ref() const { return *fn_; }
   const std::string& undefined_hint() const { return *s_; }
@@ -116,14 +163,27 @@ class Value {
   std::int64_t i_ = 0;
   double f_ = 0;
   std::shared_ptr<std::string> s_;
-  std::shared_ptr<List> list_;
+  std::shared_ptr<ListBox> list_;
   std::shared_ptr<Dict> dict_;
   std::shared_ptr<Function> fn_;
 };
 
+inline std::size_t Dict::size() const { return items_.size(); }
+inline bool Dict::empty() const { return items_.empty(); }
+
 // Python ==, and < for sorting and comparisons (EvalError when Python would raise TypeError).
+// An int and a float compare exactly, as Python's do (2**53 + 1 != 2.0**53).
 bool equals(const Value& a, const Value& b);
 bool less(const Value& a, const Value& b);
+
+// Python's hash() as far as dicts need it: equal values hash alike (1, 1.0, True). Python
+// refuses lists, dicts and tuples holding them as keys: hashable() says which.
+bool hashable(const Value& v);
+void require_hashable(const Value& v);  // EvalError "unhashable type: 'list'" as Python's TypeError
+std::size_t hash_key(const Value& v);
+
+// The value's Python type as Python's messages name it: "int", "float", "str", "list"…
+std::string python_type_name(const Value& v);
 
 // Python's repr of a float ("1.0", "1e+20", "0.30000000000000004").
 std::string float_repr(double f);
