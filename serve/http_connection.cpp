@@ -715,7 +715,10 @@ class GuardedServer::Loop {
 GuardedServer::GuardedServer(ConnectionLimits limits, ErrorBody error_body)
     : limits_(limits), error_body_(std::move(error_body)) {}
 
-GuardedServer::~GuardedServer() { stop_serving(); }
+GuardedServer::~GuardedServer() {
+  stop_serving();
+  if (svr_sock_ != INVALID_SOCKET) ::close(svr_sock_);  // bound, never served
+}
 
 void GuardedServer::start_serving() {
   if (loop_) return;
