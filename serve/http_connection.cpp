@@ -246,11 +246,12 @@ bool frame(Connection& c, const ConnectionLimits& limits, bool& expect_continue,
   }
   uint64_t n = 0;
   for (char ch : length) {
-    n = n * 10 + static_cast<uint64_t>(ch - '0');
-    if (n > limits.max_body) {  // before it could overflow
+    const auto digit = static_cast<uint64_t>(ch - '0');
+    if (n > limits.max_body / 10 || n * 10 + digit > limits.max_body) {  // past it, checked before an overflow
       r = {413, too_large(limits)};
       return false;
     }
+    n = n * 10 + digit;
   }
   c.left = n;
   return true;
@@ -278,9 +279,9 @@ Progress take_chunks(Connection& c, const ConnectionLimits& limits, size_t& at, 
         bool over = false;
         for (; digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits])); ++digits) {
           const char ch = static_cast<char>(std::tolower(static_cast<unsigned char>(line[digits])));
-          size = size * 16 + static_cast<uint64_t>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
-          over = over || size > limits.max_body;
-          if (over) size = 0;  // counted no further: it is too large already
+          const auto digit = static_cast<uint64_t>(ch <= '9' ? ch - '0' : ch - 'a' + 10);
+          over = over || size > limits.max_body / 16 || size * 16 + digit > limits.max_body;  // before an overflow
+          if (!over) size = size * 16 + digit;
         }
         const std::string_view rest = line.substr(digits);
         if (digits == 0 || !(rest.empty() || rest[0] == ';' || rest[0] == ' ' || rest[0] == '\t')) {

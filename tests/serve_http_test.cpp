@@ -301,6 +301,10 @@ TEST(ServeHttp, ContentLengthCheckedBeforeTheBody) {
     EXPECT_EQ(r.status, c.status) << c.headers;
     EXPECT_NE(r.body.find(c.words), std::string::npos) << c.headers << ": " << r.body;
   }
+  // Exactly max_body is read.
+  const Response exact = request(t.port, post("Content-Length: 1000000\r\n", std::string(1000000, 'z')));
+  EXPECT_EQ(exact.status, 200);
+  EXPECT_EQ(exact.body.size(), 1000000u);
   // Malformed chunks.
   for (const std::string& body : {std::string("zz\r\nhello\r\n0\r\n\r\n"), std::string("5\r\nhello!!\r\n0\r\n\r\n"),
                                   std::string("5x\r\nhello\r\n0\r\n\r\n"), std::string(2000, '1')}) {
@@ -314,6 +318,13 @@ TEST(ServeHttp, ContentLengthCheckedBeforeTheBody) {
   EXPECT_EQ(request(t.port, "GET /ok HTTP/1.1\r\nX-Big: " + std::string(70000, 'b') + "\r\n\r\n").status, 431);
   // The server carries on.
   EXPECT_EQ(request(t.port, kGet).status, 200);
+  // A limit under one digit's worth.
+  ConnectionLimits tiny = limits();
+  tiny.max_body = 5;
+  TestServer small(tiny);
+  EXPECT_EQ(request(small.port, post("Content-Length: 9\r\n", "123456789")).status, 413);
+  EXPECT_EQ(request(small.port, post("Transfer-Encoding: chunked\r\n", "9\r\n123456789\r\n0\r\n\r\n")).status, 413);
+  EXPECT_EQ(request(small.port, post("Content-Length: 5\r\n", "12345")).body, "12345");
 }
 
 TEST(ServeHttp, ExpectContinue) {
