@@ -53,9 +53,11 @@ int cmd_serve(const Args& args) {
       ("port", po::value<int>()->default_value(8000), "TCP port (0: any free one; the chosen one is printed)")
       ("max-waiting", po::value<int64_t>()->default_value(1024), "jobs (prompt × n) queued beyond those running; more: 503")
       ("max-body", po::value<int64_t>()->default_value(16 << 20), "bytes of a request body; more: 413")
-      ("http-threads", po::value<int64_t>()->default_value(1024), "connections served at once")
+      ("http-threads", po::value<int64_t>()->default_value(1024),
+       "requests handled at once (a connection sending its request, or idle, takes no thread)")
+      ("http-max-connections", po::value<int64_t>()->default_value(4096), "connections open at once; more: 503")
       ("http-timeout", po::value<double>()->default_value(30),
-       "seconds a request may take to arrive whole, and each read or write of a connection may wait")
+       "seconds a request may take to arrive whole, and each write of an answer may wait")
       ("http-idle-timeout", po::value<double>()->default_value(5), "seconds an idle keep-alive connection stays open");
   add_engine_options(desc);
   add_served_model_option(desc);
@@ -74,6 +76,7 @@ int cmd_serve(const Args& args) {
   if (http_options.port < 0 || http_options.port > 65535) throw UsageError("--port must be in [0, 65535]");
   http_options.max_body = static_cast<size_t>(positive_option(vm, "max-body"));
   http_options.threads = static_cast<size_t>(positive_option(vm, "http-threads"));
+  http_options.max_connections = static_cast<size_t>(positive_option(vm, "http-max-connections"));
   for (const char* name : {"http-timeout", "http-idle-timeout"}) {
     const double s = vm[name].as<double>();
     if (!(s >= 0.01 && s <= 86400)) throw UsageError(str("--", name, " must be in [0.01, 86400] seconds, got ", s));

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <random>
@@ -75,9 +76,17 @@ void provide(const httplib::Request& req, httplib::Response& res, const char* ty
 }  // namespace
 
 HttpServer::HttpServer(Frontend& frontend, const Tokenizer& tok, ServedModel model, HttpOptions options)
-    : frontend_(frontend), tok_(tok), model_(std::move(model)), options_(std::move(options)),
-      server_(std::make_unique<GuardedServer>(ConnectionLimits{options_.request_timeout, options_.io_timeout,
-                                                               options_.idle_timeout, 64 << 10, options_.max_body})) {
+    : frontend_(frontend), tok_(tok), model_(std::move(model)), options_(std::move(options)) {
+  ConnectionLimits limits;
+  limits.request_timeout = options_.request_timeout;
+  limits.io_timeout = options_.io_timeout;
+  limits.idle_timeout = options_.idle_timeout;
+  limits.max_body = options_.max_body;
+  limits.threads = options_.threads;
+  limits.max_connections = options_.max_connections;
+  // What the connections' loop answers by itself (413, 400, 408, …) has the API's error shape.
+  server_ = std::make_unique<GuardedServer>(
+      limits, [](int status, const std::string& why) { return dump(ApiError(status, why).body()); });
   routes();
 }
 
@@ -85,15 +94,10 @@ HttpServer::~HttpServer() { stop(); }
 
 void HttpServer::routes() {
   httplib::Server& svr = *server_;
-  const size_t threads = options_.threads;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(options_.max_body);
-  svr.set_tcp_nodelay(true);
-  // The request has arrived whole: from here on its connection is the handler's.
-  svr.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-    GuardedServer::request_arrived();
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
+  // What httplib's Keep-Alive header tells the client (the loop closes an idle connection).
+  svr.set_keep_alive_max_count(ConnectionLimits().requests_per_connection);
+  svr.set_keep_alive_timeout(std::max<time_t>(1, std::chrono::ceil<std::chrono::seconds>(options_.idle_timeout).count()));
   // Whatever httplib answers by itself (404, 413, 400 on a bad request line) gets the API's
   // error shape too.
   svr.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -277,12 +281,8 @@ void HttpServer::answer(const std::string& route, const httplib::Request& req, h
 }
 
 int HttpServer::start() {
-  // httplib listens with a backlog of 5: a burst of clients connecting at once would wait on
-  // SYN retransmits (seconds) or fail. The socket is caught as httplib makes it and given
-  // the system's backlog once bound (listen again on a listening socket sets it anew).
-  int fd = -1;
-  server_->set_socket_options([&fd](int sock) {
-    fd = sock;
+  // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let two servers share the port).
+  server_->set_socket_options([](int sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
@@ -291,15 +291,10 @@ int HttpServer::start() {
   else if (!server_->bind_to_port(options_.host, port)) port = -1;
   if (port < 0)
     throw Error(str("serve: cannot listen on ", options_.host, ":", options_.port, " (in use, or not this host's address)"));
-  if (fd >= 0) ::listen(fd, SOMAXCONN);
-  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  server_->start_serving();
   return port;
 }
 
-void HttpServer::stop() {
-  if (!thread_.joinable()) return;
-  server_->stop();
-  thread_.join();
-}
+void HttpServer::stop() { server_->stop_serving(); }
 
 }  // namespace linnet::serve

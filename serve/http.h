@@ -6,7 +6,6 @@
 #include <chrono>
 #include <memory>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "serve/openai_api.h"
@@ -14,19 +13,21 @@
 #include "tokenizer/tokenizer.h"
 
 namespace httplib {
-class Server;
 struct Request;
 struct Response;
 }
 
 namespace linnet::serve {
 
+class GuardedServer;
+
 struct HttpOptions {
   std::string host = "127.0.0.1";
   int port = 8000;                       // 0: any free port
   size_t max_body = 16 << 20;            // bytes of a request body
-  size_t threads = 1024;                 // connections served at once
-  // A request must arrive whole within request_timeout; each read or write waits at most
+  size_t threads = 1024;                 // requests handled at once (a connection waiting for one takes none)
+  size_t max_connections = 4096;         // connections open at once; more are answered 503
+  // A request must arrive whole within request_timeout; each write of an answer waits at most
   // io_timeout; an idle keep-alive connection closes after idle_timeout (http_connection.h).
   std::chrono::milliseconds request_timeout{30000}, io_timeout{30000}, idle_timeout{5000};
 };
@@ -35,8 +36,9 @@ class HttpServer {
  public:
   HttpServer(Frontend& frontend, const Tokenizer& tok, ServedModel model, HttpOptions options);
   ~HttpServer();
-  // Binds (throws naming host and port when it cannot) and serves on a thread of its own.
-  // Returns the port (the one chosen when --port 0).
+  // Binds (throws naming host and port when it cannot) and serves on threads of its own: one
+  // reads the requests, options.threads handle them. Returns the port (the one chosen when
+  // --port 0).
   int start();
   // Stops accepting; returns once the requests in progress are answered.
   void stop();
@@ -51,8 +53,7 @@ class HttpServer {
   const Tokenizer& tok_;
   ServedModel model_;
   HttpOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  std::unique_ptr<GuardedServer> server_;
 };
 
 }  // namespace linnet::serve

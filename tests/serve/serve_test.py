@@ -2,7 +2,7 @@
 local-completions, a load of 500 concurrent requests, faults. Run by serve_test.sh (ctest's
 Serve.* cases) as: serve_test.py CASE LINNET SOURCE WORK. Loopback only; every wait bounded.
 
-Cases: openai, lm_eval, load, faults, clients (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
+Cases: openai, lm_eval, load, faults, clients, body_limits, slow_clients (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
 2); replicas (mpirun -np 2, two replicas of one shard); stories15M (the real model); chat,
 chat-tp2, chat_lm_eval, batch (conversations and batch files: tests/serve/chat_cases.py).
 """
@@ -12,6 +12,7 @@ import json
 import os
 import queue
 import random
+import select
 import shutil
 import signal
 import socket
@@ -717,8 +718,242 @@ def case_clients():
                 check(json.loads(rest)["usage"]["completion_tokens"] == 3, f"whole: {rest[:200]!r}")
 
 
+# ---- the connections: bodies held to --max-body, slow and idle clients ----------------------
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def read_answer(s, timeout=10.0):
+    """(status, head, body) of one answer off socket `s` (status 0 when none came within
+    `timeout`); a 100 Continue before it is skipped, a chunked body decoded."""
+    s.settimeout(timeout)
+    got = [b""]
+
+    def until(cond):
+        while not cond():
+            chunk = s.recv(65536)
+            if not chunk:
+                raise ConnectionResetError("closed")
+            got[0] += chunk
+    try:
+        while True:
+            until(lambda: b"\r\n\r\n" in got[0])
+            head, _, got[0] = got[0].partition(b"\r\n\r\n")
+            if not head.startswith(b"HTTP/1.1 100"):
+                break
+        fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:])}
+        body = b""
+        if fields.get(b"transfer-encoding") == b"chunked":
+            while True:
+                until(lambda: b"\r\n" in got[0])
+                size = int(got[0].split(b"\r\n", 1)[0], 16)
+                start = got[0].index(b"\r\n") + 2
+                until(lambda: len(got[0]) >= start + size + 2)
+                body += got[0][start:start + size]
+                got[0] = got[0][start + size + 2:]
+                if size == 0:
+                    break
+        else:
+            length = int(fields.get(b"content-length", b"0"))
+            until(lambda: len(got[0]) >= length)
+            body = got[0][:length]
+        return int(head.split()[1]), head, body
+    except (socket.timeout, ConnectionResetError):
+        return 0, got[0], b""
+
+
+def raw_answer(port, data, timeout=10.0):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+        return read_answer(s, timeout)
+    finally:
+        s.close()
+
+
+def error_message(body):
+    try:
+        return json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        return f"(not the API's error shape: {body[:200]!r})"
+
+
+def case_body_limits():
+    """--max-body holds for every body as it arrives. Before: 256 MiB sent chunked against
+    --max-body 1000000 were buffered whole (RSS 153 -> 405 MB) and answered 400 at the end; an
+    oversized Content-Length was read to its end before the 413 came; a negative one was 413."""
+    with Server("--max-body", "1000000", name="body_limits") as srv:
+        pid = srv.proc.pid
+        check(http(srv.base, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2})[0] == 200, "a first request")
+        before = rss_kib(pid)
+        peak = [before]
+        flooding = threading.Event()
+        flooding.set()
+
+        def sample():
+            while flooding.is_set():
+                peak[0] = max(peak[0], rss_kib(pid))
+                time.sleep(0.005)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        # 1. 256 MiB chunked (64 KiB chunks), sent until the server answers.
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Transfer-Encoding: chunked\r\n\r\n")
+        chunk = b"10000\r\n" + b" " * 0x10000 + b"\r\n"
+        sent, answered_early, t0 = 0, False, time.time()
+        while sent < 256 << 20 and time.time() - t0 < 60:
+            if select.select([s], [], [], 0)[0]:
+                answered_early = True
+                break
+            try:
+                s.sendall(chunk)
+            except OSError:
+                break
+            sent += 0x10000
+        status, head, body = read_answer(s, timeout=60)
+        s.close()
+        flooding.clear()
+        sampler.join()
+        grown = (peak[0] - before) / 1024
+        print(f"chunked flood: {status} after {sent / 2**20:.1f} MiB sent in {time.time() - t0:.2f} s; "
+              f"server RSS {before / 1024:.1f} MB, peak {peak[0] / 1024:.1f} MB (+{grown:.1f} MB)")
+        check(status == 413 and "larger than 1000000 bytes" in error_message(body),
+              f"256 MiB chunked: {status} {error_message(body)}")
+        check(answered_early and sent < 64 << 20, f"the 413 came after {sent / 2**20:.0f} MiB were sent")
+        check(grown < 8, f"the server's RSS grew by {grown:.1f} MB under a chunked flood (--max-body 1000000)")
+        # 2. An oversized Content-Length, its body never sent: 413 from the head alone.
+        t0 = time.time()
+        status, head, body = raw_answer(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                                  b"Content-Type: application/json\r\nContent-Length: 268435456\r\n\r\n",
+                                        timeout=5)
+        check(status == 413 and "--max-body" in error_message(body),
+              f"Content-Length 256 MiB without its body: {status} {head[:100]!r} after {time.time() - t0:.1f} s")
+        # 3. Lengths that are not a number of bytes, or that conflict: 400 naming the header.
+        for headers, code, words in [
+                (b"Content-Length: -1\r\n", 400, "Content-Length `-1` is not a number of bytes"),
+                (b"Content-Length: -100000000\r\n", 400, "is not a number of bytes"),
+                (b"Content-Length: abc\r\n", 400, "Content-Length `abc` is not a number of bytes"),
+                (b"Content-Length: 1e3\r\n", 400, "is not a number of bytes"),
+                (b"Content-Length: 2\r\nContent-Length: 3\r\n", 400, "conflicting Content-Length"),
+                (b"Content-Length: 2\r\nTransfer-Encoding: chunked\r\n", 400, "both Transfer-Encoding and Content-Length"),
+                (b"Transfer-Encoding: gzip, chunked\r\n", 501, "only chunked")]:
+            status, head, body = raw_answer(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + headers
+                                            + b"\r\n{}", timeout=5)
+            check(status == code and words in error_message(body), f"{headers!r}: {status} {error_message(body)}")
+        for chunks in [b"zz\r\n{}\r\n0\r\n\r\n", b"1\r\n{}\r\n0\r\n\r\n"]:
+            status, head, body = raw_answer(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                                      b"Transfer-Encoding: chunked\r\n\r\n" + chunks, timeout=5)
+            check(status == 400 and "chunk" in error_message(body), f"chunks {chunks!r}: {status} {error_message(body)}")
+        # 4. Within the limit a chunked body is served, with "Expect: 100-continue" too.
+        data = json.dumps({"prompt": "hi", "max_tokens": 2, "temperature": 0}).encode()
+        chunked = b"".join(b"%x\r\n" % len(data[i:i + 7]) + data[i:i + 7] + b"\r\n" for i in range(0, len(data), 7))
+        status, head, body = raw_answer(srv.port, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                                                  b"Transfer-Encoding: chunked\r\n\r\n" + chunked + b"0\r\n\r\n")
+        check(status == 200 and json.loads(body)["usage"]["completion_tokens"] == 2, f"chunked: {status} {body[:200]!r}")
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: "
+                  + str(len(data)).encode() + b"\r\n\r\n")
+        check(s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n", "no 100 Continue")
+        s.sendall(data)
+        status, head, body = read_answer(s)
+        s.close()
+        check(status == 200 and json.loads(body)["usage"]["completion_tokens"] == 2, f"100-continue: {status} {body[:200]!r}")
+        check(http(srv.base, "GET", "/health")[0] == 200, "healthy after the floods")
+
+
+def trickle(sock, data, stop, every=1.0):
+    """Sends `data` a byte every `every` seconds until done, stopped or closed."""
+    for b in data:
+        if stop.wait(every):
+            return
+        try:
+            sock.send(bytes([b]))
+        except OSError:
+            return
+
+
+def case_slow_clients():
+    """Slow and idle clients cost a socket, not a thread. Before: with --http-threads 4, 8
+    clients trickling a byte a second made normal requests time out (at 40 s), and six idle
+    connections delayed one by 35 s."""
+    with Server("--http-threads", "4", name="slow_clients") as srv:  # the default timeouts: 30 s, idle 5 s
+        stop = threading.Event()
+        slow = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(8)]
+        for s in slow:
+            threading.Thread(target=trickle, args=(s, b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 100,
+                                                   stop), daemon=True).start()
+        idle = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(6)]
+        for _ in range(3):  # a head and part of its body, then nothing
+            idle.append(socket.create_connection(("127.0.0.1", srv.port)))
+            idle[-1].sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+        time.sleep(1.5)
+        took = []
+        for i in range(4):
+            t0 = time.time()
+            try:
+                st, body = http(srv.base, "POST", "/v1/completions", {"prompt": "hi", "max_tokens": 2}, timeout=10)
+            except OSError as e:
+                st, body = None, repr(e)
+            took.append(time.time() - t0)
+            check(st == 200, f"request {i} behind 8 trickling and 9 idle clients: {st} {body} after {took[-1]:.1f} s")
+            check(took[-1] < 3, f"request {i} waited {took[-1]:.1f} s behind 8 trickling and 9 idle clients")
+        # A streamed answer too, while they wait.
+        t0 = time.time()
+        s = raw_post(srv.port, {"prompt": "hi", "max_tokens": 4, "stream": True})
+        got = b""
+        while b"data: [DONE]" not in got and time.time() - t0 < 10:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+        s.close()
+        check(b"data: [DONE]" in got and time.time() - t0 < 3, f"a stream behind slow clients: {got[-200:]!r}")
+        print(f"slow_clients: 4 requests behind 8 trickling and 9 idle connections (--http-threads 4) took "
+              f"{', '.join(f'{t:.3f}' for t in took)} s; a stream {time.time() - t0:.3f} s")
+        stop.set()
+        for s in slow + idle:
+            s.close()
+    # The deadline holds: a request arrives whole within --http-timeout of its first byte, or
+    # gets a 408; an idle connection closes after --http-idle-timeout; keep-alive serves several.
+    with Server("--http-threads", "4", "--http-timeout", "2", "--http-idle-timeout", "1", name="deadlines") as srv:
+        stop = threading.Event()
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        threading.Thread(target=trickle, args=(s, b"GET /health HTTP/1.1\r\nX-Slow: " + b"a" * 100, stop, 0.2),
+                         daemon=True).start()
+        t0 = time.time()
+        status, head, body = read_answer(s, timeout=10)
+        took = time.time() - t0
+        stop.set()
+        s.close()
+        check(status == 408 and "--http-timeout" in error_message(body), f"a trickled head: {status} {head[:100]!r}")
+        check(1.5 < took < 4, f"a trickled head answered 408 after {took:.1f} s (--http-timeout 2)")
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro")
+        t0 = time.time()
+        status, head, body = read_answer(s, timeout=10)
+        check(status == 408 and time.time() - t0 < 4, f"a stalled body: {status} after {time.time() - t0:.1f} s")
+        s.close()
+        s = socket.create_connection(("127.0.0.1", srv.port))
+        for i in range(3):
+            s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            status, head, body = read_answer(s)
+            check(status == 200, f"keep-alive request {i}: {status}")
+        t0 = time.time()
+        s.settimeout(10)
+        check(s.recv(100) == b"" and time.time() - t0 < 3, "an idle kept-alive connection stayed open")
+        s.close()
+
+
 CASES = {
     "clients": case_clients,
+    "body_limits": case_body_limits,
+    "slow_clients": case_slow_clients,
     "stories15M": case_stories15m,
     "openai": case_openai,
     "lm_eval": case_lm_eval,
