@@ -1,9 +1,12 @@
 // The batch engine's choices next to the logits (SPEC §8): greedy and plain Gumbel-max on
-// each vocab shard with only (value, index) pairs crossing ranks; top-k / top-p from each
-// shard's best candidates. A row's Philox stream is its own key at row 0 and its own step,
-// so its token does not depend on which row of the batch it is in.
+// each vocab shard with only (value, index) pairs crossing ranks; top-k / top-p / min-p from
+// each shard's best candidates; a row's logit processors (penalties, biases, bans) applied on
+// each shard to its own vocab rows first (layers/logit_processors.h). A row's Philox stream is
+// its own key at row 0 and its own step, so its token does not depend on which row of the
+// batch it is in.
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "core/philox.h"
@@ -33,118 +36,132 @@ std::vector<int32_t> Model::choose_rows(const Hidden& hidden, const std::vector<
   Tensor local = shard_logits(final_hidden(hidden), DType::f32);
   Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
   be_.argmax(local, valid, offset, value, index);
-  std::vector<int64_t> filtered;  // rows with top-k or top-p
+  // Rows whose logits are processed or warped: on the host, from this shard's copy. The others
+  // choose on the device.
+  auto warped = [](const RowChoice& c) { return c.temperature > 0 && (c.top_k > 0 || c.top_p < 1 || c.min_p > 0); };
+  std::vector<int64_t> on_host;
   for (int64_t i = 0; i < r; ++i) {
     const RowChoice& c = choices[static_cast<size_t>(i)];
-    if (c.temperature <= 0) continue;
-    if (c.top_k > 0 || c.top_p < 1) {
-      filtered.push_back(i);
+    if (c.processors.any() || warped(c)) {
+      on_host.push_back(i);
       continue;
     }
+    if (c.temperature <= 0) continue;
     // Gumbel-max on the row alone (Philox counter row 0), into the row's own entries.
     Tensor v = value.rows(i, i + 1), k = index.rows(i, i + 1);
     be_.gumbel_max(local.rows(i, i + 1), valid, offset, c.key0, c.key1, c.step, c.temperature, v, k);
   }
-  auto back = be_.to_host_many({value, index});  // one wait for every row
+  auto back = be_.to_host_many(on_host.empty() ? std::vector<Tensor>{value, index}
+                                               : std::vector<Tensor>{value, index, local});  // one wait
   Tensor &hv = back[0], &hi = back[1];
+  const int64_t width = local.dim(1);
+  // Each host row's processed logits on this shard; greedy and plain Gumbel rows take this
+  // shard's best of them into the (value, index) pairs the ranks compare.
+  std::map<int64_t, std::vector<float>> rows;
+  for (int64_t i : on_host) {
+    const RowChoice& c = choices[static_cast<size_t>(i)];
+    const float* in = back[2].ptr<float>() + i * width;
+    std::vector<float>& l = rows[i] = std::vector<float>(in, in + valid);
+    apply_logit_processors(c.processors, l.data(), offset, valid);
+    if (warped(c)) continue;  // chosen below, from every shard's candidates
+    float best_v = -INFINITY;
+    int32_t best = static_cast<int32_t>(offset);
+    for (int64_t k = 0; k < valid; ++k) {
+      const float sc = c.temperature > 0 ? l[k] / c.temperature + philox::gumbel(c.key0, c.key1,
+                                                                                 static_cast<uint32_t>(offset + k), 0,
+                                                                                 static_cast<uint32_t>(c.step))
+                                         : l[k];
+      if (sc > best_v) best_v = sc, best = static_cast<int32_t>(offset + k);
+    }
+    hv.ptr<float>()[i] = best_v;
+    hi.ptr<int32_t>()[i] = best;
+  }
   comm_.max_with_index(hv, hi);  // every shard's best → the global best, lowest index on ties
   std::vector<int32_t> out(hi.ptr<int32_t>(), hi.ptr<int32_t>() + r);
-  if (filtered.empty()) return out;
-
-  // Top-k / top-p rows: each shard's best `want` logits of the row (value, global index),
-  // gathered; the kept set is chosen on every rank alike from them.
-  const Tensor host = be_.to_host(local).to(DType::f32);
-  const float* lg = host.ptr<float>();
-  const int64_t width = local.dim(1);
-  for (int64_t i : filtered) {
-    const RowChoice& c = choices[static_cast<size_t>(i)];
-    const float t = c.temperature;
-    int64_t want = c.top_k > 0 ? c.top_k : kCandidates;
-    want = std::min(want, g_.vocab_per_shard());
-    std::vector<Candidate> mine(static_cast<size_t>(valid));
-    for (int64_t k = 0; k < valid; ++k) mine[k] = {lg[i * width + k], static_cast<int32_t>(offset + k)};
-    const int64_t take = std::min<int64_t>(want, valid);
-    std::partial_sort(mine.begin(), mine.begin() + take, mine.end(), better);
-    // The softmax's normaliser over the whole vocab at this temperature: max, then Σ exp.
-    Tensor stats = Tensor::zeros({2}, DType::f32);
-    float mx = -INFINITY;
-    for (int64_t k = 0; k < valid; ++k) mx = std::max(mx, lg[i * width + k] / t);
-    Tensor gmax = Tensor::from_floats({1}, {mx});
-    comm_.all_reduce_max(gmax);
-    const float m = gmax.ptr<float>()[0];
-    double se = 0;
-    for (int64_t k = 0; k < valid; ++k) se += std::exp(static_cast<double>(lg[i * width + k] / t - m));
-    Tensor gse = Tensor::from_floats({1}, {static_cast<float>(se)});
-    comm_.all_reduce_sum(gse);
-    const double log_z = m + std::log(static_cast<double>(gse.ptr<float>()[0]));
-    // Gather every shard's offer: [Shards, want] values and indices (−inf / −1 past its end).
-    Tensor offer_v = Tensor::from_floats({want}, std::vector<float>(want, -INFINITY));
-    Tensor offer_i = Tensor::from_ints({want}, std::vector<int64_t>(want, -1), DType::i32);
-    for (int64_t k = 0; k < take; ++k) {
-      offer_v.ptr<float>()[k] = mine[k].logit;
-      offer_i.ptr<int32_t>()[k] = mine[k].index;
-    }
-    Tensor all_v = Tensor::empty({g_.shards, want}, DType::f32), all_i = Tensor::empty({g_.shards, want}, DType::i32);
-    comm_.all_gather(offer_v, all_v);
-    comm_.all_gather(offer_i, all_i);
-    std::vector<Candidate> cand;
-    for (int64_t k = 0; k < g_.shards * want; ++k)
-      if (all_i.ptr<int32_t>()[k] >= 0) cand.push_back({all_v.ptr<float>()[k], all_i.ptr<int32_t>()[k]});
-    std::sort(cand.begin(), cand.end(), better);
-    size_t keep = c.top_k > 0 ? std::min<size_t>(cand.size(), static_cast<size_t>(c.top_k)) : cand.size();
-    if (c.top_p < 1) {
-      double mass = 0;
-      size_t n = 0;
-      while (n < keep) {
-        mass += std::exp(static_cast<double>(cand[n].logit / t) - log_z);
-        ++n;
-        if (mass >= c.top_p) break;
-      }
-      // Without top-k, each shard offered only its best kCandidates: when the nucleus did
-      // not close within them, the missing candidates could be anywhere; a full shard's
-      // offer ends at a logit the nucleus reaches. Then the row's logits are gathered whole.
-      bool complete = c.top_k > 0 || mass >= c.top_p;
-      if (c.top_k == 0 && complete)
-        for (int64_t sh = 0; sh < g_.shards; ++sh) {
-          const float last = all_v.ptr<float>()[sh * want + want - 1];
-          if (all_i.ptr<int32_t>()[sh * want + want - 1] >= 0 && n > 0 && last >= cand[n - 1].logit && want < g_.vocab_per_shard())
-            complete = false;
-        }
-      if (!complete) {
-        Tensor row_v = Tensor::from_floats({width}, std::vector<float>(width, -INFINITY));
-        for (int64_t k = 0; k < valid; ++k) row_v.ptr<float>()[k] = lg[i * width + k];
-        Tensor every = Tensor::empty({g_.shards, width}, DType::f32);
-        comm_.all_gather(row_v, every);
-        cand.clear();
-        for (int64_t sh = 0; sh < g_.shards; ++sh)
-          for (int64_t k = 0; k < g_.vocab_valid(sh); ++k)
-            cand.push_back({every.ptr<float>()[sh * width + k], static_cast<int32_t>(g_.vocab_begin(sh) + k)});
-        std::sort(cand.begin(), cand.end(), better);
-        mass = 0;
-        n = 0;
-        while (n < cand.size()) {
-          mass += std::exp(static_cast<double>(cand[n].logit / t) - log_z);
-          ++n;
-          if (mass >= c.top_p) break;
-        }
-      }
-      keep = n;
-    }
-    // Gumbel-max over the kept set: the renormalised distribution, exactly (same draw as
-    // the backends' gumbel_max, counter row 0).
-    float best_v = -INFINITY;
-    int32_t best = cand.empty() ? 0 : cand[0].index;
-    for (size_t n = 0; n < keep; ++n) {
-      const float sc = cand[n].logit / t + philox::gumbel(c.key0, c.key1, static_cast<uint32_t>(cand[n].index), 0,
-                                                          static_cast<uint32_t>(c.step));
-      if (sc > best_v || (sc == best_v && cand[n].index < best)) {
-        best_v = sc;
-        best = cand[n].index;
-      }
-    }
-    out[static_cast<size_t>(i)] = best;
-  }
+  for (int64_t i : on_host)
+    if (warped(choices[static_cast<size_t>(i)])) out[static_cast<size_t>(i)] = choose_warped(choices[static_cast<size_t>(i)], rows[i]);
   return out;
+}
+
+// A sampled row with top-k / top-p / min-p, from its processed logits `l` on this shard: each
+// shard offers its best `want` logits (value, global index), gathered; the kept set is chosen on
+// every rank alike from them, and Gumbel-max over it samples the renormalised distribution.
+int32_t Model::choose_warped(const RowChoice& c, const std::vector<float>& l) {
+  const int64_t s = comm_.rank(), valid = g_.vocab_valid(s), offset = g_.vocab_begin(s);
+  const float t = c.temperature;
+  const Warpers warpers{t, c.top_k, c.top_p, c.min_p};
+  int64_t want = c.top_k > 0 ? c.top_k : kCandidates;
+  want = std::min(want, g_.vocab_per_shard());
+  std::vector<Candidate> mine(static_cast<size_t>(valid));
+  for (int64_t k = 0; k < valid; ++k) mine[k] = {l[k], static_cast<int32_t>(offset + k)};
+  const int64_t take = std::min<int64_t>(want, valid);
+  std::partial_sort(mine.begin(), mine.begin() + take, mine.end(), better);
+  // The softmax's normaliser over the whole vocab at this temperature (top-p): max, then Σ exp.
+  float mx = -INFINITY;
+  for (int64_t k = 0; k < valid; ++k) mx = std::max(mx, l[k] / t);
+  Tensor gmax = Tensor::from_floats({1}, {mx});
+  comm_.all_reduce_max(gmax);
+  const float m = gmax.ptr<float>()[0];
+  double se = 0;
+  for (int64_t k = 0; k < valid; ++k) se += std::exp(static_cast<double>(l[k] / t - m));
+  Tensor gse = Tensor::from_floats({1}, {static_cast<float>(se)});
+  comm_.all_reduce_sum(gse);
+  const double log_z = m + std::log(static_cast<double>(gse.ptr<float>()[0]));
+  // Every shard's offer: [Shards, want] values and indices (−inf / −1 past its end).
+  Tensor offer_v = Tensor::from_floats({want}, std::vector<float>(want, -INFINITY));
+  Tensor offer_i = Tensor::from_ints({want}, std::vector<int64_t>(want, -1), DType::i32);
+  for (int64_t k = 0; k < take; ++k) {
+    offer_v.ptr<float>()[k] = mine[k].logit;
+    offer_i.ptr<int32_t>()[k] = mine[k].index;
+  }
+  Tensor all_v = Tensor::empty({g_.shards, want}, DType::f32), all_i = Tensor::empty({g_.shards, want}, DType::i32);
+  comm_.all_gather(offer_v, all_v);
+  comm_.all_gather(offer_i, all_i);
+  std::vector<Candidate> cand;
+  for (int64_t k = 0; k < g_.shards * want; ++k)
+    if (all_i.ptr<int32_t>()[k] >= 0) cand.push_back({all_v.ptr<float>()[k], all_i.ptr<int32_t>()[k]});
+  std::sort(cand.begin(), cand.end(), better);
+  auto kept = [&] {
+    std::vector<float> sorted(cand.size());
+    for (size_t n = 0; n < cand.size(); ++n) sorted[n] = cand[n].logit;
+    return kept_candidates(warpers, sorted, log_z);
+  };
+  size_t keep = kept();
+  // Without top-k each shard offered only its best kCandidates: when a full offer's last
+  // candidate is kept, the kept set may reach past what was offered. Then the row's logits
+  // are gathered whole (so the kept set is exact).
+  bool complete = true;
+  for (int64_t sh = 0; c.top_k == 0 && sh < g_.shards; ++sh) {
+    const int64_t last = sh * want + want - 1;
+    if (g_.vocab_valid(sh) > want && all_i.ptr<int32_t>()[last] >= 0 && all_v.ptr<float>()[last] >= cand[keep - 1].logit)
+      complete = false;
+  }
+  if (!complete) {
+    const int64_t width = g_.vocab_per_shard();
+    Tensor row_v = Tensor::from_floats({width}, std::vector<float>(width, -INFINITY));
+    for (int64_t k = 0; k < valid; ++k) row_v.ptr<float>()[k] = l[k];
+    Tensor every = Tensor::empty({g_.shards, width}, DType::f32);
+    comm_.all_gather(row_v, every);
+    cand.clear();
+    for (int64_t sh = 0; sh < g_.shards; ++sh)
+      for (int64_t k = 0; k < g_.vocab_valid(sh); ++k)
+        cand.push_back({every.ptr<float>()[sh * width + k], static_cast<int32_t>(g_.vocab_begin(sh) + k)});
+    std::sort(cand.begin(), cand.end(), better);
+    keep = kept();
+  }
+  // Gumbel-max over the kept set: the renormalised distribution, exactly (the same draw as the
+  // backends' gumbel_max, counter row 0).
+  float best_v = -INFINITY;
+  int32_t best = cand.empty() ? 0 : cand[0].index;
+  for (size_t n = 0; n < keep; ++n) {
+    const float sc = cand[n].logit / t + philox::gumbel(c.key0, c.key1, static_cast<uint32_t>(cand[n].index), 0,
+                                                        static_cast<uint32_t>(c.step));
+    if (sc > best_v || (sc == best_v && cand[n].index < best)) {
+      best_v = sc;
+      best = cand[n].index;
+    }
+  }
+  return best;
 }
 
 std::pair<Tensor, std::vector<uint8_t>> Model::score_packed(const Tensor& tokens, const Tensor& positions,

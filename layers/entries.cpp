@@ -192,6 +192,7 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
   if (top) {
     top->ids.assign(static_cast<size_t>(n * top->n), -1);
     top->logprobs.assign(static_cast<size_t>(n * top->n), -INFINITY);
+    if (top->want_ranks) top->ranks.assign(static_cast<size_t>(n), 0);
   }
   for (int64_t c0 = 0; c0 < n_scored; c0 += kChunk) {
     const int64_t c1 = std::min(n_scored, c0 + kChunk), m = c1 - c0;
@@ -222,6 +223,20 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
     for (int64_t i = 0; i < m; ++i)
       out.ptr<float>()[scored[c0 + i]] = htl.ptr<float>()[i] - global_max.ptr<float>()[i] - std::log(hse.ptr<float>()[i]);
     if (top_n > 0) top_tokens(local, top_n, global_max, hse, scored, c0, *top);
+    if (top && top->want_ranks) {  // each shard counts its logits ≥ the target's; summed
+      const Tensor host = be_.to_host(local);
+      const int64_t width = local.dim(1), valid = g_.vocab_valid(s);
+      Tensor count = Tensor::zeros({m}, DType::f32);  // exact: a vocab is below 2^24
+      for (int64_t i = 0; i < m; ++i) {
+        const float t = htl.ptr<float>()[i];
+        int64_t c = 0;
+        for (int64_t k = 0; k < valid; ++k) c += host.ptr<float>()[i * width + k] >= t;
+        count.ptr<float>()[i] = static_cast<float>(c);
+      }
+      comm_.all_reduce_sum(count);
+      for (int64_t i = 0; i < m; ++i)
+        top->ranks[static_cast<size_t>(scored[c0 + i])] = static_cast<int64_t>(count.ptr<float>()[i]);
+    }
   }
   return out;
 }

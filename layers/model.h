@@ -117,6 +117,8 @@ class Model {
   // Each selected row's token under its own choice (greedy, Gumbel-max, top-k / top-p).
   std::vector<int32_t> choose_rows(const Hidden& h,
                                    const std::vector<RowChoice>& choices);
+  // A top-k / top-p / min-p row's token from its processed logits on this shard (collective).
+  int32_t choose_warped(const RowChoice& c, const std::vector<float>& logits);
   Tensor stepping(const Tensor& token, int32_t pos, int64_t steps, float temperature, uint64_t key0, uint64_t key1,
                   std::optional<int32_t> eos, int32_t* steps_taken);
   Tensor upload_ints(const std::vector<int32_t>& v);
