@@ -4,8 +4,9 @@
 
 namespace linnet::engine {
 
-CompletionText::CompletionText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop)
-    : decoder_(tok.decoder(true)), stop_(std::move(stop)) {
+CompletionText::CompletionText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop,
+                               TextOptions options)
+    : decoder_(tok.decoder(options.skip_special)), stop_(std::move(stop)), options_(options) {
   for (int32_t t : prompt) decoder_.push(t);
   decoder_.flush();  // the prompt's text is not the completion's
 }
@@ -14,20 +15,28 @@ bool CompletionText::push(int32_t token) {
   if (stopped_) return true;
   const size_t before = text_.size();
   text_ += decoder_.push(token);
-  // Only where the new text could complete a stop string.
+  if (++pushed_ < options_.min_tokens) return false;  // vLLM: no stop check before min_tokens
+  // Only where the new text could complete a stop string; the one that starts first wins.
+  size_t first = std::string::npos;
   for (const auto& s : stop_) {
     const size_t from = before >= s.size() ? before - s.size() + 1 : 0;
     const size_t at = text_.find(s, from);
-    if (at != std::string::npos) {
-      text_.resize(at);
-      stopped_ = true;
+    if (at != std::string::npos && (first == std::string::npos || at < first || (at == first && s.size() > stop_string_.size()))) {
+      first = at;
+      stop_string_ = s;
     }
+  }
+  if (first != std::string::npos) {
+    text_.resize(options_.include_stop_str ? first + stop_string_.size() : first);
+    stopped_ = true;
   }
   return stopped_;
 }
 
-void CompletionText::finish() {
-  if (!stopped_) text_ += decoder_.flush();
+void CompletionText::finish(const Completion& c) {
+  if (stopped_) return;
+  if (c.reason == FinishReason::stop && options_.include_stop_str && !c.tokens.empty()) text_ += decoder_.push(c.tokens.back());
+  text_ += decoder_.flush();
 }
 
 size_t CompletionText::releasable() const {

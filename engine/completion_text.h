@@ -8,21 +8,34 @@
 #include <string>
 #include <vector>
 
+#include "engine/request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::engine {
 
+// vLLM's skip_special_tokens and include_stop_str_in_output.
+struct TextOptions {
+  bool skip_special = true;       // special tokens give no text
+  bool include_stop_str = false;  // the stop string (or the stopping token's text) stays in the text
+  int64_t min_tokens = 0;         // no stop string is looked for before this many tokens
+};
+
 class CompletionText {
  public:
-  CompletionText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop);
+  CompletionText(const Tokenizer& tok, const std::vector<int32_t>& prompt, std::vector<std::string> stop,
+                 TextOptions options = {});
 
-  // One generated token; true once a stop string has appeared (the text is cut before it).
+  // One generated token; true once a stop string has appeared (the text is cut before it, or
+  // after it with include_stop_str).
   bool push(int32_t token);
-  // The end of the completion: what the decoder still holds (unless it stopped).
-  void finish();
+  // The end of the completion `c` (its last token never went through push when EOS or a stop
+  // id ended it: its text joins only with include_stop_str), then what the decoder still holds.
+  void finish(const Completion& c);
 
   const std::string& text() const { return text_; }
   bool stopped() const { return stopped_; }
+  // The stop string that ended it ("" when none did).
+  const std::string& stop_string() const { return stop_string_; }
   // Bytes of text() that no stop string can still take back: all but the longest end of it
   // that is the start of a stop string.
   size_t releasable() const;
@@ -31,7 +44,10 @@ class CompletionText {
   Decoder decoder_;
   std::string text_;
   std::vector<std::string> stop_;
+  TextOptions options_;
+  int64_t pushed_ = 0;
   bool stopped_ = false;
+  std::string stop_string_;
 };
 
 }  // namespace linnet::engine

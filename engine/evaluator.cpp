@@ -62,10 +62,12 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
     size_t first = next;
     bool want_greedy = false;
     const int64_t top_n = windows[first].top;  // one call asks one n of likeliest tokens
+    const bool want_ranks = windows[first].ranks;  // and ranks or not
     while (next < windows.size()) {
       const Window& w = windows[next];
       const int64_t len = static_cast<int64_t>(w.context.size() + w.scored.size()) - 1;
-      if (next > first && (static_cast<int64_t>(tok.size()) + len > budget_ || w.top != top_n)) break;
+      if (next > first && (static_cast<int64_t>(tok.size()) + len > budget_ || w.top != top_n || w.ranks != want_ranks))
+        break;
       if (w.context.empty() || w.scored.empty())
         throw Error(str("eval: a window needs a context and tokens to score (request ", w.request, ")"));
       std::vector<int32_t> all = w.context;
@@ -81,10 +83,12 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
       ++next;
     }
     const int64_t p = static_cast<int64_t>(tok.size());
-    TopTokens top{top_n, {}, {}};
+    TopTokens top;
+    top.n = top_n;
+    top.want_ranks = want_ranks;
     auto [lp, greedy] = model_.score_packed(Tensor::from_ints({p}, tok), Tensor::from_ints({p}, pos),
                                             Tensor::from_ints({p}, seg), Tensor::from_ints({p}, tgt, DType::i64),
-                                            want_greedy, top_n > 0 ? &top : nullptr);
+                                            want_greedy, top_n > 0 || want_ranks ? &top : nullptr);
     ++calls_;
     const float* v = lp.ptr<float>();
     for (auto [wi, at] : spans) {
@@ -96,6 +100,8 @@ void Evaluator::score(const std::vector<Window>& windows, std::vector<WindowScor
         s.greedy = s.greedy && (!w.greedy || greedy[at + k]);
       }
       if (w.per_token) s.token_logprobs.assign(v + at, v + at + s.tokens);
+      if (want_ranks) s.ranks.assign(top.ranks.begin() + static_cast<std::ptrdiff_t>(at),
+                                     top.ranks.begin() + static_cast<std::ptrdiff_t>(at) + s.tokens);
       if (top_n > 0) {
         s.top.resize(static_cast<size_t>(s.tokens));
         for (int64_t k = 0; k < s.tokens; ++k)

@@ -21,6 +21,7 @@ struct Window {
   bool greedy = false;     // whether is_greedy is wanted (an argmax per scored token)
   bool per_token = false;  // whether each scored token's ln p is wanted (a server's logprobs)
   int64_t top = 0;         // the n likeliest tokens at each scored position (0: none)
+  bool ranks = false;      // each scored token's rank in the vocabulary (1: the likeliest)
 };
 
 struct WindowScore {
@@ -29,6 +30,7 @@ struct WindowScore {
   int64_t tokens = 0;        // scored tokens
   std::vector<float> token_logprobs;                          // per_token: ln p of each scored token
   std::vector<std::vector<std::pair<int32_t, float>>> top;    // top > 0: (id, ln p), likeliest first
+  std::vector<int64_t> ranks;                                 // ranks: each scored token's
 };
 
 // lm-eval's rolling windows over `tokens` (utils.get_rolling_token_windows with

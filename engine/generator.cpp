@@ -20,6 +20,27 @@ Generator::Generator(Model& model, SchedulerLimits limits, std::vector<int32_t> 
 
 Generator::~Generator() = default;
 
+std::vector<int32_t> banned_ids(const Sequence& s, const std::vector<int32_t>& eos) {
+  const SamplingParams& p = s.request.params;
+  std::vector<int32_t> out;
+  // transformers' NoBadWordsLogitsProcessor: a word's last id, where the ids before it end the
+  // sequence so far (prompt and output alike).
+  for (const auto& w : p.bad_words) {
+    const size_t before = w.size() - 1;
+    if (before <= s.tokens.size() && std::equal(w.begin(), w.end() - 1, s.tokens.end() - static_cast<std::ptrdiff_t>(before)))
+      out.push_back(w.back());
+  }
+  // min_tokens (transformers' MinNewTokensLengthLogitsProcessor, vLLM's min_tokens): no EOS and
+  // no stop id before it.
+  if (s.generated() < p.min_tokens) {
+    if (!p.ignore_eos) out.insert(out.end(), eos.begin(), eos.end());
+    out.insert(out.end(), p.stop_token_ids.begin(), p.stop_token_ids.end());
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::string Generator::submit(Request r) { return scheduler_.submit(std::move(r)); }
 
 std::vector<Completion> Generator::step(const StopCheck& stop) {
@@ -36,6 +57,7 @@ std::vector<Completion> Generator::step(const StopCheck& stop) {
   plan.table.assign(static_cast<size_t>(n_rows * plan.pages), -1);
   plan.sample.assign(static_cast<size_t>(n_rows), -1);
   plan.choices.resize(static_cast<size_t>(n_rows));
+  std::vector<std::vector<int32_t>> banned(static_cast<size_t>(n_rows));  // the choices' views point here
   for (int64_t r = 0; r < n_rows; ++r) {
     const StepRow& sr = rows[static_cast<size_t>(r)];
     const Sequence& s = *sr.seq;
@@ -46,8 +68,22 @@ std::vector<Completion> Generator::step(const StopCheck& stop) {
     if (!sr.sample) continue;
     const SamplingParams& p = s.request.params;
     plan.sample[static_cast<size_t>(r)] = static_cast<int32_t>(plan.tokens.size()) - 1;
-    plan.choices[static_cast<size_t>(r)] = {p.temperature, p.top_k, p.top_p, p.seed, 0,
-                                            static_cast<int32_t>(s.generated())};
+    RowChoice& c = plan.choices[static_cast<size_t>(r)];
+    c.temperature = p.temperature;
+    c.top_k = p.top_k;
+    c.top_p = p.top_p;
+    c.min_p = p.min_p;
+    c.key0 = p.seed;
+    c.step = static_cast<int32_t>(s.generated());
+    LogitProcessors& lp = c.processors;
+    lp.bias = p.logit_bias;
+    lp.repetition_penalty = p.repetition_penalty;
+    lp.seen = s.seen;
+    lp.presence_penalty = p.presence_penalty;
+    lp.frequency_penalty = p.frequency_penalty;
+    lp.counts = s.counts;
+    banned[static_cast<size_t>(r)] = banned_ids(s, eos_);
+    lp.banned = banned[static_cast<size_t>(r)];
   }
   const std::vector<int32_t> chosen = model_.run_batch(plan);
   for (const StepRow& sr : rows)

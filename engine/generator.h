@@ -26,6 +26,10 @@ struct GeneratorStats {
   int64_t peak_pages = 0;
 };
 
+// The ids a sequence may not choose next: the last id of each bad word whose other ids end its
+// tokens, and, before min_tokens, EOS (unless ignore_eos) and the stop ids; sorted, distinct.
+std::vector<int32_t> banned_ids(const Sequence& s, const std::vector<int32_t>& eos);
+
 class Generator {
  public:
   // eos: every end-of-sequence id (config.json and generation_config.json).

@@ -5,6 +5,7 @@
 // FieldError naming the field, in the API's words ("`top_p` = 2 must be in (0, 1]").
 #pragma once
 #include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
@@ -32,14 +33,28 @@ int64_t read_integer(const nlohmann::json& j, const char* key, int64_t lo, int64
 double read_number(const nlohmann::json& j, const char* key, double fallback);
 bool read_boolean(const nlohmann::json& j, const char* key, bool fallback);
 
-// temperature (≥ 0), top_p ((0, 1]), top_k (-1 or 0: off), seed (≥ 0), ignore_eos and stop
-// (a non-empty string or a list of at most 16) of a request object, over `defaults`.
+// The sampling and stopping fields of a request object, over `defaults`, as vLLM names and
+// bounds them: temperature (≥ 0), top_p ((0, 1]), top_k (-1 or 0: off), min_p ([0, 1]), seed
+// (≥ 0), ignore_eos, stop (a non-empty string or a list of at most 16), stop_token_ids,
+// include_stop_str_in_output, repetition_penalty (> 0), presence_penalty and
+// frequency_penalty ([-2, 2]), logit_bias ({"id": bias}, bias clamped to [-100, 100]),
+// min_tokens (≥ 0), bad_words (strings, tokenized here as vLLM does), skip_special_tokens,
+// spaces_between_special_tokens, priority. Token ids must lie in [0, vocab).
 struct SamplingFields {
   SamplingParams params;  // max_new_tokens is the caller's
   std::vector<std::string> stop;
   bool seeded = false;    // "seed" was given
+  bool include_stop_str = false;  // include_stop_str_in_output
+  bool skip_special = true;       // skip_special_tokens
 };
-SamplingFields read_sampling(const nlohmann::json& j, SamplingFields defaults);
+SamplingFields read_sampling(const nlohmann::json& j, SamplingFields defaults, const Tokenizer* tok = nullptr,
+                             int64_t vocab = std::numeric_limits<int32_t>::max());
+// min_tokens against the request's max_new_tokens (a FieldError naming `key` when above it).
+void check_min_tokens(const SamplingParams& p, const std::string& key);
+
+// vLLM's truncate_prompt_tokens: k ≥ 1 keeps the prompt's last k tokens, -1 as many as MaxSeq
+// holds; absent or null: `ids` as they are.
+void truncate_prompt(const nlohmann::json& j, std::vector<int32_t>& ids, int64_t max_seq);
 
 // A prompt's ids: a text through the tokenizer (whose ids must be the model's, [0, Vocab):
 // a tokenizer and config that disagree are named), or a list of ids. `where` names it.

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "layers/logit_processors.h"
 
 namespace linnet::engine {
 
@@ -22,9 +23,28 @@ std::string Scheduler::submit(Request r) {
   auto s = std::make_unique<Sequence>();
   s->tokens = r.prompt;
   s->prompt_len = n;
+  if (r.params.uses_seen()) s->seen = linnet::distinct_ids(r.prompt);
   s->request = std::move(r);
-  waiting_.push_back(std::move(s));
+  s->arrival = next_arrival_++;
+  wait_in_line(std::move(s));
   return "";
+}
+
+void Scheduler::wait_in_line(std::unique_ptr<Sequence> s) {
+  auto after = [&](const std::unique_ptr<Sequence>& w) {
+    const int64_t a = w->request.params.priority, b = s->request.params.priority;
+    return a > b || (a == b && w->arrival > s->arrival);
+  };
+  waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), after), std::move(s));
+}
+
+Sequence& Scheduler::victim() {
+  Sequence* v = running_.back().get();
+  for (const auto& s : running_)
+    if (s->request.params.priority > v->request.params.priority ||
+        (s->request.params.priority == v->request.params.priority && s->admitted > v->admitted))
+      v = s.get();
+  return *v;
 }
 
 bool Scheduler::ensure_pages(Sequence& s, int64_t end) {
@@ -44,15 +64,17 @@ void Scheduler::release(Sequence& s) {
 }
 
 // Its pages go back; its tokens (prompt and what it generated) stay, to be recomputed when it
-// is admitted again — first in line, so it loses no more time than it must.
+// is admitted again — in line by its priority and arrival, ahead of everything that came
+// after it, so it loses no more time than it must.
 void Scheduler::preempt(Sequence& s) {
   auto it = std::find_if(running_.begin(), running_.end(), [&](const auto& p) { return p.get() == &s; });
   LINNET_CHECK(it != running_.end(), "preempting a sequence that is not running");
   release(s);
   ++s.preemptions;
   ++preemptions_;
-  waiting_.push_front(std::move(*it));
+  std::unique_ptr<Sequence> held = std::move(*it);
   running_.erase(it);
+  wait_in_line(std::move(held));
 }
 
 // Starts a waiting sequence: full pages of its tokens that a running sequence already holds
@@ -103,19 +125,31 @@ std::vector<StepRow> Scheduler::schedule() {
   int64_t budget = limits_.token_budget;
   const int64_t preempted_before = preemptions_;
   // 1. Every decoding sequence (one token left to feed) gets its row; for its page, the
-  //    newest running sequence is preempted — possibly itself.
+  //    running sequence of the largest priority value, the newest of them, is preempted —
+  //    possibly itself, possibly one already given its row in this step.
   for (size_t i = 0; i < running_.size(); ++i) {
     Sequence& s = *running_[i];
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (s.computed != n - 1) continue;
     bool gone = false;
     while (!ensure_pages(s, n)) {
-      Sequence& victim = *running_.back();
-      gone = &victim == &s;
-      preempt(victim);
+      Sequence& v = victim();
+      gone = &v == &s;
+      const size_t at = static_cast<size_t>(std::find_if(running_.begin(), running_.end(),
+                                                         [&](const auto& p) { return p.get() == &v; }) -
+                                            running_.begin());
+      preempt(v);
+      if (at < i) {  // a row already in this step: out of it, and s moved up one place
+        rows.erase(std::remove_if(rows.begin(), rows.end(), [&](const StepRow& r) { return r.seq == &v; }), rows.end());
+        ++budget;
+        --i;
+      }
       if (gone) break;
     }
-    if (gone) break;  // s was the newest: nothing after it is running
+    if (gone) {
+      --i;  // s left running_: the next sequence is at its place
+      continue;
+    }
     rows.push_back({&s, s.computed, 1, true});
     --budget;
   }
@@ -130,9 +164,9 @@ std::vector<StepRow> Scheduler::schedule() {
     bool gone = false;
     while (!ensure_pages(s, s.computed + chunk)) {
       if (!rows.empty()) break;
-      Sequence& victim = *running_.back();
-      gone = &victim == &s;
-      preempt(victim);
+      Sequence& v = victim();
+      gone = &v == &s;
+      preempt(v);
       if (gone) break;
     }
     if (gone) break;
@@ -171,20 +205,29 @@ std::vector<Completion> Scheduler::complete(const std::vector<StepRow>& rows, co
     LINNET_CHECK(t >= 0, "no token chosen for a sampling row");
     s.tokens.push_back(t);
     const SamplingParams& p = s.request.params;
-    const bool at_eos = !p.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end();
+    if (p.uses_seen()) linnet::add_seen(s.seen, t);
+    if (p.uses_counts()) linnet::add_count(s.counts, t);
+    // Before min_tokens nothing stops it (vLLM's rule; its processors banned EOS and the stop ids).
+    const bool may_stop = s.generated() >= p.min_tokens;
+    const bool at_stop_id = may_stop && std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), t) !=
+                                            p.stop_token_ids.end();
+    const bool at_eos = may_stop && !p.ignore_eos && std::find(eos.begin(), eos.end(), t) != eos.end();
     const bool full = s.generated() >= p.max_new_tokens;
     std::vector<int32_t> generated;
-    if (stop || at_eos || full) generated.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
-    const bool at_stop = !at_eos && stop && stop(s.request.index, generated);
-    if (!at_eos && !at_stop && !full) {
+    if (stop || at_eos || at_stop_id || full) generated.assign(s.tokens.begin() + s.prompt_len, s.tokens.end());
+    // The stop strings see every token (their text is decoded as it comes), but end it only
+    // past min_tokens.
+    const bool at_stop = !at_eos && !at_stop_id && stop && stop(s.request.index, generated) && may_stop;
+    if (!at_eos && !at_stop && !at_stop_id && !full) {
       // Its keys so far were rotated for a shorter sequence: all of them again, in one chunk.
       if (limits_.recompute_at > 0 && s.computed == limits_.recompute_at &&
           static_cast<int64_t>(s.tokens.size()) == limits_.recompute_at + 1)
         s.computed = 0;
       continue;
     }
-    const FinishReason reason = at_eos || at_stop ? FinishReason::stop : FinishReason::length;
-    done.push_back(Completion{s.request.index, std::move(generated), reason, s.prompt_len, s.preemptions});
+    const FinishReason reason = at_eos || at_stop || at_stop_id ? FinishReason::stop : FinishReason::length;
+    done.push_back(Completion{s.request.index, std::move(generated), reason, s.prompt_len, s.preemptions,
+                              at_stop_id ? t : -1});
     finished.push_back(&s);
   }
   for (Sequence* s : finished) {

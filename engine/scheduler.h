@@ -41,6 +41,10 @@ struct Sequence {
   std::vector<int32_t> pages;   // page j holds positions j·PageSize …
   int64_t preemptions = 0;
   uint64_t admitted = 0;        // admission order (the newest is preempted first)
+  uint64_t arrival = 0;         // submission order (the waiting line: priority, then arrival)
+  // What its logit processors read, kept as tokens come (only when its params use them):
+  std::vector<int32_t> seen;                           // repetition_penalty: distinct ids, sorted
+  std::vector<std::pair<int32_t, int32_t>> counts;     // presence/frequency: generated ids, counts
 
   int64_t generated() const { return static_cast<int64_t>(tokens.size()) - prompt_len; }
 };
@@ -83,12 +87,16 @@ class Scheduler {
   void preempt(Sequence& s);
   void release(Sequence& s);
   bool admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows);
+  // Into the waiting line by (priority, arrival): lower priority values first, then earlier.
+  void wait_in_line(std::unique_ptr<Sequence> s);
+  // The running sequence to preempt: the largest priority value, then the newest admitted.
+  Sequence& victim();
 
   PageAllocator& pages_;
   SchedulerLimits limits_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
-  uint64_t next_admission_ = 0;
+  uint64_t next_admission_ = 0, next_arrival_ = 0;
   int64_t preemptions_ = 0;
 };
 

@@ -20,6 +20,7 @@
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
 #include "launcher/model_command.h"
+#include "engine/request_fields.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {
@@ -35,6 +36,7 @@ using engine::SamplingParams;
 struct Prompt {
   Request request;
   std::vector<std::string> stop;
+  engine::TextOptions text;
   std::string chat_error;  // a bad conversation (or one the template refuses): this line's error, not the run's
 };
 
@@ -54,9 +56,10 @@ Prompt make_prompt(const InputLine& in, const std::string& where, const engine::
     for (const char* key : kChatKeys)
       if (j.contains(key)) fail(str("\"", key, "\" goes with \"messages\" (a conversation)"));
   Prompt p;
-  const engine::SamplingFields f = engine::read_sampling(j, defaults);
+  const engine::SamplingFields f = engine::read_sampling(j, defaults, &tok, vocab);
   p.request.params = f.params;
   p.stop = f.stop;
+  p.text = {f.skip_special, f.include_stop_str, f.params.min_tokens};
   if (j.contains("messages")) {
     if (!chat) fail(str("this line is a conversation (\"messages\"), but ", no_chat));
     // The conversation as written (its keys in order), then as the server renders it. A bad
@@ -72,10 +75,15 @@ Prompt make_prompt(const InputLine& in, const std::string& where, const engine::
     if (!j["text"].is_string()) fail("\"text\" must be a string");
     const std::string text = j["text"].get<std::string>();
     if (text.empty()) fail("\"text\" is empty");
-    p.request.prompt = engine::encode_text(tok, text, add_bos, vocab, "text");
+    // add_special_tokens false: no BOS, whatever --add-bos says.
+    p.request.prompt =
+        engine::encode_text(tok, text, add_bos && engine::read_boolean(j, "add_special_tokens", true), vocab, "text");
   } else {
     p.request.prompt = engine::token_ids(j["tokens"], "tokens", vocab);
   }
+  if (j.contains("messages") && engine::read_boolean(j, "add_special_tokens", false) && add_bos && tok.bos_id() >= 0)
+    p.request.prompt.insert(p.request.prompt.begin(), tok.bos_id());
+  engine::truncate_prompt(j, p.request.prompt, max_seq_fit > 0 ? max_seq_fit : std::numeric_limits<int32_t>::max());
   if (p.request.prompt.empty()) fail("the prompt has no tokens");
   SamplingParams& s = p.request.params;
   if (max_seq_fit > 0 && !j.contains("max_new_tokens"))
@@ -84,6 +92,7 @@ Prompt make_prompt(const InputLine& in, const std::string& where, const engine::
                                    engine::PoolLimits{max_seq_fit, 1, std::numeric_limits<int64_t>::max()}));
   s.max_new_tokens = engine::read_integer(j, "max_new_tokens", 1, std::numeric_limits<int64_t>::max(),
                                           s.max_new_tokens, "a positive integer");
+  engine::check_min_tokens(s, "max_new_tokens");
   return p;
 } catch (const Error& e) {
   throw Error(str(where, ": ", e.what()));
@@ -142,9 +151,8 @@ int cmd_generate(const Args& args) {
   const bool add_bos = add_bos_from(vm, cmd.source, *tok);
   const bool max_new_given = !vm["max-new-tokens"].defaulted();
   const int64_t max_seq = cmd.max_seq();
-  std::set<std::string> keys = {"id",   "text", "tokens", "messages", "max_new_tokens", "temperature", "top_k", "top_p",
-                                "seed", "stop", "ignore_eos"};
-  keys.insert(std::begin(kChatKeys), std::end(kChatKeys));
+  const auto names = engine::field_names(engine::Route::generate_line);  // engine/request_fields.cpp
+  const std::set<std::string> keys(names.begin(), names.end());
   auto lines = read_input_lines(in_path, keys);
   std::vector<Prompt> prompts(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -193,7 +201,7 @@ int cmd_generate(const Args& args) {
       ++finished;
       continue;
     }
-    texts.emplace(i, engine::CompletionText(*tok, prompts[i].request.prompt, prompts[i].stop));
+    texts.emplace(i, engine::CompletionText(*tok, prompts[i].request.prompt, prompts[i].stop, prompts[i].text));
   }
   const engine::StopCheck stop = [&](size_t index, const std::vector<int32_t>& generated) {
     return texts.at(index).push(generated.back());
@@ -203,13 +211,17 @@ int cmd_generate(const Args& args) {
   while (!gen.idle()) {
     for (engine::Completion& c : gen.step(stop)) {
       engine::CompletionText& text = texts.at(c.index);
-      text.finish();
-      out.put(c.index, nlohmann::ordered_json{{"id", lines[c.index].id},
-                        {"text", text.text()},
-                        {"tokens", c.tokens},
-                        {"finish_reason", engine::finish_reason_name(c.reason)},
-                        {"prompt_tokens", c.prompt_tokens},
-                        {"completion_tokens", c.tokens.size()}});
+      text.finish(c);
+      nlohmann::ordered_json result{{"id", lines[c.index].id},
+                                    {"text", text.text()},
+                                    {"tokens", c.tokens},
+                                    {"finish_reason", engine::finish_reason_name(c.reason)},
+                                    {"prompt_tokens", c.prompt_tokens},
+                                    {"completion_tokens", c.tokens.size()}};
+      // vLLM's stop_reason: the stop string or stop id that ended it.
+      if (!text.stop_string().empty()) result["stop_reason"] = text.stop_string();
+      else if (c.stop_token >= 0) result["stop_reason"] = c.stop_token;
+      out.put(c.index, result);
       texts.erase(c.index);
       ++finished;
     }

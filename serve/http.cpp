@@ -245,14 +245,19 @@ void HttpServer::answer(const std::string& route, const httplib::Request& req, h
             if (!write(sink, *r, event(ApiError(500, e.error).body()))) return false;
             continue;
           }
-          if (p.logprobs >= 0) {
+          if (p.logprobs >= 0 || p.prompt_logprobs >= 0) {
             // Log-probabilities come from scoring the finished completion: one chunk then.
             if (!e.done) continue;
-            const json chunk =
-                p.chat ? chat_chunk(r->id, r->created, r->model, i, {{"content", c.text}}, chat_logprobs_json(tok_, prompt, c),
-                                    c.finish_reason)
-                       : stream_chunk(r->id, r->created, r->model, i, (p.echo ? echo_text(tok_, prompt) : "") + c.text,
-                                      logprobs_json(tok_, prompt, c, p.echo), c.finish_reason);
+            const json lp = p.logprobs < 0 ? json(nullptr)
+                            : p.chat       ? chat_logprobs_json(tok_, prompt, c, p.tokens_as_ids, p.logprobs)
+                                           : logprobs_json(tok_, prompt, c, p.echo, 0, 0, p.tokens_as_ids, p.logprobs);
+            json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i, {{"content", c.text}}, lp, c.finish_reason)
+                                : stream_chunk(r->id, r->created, r->model, i,
+                                               (p.echo ? echo_text(tok_, prompt) : "") + c.text, lp, c.finish_reason);
+            chunk["choices"][0]["stop_reason"] = c.stop_reason;
+            if (p.prompt_logprobs >= 0)
+              (p.chat ? chunk : chunk["choices"][0])["prompt_logprobs"] =
+                  prompt_logprobs_json(tok_, prompt, c, p.prompt_logprobs, p.tokens_as_ids);
             if (!write(sink, *r, event(chunk))) return false;
             continue;
           }
@@ -261,9 +266,10 @@ void HttpServer::answer(const std::string& route, const httplib::Request& req, h
           r->opened[i] = true;
           if (text.empty() && !e.done) continue;
           const json finish = e.done ? json(c.finish_reason) : json(nullptr);
-          const json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i,
-                                                 text.empty() ? json::object() : json{{"content", text}}, nullptr, finish)
-                                    : stream_chunk(r->id, r->created, r->model, i, text, nullptr, finish);
+          json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i,
+                                           text.empty() ? json::object() : json{{"content", text}}, nullptr, finish)
+                              : stream_chunk(r->id, r->created, r->model, i, text, nullptr, finish);
+          if (e.done) chunk["choices"][0]["stop_reason"] = c.stop_reason;
           if (!write(sink, *r, event(chunk))) return false;
         }
         if (r->finished()) {

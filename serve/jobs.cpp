@@ -7,10 +7,9 @@ using nlohmann::json;
 json to_json(const StepPlan& p) {
   json jobs = json::array();
   for (const ServeJob& j : p.jobs) {
-    const auto& s = j.params;
-    jobs.push_back({{"id", j.id}, {"replica", j.replica}, {"prompt", j.prompt}, {"max_new", s.max_new_tokens},
-                    {"temperature", s.temperature}, {"top_k", s.top_k}, {"top_p", s.top_p}, {"seed", s.seed},
-                    {"ignore_eos", s.ignore_eos}, {"stop", j.stop}, {"logprobs", j.logprobs}});
+    jobs.push_back({{"id", j.id}, {"replica", j.replica}, {"prompt", j.prompt}, {"params", engine::to_json(j.params)},
+                    {"stop", j.stop}, {"logprobs", j.logprobs}, {"prompt_logprobs", j.prompt_logprobs},
+                    {"include_stop_str", j.include_stop_str}, {"skip_special", j.skip_special}});
   }
   return {{"jobs", jobs}, {"cancels", p.cancels}, {"shutdown", p.shutdown}};
 }
@@ -22,14 +21,12 @@ StepPlan plan_from_json(const json& j) {
     job.id = x.at("id").get<uint64_t>();
     job.replica = x.at("replica").get<int>();
     job.prompt = x.at("prompt").get<std::vector<int32_t>>();
-    job.params.max_new_tokens = x.at("max_new").get<int64_t>();
-    job.params.temperature = x.at("temperature").get<float>();
-    job.params.top_k = x.at("top_k").get<int64_t>();
-    job.params.top_p = x.at("top_p").get<float>();
-    job.params.seed = x.at("seed").get<uint64_t>();
-    job.params.ignore_eos = x.at("ignore_eos").get<bool>();
+    job.params = engine::sampling_from_json(x.at("params"));
     job.stop = x.at("stop").get<std::vector<std::string>>();
     job.logprobs = x.at("logprobs").get<int64_t>();
+    job.prompt_logprobs = x.at("prompt_logprobs").get<int64_t>();
+    job.include_stop_str = x.at("include_stop_str").get<bool>();
+    job.skip_special = x.at("skip_special").get<bool>();
     p.jobs.push_back(std::move(job));
   }
   p.cancels = j.at("cancels").get<std::vector<uint64_t>>();
@@ -46,6 +43,9 @@ json to_json(const StepReport& r) {
       x["error"] = e.error;
       x["token_logprobs"] = e.token_logprobs;
       x["top"] = e.top;
+      x["ranks"] = e.ranks;
+      x["stop_string"] = e.stop_string;
+      x["stop_token"] = e.stop_token;
     }
     events.push_back(std::move(x));
   }
@@ -69,6 +69,9 @@ StepReport report_from_json(const json& j) {
       e.error = x.at("error").get<std::string>();
       e.token_logprobs = x.at("token_logprobs").get<std::vector<float>>();
       e.top = x.at("top").get<std::vector<std::vector<std::pair<int32_t, float>>>>();
+      e.ranks = x.at("ranks").get<std::vector<int64_t>>();
+      e.stop_string = x.at("stop_string").get<std::string>();
+      e.stop_token = x.at("stop_token").get<int32_t>();
     }
     r.events.push_back(std::move(e));
   }

@@ -20,6 +20,9 @@ struct ServeJob {
   engine::SamplingParams params;  // max_new_tokens 0: the prompt is only scored (echo)
   std::vector<std::string> stop;
   int64_t logprobs = -1;          // -1: none; n ≥ 0: each token's log-probability and the n likeliest
+  int64_t prompt_logprobs = -1;   // -1: none; n ≥ 0: the prompt's tokens' too (vLLM's prompt_logprobs)
+  bool include_stop_str = false;  // a stop string that ended it stays in the text
+  bool skip_special = true;       // special tokens give no text
 };
 
 // A job's news from one step: the tokens it generated and the text they release (text that
@@ -35,6 +38,10 @@ struct JobEvent {
   // Position p ≥ 1 of prompt + completion: log p(token p | tokens before), and the top-n.
   std::vector<float> token_logprobs;
   std::vector<std::vector<std::pair<int32_t, float>>> top;
+  std::vector<int64_t> ranks;  // prompt_logprobs: each token's rank in the vocabulary (position p ≥ 1)
+  // vLLM's stop_reason: the stop string or stop id that ended it (neither: "" and -1).
+  std::string stop_string;
+  int32_t stop_token = -1;
 };
 
 struct ReplicaStatus {

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "engine/chat_request.h"
+#include "engine/request_fields.h"
 #include "engine/request_rules.h"
 
 namespace linnet::serve {
@@ -41,41 +42,67 @@ using engine::read_boolean;
 using engine::read_integer;
 using engine::read_number;
 
-// Keys that change the numbers and that linnet does not implement: refused, never ignored.
+// Fields (of either route) that would change the answer and that linnet does not implement:
+// refused by name unless they hold their neutral value, never ignored (engine/request_fields.h
+// lists them all).
 void refuse_unsupported(const json& b) {
-  auto off = [&](const char* key, double neutral) {
-    if (!b.contains(key) || b[key].is_null()) return;
-    if (!b[key].is_number() || b[key].get<double>() != neutral)
-      bad(key, str("`", key, "` = ", dump(b[key]), " is not supported by linnet serve (only ", neutral, ")"));
-  };
-  off("presence_penalty", 0);
-  off("frequency_penalty", 0);
-  off("repetition_penalty", 1);
-  off("min_p", 0);
-  off("min_tokens", 0);
-  if (b.contains("logit_bias") && !b["logit_bias"].is_null() && !(b["logit_bias"].is_object() && b["logit_bias"].empty()))
-    bad("logit_bias", "`logit_bias` is not supported by linnet serve");
-  if (b.contains("suffix") && !b["suffix"].is_null() && b["suffix"] != "")
-    bad("suffix", "`suffix` (insertion) is not supported by linnet serve");
-  if (b.contains("best_of") && !b["best_of"].is_null() && b["best_of"] != 1 && b["best_of"] != b.value("n", json(1)))
+  auto set = [&](const char* key) { return b.contains(key) && !b[key].is_null(); };
+  if (set("suffix") && b["suffix"] != "") bad("suffix", "`suffix` (insertion) is not supported by linnet serve");
+  if (set("best_of") && b["best_of"] != 1 && b["best_of"] != b.value("n", json(1)))
     bad("best_of", str("`best_of` = ", dump(b["best_of"]), " is not supported by linnet serve (only best_of = n)"));
+  if (set("use_beam_search") && b["use_beam_search"] != false)
+    bad("use_beam_search", "`use_beam_search` is not supported by linnet serve (no beam search)");
+  if (set("length_penalty") && !(b["length_penalty"].is_number() && b["length_penalty"].get<double>() == 1))
+    bad("length_penalty", str("`length_penalty` = ", dump(b["length_penalty"]),
+                              " is not supported by linnet serve (a beam search's; only 1)"));
+  if (set("response_format") && b["response_format"] != json{{"type", "text"}})
+    bad("response_format", str("`response_format` = ", dump(b["response_format"]),
+                               " is not supported by linnet serve (no structured output; only {\"type\": \"text\"})"));
+  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
+    if (set(key)) bad(key, str("`", key, "` is not supported by linnet serve: no structured output"));
+  if (set("allowed_token_ids")) bad("allowed_token_ids", "`allowed_token_ids` is not supported by linnet serve");
+  if (set("logits_processors")) bad("logits_processors", "`logits_processors` are not supported by linnet serve");
+  if (set("return_token_ids") && b["return_token_ids"] != false)
+    bad("return_token_ids", "`return_token_ids` is not supported by linnet serve");
+  if (set("kv_transfer_params")) bad("kv_transfer_params", "`kv_transfer_params` is not supported by linnet serve");
+  if (set("vllm_xargs")) bad("vllm_xargs", "`vllm_xargs` is not supported by linnet serve");
+  // Checked, with no effect on the answer (engine/request_fields.cpp says why).
+  if (set("user") && !b["user"].is_string()) bad("user", "`user` must be a string");
+  if (set("metadata") && !b["metadata"].is_object()) bad("metadata", "`metadata` must be an object");
+  if (set("store") && !b["store"].is_boolean()) bad("store", "`store` must be true or false");
+  if (set("service_tier") && !b["service_tier"].is_string()) bad("service_tier", "`service_tier` must be a string");
+  if (set("cache_salt") && !b["cache_salt"].is_string()) bad("cache_salt", "`cache_salt` must be a string");
 }
 
-PromptIn text_prompt(const json& v, const std::string& where, const Tokenizer& tok, const ServedModel& m) {
+// The fields both routes read alike beside the sampling ones: request_id, prompt_logprobs,
+// return_tokens_as_token_ids.
+void read_common(const json& b, const ServedModel& m, CompletionParams& c) {
+  if (b.contains("request_id") && !b["request_id"].is_null()) {
+    if (!b["request_id"].is_string() || b["request_id"].get<std::string>().empty())
+      bad("request_id", "`request_id` must be a non-empty string");
+    c.request_id = b["request_id"].get<std::string>();
+  }
+  c.prompt_logprobs = read_integer(b, "prompt_logprobs", 0, m.max_logprobs, -1, str("an integer in [0, ", m.max_logprobs, "]"));
+  c.tokens_as_ids = read_boolean(b, "return_tokens_as_token_ids", false);
+}
+
+PromptIn text_prompt(const json& v, const std::string& where, const Tokenizer& tok, const ServedModel& m, bool add_bos) {
   PromptIn p;
   p.is_text = true;
   p.text = v.get<std::string>();
-  p.ids = engine::encode_text(tok, p.text, m.add_bos, m.vocab, where);
+  p.ids = engine::encode_text(tok, p.text, add_bos, m.vocab, where);
   if (p.ids.empty()) bad("prompt", str("`", where, "` has no tokens (an empty text and no BOS)"));
   return p;
 }
 
 std::vector<PromptIn> prompts(const json& b, const Tokenizer& tok, const ServedModel& m) {
   if (!b.contains("prompt") || b["prompt"].is_null()) bad("prompt", "`prompt` is required");
+  // add_special_tokens (default true): the tokenizer's own choice of BOS; false: none.
+  const bool add_bos = m.add_bos && read_boolean(b, "add_special_tokens", true);
   const json& p = b["prompt"];
   std::vector<PromptIn> out;
   if (p.is_string()) {
-    out.push_back(text_prompt(p, "prompt", tok, m));
+    out.push_back(text_prompt(p, "prompt", tok, m, add_bos));
   } else if (p.is_array() && !p.empty() && p[0].is_number()) {
     out.push_back(PromptIn{engine::token_ids(p, "prompt", m.vocab), "", false});
   } else if (p.is_array() && !p.empty()) {
@@ -83,12 +110,18 @@ std::vector<PromptIn> prompts(const json& b, const Tokenizer& tok, const ServedM
       bad("prompt", str("`prompt` holds ", p.size(), " prompts; at most ", m.max_prompts, " in one request"));
     for (size_t i = 0; i < p.size(); ++i) {
       const std::string where = str("prompt[", i, "]");
-      if (p[i].is_string()) out.push_back(text_prompt(p[i], where, tok, m));
+      if (p[i].is_string()) out.push_back(text_prompt(p[i], where, tok, m, add_bos));
       else if (p[i].is_array()) out.push_back(PromptIn{engine::token_ids(p[i], where, m.vocab), "", false});
       else bad("prompt", str("`", where, "` must be a string or a list of token ids, got ", dump(p[i])));
     }
   } else {
     bad("prompt", "`prompt` must be a string, a list of strings, a list of token ids or a list of such lists");
+  }
+  // truncate_prompt_tokens: each prompt's last k tokens (its text then echoes as decoded).
+  for (PromptIn& p : out) {
+    const size_t before = p.ids.size();
+    engine::truncate_prompt(b, p.ids, m.max_seq);
+    if (p.ids.size() != before) p.is_text = false, p.text.clear();
   }
   return out;
 }
@@ -120,11 +153,6 @@ void refuse_unsupported_chat(const json& b) {
     bad("tool_choice", str("`tool_choice` = ", dump(b["tool_choice"]), " is not supported by linnet serve (no tools)"));
   if (set("function_call") && b["function_call"] != "none")
     bad("function_call", "`function_call` is not supported by linnet serve (no tools)");
-  if (set("response_format") && b["response_format"] != json{{"type", "text"}})
-    bad("response_format", str("`response_format` = ", dump(b["response_format"]),
-                               " is not supported by linnet serve (no structured output; only {\"type\": \"text\"})"));
-  for (const char* key : {"guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"})
-    no(key, "no structured output");
   no("reasoning_effort", "pass what the template reads in `chat_template_kwargs`");
   no("chat_template", "a template per request is not accepted; start the server with --chat-template FILE");
   no("prediction", "no predicted outputs");
@@ -132,10 +160,8 @@ void refuse_unsupported_chat(const json& b) {
   if (set("modalities") && b["modalities"] != json::array({"text"}))
     bad("modalities", "`modalities` other than [\"text\"] are not supported: linnet serves text");
   if (set("echo") && b["echo"] != false) bad("echo", "`echo` is not supported for chat by linnet serve");
-  if (set("include_stop_str_in_output") && b["include_stop_str_in_output"] != false)
-    bad("include_stop_str_in_output", "`include_stop_str_in_output` is not supported by linnet serve");
-  if (set("skip_special_tokens") && b["skip_special_tokens"] != true)
-    bad("skip_special_tokens", "`skip_special_tokens` = false is not supported by linnet serve (special tokens give no text)");
+  if (set("parallel_tool_calls") && !b["parallel_tool_calls"].is_boolean())
+    bad("parallel_tool_calls", "`parallel_tool_calls` must be true or false");
 }
 
 // The field that says how many tokens a chat answer may have: max_completion_tokens, else the
@@ -148,8 +174,10 @@ const char* chat_max_tokens_key(const json& b) {
 
 CompletionParams parse_completion(const json& b, const Tokenizer& tok, const ServedModel& m) try {
   check_body(b, m);
+  engine::warn_unknown_fields(b, engine::Route::completions);
   refuse_unsupported(b);
   CompletionParams c;
+  read_common(b, m, c);
   c.n = read_integer(b, "n", 1, m.max_n, 1, str("an integer in [1, ", m.max_n, "]"));
   c.stream = read_boolean(b, "stream", false);
   c.echo = read_boolean(b, "echo", false);
@@ -161,10 +189,12 @@ CompletionParams parse_completion(const json& b, const Tokenizer& tok, const Ser
   c.logprobs = read_integer(b, "logprobs", 0, m.max_logprobs, -1, str("an integer in [0, ", m.max_logprobs, "]"));
   engine::SamplingFields sampling;
   sampling.params.temperature = 1.0f;  // the OpenAI default
-  sampling = engine::read_sampling(b, sampling);
+  sampling = engine::read_sampling(b, sampling, &tok, m.vocab);
   c.sampling = sampling.params;
   c.stop = sampling.stop;
   c.seeded = sampling.seeded;
+  c.include_stop_str = sampling.include_stop_str;
+  c.skip_special = sampling.skip_special;
   c.prompts = prompts(b, tok, m);
   const bool given = b.contains("max_tokens") && !b["max_tokens"].is_null();
   const int64_t asked = read_integer(b, "max_tokens", 0, std::numeric_limits<int64_t>::max(), 16, "a non-negative integer");
@@ -176,6 +206,9 @@ CompletionParams parse_completion(const json& b, const Tokenizer& tok, const Ser
     if (const std::string why = engine::admission_problem(len, max_new, pool, which, "max_tokens"); !why.empty())
       bad(given || why.find("pages") != std::string::npos ? "max_tokens" : "prompt", why);
     c.max_tokens.push_back(max_new);
+    engine::SamplingParams limits = c.sampling;
+    limits.max_new_tokens = max_new;
+    engine::check_min_tokens(limits, "max_tokens");
   }
   c.sampling.max_new_tokens = asked;
   return c;
@@ -186,10 +219,12 @@ CompletionParams parse_completion(const json& b, const Tokenizer& tok, const Ser
 CompletionParams parse_chat_completion(const json& b, const ojson& ordered, const Tokenizer& tok, const ServedModel& m,
                                        const std::function<bool()>& cancelled) try {
   check_body(b, m);
+  engine::warn_unknown_fields(b, engine::Route::chat);
   refuse_unsupported(b);
   refuse_unsupported_chat(b);
   CompletionParams c;
   c.chat = true;
+  read_common(b, m, c);
   c.n = read_integer(b, "n", 1, m.max_n, 1, str("an integer in [1, ", m.max_n, "]"));
   c.stream = read_boolean(b, "stream", false);
   if (b.contains("stream_options") && !b["stream_options"].is_null()) {
@@ -207,19 +242,26 @@ CompletionParams parse_chat_completion(const json& b, const ojson& ordered, cons
   c.logprobs = logprobs ? top : -1;
   engine::SamplingFields sampling;
   sampling.params.temperature = 1.0f;  // the OpenAI default
-  sampling = engine::read_sampling(b, sampling);
+  sampling = engine::read_sampling(b, sampling, &tok, m.vocab);
   c.sampling = sampling.params;
   c.stop = sampling.stop;
   c.seeded = sampling.seeded;
+  c.include_stop_str = sampling.include_stop_str;
+  c.skip_special = sampling.skip_special;
   const char* key = chat_max_tokens_key(b);
   const bool given = b.contains(key) && !b[key].is_null();
   const int64_t asked = read_integer(b, key, 1, std::numeric_limits<int64_t>::max(), 0, "a positive integer");
   if (!m.chat) throw ApiError(400, m.no_chat, "messages");
   const ChatRequest request = engine::read_chat_request(ordered, *m.chat);
   const engine::ChatPrompt prompt = engine::chat_prompt(*m.chat, request, tok, m.vocab, cancelled);
-  c.prompts.push_back(PromptIn{prompt.ids, prompt.text, true});
+  PromptIn in{prompt.ids, prompt.text, true};
+  // add_special_tokens (default false for chat: the template writes them): true puts the
+  // tokenizer's BOS first.
+  if (read_boolean(b, "add_special_tokens", false) && m.add_bos && tok.bos_id() >= 0) in.ids.insert(in.ids.begin(), tok.bos_id());
+  engine::truncate_prompt(b, in.ids, m.max_seq);
+  c.prompts.push_back(std::move(in));
   const engine::PoolLimits pool{m.max_seq, m.page_size, m.pages};
-  const int64_t len = static_cast<int64_t>(prompt.ids.size());
+  const int64_t len = static_cast<int64_t>(c.prompts[0].ids.size());
   const int64_t max_new = given ? asked : engine::default_max_new(len, m.max_seq, pool);
   if (max_new < 1)
     bad("messages", str("the conversation (", len, " tokens) leaves no room for a reply in MaxSeq = ", m.max_seq,
@@ -228,6 +270,7 @@ CompletionParams parse_chat_completion(const json& b, const ojson& ordered, cons
     bad(given || why.find("pages") != std::string::npos ? key : "messages", why);
   c.max_tokens.push_back(max_new);
   c.sampling.max_new_tokens = max_new;
+  engine::check_min_tokens(c.sampling, key);
   return c;
 } catch (const engine::FieldError& e) {
   throw ApiError(400, e.what(), e.field());
@@ -253,6 +296,9 @@ std::vector<ServeJob> jobs_of(const CompletionParams& p, uint64_t seed) {
       job.params.seed = seed + static_cast<uint64_t>(k);  // n samples of one prompt differ
       job.stop = p.stop;
       job.logprobs = p.logprobs;
+      job.prompt_logprobs = p.prompt_logprobs;
+      job.include_stop_str = p.include_stop_str;
+      job.skip_special = p.skip_special;
       jobs.push_back(std::move(job));
     }
   return jobs;
@@ -266,10 +312,14 @@ bool apply_event(ChoiceResult& r, const JobEvent& e) {
   r.error = e.error;
   r.token_logprobs = e.token_logprobs;
   r.top = e.top;
+  r.ranks = e.ranks;
+  r.stop_reason = !e.stop_string.empty() ? json(e.stop_string) : e.stop_token >= 0 ? json(e.stop_token) : json(nullptr);
   return true;
 }
 
-std::string response_id(const CompletionParams& p, uint64_t n) { return str(p.chat ? "chatcmpl-" : "cmpl-", n); }
+std::string response_id(const CompletionParams& p, uint64_t n) {
+  return str(p.chat ? "chatcmpl-" : "cmpl-", p.request_id.empty() ? std::to_string(n) : p.request_id);
+}
 
 std::string token_text(const Tokenizer& tok, int32_t id) {
   bool at_start = false;
@@ -282,15 +332,44 @@ std::string echo_text(const Tokenizer& tok, const PromptIn& p) {
   return p.is_text ? p.text : tok.decode(std::span<const TokenId>(p.ids.data(), p.ids.size()), true);
 }
 
+namespace {
+// A token's text in logprobs, or "token_id:<id>" (return_tokens_as_token_ids).
+std::string shown(const Tokenizer& tok, int32_t id, bool as_ids) { return as_ids ? str("token_id:", id) : token_text(tok, id); }
+// The first n (< 0: all) of a position's likeliest tokens.
+std::vector<std::pair<int32_t, float>> first_of(const std::vector<std::pair<int32_t, float>>& top, int64_t n) {
+  return n < 0 || static_cast<size_t>(n) >= top.size() ? top : decltype(top){top.begin(), top.begin() + n};
+}
+}  // namespace
+
+json prompt_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r, int64_t n, bool as_ids) {
+  json out = json::array({nullptr});
+  for (size_t p = 1; p < prompt.ids.size(); ++p) {
+    json at = json::object();
+    if (p - 1 < r.token_logprobs.size()) {
+      const int32_t id = prompt.ids[p];
+      at[std::to_string(id)] = {{"logprob", r.token_logprobs[p - 1]},
+                                {"rank", p - 1 < r.ranks.size() ? json(r.ranks[p - 1]) : json(nullptr)},
+                                {"decoded_token", shown(tok, id, as_ids)}};
+      const auto top = p - 1 < r.top.size() ? first_of(r.top[p - 1], n) : std::vector<std::pair<int32_t, float>>{};
+      for (size_t k = 0; k < top.size(); ++k)
+        if (!at.contains(std::to_string(top[k].first)))
+          at[std::to_string(top[k].first)] = {{"logprob", top[k].second}, {"rank", k + 1},
+                                              {"decoded_token", shown(tok, top[k].first, as_ids)}};
+    }
+    out.push_back(std::move(at));
+  }
+  return out;
+}
+
 json logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r, bool echo,
-                   size_t first_generated, size_t text_offset) {
+                   size_t first_generated, size_t text_offset, bool as_ids, int64_t top_n) {
   std::vector<int32_t> all = prompt.ids;
   all.insert(all.end(), r.tokens.begin(), r.tokens.end());
   json tokens = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
   const size_t from = echo ? 0 : prompt.ids.size() + first_generated;
   size_t offset = text_offset;
   for (size_t p = from; p < all.size(); ++p) {
-    const std::string t = token_text(tok, all[p]);
+    const std::string t = shown(tok, all[p], as_ids);
     tokens.push_back(t);
     offsets.push_back(offset);
     offset += t.size();
@@ -302,8 +381,8 @@ json logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceRes
     lps.push_back(r.token_logprobs[p - 1]);
     json top = json::object();
     if (p - 1 < r.top.size())
-      for (const auto& [id, lp] : r.top[p - 1]) {
-        const std::string key = token_text(tok, id);
+      for (const auto& [id, lp] : first_of(r.top[p - 1], top_n)) {
+        const std::string key = shown(tok, id, as_ids);
         if (!top.contains(key)) top[key] = lp;  // two ids with one text: the likelier
       }
     tops.push_back(std::move(top));
@@ -311,9 +390,9 @@ json logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceRes
   return {{"tokens", tokens}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
-json chat_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r) {
+json chat_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r, bool as_ids, int64_t top_n) {
   auto entry = [&](int32_t id, float lp) {
-    const std::string t = token_text(tok, id);
+    const std::string t = shown(tok, id, as_ids);
     json bytes = json::array();
     for (unsigned char ch : t) bytes.push_back(static_cast<int>(ch));
     return json{{"token", t}, {"logprob", lp}, {"bytes", bytes}};
@@ -323,7 +402,7 @@ json chat_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const Choi
     const size_t p = prompt.ids.size() + k;  // position in prompt + completion
     if (p == 0 || p - 1 >= r.token_logprobs.size()) break;
     json e = entry(r.tokens[k], r.token_logprobs[p - 1]);
-    std::vector<std::pair<int32_t, float>> top = p - 1 < r.top.size() ? r.top[p - 1] : decltype(top){};
+    std::vector<std::pair<int32_t, float>> top = p - 1 < r.top.size() ? first_of(r.top[p - 1], top_n) : decltype(top){};
     std::stable_sort(top.begin(), top.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     json alts = json::array();
     for (const auto& [id, lp] : top) alts.push_back(entry(id, lp));
@@ -345,25 +424,34 @@ json completion_body(const std::string& id, int64_t created, const std::string& 
     if (p.chat) {
       choices.push_back({{"index", i},
                          {"message", {{"role", "assistant"}, {"content", r.text}}},
-                         {"logprobs", p.logprobs >= 0 ? chat_logprobs_json(tok, pr, r) : json(nullptr)},
-                         {"finish_reason", r.finish_reason}});
+                         {"logprobs", p.logprobs >= 0 ? chat_logprobs_json(tok, pr, r, p.tokens_as_ids, p.logprobs) : json(nullptr)},
+                         {"finish_reason", r.finish_reason},
+                         {"stop_reason", r.stop_reason}});
       continue;
     }
     const std::string text = p.echo ? echo_text(tok, pr) + r.text : r.text;
-    choices.push_back({{"index", i},
-                       {"text", text},
-                       {"logprobs", p.logprobs >= 0 ? logprobs_json(tok, pr, r, p.echo) : json(nullptr)},
-                       {"finish_reason", r.finish_reason}});
+    json choice = {{"index", i},
+                   {"text", text},
+                   {"logprobs", p.logprobs >= 0 ? logprobs_json(tok, pr, r, p.echo, 0, 0, p.tokens_as_ids, p.logprobs)
+                                                : json(nullptr)},
+                   {"finish_reason", r.finish_reason},
+                   {"stop_reason", r.stop_reason}};
+    // vLLM puts a completion's prompt_logprobs in its choice (a chat's beside the choices).
+    if (p.prompt_logprobs >= 0) choice["prompt_logprobs"] = prompt_logprobs_json(tok, pr, r, p.prompt_logprobs, p.tokens_as_ids);
+    choices.push_back(std::move(choice));
   }
-  return {{"id", id},
-          {"object", p.chat ? "chat.completion" : "text_completion"},
-          {"created", created},
-          {"model", model},
-          {"choices", choices},
-          {"usage",
-           {{"prompt_tokens", prompt_tokens},
-            {"completion_tokens", completion_tokens},
-            {"total_tokens", prompt_tokens + completion_tokens}}}};
+  json body = {{"id", id},
+               {"object", p.chat ? "chat.completion" : "text_completion"},
+               {"created", created},
+               {"model", model},
+               {"choices", choices},
+               {"usage",
+                {{"prompt_tokens", prompt_tokens},
+                 {"completion_tokens", completion_tokens},
+                 {"total_tokens", prompt_tokens + completion_tokens}}}};
+  if (p.chat && p.prompt_logprobs >= 0 && !results.empty())
+    body["prompt_logprobs"] = prompt_logprobs_json(tok, p.prompts[0], results[0], p.prompt_logprobs, p.tokens_as_ids);
+  return body;
 }
 
 json stream_chunk(const std::string& id, int64_t created, const std::string& model, size_t index,

@@ -62,6 +62,10 @@ struct CompletionParams {
   bool stream = false, include_usage = false, echo = false;
   int64_t logprobs = -1;  // -1: none; chat: top_logprobs when "logprobs" is true
   std::vector<std::string> stop;
+  int64_t prompt_logprobs = -1;  // -1: none; n: the prompt's tokens' and their n likeliest
+  bool tokens_as_ids = false;    // return_tokens_as_token_ids
+  bool include_stop_str = false, skip_special = true;
+  std::string request_id;        // the client's (the response id follows it); "" none
 };
 
 // The body of POST /v1/completions, checked (throws ApiError 400 naming what is wrong, 404
@@ -90,6 +94,8 @@ struct ChoiceResult {
   std::string text, finish_reason, error;
   std::vector<float> token_logprobs;  // positions 1… of prompt + completion
   std::vector<std::vector<std::pair<int32_t, float>>> top;
+  std::vector<int64_t> ranks;         // prompt_logprobs: positions 1… of the prompt + completion
+  nlohmann::json stop_reason;         // vLLM's: the stop string or stop id that ended it, else null
 };
 // What a job's event adds to its choice: tokens and text; at the end, why it finished and
 // its log-probabilities. Returns true when the event finished it.
@@ -98,8 +104,14 @@ bool apply_event(ChoiceResult& r, const JobEvent& e);
 // A token's own text (no dropped leading space), for logprobs' "tokens" and top_logprobs' keys.
 std::string token_text(const Tokenizer& tok, int32_t id);
 // The "logprobs" object of a choice: the prompt's tokens too when echo.
+// as_ids: return_tokens_as_token_ids ("token_id:<id>" for each token's text).
 nlohmann::json logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r, bool echo,
-                             size_t first_generated = 0, size_t text_offset = 0);
+                             size_t first_generated = 0, size_t text_offset = 0, bool as_ids = false,
+                             int64_t top_n = -1);
+// vLLM's prompt_logprobs: null for the first token, then per prompt token a map of id → {logprob,
+// rank, decoded_token} holding the token and the n likeliest.
+nlohmann::json prompt_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r, int64_t n,
+                                    bool as_ids);
 // The prompt's text for echo.
 std::string echo_text(const Tokenizer& tok, const PromptIn& p);
 
@@ -115,7 +127,8 @@ nlohmann::json chat_chunk(const std::string& id, int64_t created, const std::str
                           const nlohmann::json& delta, const nlohmann::json& logprobs, const nlohmann::json& finish_reason);
 // The chat form of logprobs, {"content": [{"token", "logprob", "bytes", "top_logprobs": […]}]},
 // for the completion's tokens.
-nlohmann::json chat_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r);
+nlohmann::json chat_logprobs_json(const Tokenizer& tok, const PromptIn& prompt, const ChoiceResult& r,
+                                  bool as_ids = false, int64_t top_n = -1);
 // The id a response carries: "cmpl-N" or "chatcmpl-N".
 std::string response_id(const CompletionParams& p, uint64_t n);
 

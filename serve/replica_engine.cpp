@@ -26,7 +26,10 @@ void ReplicaEngine::apply(const StepPlan& plan) {
     // The front checked what submit checks; a refusal here would be a bug, reported as one.
     const std::string why = gen_.submit(r);
     LINNET_CHECK(why.empty(), "serve: job ", job.id, " refused after its checks: ", why);
-    live_.emplace(job.id, Live{job, engine::CompletionText(tok_, job.prompt, job.stop), 0, {}, 0});
+    live_.emplace(job.id, Live{job,
+                               engine::CompletionText(tok_, job.prompt, job.stop,
+                                                      {job.skip_special, job.include_stop_str, job.params.min_tokens}),
+                               0, {}, 0});
   }
   for (uint64_t id : plan.cancels) {
     if (live_.erase(id)) gen_.cancel(static_cast<size_t>(id));
@@ -49,20 +52,26 @@ void ReplicaEngine::score(const ServeJob& job, const std::vector<int32_t>& gener
   w.context = {all[0]};
   w.scored.assign(all.begin() + 1, all.end());
   w.per_token = true;
-  w.top = std::max<int64_t>(0, job.logprobs);
+  w.top = std::max<int64_t>({0, job.logprobs, job.prompt_logprobs});
+  w.ranks = job.prompt_logprobs >= 0;
   std::vector<engine::WindowScore> scores;
   evaluator_.score({w}, scores);
   e.token_logprobs = std::move(scores[0].token_logprobs);
   e.top = std::move(scores[0].top);
   e.top.resize(e.token_logprobs.size());
+  e.ranks = std::move(scores[0].ranks);
 }
 
-JobEvent ReplicaEngine::finish(Live& live, const std::vector<int32_t>& generated, const std::string& reason) {
-  live.text.finish();
+JobEvent ReplicaEngine::finish(Live& live, const engine::Completion& c) {
+  live.text.finish(c);
+  const std::vector<int32_t>& generated = c.tokens;
   // From the completion's own tokens: the stop check never saw an end-of-sequence token.
   JobEvent e{live.job.id, std::vector<int32_t>(generated.begin() + static_cast<std::ptrdiff_t>(live.tokens_sent), generated.end()),
-             live.text.text().substr(std::min(live.sent, live.text.text().size())), true, reason, "", {}, {}};
-  if (live.job.logprobs >= 0) score(live.job, generated, e);
+             live.text.text().substr(std::min(live.sent, live.text.text().size())), true,
+             engine::finish_reason_name(c.reason), "", {}, {}};
+  e.stop_string = live.text.stop_string();
+  e.stop_token = c.stop_token;
+  if (live.job.logprobs >= 0 || live.job.prompt_logprobs >= 0) score(live.job, generated, e);
   return e;
 }
 
@@ -78,7 +87,7 @@ StepReport ReplicaEngine::step() {
     std::vector<engine::Completion> done = gen_.step(stop);
     for (engine::Completion& c : done) {
       auto it = live_.find(static_cast<uint64_t>(c.index));
-      report.events.push_back(finish(it->second, c.tokens, engine::finish_reason_name(c.reason)));
+      report.events.push_back(finish(it->second, c));
       live_.erase(it);
     }
     for (auto& [id, l] : live_) {
@@ -95,7 +104,7 @@ StepReport ReplicaEngine::step() {
     const ServeJob job = scoring_.front();
     scoring_.pop_front();
     JobEvent e{job.id, {}, "", true, "length", "", {}, {}};
-    if (job.logprobs >= 0) score(job, {}, e);
+    if (job.logprobs >= 0 || job.prompt_logprobs >= 0) score(job, {}, e);
     report.events.push_back(std::move(e));
   }
   report.status = status();

@@ -37,7 +37,7 @@ class ReplicaEngine {
     std::vector<int32_t> fresh;   // tokens of this step
     size_t tokens_sent = 0;       // tokens reported in events
   };
-  JobEvent finish(Live& live, const std::vector<int32_t>& generated, const std::string& reason);
+  JobEvent finish(Live& live, const engine::Completion& c);
   void score(const ServeJob& job, const std::vector<int32_t>& generated, JobEvent& e);
 
   engine::Generator gen_;

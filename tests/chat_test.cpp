@@ -203,7 +203,8 @@ TEST(ServeChat, BodiesAreCheckedAndRefusedByName) {
   }
   EXPECT_EQ(chat_refusal({{"messages", kHello}, {"response_format", {{"type", "text"}}}}).first, "");
   EXPECT_EQ(chat_refusal({{"messages", kHello}, {"tool_choice", "none"}}).first, "");
-  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"presence_penalty", 1}}).second, "presence_penalty");
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"presence_penalty", 3}}).second, "presence_penalty");  // past [-2, 2]
+  EXPECT_EQ(chat_refusal({{"messages", kHello}, {"use_beam_search", true}}).second, "use_beam_search");
   EXPECT_EQ(chat_refusal({{"messages", kHello}, {"logprobs", 2}}).first,
             "`logprobs` must be true or false in a chat request (`top_logprobs` says how many likeliest tokens), got 2");
   EXPECT_EQ(chat_refusal({{"messages", kHello}, {"top_logprobs", 2}}).first, "`top_logprobs` needs `logprobs`: true");
@@ -621,6 +622,222 @@ TEST(RunBatch, TheSameAnswersOnTwoRanksAsShardsAndAsReplicas) {
         la.erase("token_logprobs"), lb.erase("token_logprobs"), la.erase("top_logprobs"), lb.erase("top_logprobs");
       }
       EXPECT_EQ(a, b) << i;
+    }
+  }
+}
+
+// ---- issue 35 item 1: every request field on every route ----
+
+#include "engine/request_fields.h"
+
+namespace {
+// A body of `route` with one field set to its probe value ("<served name>": this server's).
+json probe_body(engine::Route route, const engine::RequestField& f) {
+  json body = route == engine::Route::chat ? json{{"messages", kHello}, {"max_tokens", 4}}
+                                           : json{{"prompt", "Hello there"}, {"max_tokens", 4}};
+  const std::string probe = f.probe;
+  body[f.name] = probe == "\"<served name>\"" ? json("tiny") : json::parse(probe);
+  if (std::string(f.name) == "min_tokens" || std::string(f.name) == "best_of") body["n"] = 1;
+  if (route == engine::Route::chat && std::string(f.name) == "top_logprobs") body["logprobs"] = true;
+  if (route == engine::Route::chat && std::string(f.name) == "logprobs") body["logprobs"] = true;
+  if (std::string(f.name) == "tool_choice" || std::string(f.name) == "function_call") body.erase("tools");
+  return body;
+}
+}  // namespace
+
+// Before: stop_token_ids, truncate_prompt_tokens, prompt_logprobs, use_beam_search,
+// return_tokens_as_token_ids, length_penalty, priority and request_id were silently ignored on
+// both routes; response_format, guided_json, include_stop_str_in_output and
+// skip_special_tokens: false silently accepted by /v1/completions. Now each field of the table
+// (engine/request_fields.cpp) is honoured, accepted (without effect, said why), refused by name,
+// or — not a field of the route — ignored with one warning; generate lines refuse what they
+// do not know.
+TEST(RequestFields, EveryFieldOnEveryRoute) {
+  size_t walked = 0;
+  for (const engine::Route route : {engine::Route::completions, engine::Route::chat}) {
+    for (const auto& f : engine::request_fields()) {
+      SCOPED_TRACE(::testing::Message() << engine::route_name(route) << " " << f.name);
+      if (std::string(f.name) == "prompt" || std::string(f.name) == "messages") continue;  // every body has its own
+      const json body = probe_body(route, f);
+      const std::string path = route == engine::Route::chat ? "/v1/chat/completions" : "/v1/completions";
+      std::string why, param;
+      try {
+        serve::parse_request(path, body, ojson::parse(body.dump()), tok(), served());
+      } catch (const serve::ApiError& e) {
+        why = e.what();
+        param = e.param();
+      }
+      switch (f.on(route)) {
+        case engine::Handling::honoured:
+        case engine::Handling::accepted:
+          EXPECT_EQ(why, "") << "probe " << f.probe;
+          break;
+        case engine::Handling::refused:
+          EXPECT_EQ(param, f.name) << why;
+          break;
+        case engine::Handling::absent:
+          EXPECT_EQ(why, "");
+          EXPECT_EQ(engine::warn_unknown_fields(body, route), std::vector<std::string>{f.name});
+          break;
+      }
+      ++walked;
+    }
+  }
+  EXPECT_GT(walked, 120u);
+  // Generate lines: one line per field; the fields of the route run, the others are refused by name.
+  const fs::path d = fresh_dir("fields_walk");
+  std::vector<const engine::RequestField*> fields;
+  {
+    std::ofstream in(d / "in.jsonl");
+    for (const auto& f : engine::request_fields()) {
+      const std::string n = f.name;
+      if (n == "id" || n == "text" || n == "tokens" || n == "messages") continue;
+      json line = {{"id", n}, {"max_new_tokens", 4}};
+      const bool chat_key = n == "chat_template_kwargs" || n == "add_generation_prompt" || n == "continue_final_message" ||
+                            n == "documents";
+      if (chat_key) line["messages"] = n == "continue_final_message"
+                                           ? json::array({kHello[1], {{"role", "assistant"}, {"content", "Hi"}}})
+                                           : kHello;
+      else line["text"] = "Hello there";
+      line[n] = std::string(f.probe) == "\"<served name>\"" ? json("tiny") : json::parse(f.probe);
+      in << line.dump() << "\n";
+      fields.push_back(&f);
+    }
+  }
+  const auto r = linnet_run({"generate", "--checkpoint", chat_model().string(), "--prompts", (d / "in.jsonl").string(),
+                             "--output", (d / "out.jsonl").string(), "--backend", "cpu", "--on-error", "skip"});
+  ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.errors;
+  const auto out = read_jsonl(d / "out.jsonl");
+  ASSERT_EQ(out.size(), fields.size());
+  for (size_t i = 0; i < fields.size(); ++i) {
+    SCOPED_TRACE(fields[i]->name);
+    const bool error = out[i].contains("error");
+    if (fields[i]->generate_line == engine::Handling::absent) {
+      EXPECT_TRUE(error) << out[i].dump();
+      if (error) EXPECT_NE(out[i]["error"].get<std::string>().find(fields[i]->name), std::string::npos) << out[i].dump();
+    } else {
+      EXPECT_FALSE(error) << out[i].dump();
+    }
+  }
+}
+
+namespace {
+// One run-batch line's response body (the server's) for a completions `body`.
+json batch_body(const json& body, const std::string& url = "/v1/completions") {
+  const fs::path d = fresh_dir("fields_batch");
+  write_text(d / "in.jsonl", json{{"custom_id", "x"}, {"method", "POST"}, {"url", url}, {"body", body}}.dump() + "\n");
+  const auto r = linnet_run({"run-batch", "--checkpoint", chat_model().string(), "-i", (d / "in.jsonl").string(), "-o",
+                             (d / "out.jsonl").string(), "--backend", "cpu", "--served-model-name", "tiny"});
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  const auto out = read_jsonl(d / "out.jsonl");
+  fs::remove_all(d);
+  return out.empty() ? json() : out[0]["response"]["body"];
+}
+}  // namespace
+
+// The honoured fields as vLLM answers them, through run-batch (the server's bodies).
+TEST(RequestFields, HonouredAsVllmAnswers) {
+  const json base = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 0}};
+  const json plain = batch_body(base);
+  std::vector<int32_t> tokens;  // the greedy completion's ids, as logprobs' "token_id:<id>"
+  {
+    json b = base;
+    b["logprobs"] = 0;
+    b["return_tokens_as_token_ids"] = true;
+    const json with_ids = batch_body(b);
+    for (const json& t : with_ids["choices"][0]["logprobs"]["tokens"]) tokens.push_back(std::stoi(t.get<std::string>().substr(9)));
+  }
+  ASSERT_EQ(tokens.size(), 8u);
+  // stop_token_ids: the answer ends at that id, finish "stop", stop_reason the id.
+  json b = base;
+  size_t first_new = 1;  // a token that did not come before
+  while (first_new < tokens.size() && std::count(tokens.begin(), tokens.begin() + first_new, tokens[first_new])) ++first_new;
+  ASSERT_LT(first_new, tokens.size());
+  b["stop_token_ids"] = {tokens[first_new]};
+  json a = batch_body(b);
+  EXPECT_EQ(a["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(a["choices"][0]["stop_reason"], tokens[first_new]);
+  EXPECT_EQ(a["usage"]["completion_tokens"], first_new + 1);
+  // A stop string and include_stop_str_in_output.
+  const std::string text = plain["choices"][0]["text"].get<std::string>();
+  std::string stop;  // the text of a token past the first whose text is ASCII (whole characters)
+  for (size_t k = 1; k < tokens.size() && stop.empty(); ++k) {
+    stop = tok().decode(std::span<const TokenId>(&tokens[k], 1), true);
+    if (std::any_of(stop.begin(), stop.end(), [](char ch) { return static_cast<unsigned char>(ch) >= 0x80; })) stop.clear();
+  }
+  ASSERT_FALSE(stop.empty());
+  b = base;
+  b["stop"] = stop;
+  a = batch_body(b);
+  EXPECT_EQ(a["choices"][0]["stop_reason"], stop);
+  EXPECT_EQ(a["choices"][0]["text"], text.substr(0, text.find(stop)));
+  b["include_stop_str_in_output"] = true;
+  EXPECT_EQ(batch_body(b)["choices"][0]["text"], text.substr(0, text.find(stop) + stop.size()));
+  // add_special_tokens false: no BOS (one prompt token fewer, the same text otherwise).
+  b = base;
+  b["add_special_tokens"] = false;
+  EXPECT_EQ(batch_body(b)["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"].get<int>() - 1);
+  // truncate_prompt_tokens: the last k.
+  b = base;
+  b["truncate_prompt_tokens"] = 2;
+  EXPECT_EQ(batch_body(b)["usage"]["prompt_tokens"], 2);
+  // request_id: the response's id.
+  b = base;
+  b["request_id"] = "job-7";
+  EXPECT_EQ(batch_body(b)["id"], "cmpl-job-7");
+  // logprobs with return_tokens_as_token_ids, prompt_logprobs with ranks.
+  b = base;
+  b["logprobs"] = 2;
+  b["prompt_logprobs"] = 1;
+  b["return_tokens_as_token_ids"] = true;
+  a = batch_body(b);
+  const json& lp = a["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 8u);
+  EXPECT_EQ(lp["tokens"][0], "token_id:" + std::to_string(tokens[0]));
+  const json& pl = a["choices"][0]["prompt_logprobs"];
+  const auto prompt_ids = tok().encode("Once upon a time", true);
+  ASSERT_EQ(pl.size(), prompt_ids.size());
+  EXPECT_TRUE(pl[0].is_null());
+  for (size_t p = 1; p < pl.size(); ++p) {
+    const json& at = pl[p][std::to_string(prompt_ids[p])];
+    EXPECT_GE(at["rank"].get<int>(), 1);
+    EXPECT_EQ(at["decoded_token"], "token_id:" + std::to_string(prompt_ids[p]));
+    EXPECT_LE(pl[p].size(), 2u);  // the token and the likeliest one
+    for (const auto& [id, e] : pl[p].items())
+      if (e["rank"] == 1) EXPECT_GE(e["logprob"].get<double>(), at["logprob"].get<double>());
+  }
+  // skip_special_tokens false: a special token's text is in the answer.
+  b = base;
+  b["logit_bias"] = {{"3", 100}};  // <|end_header_id|> every time
+  b["max_tokens"] = 2;
+  EXPECT_EQ(batch_body(b)["choices"][0]["text"], "");
+  b["skip_special_tokens"] = false;
+  EXPECT_EQ(batch_body(b)["choices"][0]["text"], "<|end_header_id|><|end_header_id|>");
+  // min_tokens: EOS (and stop strings) wait; a chat answer with EOS biased up still has them.
+  json c = {{"messages", kHello}, {"max_tokens", 6}, {"temperature", 0}, {"logit_bias", {{"4", 100}}}};
+  EXPECT_EQ(batch_body(c, "/v1/chat/completions")["usage"]["completion_tokens"], 1);
+  c["min_tokens"] = 3;
+  const json m = batch_body(c, "/v1/chat/completions");
+  EXPECT_EQ(m["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(m["choices"][0]["finish_reason"], "stop");
+}
+
+// docs/serve.md's fields table says what the table in the code says, field for field.
+TEST(RequestFields, DocsTableIsTheCodesTable) {
+  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/serve.md");
+  auto word = [](engine::Handling h) {
+    return h == engine::Handling::honoured ? "honoured" : h == engine::Handling::refused ? "refused"
+         : h == engine::Handling::accepted ? "accepted" : "—";
+  };
+  for (const auto& f : engine::request_fields()) {
+    const size_t at = doc.find(str("| `", f.name, "` | "));
+    ASSERT_NE(at, std::string::npos) << f.name << " is not in docs/serve.md's table";
+    const std::string row = doc.substr(at, doc.find('\n', at) - at);
+    size_t from = 0;
+    for (engine::Handling h : {f.generate_line, f.completions, f.chat}) {
+      from = row.find(str("| ", word(h)), from);
+      ASSERT_NE(from, std::string::npos) << row;
+      ++from;
     }
   }
 }

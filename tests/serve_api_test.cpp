@@ -105,9 +105,13 @@ TEST(ServeApi, BadRequestsNameTheFieldIndexAndRule) {
   EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"stop", {"a", ""}}}), "`stop` must be a non-empty string or a list of them");
   EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"seed", -1}}), "`seed` must be a non-negative integer, got -1");
   // What changes the numbers and is not implemented is refused, never ignored.
-  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"frequency_penalty", 0.1}}),
-            "`frequency_penalty` = 0.1 is not supported by linnet serve (only 0)");
-  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"logit_bias", {{"5", 100}}}}), "`logit_bias` is not supported by linnet serve");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"frequency_penalty", 2.5}}), "`frequency_penalty` = 2.5 must be in [-2, 2]");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"logit_bias", {{"99999", 1}}}}),
+            "`logit_bias[\"99999\"]` = 99999 is not a token id in [0, Vocab=1398)");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"use_beam_search", true}}),
+            "`use_beam_search` is not supported by linnet serve (no beam search)");
+  EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"min_tokens", 20}, {"max_tokens", 5}}),
+            "`min_tokens` = 20 must not exceed `max_tokens` = 5");
   EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"best_of", 3}}),
             "`best_of` = 3 is not supported by linnet serve (only best_of = n)");
   EXPECT_EQ(refusal(json{{"prompt", "hi"}, {"presence_penalty", 0}, {"user", "x"}}), "");  // neutral values, unknown keys

@@ -270,8 +270,9 @@ def case_chat():
         for kwargs, param, words in [
                 (dict(tools=[{"type": "function", "function": {"name": "f", "parameters": {}}}]), "tools", "not supported"),
                 (dict(response_format={"type": "json_object"}), "response_format", "not supported"),
-                (dict(logit_bias={"5": 1}), "logit_bias", "not supported"),
-                (dict(frequency_penalty=0.5), "frequency_penalty", "not supported"),
+                (dict(logit_bias={"999999999": 1}), "logit_bias", "999999999"),
+                (dict(frequency_penalty=5), "frequency_penalty", "frequency_penalty"),
+                (dict(extra_body={"use_beam_search": True}), "use_beam_search", "not supported"),
                 (dict(messages=[]), "messages", "non-empty list"),
                 (dict(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]),
                  "messages", "`messages[0].content[0].type` = \"image_url\" is not supported"),

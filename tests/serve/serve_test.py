@@ -260,7 +260,8 @@ def openai_checks(srv, ps=None):
             (dict(prompt="hi", max_tokens=10 ** 12), 400, "exceeds MaxSeq = 64"),
             (dict(prompt="hi", top_p=2), 400, "`top_p` = 2 must be in (0, 1]"),
             (dict(prompt="hi", n=0), 400, "`n` must be an integer in [1, 16]"),
-            (dict(prompt="hi", presence_penalty=0.5), 400, "not supported"),
+            (dict(prompt="hi", extra_body={"use_beam_search": True}), 400, "`use_beam_search` is not supported"),
+            (dict(prompt="hi", presence_penalty=3), 400, "presence_penalty"),
             (dict(prompt="hi", logprobs=50), 400, "`logprobs` must be an integer in [0, 20]")]:
         try:
             c.completions.create(model=NAME, **kwargs)
