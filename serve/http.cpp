@@ -127,7 +127,7 @@ void HttpServer::routes() {
                     "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(frontend_.metrics_text(), "text/plain; version=0.0.4");
+    res.set_content(frontend_.metrics_text(model_.name), "text/plain; version=0.0.4");
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json m = {{"id", model_.name}, {"object", "model"}, {"created", 0}, {"owned_by", "linnet"},

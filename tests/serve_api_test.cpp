@@ -204,7 +204,7 @@ TEST(ServeFrontend, QueueBoundDrainAndFailure) {
   f.cancel(a);  // a[1] still pending: cancelled in the next plan
   plan = f.take_plan(std::chrono::milliseconds(0));
   EXPECT_EQ(plan.cancels, std::vector<uint64_t>{a[1].id});
-  EXPECT_NE(f.metrics_text().find("linnet_requests_cancelled_total 1\n"), std::string::npos);
+  EXPECT_NE(f.metrics_text("tiny").find("linnet_requests_cancelled_total 1\n"), std::string::npos);
   f.drain();
   EXPECT_EQ(f.health(), Health::draining);
   EXPECT_FALSE(f.drained());
@@ -213,4 +213,37 @@ TEST(ServeFrontend, QueueBoundDrainAndFailure) {
   f.fail("rank 1 is gone");
   EXPECT_EQ(f.health(), Health::failed);
   EXPECT_TRUE(f.drained());
+}
+
+// vLLM's names beside linnet's, labelled with the model's name (escaped as the format asks).
+TEST(ServeApi, MetricsCarryVllmNames) {
+  Frontend f(1, 16);
+  std::vector<ServeJob> jobs(3);
+  jobs[0].prompt = {1, 2, 3};
+  jobs[1].prompt = {1};
+  jobs[2].prompt = {1};
+  f.submit(jobs);
+  f.take_plan(std::chrono::milliseconds(0));
+  StepReport rep;
+  rep.status = ReplicaStatus{1, 0, 3, 12, 2};
+  rep.events.push_back(JobEvent{jobs[0].id, {5, 6}, "ab", true, "stop", "", {}, {}});
+  rep.events.push_back(JobEvent{jobs[1].id, {5}, "a", false, "", "", {}, {}});
+  f.deliver({rep});
+  f.cancel({jobs[2]});
+  const std::string text = f.metrics_text("my \"model\"\\x");
+  const std::string label = "{model_name=\"my \\\"model\\\"\\\\x\"}";
+  for (const std::string& line : std::vector<std::string>{
+           "vllm:num_requests_running" + label + " 1", "vllm:num_requests_waiting" + label + " 0",
+        "vllm:kv_cache_usage_perc" + label + " 0.25", "vllm:gpu_cache_usage_perc" + label + " 0.25",
+        "vllm:num_preemptions_total" + label + " 2", "vllm:prompt_tokens_total" + label + " 5",
+        "vllm:generation_tokens_total" + label + " 3",
+        "vllm:request_success_total{model_name=\"my \\\"model\\\"\\\\x\",finished_reason=\"stop\"} 1",
+        "vllm:request_success_total{model_name=\"my \\\"model\\\"\\\\x\",finished_reason=\"length\"} 0",
+        "vllm:request_success_total{model_name=\"my \\\"model\\\"\\\\x\",finished_reason=\"abort\"} 1",
+        "vllm:time_to_first_token_seconds_count" + label + " 2", "vllm:e2e_request_latency_seconds_count" + label + " 1",
+        "# TYPE vllm:time_per_output_token_seconds histogram", "# TYPE vllm:inter_token_latency_seconds histogram",
+        "linnet_generation_tokens_total 3", "linnet_requests_running 1"})
+    EXPECT_NE(text.find("\n" + line + "\n"), std::string::npos) << line << "\n" << text;
+  // Counters written whole, however large (%g would round them).
+  EXPECT_EQ(metric("x_total", "counter", "h", 12345678901234.0), "# HELP x_total h\n# TYPE x_total counter\nx_total 12345678901234\n");
 }
