@@ -49,7 +49,7 @@ class Cors {
 
  private:
   bool allowed(std::string_view origin) const;
-  std::vector<std::string> origins_, methods_, headers_;  // headers_ in lower case
+  std::vector<std::string> origins_, methods_, headers_;  // headers_: sorted as given, compared in any case
   bool any_origin_ = false, any_header_ = false, credentials_ = false;
 };
 
