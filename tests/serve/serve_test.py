@@ -1155,6 +1155,19 @@ def case_operators():
         check(st == 401 and head["Access-Control-Allow-Origin"] == origin, f"a 401 to a browser: {st} {head}")
         st, head, _ = call(srv.base, "GET", "/v1/models", {"Origin": "http://evil.example", "Authorization": "Bearer " + key})
         check(st == 200 and "Access-Control-Allow-Origin" not in head, f"another origin: {st} {head}")
+        # The same with curl, as docs/serve.md shows it.
+        curl = lambda *a: subprocess.run(["curl", "-sS", "--max-time", "60", *a], capture_output=True, text=True, timeout=90)
+        r = curl("-H", f"Authorization: Bearer {key}", srv.base + "/v1/models")
+        check(r.returncode == 0 and json.loads(r.stdout)["data"][0]["id"] == NAME, f"curl with the key: {r.stdout} {r.stderr}")
+        r = curl("-w", "%{http_code}", srv.base + "/v1/models")
+        check(r.stdout == '{"error":"Unauthorized"}401', f"curl without the key: {r.stdout!r}")
+        r = curl("-D", "-", "-X", "OPTIONS", "-H", f"Origin: {origin}", "-H", "Access-Control-Request-Method: POST",
+                 srv.base + "/v1/completions")
+        check(r.stdout.startswith("HTTP/1.1 200") and f"Access-Control-Allow-Origin: {origin}" in r.stdout, f"curl preflight: {r.stdout}")
+        r = curl("-N", "-D", "-", "-H", f"Authorization: Bearer {key}", "-H", f"Origin: {origin}", srv.base + "/v1/completions",
+                 "-d", json.dumps({"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "stream": True}))
+        check(f"Access-Control-Allow-Origin: {origin}" in r.stdout and r.stdout.rstrip().endswith("data: [DONE]"),
+              f"curl stream: {r.stdout[-300:]}")
     # 3. LINNET_API_KEY, two --api-key keys, any origin, a model name with a slash.
     env = dict(os.environ, LINNET_API_KEY="from-the-environment")
     with Server("--allowed-origins", "*", name="operators-env", env=env, model_name="org/tiny") as srv:
