@@ -3,9 +3,12 @@
 // steps its engine (all its shards alike), and the replicas' leaders report back to rank 0.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
@@ -33,6 +36,59 @@ StepPlan share_plan(Ranks& ranks, StepPlan plan) {
   return ranks.world_rank() == 0 ? plan : plan_from_json(nlohmann::json::parse(text));
 }
 
+// A list option: a JSON list of strings (vLLM takes --allowed-origins '["*"]') or one value.
+std::vector<std::string> list_option(const po::variables_map& vm, const char* name) {
+  const std::string text = vm[name].as<std::string>();
+  if (text.empty()) throw UsageError(str("--", name, " is empty (give a JSON list such as '[\"*\"]', or one value)"));
+  if (text.front() != '[') return {text};
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
+  if (!j.is_array() || !std::all_of(j.begin(), j.end(), [](const nlohmann::json& v) { return v.is_string(); }))
+    throw UsageError(str("--", name, " must be a JSON list of strings (e.g. '[\"*\"]') or one value, got ", text));
+  return j.get<std::vector<std::string>>();
+}
+
+// Who may use the server: the keys (--api-key, else LINNET_API_KEY) and CORS.
+AccessOptions access_options(const po::variables_map& vm) {
+  AccessOptions a;
+  if (vm.count("api-key")) {
+    a.api_keys = vm["api-key"].as<std::vector<std::string>>();
+    for (const std::string& key : a.api_keys)
+      if (key.empty()) throw UsageError("--api-key is empty (an unset variable?); give the key, or leave the option out");
+  } else if (const char* env = std::getenv("LINNET_API_KEY"); env && *env) {
+    a.api_keys = {env};
+  }
+  if (vm.count("allowed-origins")) a.allowed_origins = list_option(vm, "allowed-origins");
+  a.allowed_methods = list_option(vm, "allowed-methods");
+  a.allowed_headers = list_option(vm, "allowed-headers");
+  a.allow_credentials = vm["allow-credentials"].as<bool>();
+  if (a.allowed_origins.empty())
+    for (const char* name : {"allowed-methods", "allowed-headers", "allow-credentials"})
+      if (!vm[name].defaulted()) throw UsageError(str("--", name, " does nothing without --allowed-origins"));
+  return a;
+}
+
+// Says at start whether a key guards the API, and warns when a server without one listens
+// beyond this host.
+void log_access(const AccessOptions& a, const std::string& host, bool key_from_option) {
+  if (!a.api_keys.empty()) {
+    spdlog::info("serve: /v1/* requires an API key ({} key(s) from {}; sent as \"Authorization: Bearer KEY\"); "
+                 "/health, /metrics, /tokenize and /detokenize are open",
+                 a.api_keys.size(), key_from_option ? "--api-key" : "LINNET_API_KEY");
+  } else if (is_loopback(host)) {
+    spdlog::info("serve: no API key (--api-key or LINNET_API_KEY): any client on this host may use the model");
+  } else {
+    spdlog::warn("serve: --host {} is not a loopback address and there is no API key: whoever reaches the port can use "
+                 "the model; set LINNET_API_KEY or --api-key (docs/cluster.md)",
+                 host);
+  }
+  if (!a.allowed_origins.empty()) {
+    std::string origins;
+    for (const std::string& o : a.allowed_origins) origins += (origins.empty() ? "" : " ") + o;
+    spdlog::info("serve: CORS: browsers at {} may call the API{}", origins,
+                 a.allow_credentials ? " (with credentials)" : "");
+  }
+}
+
 // Every replica's report, on world rank 0.
 std::vector<StepReport> gather_reports(Ranks& ranks, StepReport mine) {
   if (ranks.world_size() == 1) return {std::move(mine)};
@@ -58,7 +114,14 @@ int cmd_serve(const Args& args) {
       ("http-max-connections", po::value<int64_t>()->default_value(4096), "connections open at once; more: 503")
       ("http-timeout", po::value<double>()->default_value(30),
        "seconds a request may take to arrive whole, and each write of an answer may wait")
-      ("http-idle-timeout", po::value<double>()->default_value(5), "seconds an idle keep-alive connection stays open");
+      ("http-idle-timeout", po::value<double>()->default_value(5), "seconds an idle keep-alive connection stays open")
+      ("api-key", po::value<std::vector<std::string>>()->multitoken(),
+       "key(s) a client must send on /v1/* as \"Authorization: Bearer KEY\" (default: LINNET_API_KEY, else none)")
+      ("allowed-origins", po::value<std::string>(),
+       "CORS: origins whose pages may call the API, a JSON list ('[\"https://a.example\"]', '[\"*\"]') or one (default: none)")
+      ("allowed-methods", po::value<std::string>()->default_value("[\"*\"]"), "CORS: methods a preflight allows")
+      ("allowed-headers", po::value<std::string>()->default_value("[\"*\"]"), "CORS: request headers a preflight allows")
+      ("allow-credentials", po::bool_switch(), "CORS: let browsers send cookies and credentials");
   add_engine_options(desc);
   add_served_model_option(desc);
   add_bos_option(desc);
@@ -84,6 +147,7 @@ int cmd_serve(const Args& args) {
   http_options.request_timeout = http_options.io_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(vm["http-timeout"].as<double>() * 1000));
   http_options.idle_timeout = std::chrono::milliseconds(static_cast<int64_t>(vm["http-idle-timeout"].as<double>() * 1000));
+  http_options.access = access_options(vm);
   const KvMemory& kv_memory = engine_options.kv_memory;
   ModelCommand cmd = ModelCommand::open(vm, true, true);
   Ranks& ranks = *cmd.ranks;
@@ -108,6 +172,7 @@ int cmd_serve(const Args& args) {
   std::unique_ptr<Frontend> front;
   std::unique_ptr<HttpServer> http;
   if (root) {
+    log_access(http_options.access, http_options.host, vm.count("api-key") > 0);
     front = std::make_unique<Frontend>(ranks.replicas(), max_waiting);
     http = std::make_unique<HttpServer>(*front, *tok, served, http_options);
     const int port = http->start();

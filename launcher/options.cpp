@@ -98,7 +98,8 @@ std::string placeholder(const po::option_description& o) {
       {"host", "HOST"},             {"text", "TEXT"},         {"ids", "IDS"},               {"stop", "STR"},
       {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE.json"},   {"tools", "FILE.json"},
       {"input-file", "IN.jsonl"},   {"output-file", "OUT.jsonl"}, {"template", "NAME|FILE"},  {"kwargs", "JSON"},
-      {"moe-sharding", "expert|tensor"}};
+      {"moe-sharding", "expert|tensor"}, {"api-key", "KEY"},   {"allowed-origins", "JSON"},  {"allowed-methods", "JSON"},
+      {"allowed-headers", "JSON"}};
   if (auto it = named.find(o.long_name()); it != named.end()) return it->second;
   const po::value_semantic* v = o.semantic().get();
   if (dynamic_cast<const po::typed_value<int>*>(v) || dynamic_cast<const po::typed_value<int64_t>*>(v) ||

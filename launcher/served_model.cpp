@@ -19,6 +19,7 @@ serve::ServedModel served_model(const po::variables_map& vm, const ModelCommand&
   m.name = vm.count("served-model-name") ? vm["served-model-name"].as<std::string>()
                                          : std::filesystem::path(dir).lexically_normal().filename().string();
   if (m.name.empty()) m.name = std::filesystem::absolute(dir).parent_path().filename().string();
+  m.root = dir;
   m.vocab = cmd.config.vocab;
   m.max_seq = cmd.max_seq();
   m.page_size = cmd.options.page_size;

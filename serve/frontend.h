@@ -39,7 +39,9 @@ class Frontend {
   // The jobs that have not finished are cancelled (their pages freed in the next step).
   void cancel(const std::vector<ServeJob>& jobs);
   Health health() const;
-  std::string metrics_text() const;
+  // /metrics: linnet's names and, beside them, vLLM's (labelled model_name=`model_name`), so
+  // that dashboards made for vLLM read them.
+  std::string metrics_text(const std::string& model_name) const;
 
   // ---- the engine loop ----
   // The next step's plan; waits up to `idle_wait` for work when no job is outstanding.
@@ -73,9 +75,10 @@ class Frontend {
   Health health_ = Health::ok;
   std::string failure_;
   // metrics
-  Histogram ttft_, itl_;
+  Histogram ttft_, itl_, e2e_;
   std::deque<std::pair<Clock::time_point, int64_t>> recent_tokens_;  // last 10 s, for tokens/s
   int64_t generated_total_ = 0, prompt_total_ = 0, finished_total_ = 0, cancelled_total_ = 0, rejected_total_ = 0;
+  int64_t stopped_total_ = 0, length_total_ = 0;  // finished jobs by finish_reason ("stop", "length")
 };
 
 }  // namespace linnet::serve

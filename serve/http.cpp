@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <map>
+#include <optional>
 #include <random>
 
 #include <sys/socket.h>
@@ -58,6 +60,10 @@ struct Reply {
   }
 };
 
+bool is_preflight(const httplib::Request& req) {
+  return req.method == "OPTIONS" && req.has_header("Origin") && req.has_header("Access-Control-Request-Method");
+}
+
 bool write(httplib::DataSink& sink, Reply& r, const std::string& s) {
   r.last_write = Clock::now();
   return sink.is_writable() && sink.write(s.data(), s.size());
@@ -76,7 +82,14 @@ void provide(const httplib::Request& req, httplib::Response& res, const char* ty
 }  // namespace
 
 HttpServer::HttpServer(Frontend& frontend, const Tokenizer& tok, ServedModel model, HttpOptions options)
-    : frontend_(frontend), tok_(tok), model_(std::move(model)), options_(std::move(options)) {
+    : frontend_(frontend),
+      tok_(tok),
+      model_(std::move(model)),
+      options_(std::move(options)),
+      cors_(options_.access),
+      started_(static_cast<int64_t>(std::time(nullptr))) {
+  std::random_device random;
+  permission_id_ = str("modelperm-", std::hex, random(), random(), random(), random());
   ConnectionLimits limits;
   limits.request_timeout = options_.request_timeout;
   limits.io_timeout = options_.io_timeout;
@@ -119,6 +132,38 @@ void HttpServer::routes() {
     send_error(res, ApiError(500, why));
   });
 
+  // Before any route: a CORS preflight is answered here; without the key a /v1/ route is 401
+  // before its body is parsed (an OPTIONS passes: browsers send no key with a preflight).
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (cors_.enabled() && is_preflight(req)) {
+      const std::optional<std::string> asked =
+          req.has_header("Access-Control-Request-Headers")
+              ? std::optional<std::string>(req.get_header_value("Access-Control-Request-Headers"))
+              : std::nullopt;
+      Cors::Answer a = cors_.preflight(req.get_header_value("Origin"),
+                                       req.get_header_value("Access-Control-Request-Method"), asked);
+      res.status = a.status;
+      for (const auto& [name, value] : a.headers) res.set_header(name, value);
+      res.set_content(a.body, "text/plain; charset=utf-8");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const std::vector<std::string>& keys = options_.access.api_keys;
+    if (!keys.empty() && req.method != "OPTIONS" && key_required(req.path) &&
+        !key_accepted(keys, req.get_header_value("Authorization"))) {
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_content("{\"error\":\"Unauthorized\"}", "application/json");  // vLLM's body
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Every answer httplib writes (streams, errors and 401s too) to a request with an Origin.
+  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!cors_.enabled() || !req.has_header("Origin") || is_preflight(req)) return;
+    for (const auto& [name, value] : cors_.response_headers(req.get_header_value("Origin"), req.has_header("Cookie")))
+      res.set_header(name, value);
+  });
+
   svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     const Health h = frontend_.health();
     res.status = h == Health::ok ? 200 : 503;
@@ -127,12 +172,16 @@ void HttpServer::routes() {
                     "application/json");
   });
   svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(frontend_.metrics_text(), "text/plain; version=0.0.4");
+    res.set_content(frontend_.metrics_text(model_.name), "text/plain; version=0.0.4");
   });
   svr.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json m = {{"id", model_.name}, {"object", "model"}, {"created", 0}, {"owned_by", "linnet"},
-                    {"max_model_len", model_.max_seq}};
-    res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
+    const json card = model_card(model_, started_, permission_id_);
+    res.set_content(dump({{"object", "list"}, {"data", json::array({card})}}), "application/json");
+  });
+  // OpenAI's "retrieve model"; the id may hold slashes ("org/name"), as the openai client sends it.
+  svr.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1].str() != model_.name) return send_error(res, model_not_found(req.matches[1].str(), model_));
+    res.set_content(dump(model_card(model_, started_, permission_id_)), "application/json");
   });
   for (const char* route : {"/v1/completions", "/v1/chat/completions"})
     svr.Post(route, [this, route = std::string(route)](const httplib::Request& req, httplib::Response& res) {

@@ -1,13 +1,15 @@
 // `linnet serve`'s HTTP side (cpp-httplib): the OpenAI routes (/v1/completions,
-// /v1/chat/completions, /v1/models) and vLLM's /tokenize and /detokenize, each request checked, made
-// into jobs for the Frontend, and answered from their events — whole (with whitespace
-// heartbeats while it waits, so a client that left is noticed), or as server-sent events.
+// /v1/chat/completions, /v1/models, /v1/models/{id}) and vLLM's /tokenize and /detokenize, each
+// request checked, made into jobs for the Frontend, and answered from their events — whole
+// (with whitespace heartbeats while it waits, so a client that left is noticed), or as
+// server-sent events. Before any route: the API key and CORS (serve/access.h).
 #pragma once
 #include <chrono>
 #include <memory>
 #include <string>
 #include <utility>
 
+#include "serve/access.h"
 #include "serve/openai_api.h"
 #include "serve/frontend.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +32,7 @@ struct HttpOptions {
   // A request must arrive whole within request_timeout; each write of an answer waits at most
   // io_timeout; an idle keep-alive connection closes after idle_timeout (http_connection.h).
   std::chrono::milliseconds request_timeout{30000}, io_timeout{30000}, idle_timeout{5000};
+  AccessOptions access;                  // the API key and CORS
 };
 
 class HttpServer {
@@ -53,6 +56,9 @@ class HttpServer {
   const Tokenizer& tok_;
   ServedModel model_;
   HttpOptions options_;
+  Cors cors_;
+  int64_t started_;            // Unix seconds: /v1/models' "created"
+  std::string permission_id_;  // of the model's one permission entry (vLLM lists one)
   std::unique_ptr<GuardedServer> server_;
 };
 

@@ -52,7 +52,7 @@ json to_json(const StepReport& r) {
   const ReplicaStatus& s = r.status;
   return {{"replica", r.replica},
           {"events", events},
-          {"status", {s.running, s.waiting, s.pages_used, s.pages_total}}};
+          {"status", {s.running, s.waiting, s.pages_used, s.pages_total, s.preemptions}}};
 }
 
 StepReport report_from_json(const json& j) {
@@ -76,7 +76,7 @@ StepReport report_from_json(const json& j) {
     r.events.push_back(std::move(e));
   }
   const auto s = j.at("status").get<std::vector<int64_t>>();
-  r.status = {s.at(0), s.at(1), s.at(2), s.at(3)};
+  r.status = {s.at(0), s.at(1), s.at(2), s.at(3), s.at(4)};
   return r;
 }
 

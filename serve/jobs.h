@@ -46,6 +46,7 @@ struct JobEvent {
 
 struct ReplicaStatus {
   int64_t running = 0, waiting = 0, pages_used = 0, pages_total = 0;
+  int64_t preemptions = 0;  // since the start: running jobs whose pages were taken (recomputed later)
 };
 
 struct StepPlan {

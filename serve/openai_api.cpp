@@ -30,6 +30,33 @@ json ApiError::body() const {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
+ApiError model_not_found(const std::string& asked, const ServedModel& m) {
+  return ApiError(404, str("The model `", asked, "` does not exist; this server serves `", m.name, "`"), "model");
+}
+
+json model_card(const ServedModel& m, int64_t created, const std::string& permission_id) {
+  const json permission = {{"id", permission_id},
+                           {"object", "model_permission"},
+                           {"created", created},
+                           {"allow_create_engine", false},
+                           {"allow_sampling", true},
+                           {"allow_logprobs", true},
+                           {"allow_search_indices", false},
+                           {"allow_view", true},
+                           {"allow_fine_tuning", false},
+                           {"organization", "*"},
+                           {"group", nullptr},
+                           {"is_blocking", false}};
+  return {{"id", m.name},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "linnet"},
+          {"root", m.root.empty() ? m.name : m.root},
+          {"parent", nullptr},
+          {"max_model_len", m.max_seq},
+          {"permission", json::array({permission})}};
+}
+
 namespace {
 
 [[noreturn]] void bad(const std::string& param, const std::string& why) { throw ApiError(400, why, param); }
@@ -134,9 +161,7 @@ void check_body(const json& b, const ServedModel& m) {
   if (!b.is_object()) bad("", "the request body must be a JSON object");
   if (b.contains("model") && !b["model"].is_null()) {
     if (!b["model"].is_string()) bad("model", "`model` must be a string");
-    if (b["model"].get<std::string>() != m.name)
-      throw ApiError(404, str("The model `", b["model"].get<std::string>(), "` does not exist; this server serves `",
-                              m.name, "`"), "model");
+    if (b["model"].get<std::string>() != m.name) throw model_not_found(b["model"].get<std::string>(), m);
   }
 }
 

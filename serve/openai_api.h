@@ -37,6 +37,7 @@ class ApiError : public std::runtime_error {
 // What a request may ask of this server's model.
 struct ServedModel {
   std::string name;              // the "model" clients name (and /v1/models lists)
+  std::string root;              // where it came from (--checkpoint as given): /v1/models' "root", as vLLM's
   int64_t vocab = 0, max_seq = 0;
   int64_t pages = 0, page_size = 0;  // one replica's KV pool
   bool add_bos = true;           // text prompts start with BOS (the checkpoint's tokenizer_config)
@@ -67,6 +68,12 @@ struct CompletionParams {
   bool include_stop_str = false, skip_special = true;
   std::string request_id;        // the client's (the response id follows it); "" none
 };
+
+// The 404 for a model this server does not serve.
+ApiError model_not_found(const std::string& asked, const ServedModel& m);
+// The model's entry in GET /v1/models and GET /v1/models/{id}, with vLLM's fields: `created`
+// (Unix seconds), `root`, `parent` (null), `max_model_len` and one `permission` entry.
+nlohmann::json model_card(const ServedModel& m, int64_t created, const std::string& permission_id);
 
 // The body of POST /v1/completions, checked (throws ApiError 400 naming what is wrong, 404
 // for another model's name).

@@ -40,7 +40,7 @@ void ReplicaEngine::apply(const StepPlan& plan) {
 
 ReplicaStatus ReplicaEngine::status() const {
   return {static_cast<int64_t>(gen_.running()), static_cast<int64_t>(gen_.waiting() + scoring_.size()),
-          gen_.pages().used_pages(), gen_.pages().num_pages()};
+          gen_.pages().used_pages(), gen_.pages().num_pages(), gen_.stats().preemptions};
 }
 
 // Teacher-forced scoring of prompt + completion, by the evaluator `linnet eval` scores with.

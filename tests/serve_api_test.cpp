@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "engine/completion_text.h"
+#include "serve/access.h"
 #include "serve/openai_api.h"
 #include "serve/replica_engine.h"
 #include "serve/frontend.h"
@@ -208,7 +209,7 @@ TEST(ServeFrontend, QueueBoundDrainAndFailure) {
   f.cancel(a);  // a[1] still pending: cancelled in the next plan
   plan = f.take_plan(std::chrono::milliseconds(0));
   EXPECT_EQ(plan.cancels, std::vector<uint64_t>{a[1].id});
-  EXPECT_NE(f.metrics_text().find("linnet_requests_cancelled_total 1\n"), std::string::npos);
+  EXPECT_NE(f.metrics_text("tiny").find("linnet_requests_cancelled_total 1\n"), std::string::npos);
   f.drain();
   EXPECT_EQ(f.health(), Health::draining);
   EXPECT_FALSE(f.drained());
@@ -217,4 +218,134 @@ TEST(ServeFrontend, QueueBoundDrainAndFailure) {
   f.fail("rank 1 is gone");
   EXPECT_EQ(f.health(), Health::failed);
   EXPECT_TRUE(f.drained());
+}
+
+TEST(ServeApi, BearerKeysOnTheV1Routes) {
+  EXPECT_TRUE(key_required("/v1/completions"));
+  EXPECT_TRUE(key_required("/v1/models/tiny"));
+  EXPECT_TRUE(key_required("/v1"));
+  for (const char* open : {"/health", "/metrics", "/tokenize", "/detokenize", "/", "/V1/models"})
+    EXPECT_FALSE(key_required(open)) << open;
+  const std::vector<std::string> keys = {"alpha", "beta-key"};
+  EXPECT_TRUE(key_accepted(keys, "Bearer alpha"));
+  EXPECT_TRUE(key_accepted(keys, "bearer beta-key"));  // the scheme in any case
+  EXPECT_TRUE(key_accepted(keys, "BEARER alpha"));
+  for (const char* wrong : {"", "alpha", "Bearer", "Bearer ", "Bearer  alpha", "Bearer alph", "Bearer alphaa", "Bearer ALPHA",
+                            "Basic alpha", "Bearer beta", "Bearer alpha ", "Token alpha"})
+    EXPECT_FALSE(key_accepted(keys, wrong)) << wrong;
+  EXPECT_FALSE(key_accepted({}, "Bearer alpha"));
+  EXPECT_FALSE(key_accepted({""}, "Bearer "));  // an empty key never matches
+}
+
+namespace {
+std::string header(const HeaderList& h, const std::string& name) {
+  for (const auto& [k, v] : h)
+    if (k == name) return v;
+  return "(none)";
+}
+}  // namespace
+
+// As Starlette's CORSMiddleware (vLLM's) answers: tests/serve/serve_test.py checks the same over HTTP.
+TEST(ServeApi, CorsAsStarletteAnswersIt) {
+  AccessOptions o;
+  EXPECT_FALSE(Cors(o).enabled());
+  o.allowed_origins = {"https://a.example"};
+  Cors one(o);
+  Cors::Answer a = one.preflight("https://a.example", "POST", std::string("Authorization, X-Trace"));
+  EXPECT_EQ(a.status, 200);
+  EXPECT_EQ(a.body, "OK");
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Origin"), "https://a.example");
+  EXPECT_EQ(header(a.headers, "Vary"), "Origin");
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Methods"), "DELETE, GET, HEAD, OPTIONS, PATCH, POST, PUT");
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Headers"), "Authorization, X-Trace");  // "*": as asked
+  EXPECT_EQ(header(a.headers, "Access-Control-Max-Age"), "600");
+  a = one.preflight("https://b.example", "POST", std::nullopt);
+  EXPECT_EQ(a.status, 400);
+  EXPECT_EQ(a.body, "Disallowed CORS origin");
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Origin"), "(none)");
+  EXPECT_EQ(header(one.response_headers("https://a.example", false), "Access-Control-Allow-Origin"), "https://a.example");
+  EXPECT_EQ(header(one.response_headers("https://b.example", false), "Access-Control-Allow-Origin"), "(none)");
+  // Listed methods and headers: others refused (header names in any case, the safelisted ones always).
+  o.allowed_methods = {"GET", "POST"};
+  o.allowed_headers = {"Authorization"};
+  Cors listed(o);
+  a = listed.preflight("https://b.example", "PUT", std::string("x-other"));
+  EXPECT_EQ(a.body, "Disallowed CORS origin, method, headers");
+  a = listed.preflight("https://a.example", "POST", std::string("authorization, Content-Type"));
+  EXPECT_EQ(a.status, 200) << a.body;
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Headers"),
+            "Accept, Accept-Language, Authorization, Content-Language, Content-Type");
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Methods"), "GET, POST");
+  // Any origin: "*", unless credentials (or cookies) ask for the origin by name.
+  o = AccessOptions{};
+  o.allowed_origins = {"*"};
+  Cors any(o);
+  EXPECT_EQ(header(any.preflight("https://z.example", "GET", std::nullopt).headers, "Access-Control-Allow-Origin"), "*");
+  EXPECT_EQ(header(any.response_headers("https://z.example", false), "Access-Control-Allow-Origin"), "*");
+  EXPECT_EQ(header(any.response_headers("https://z.example", true), "Access-Control-Allow-Origin"), "https://z.example");
+  o.allow_credentials = true;
+  Cors credentials(o);
+  a = credentials.preflight("https://z.example", "GET", std::nullopt);
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Origin"), "https://z.example");
+  EXPECT_EQ(header(a.headers, "Access-Control-Allow-Credentials"), "true");
+  EXPECT_EQ(header(credentials.response_headers("https://z.example", false), "Access-Control-Allow-Credentials"), "true");
+}
+
+TEST(ServeApi, LoopbackHosts) {
+  for (const char* h : {"127.0.0.1", "127.1.2.3", "localhost", "LOCALHOST", "::1", "::ffff:127.0.0.1"})
+    EXPECT_TRUE(is_loopback(h)) << h;
+  for (const char* h : {"0.0.0.0", "::", "10.0.0.5", "192.168.1.2", "example.org", "128.0.0.1", "::ffff:10.0.0.1", ""})
+    EXPECT_FALSE(is_loopback(h)) << h;
+}
+
+TEST(ServeApi, ModelCardAsVllmListsIt) {
+  ServedModel m = model();
+  m.root = "/models/tiny";
+  const json card = model_card(m, 1796000000, "modelperm-1");
+  EXPECT_EQ(card["id"], "tiny");
+  EXPECT_EQ(card["object"], "model");
+  EXPECT_EQ(card["created"], 1796000000);
+  EXPECT_EQ(card["root"], "/models/tiny");
+  EXPECT_TRUE(card["parent"].is_null());
+  EXPECT_EQ(card["max_model_len"], 64);
+  ASSERT_EQ(card["permission"].size(), 1u);
+  EXPECT_EQ(card["permission"][0]["id"], "modelperm-1");
+  EXPECT_EQ(card["permission"][0]["object"], "model_permission");
+  EXPECT_EQ(card["permission"][0]["allow_logprobs"], true);
+  const ApiError e = model_not_found("x", m);
+  EXPECT_EQ(e.status(), 404);
+  EXPECT_EQ(e.body()["error"]["param"], "model");
+}
+
+// vLLM's names beside linnet's, labelled with the model's name (escaped as the format asks).
+TEST(ServeApi, MetricsCarryVllmNames) {
+  Frontend f(1, 16);
+  std::vector<ServeJob> jobs(3);
+  jobs[0].prompt = {1, 2, 3};
+  jobs[1].prompt = {1};
+  jobs[2].prompt = {1};
+  f.submit(jobs);
+  f.take_plan(std::chrono::milliseconds(0));
+  StepReport rep;
+  rep.status = ReplicaStatus{1, 0, 3, 12, 2};
+  rep.events.push_back(JobEvent{jobs[0].id, {5, 6}, "ab", true, "stop", "", {}, {}});
+  rep.events.push_back(JobEvent{jobs[1].id, {5}, "a", false, "", "", {}, {}});
+  f.deliver({rep});
+  f.cancel({jobs[2]});
+  const std::string text = f.metrics_text("my \"model\"\\x");
+  const std::string label = "{model_name=\"my \\\"model\\\"\\\\x\"}";
+  for (const std::string& line : std::vector<std::string>{
+           "vllm:num_requests_running" + label + " 1", "vllm:num_requests_waiting" + label + " 0",
+        "vllm:kv_cache_usage_perc" + label + " 0.25", "vllm:gpu_cache_usage_perc" + label + " 0.25",
+        "vllm:num_preemptions_total" + label + " 2", "vllm:prompt_tokens_total" + label + " 5",
+        "vllm:generation_tokens_total" + label + " 3",
+        "vllm:request_success_total{model_name=\"my \\\"model\\\"\\\\x\",finished_reason=\"stop\"} 1",
+        "vllm:request_success_total{model_name=\"my \\\"model\\\"\\\\x\",finished_reason=\"length\"} 0",
+        "vllm:request_success_total{model_name=\"my \\\"model\\\"\\\\x\",finished_reason=\"abort\"} 1",
+        "vllm:time_to_first_token_seconds_count" + label + " 2", "vllm:e2e_request_latency_seconds_count" + label + " 1",
+        "# TYPE vllm:time_per_output_token_seconds histogram", "# TYPE vllm:inter_token_latency_seconds histogram",
+        "linnet_generation_tokens_total 3", "linnet_requests_running 1"})
+    EXPECT_NE(text.find("\n" + line + "\n"), std::string::npos) << line << "\n" << text;
+  // Counters written whole, however large (%g would round them).
+  EXPECT_EQ(metric("x_total", "counter", "h", 12345678901234.0), "# HELP x_total h\n# TYPE x_total counter\nx_total 12345678901234\n");
 }

@@ -576,3 +576,65 @@ TEST(ServeHttp, LoopRefusalsInTheApiErrorShape) {
   EXPECT_NE(r.body.find("\"count\":"), std::string::npos) << r.body;
   http.stop();
 }
+
+// The API key and CORS through HttpServer, before any route: a /v1/ request without the key is
+// 401 {"error":"Unauthorized"} before its body is parsed (a malformed one too, never a 400);
+// /health stays open; a preflight is answered without a key; answers to an allowed origin,
+// 401s included, name it.
+TEST(ServeHttp, ApiKeyAndCorsBeforeTheRoutes) {
+  static const auto tok =
+      linnet::load_tokenizer((std::filesystem::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model").string());
+  ServedModel model;
+  model.name = "org/tiny";
+  model.vocab = 1398;
+  model.max_seq = 64;
+  Frontend front(1, 16);
+  HttpOptions options;
+  options.port = 0;
+  options.access.api_keys = {"k1", "second-key"};
+  options.access.allowed_origins = {"http://app.example"};
+  HttpServer http(front, *tok, model, options);
+  const int port = http.start();
+  const std::string unauthorized = "{\"error\":\"Unauthorized\"}";
+  for (const std::string auth : {"", "Authorization: Bearer k2\r\n", "Authorization: k1\r\n", "Authorization: Basic k1\r\n",
+                                 "Authorization: Bearer k1x\r\n", "Authorization: Bearer second\r\n"}) {
+    Response r = request(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + auth + "Content-Length: 9\r\n\r\n{not json");
+    EXPECT_EQ(r.status, 401) << auth << r.body;
+    EXPECT_EQ(r.body, unauthorized) << auth;
+    EXPECT_NE(r.head.find("WWW-Authenticate: Bearer"), std::string::npos) << r.head;
+  }
+  // With a key the same body reaches its route, which refuses it as JSON.
+  Response r = request(port, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: bearer second-key\r\n"
+                             "Content-Length: 9\r\n\r\n{not json");
+  EXPECT_EQ(r.status, 400) << r.body;
+  r = request(port, "GET /v1/models/org/tiny HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n\r\n");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("\"id\":\"org/tiny\""), std::string::npos) << r.body;
+  r = request(port, "GET /v1/models/org%2Ftiny HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n\r\n");
+  EXPECT_EQ(r.status, 200) << r.body;
+  r = request(port, "GET /v1/models/other HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n\r\n");
+  EXPECT_EQ(r.status, 404) << r.body;
+  EXPECT_NE(r.body.find("\"message\":\"The model `other` does not exist; this server serves `org/tiny`\""), std::string::npos)
+      << r.body;
+  EXPECT_EQ(request(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n").status, 200);
+  EXPECT_EQ(request(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").status, 200);
+  // A preflight needs no key; another origin is told no.
+  r = request(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n"
+                    "Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: Authorization\r\n\r\n");
+  EXPECT_EQ(r.status, 200) << r.head;
+  EXPECT_EQ(r.body, "OK");
+  EXPECT_NE(r.head.find("Access-Control-Allow-Origin: http://app.example\r\n"), std::string::npos) << r.head;
+  EXPECT_NE(r.head.find("Access-Control-Allow-Headers: Authorization\r\n"), std::string::npos) << r.head;
+  r = request(port, "OPTIONS /v1/completions HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\n"
+                    "Access-Control-Request-Method: POST\r\n\r\n");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.body, "Disallowed CORS origin");
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos) << r.head;
+  r = request(port, "GET /v1/models HTTP/1.1\r\nHost: x\r\nOrigin: http://app.example\r\n\r\n");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_NE(r.head.find("Access-Control-Allow-Origin: http://app.example\r\n"), std::string::npos) << r.head;
+  r = request(port, "GET /health HTTP/1.1\r\nHost: x\r\nOrigin: http://evil.example\r\n\r\n");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.head.find("Access-Control-Allow-Origin"), std::string::npos) << r.head;
+  http.stop();
+}

@@ -2,7 +2,7 @@
 local-completions, a load of 500 concurrent requests, faults. Run by serve_test.sh (ctest's
 Serve.* cases) as: serve_test.py CASE LINNET SOURCE WORK. Loopback only; every wait bounded.
 
-Cases: openai, lm_eval, load, faults, clients, body_limits, slow_clients (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
+Cases: openai, lm_eval, load, faults, clients, body_limits, slow_clients, operators (one rank); load-tp2, faults-tp2 (mpirun -np 2, Shards
 2); replicas (mpirun -np 2, two replicas of one shard); stories15M (the real model); chat,
 chat-tp2, chat_lm_eval, batch (conversations and batch files: tests/serve/chat_cases.py).
 """
@@ -41,14 +41,14 @@ def check(cond, what):
 class Server:
     """linnet serve on a free port, one rank or under mpirun; its log in TMP."""
 
-    def __init__(self, *args, checkpoint=MODEL, ranks=1, tp=1, name="server"):
+    def __init__(self, *args, checkpoint=MODEL, ranks=1, tp=1, name="server", env=None, model_name=NAME):
         cmd = [LINNET, "serve", "--checkpoint", checkpoint, "--port", "0", "--backend", "cpu",
-               "--served-model-name", NAME, *args]
+               "--served-model-name", model_name, *args]
         if ranks > 1:
             cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", *cmd, "--tp", str(tp), "--threads", "1"]
         self.log = os.path.join(TMP, name + ".log")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=open(self.log, "w"), text=True,
-                                     start_new_session=True)
+                                     start_new_session=True, env=env)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
         deadline = time.time() + 120
@@ -951,10 +951,272 @@ def case_slow_clients():
         s.close()
 
 
+# ---- what an operator sets: the API key, CORS, the models list, vLLM's metric names ----------
+
+def call(base, method, path, headers=None, body=None, timeout=60):
+    """(status, headers, text) of one request, with the headers given (http.client: any method)."""
+    import http.client
+    host, port = base.split("//")[1].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.headers, r.read().decode(errors="replace")
+    finally:
+        conn.close()
+
+
+# vLLM's metric names linnet writes (docs/serve.md lists them); every one labelled model_name.
+VLLM_METRICS = {
+    "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+    "vllm:kv_cache_usage_perc": "gauge", "vllm:gpu_cache_usage_perc": "gauge",
+    "vllm:num_preemptions_total": "counter", "vllm:prompt_tokens_total": "counter",
+    "vllm:generation_tokens_total": "counter", "vllm:request_success_total": "counter",
+    "vllm:time_to_first_token_seconds": "histogram", "vllm:inter_token_latency_seconds": "histogram",
+    "vllm:time_per_output_token_seconds": "histogram", "vllm:e2e_request_latency_seconds": "histogram",
+}
+
+
+def strict_exposition(text):
+    """The text format checked line by line as Prometheus reads it: HELP and TYPE before a
+    family's samples, names and labels as the grammar allows, numbers that parse, histogram
+    buckets cumulative with +Inf equal to _count. Returns {(sample name, labels): value}."""
+    import re
+    name_re = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+    label_re = r'[a-zA-Z_][a-zA-Z0-9_]*="(?:\\[\\"n]|[^"\\\n])*"'
+    sample_re = re.compile(rf"^({name_re})(?:\{{({label_re}(?:,{label_re})*)\}})? (\S+)$")
+    typed, samples, last_bucket = {}, {}, {}
+    check(text.endswith("\n"), "the exposition does not end with a line end")
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            parts = line.split(" ", 3)
+            check(len(parts) == 4 and re.fullmatch(name_re, parts[2]), f"bad comment line {line!r}")
+            if parts[1] == "TYPE":
+                check(parts[2] not in typed and parts[3] in ("counter", "gauge", "histogram"), f"bad TYPE {line!r}")
+                typed[parts[2]] = parts[3]
+            continue
+        m = sample_re.match(line)
+        check(m, f"not a sample line: {line!r}")
+        name, label_text, value = m.group(1), m.group(2) or "", m.group(3)
+        value = float(value)  # "+Inf" and "NaN" parse too
+        family = next((f for f in (name, re.sub(r"_(bucket|sum|count)$", "", name)) if f in typed), None)
+        check(family is not None, f"{name}: no TYPE line before it")
+        labels = tuple(sorted(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:\\.|[^"\\])*)"', label_text)))
+        check((name, labels) not in samples, f"{name}{{{label_text}}} twice")
+        samples[(name, labels)] = value
+        if name.endswith("_bucket"):
+            key = (name, tuple(x for x in labels if x[0] != "le"))
+            check(value >= last_bucket.get(key, 0), f"{line!r}: buckets not cumulative")
+            last_bucket[key] = value
+    for (name, labels), value in samples.items():
+        if name.endswith("_count") and typed.get(name[:-6]) == "histogram":
+            inf = samples.get((name[:-6] + "_bucket", tuple(sorted(labels + (("le", "+Inf"),)))))
+            check(inf == value, f"{name}{labels}: +Inf bucket {inf} != count {value}")
+    return samples
+
+
+def operators_models_and_metrics(srv, c, started, listening, model=NAME):
+    """/v1/models with vLLM's fields and the server's start as `created`; /v1/models/{id};
+    /metrics holding vLLM's names beside linnet's, read by prometheus_client's parser."""
+    import openai
+    from prometheus_client.parser import text_string_to_metric_families
+    listed = c.models.list().data
+    check([m.id for m in listed] == [model], f"models.list: {listed}")
+    card = listed[0]
+    check(started <= card.created <= listening, f"`created` {card.created} is not the server's start "
+                                                f"(between {started} and {listening})")
+    extra = card.model_extra or {}
+    check(extra.get("root") == MODEL and "parent" in extra and extra["parent"] is None and extra.get("max_model_len") == 64,
+          f"vLLM's fields: {extra}")
+    perm = extra.get("permission")
+    check(isinstance(perm, list) and len(perm) == 1 and perm[0]["object"] == "model_permission"
+          and perm[0]["id"].startswith("modelperm-") and perm[0]["allow_sampling"] is True, f"permission: {perm}")
+    got = c.models.retrieve(model)
+    check(got.id == model and got.created == card.created and got.owned_by == card.owned_by, f"models.retrieve: {got}")
+    try:
+        c.models.retrieve("another-model")
+        raise AssertionError("models.retrieve of another model: accepted")
+    except openai.NotFoundError as err:
+        check(err.status_code == 404 and "does not exist" in str(err), str(err))
+    # Some work to count: two completions, one stopped by a stop string, one streamed.
+    c.completions.create(model=model, prompt="Once upon a time", max_tokens=5, temperature=0)
+    list(c.completions.create(model=model, prompt="The cat sat", max_tokens=4, temperature=0, stream=True))
+    st, head, text = call(srv.base, "GET", "/metrics")
+    check(st == 200 and head["Content-Type"].startswith("text/plain; version=0.0.4"), f"/metrics: {st} {head}")
+    samples = strict_exposition(text)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    parsed = [s for f in families.values() for s in f.samples]
+
+    def value(name, **labels):
+        found = [s.value for s in parsed if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        check(len(found) == 1, f"{name}{labels}: {len(found)} samples")
+        return found[0]
+    for name, kind in VLLM_METRICS.items():
+        fam = families.get(name) or families.get(name[:-len("_total")])  # the parser drops a counter's _total
+        check(fam is not None and fam.type == kind, f"{name} ({kind}): {fam}")
+        check(fam.samples and all(s.labels.get("model_name") == model for s in fam.samples),
+              f"{name}: samples without model_name={model!r}: {fam.samples[:3]}")
+    lin = {k[0]: v for k, v in samples.items() if k[0].startswith("linnet_") and not k[1]}
+    check(value("vllm:generation_tokens_total") == lin["linnet_generation_tokens_total"] > 0, "generation tokens")
+    check(value("vllm:prompt_tokens_total") == lin["linnet_prompt_tokens_total"] > 0, "prompt tokens")
+    check(value("vllm:num_requests_running") == lin["linnet_requests_running"], "running")
+    ok = sum(value("vllm:request_success_total", finished_reason=r) for r in ("stop", "length"))
+    check(ok == lin["linnet_requests_finished_total"] >= 2, f"request_success {ok} vs finished")
+    check(value("vllm:request_success_total", finished_reason="abort") == lin["linnet_requests_cancelled_total"], "abort")
+    check(value("vllm:e2e_request_latency_seconds_count") == ok, "e2e count")
+    check(value("vllm:time_to_first_token_seconds_count") == lin["linnet_time_to_first_token_seconds_count"], "ttft")
+    check(value("vllm:inter_token_latency_seconds_count") == lin["linnet_inter_token_latency_seconds_count"], "itl")
+    check(0 <= value("vllm:kv_cache_usage_perc") <= 1, "kv usage in [0, 1]")
+    return samples
+
+
+def case_operators():
+    """What an operator sets, with the openai client and plain HTTP: --api-key (and
+    LINNET_API_KEY) as vLLM's Bearer key on /v1/*, CORS (--allowed-origins, preflights answered),
+    /v1/models with `created` and /v1/models/{id}, vLLM's metric names. Before: --api-key and
+    --allowed-origins were unknown options, /v1/models said created 0, /v1/models/tiny was a
+    404, OPTIONS a 404, and /metrics had no vllm: names."""
+    import openai
+    no_key = {k: v for k, v in os.environ.items() if k != "LINNET_API_KEY"}
+    # 1. No key: everything open, as before; the models list and the metrics.
+    started = int(time.time())
+    with Server(name="operators-open", env=no_key) as srv:
+        listening = int(time.time()) + 1
+        check("no API key" in srv.tail(), f"the start-up log does not say there is no key:\n{srv.tail()}")
+        c = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused", max_retries=0, timeout=60)
+        operators_models_and_metrics(srv, c, started, listening)
+        st, head, _ = call(srv.base, "OPTIONS", "/v1/completions",
+                           {"Origin": "http://app.example", "Access-Control-Request-Method": "POST"})
+        check("Access-Control-Allow-Origin" not in head, f"CORS answered without --allowed-origins: {st} {head}")
+    # 2. A key and one allowed origin.
+    key = "sk-linnet-" + "k3y" * 8
+    origin = "http://app.example"
+    with Server("--api-key", key, "--allowed-origins", json.dumps([origin]), name="operators-key", env=no_key) as srv:
+        log = srv.tail()
+        check("requires an API key (1 key(s) from --api-key" in log and key not in log, f"start-up log:\n{log}")
+        c = openai.OpenAI(base_url=srv.base + "/v1", api_key=key, max_retries=0, timeout=60)
+        r = c.completions.create(model=NAME, prompt="Once upon a time", max_tokens=6, temperature=0)
+        streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+            model=NAME, prompt="Once upon a time", max_tokens=6, temperature=0, stream=True) if ch.choices)
+        check(streamed == r.choices[0].text and r.usage.completion_tokens == 6, f"{streamed!r} vs {r.choices[0].text!r}")
+        check(c.models.retrieve(NAME).id == NAME, "models.retrieve with the key")
+        # A wrong key, or none: 401 {"error": "Unauthorized"}, the client's AuthenticationError.
+        for wrong in ("wrong", key[:-1], key + "x", key.upper()):
+            bad = openai.OpenAI(base_url=srv.base + "/v1", api_key=wrong, max_retries=0, timeout=60)
+            for ask in (lambda: bad.completions.create(model=NAME, prompt="hi", max_tokens=2),
+                        lambda: bad.models.list(), lambda: bad.models.retrieve(NAME)):
+                try:
+                    ask()
+                    raise AssertionError(f"key {wrong!r}: accepted")
+                except openai.AuthenticationError as err:
+                    # The client keeps the body's "error" as err.body.
+                    check(err.status_code == 401 and err.body == "Unauthorized", f"{wrong!r}: {err} {err.body!r}")
+        before = metrics(srv.base)
+        for headers in ({}, {"Authorization": key}, {"Authorization": "Basic " + key}, {"Authorization": "Bearer"},
+                        {"Authorization": "Bearer  " + key}, {"Authorization": "Bearer wrong"}):
+            for path, body in (("/v1/completions", b'{"prompt": "hi", "max_tokens": 2}'),
+                               ("/v1/completions", b"{not json"),  # refused before the body is read as JSON
+                               ("/v1/chat/completions", b'{"messages": "not a list"}')):
+                st, head, text = call(srv.base, "POST", path, dict(headers, **{"Content-Type": "application/json"}), body)
+                check(st == 401 and json.loads(text) == {"error": "Unauthorized"} and head["WWW-Authenticate"] == "Bearer",
+                      f"{headers} {path} {body!r}: {st} {text}")
+        after = metrics(srv.base)
+        for k in ("linnet_prompt_tokens_total", "linnet_requests_finished_total", "linnet_generation_tokens_total"):
+            check(after[k] == before[k], f"refused requests cost model work: {k} {before[k]} -> {after[k]}")
+        # The scheme in any case, as vLLM; the routes outside /v1 stay open.
+        st, _, text = call(srv.base, "POST", "/v1/completions", {"Authorization": "bEaReR " + key},
+                           {"prompt": "hi", "max_tokens": 2})
+        check(st == 200 and json.loads(text)["usage"]["completion_tokens"] == 2, f"bearer in another case: {st} {text}")
+        for method, path, body in (("GET", "/health", None), ("GET", "/metrics", None),
+                                   ("POST", "/tokenize", {"prompt": "hi"}), ("POST", "/detokenize", {"tokens": [5]})):
+            st, _, text = call(srv.base, method, path, {}, body)
+            check(st == 200, f"{path} without a key: {st} {text[:200]}")
+        # CORS: a preflight needs no key and is answered 200 for the allowed origin, 400 otherwise.
+        st, head, text = call(srv.base, "OPTIONS", "/v1/chat/completions",
+                              {"Origin": origin, "Access-Control-Request-Method": "POST",
+                               "Access-Control-Request-Headers": "authorization, content-type"})
+        check(st == 200 and text == "OK" and head["Access-Control-Allow-Origin"] == origin
+              and "POST" in head["Access-Control-Allow-Methods"]
+              and head["Access-Control-Allow-Headers"] == "authorization, content-type"
+              and head["Access-Control-Max-Age"] == "600" and head["Vary"] == "Origin", f"preflight: {st} {head} {text}")
+        st, head, text = call(srv.base, "OPTIONS", "/v1/completions",
+                              {"Origin": "http://evil.example", "Access-Control-Request-Method": "POST"})
+        check(st == 400 and text == "Disallowed CORS origin" and "Access-Control-Allow-Origin" not in head,
+              f"preflight from another origin: {st} {head} {text}")
+        # Answers to the allowed origin name it, streams and 401s too; another origin's get nothing.
+        st, head, text = call(srv.base, "POST", "/v1/completions",
+                              {"Origin": origin, "Authorization": "Bearer " + key, "Content-Type": "application/json"},
+                              {"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "stream": True})
+        check(st == 200 and head["Access-Control-Allow-Origin"] == origin and head["Content-Type"] == "text/event-stream"
+              and text.rstrip().endswith("data: [DONE]"), f"a stream to a browser: {st} {head} {text[-200:]}")
+        chunks = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("data: {")]
+        check("".join(ch["choices"][0]["text"] for ch in chunks) == r.choices[0].text, "the stream's text")
+        st, head, _ = call(srv.base, "GET", "/v1/models", {"Origin": origin})
+        check(st == 401 and head["Access-Control-Allow-Origin"] == origin, f"a 401 to a browser: {st} {head}")
+        st, head, _ = call(srv.base, "GET", "/v1/models", {"Origin": "http://evil.example", "Authorization": "Bearer " + key})
+        check(st == 200 and "Access-Control-Allow-Origin" not in head, f"another origin: {st} {head}")
+        # The same with curl, as docs/serve.md shows it.
+        curl = lambda *a: subprocess.run(["curl", "-sS", "--max-time", "60", *a], capture_output=True, text=True, timeout=90)
+        r = curl("-H", f"Authorization: Bearer {key}", srv.base + "/v1/models")
+        check(r.returncode == 0 and json.loads(r.stdout)["data"][0]["id"] == NAME, f"curl with the key: {r.stdout} {r.stderr}")
+        r = curl("-w", "%{http_code}", srv.base + "/v1/models")
+        check(r.stdout == '{"error":"Unauthorized"}401', f"curl without the key: {r.stdout!r}")
+        r = curl("-D", "-", "-X", "OPTIONS", "-H", f"Origin: {origin}", "-H", "Access-Control-Request-Method: POST",
+                 srv.base + "/v1/completions")
+        check(r.stdout.startswith("HTTP/1.1 200") and f"Access-Control-Allow-Origin: {origin}" in r.stdout, f"curl preflight: {r.stdout}")
+        r = curl("-N", "-D", "-", "-H", f"Authorization: Bearer {key}", "-H", f"Origin: {origin}", srv.base + "/v1/completions",
+                 "-d", json.dumps({"prompt": "Once upon a time", "max_tokens": 6, "temperature": 0, "stream": True}))
+        check(f"Access-Control-Allow-Origin: {origin}" in r.stdout and r.stdout.rstrip().endswith("data: [DONE]"),
+              f"curl stream: {r.stdout[-300:]}")
+    # 3. LINNET_API_KEY, two --api-key keys, any origin, a model name with a slash.
+    env = dict(os.environ, LINNET_API_KEY="from-the-environment")
+    with Server("--allowed-origins", "*", name="operators-env", env=env, model_name="org/tiny") as srv:
+        check("1 key(s) from LINNET_API_KEY" in srv.tail(), f"start-up log:\n{srv.tail()}")
+        c = openai.OpenAI(base_url=srv.base + "/v1", api_key="from-the-environment", max_retries=0, timeout=60)
+        check(c.models.retrieve("org/tiny").id == "org/tiny", "models.retrieve of a name with a slash")
+        for path in ("/v1/models/org/tiny", "/v1/models/org%2Ftiny"):
+            st, _, text = call(srv.base, "GET", path, {"Authorization": "Bearer from-the-environment"})
+            check(st == 200 and json.loads(text)["id"] == "org/tiny", f"{path}: {st} {text}")
+        st, head, _ = call(srv.base, "OPTIONS", "/v1/completions",
+                           {"Origin": "http://any.example", "Access-Control-Request-Method": "POST",
+                            "Access-Control-Request-Headers": "Authorization"})
+        check(st == 200 and head["Access-Control-Allow-Origin"] == "*" and head["Access-Control-Allow-Headers"] == "Authorization",
+              f"preflight with '*': {st} {head}")
+        st, head, _ = call(srv.base, "GET", "/health", {"Origin": "http://any.example"})
+        check(st == 200 and head["Access-Control-Allow-Origin"] == "*", f"'*' on an answer: {head}")
+        st, _, _ = call(srv.base, "GET", "/v1/models", {"Authorization": "Bearer " + key})
+        check(st == 401, "another server's key accepted")
+    with Server("--api-key", "first", "second", name="operators-two", env=env) as srv:
+        check("2 key(s) from --api-key" in srv.tail(), "--api-key wins over LINNET_API_KEY")
+        for k, want in (("first", 200), ("second", 200), ("from-the-environment", 401)):
+            st, _, _ = call(srv.base, "GET", "/v1/models", {"Authorization": "Bearer " + k})
+            check(st == want, f"key {k!r}: {st}, not {want}")
+    # 4. Options that cannot work are refused before the model loads (exit 2, the option named).
+    for args, words in ((["--api-key", ""], "--api-key is empty"),
+                        (["--allowed-methods", '["GET"]'], "does nothing without --allowed-origins"),
+                        (["--allowed-origins", "[1]"], "--allowed-origins must be a JSON list of strings")):
+        r = subprocess.run([LINNET, "serve", "--checkpoint", MODEL, "--port", "0", *args], capture_output=True, text=True,
+                           timeout=60)
+        check(r.returncode == 2 and words in r.stderr, f"{args}: exit {r.returncode} {r.stderr[-300:]}")
+    # 5. The warning for a server that would listen beyond this host without a key: said before it
+    # binds, so an address that is not this host's (TEST-NET-1) shows it without opening anything.
+    for args, env, warned in (([], no_key, True), (["--api-key", "k"], no_key, False), ([], env, False)):
+        r = subprocess.run([LINNET, "serve", "--checkpoint", MODEL, "--port", "0", "--backend", "cpu", "--host", "192.0.2.1",
+                            *args], capture_output=True, text=True, timeout=120, env=env)
+        check(r.returncode != 0 and "cannot listen on 192.0.2.1" in r.stderr, f"{args}: {r.returncode} {r.stderr[-300:]}")
+        check(("is not a loopback address and there is no API key" in r.stderr) == warned, f"{args}: the warning {'missing' if warned else 'given'}: "
+                                                            f"{r.stderr[-500:]}")
+    print("operators: the key (option, environment, two keys; wrong and missing ones 401 with no model work), CORS "
+          "(preflights, streams, 401s), /v1/models/{id} and `created`, vLLM's metric names through prometheus_client, "
+          "the warning for a non-loopback host without a key")
+
+
 CASES = {
     "clients": case_clients,
     "body_limits": case_body_limits,
     "slow_clients": case_slow_clients,
+    "operators": case_operators,
     "stories15M": case_stories15m,
     "openai": case_openai,
     "lm_eval": case_lm_eval,
