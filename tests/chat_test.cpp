@@ -413,6 +413,22 @@ TEST(ChatCli, ApplyChatTemplatePrintsTheTextExactly) {
             std::string::npos) << r.errors;
 }
 
+// A checkpoint without a chat template: what to give instead, as the server says it (issue 35).
+TEST(ChatCli, ApplyChatTemplateWithoutOneSaysToGiveOne) {
+  const fs::path d = fresh_dir("apply-none");
+  write_text(d / "msgs.json", json(kHello).dump());
+  const fs::path plain = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+  auto r = linnet_run({"apply-chat-template", "--checkpoint", plain.string(), "--messages", (d / "msgs.json").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find(plain.string() + ": no chat template (none in tokenizer_config.json"), std::string::npos)
+      << r.errors;
+  EXPECT_NE(r.errors.find("; give one with --template FILE"), std::string::npos) << r.errors;
+  write_text(d / "t.jinja", kTemplate);
+  r = linnet_run({"apply-chat-template", "--checkpoint", plain.string(), "--messages", (d / "msgs.json").string(),
+                  "--template", (d / "t.jinja").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+}
+
 TEST(ChatCli, GenerateTakesMessagesLines) {
   const fs::path d = fresh_dir("generate");
   const std::string ckpt = chat_model().string();
