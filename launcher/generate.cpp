@@ -145,7 +145,7 @@ int cmd_generate(const Args& args) {
   std::set<std::string> keys = {"id",   "text", "tokens", "messages", "max_new_tokens", "temperature", "top_k", "top_p",
                                 "seed", "stop", "ignore_eos"};
   keys.insert(std::begin(kChatKeys), std::end(kChatKeys));
-  auto lines = read_input_lines(in_path, keys);
+  auto lines = read_job_input(in_path, ranks, keys);
   std::vector<Prompt> prompts(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     if (!lines[i].error.empty()) continue;

@@ -30,6 +30,9 @@ struct LineIds {
 // that is one JSON array (not JSON Lines) is refused as a whole.
 std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys,
                                         const LineIds& ids = {});
+// The same over text already read (`path` names it in the errors).
+std::vector<InputLine> parse_input_lines(const std::string& text, const std::string& path,
+                                         const std::set<std::string>& keys, const LineIds& ids = {});
 
 // What to do with a line that cannot be run: stop before any work (the default), or skip it,
 // writing {"id", "error"} in its place, and go on.

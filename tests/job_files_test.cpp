@@ -282,6 +282,52 @@ TEST(JobFiles, OutputToAPipeOrFifoIsWrittenAsAStream) {
   }
 }
 
+// issue 35: `--output -` wrote a file named `-`. Now "-" is stdout for --output/-o (written as
+// a stream, the summary on stderr) and stdin for --prompts/--data/-i, under mpirun too (world
+// rank 0 reads it and hands it on: mpirun gives stdin to rank 0 alone).
+TEST(JobFiles, DashIsStdoutForOutputsAndStdinForInputs) {
+  const fs::path d = fresh_dir("dash");
+  write_text(d / "in.jsonl", prompts(5));
+  write_text(d / "batch.jsonl", batch_lines(3));
+  struct Case {
+    const char* name;
+    std::vector<std::string> (*args)(const fs::path&, const fs::path&, std::vector<std::string>);
+    fs::path in;
+    size_t lines;
+  };
+  for (const Case& c : {Case{"generate", gen, d / "in.jsonl", 5}, Case{"eval", ev, d / "in.jsonl", 5},
+                        Case{"run-batch", batch, d / "batch.jsonl", 3}}) {
+    SCOPED_TRACE(c.name);
+    // Both ends: `linnet … < in - > out -`, run in d, where a file named "-" would appear.
+    const fs::path piped = d / (std::string(c.name) + "-dash.jsonl"), file = d / (std::string(c.name) + "-file.jsonl");
+    auto r = run_command({"/bin/bash", "-c", "cd '" + d.string() + "' && " + shell_line(c.args("-", "-", {})) + " < '" +
+                                                 c.in.string() + "' | cat > '" + piped.string() + "'"},
+                         60, true);
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    EXPECT_FALSE(fs::exists(d / "-")) << "a file named '-' was written";
+    const auto lines = linnet::testing::read_jsonl(piped);  // results only: the summary went to stderr
+    EXPECT_EQ(lines.size(), c.lines);
+    EXPECT_NE(r.errors.find(std::string(c.name) + ": "), std::string::npos) << "the summary goes to stderr: " << r.errors;
+    // The same lines as a file run gives.
+    r = linnet_run(c.args(c.in, file, {}));
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    if (std::string(c.name) != "run-batch") EXPECT_EQ(slurp(piped), slurp(file));  // run-batch's lines hold a time
+    else EXPECT_EQ(linnet::testing::read_jsonl(file).size(), c.lines);
+    // --resume needs a file it can read back.
+    r = run_command({"/bin/bash", "-c", shell_line(c.args(c.in, "-", {"--resume"})) + " | cat"}, 60, true);
+    EXPECT_EQ(r.exit_code, 1) << r.errors;
+    EXPECT_NE(r.errors.find("--output - (stdout) is not a regular file"), std::string::npos) << r.errors;
+  }
+  // Under mpirun, two shards: stdin reaches rank 0 only; the lines are the same.
+  if (linnet::testing::find_mpirun().empty()) GTEST_SKIP() << "mpirun not found";
+  const fs::path two = d / "two.jsonl";
+  std::string cmd = "'" + linnet::testing::find_mpirun() + "' -np 2 --oversubscribe '" + std::string(LINNET_BINARY) + "'";
+  for (const auto& a : gen("-", two, {"--tp", "2"})) cmd += " '" + a + "'";
+  auto r = run_command({"/bin/bash", "-c", cmd + " < '" + (d / "in.jsonl").string() + "'"}, 120, true);
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_EQ(slurp(two), slurp(d / "generate-file.jsonl"));
+}
+
 // issue 34 item 10. Before: `run-batch --resume` with the input as its output took the requests
 // for answers and exited 0 having done nothing; --overwrite would have truncated the input.
 TEST(JobFiles, AnOutputThatIsTheInputIsRefused) {
