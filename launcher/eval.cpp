@@ -212,7 +212,7 @@ int cmd_eval(const Args& args) {
       lines[i].error = str(in_path, ":", lines[i].line, ": ", e.what());
     }
   }
-  report_input_errors(in_path, lines, on_error);
+  report_input_errors(in_path, lines, on_error, ranks.world_rank() == 0);
   JobOutput out(vm["output"].as<std::string>(), in_path, output_policy(vm), ranks, lines);
 
   // This replica's windows, in its lines' order. The model needs no cache for packed scoring:

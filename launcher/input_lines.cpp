@@ -79,13 +79,14 @@ std::vector<InputLine> parse_input_lines(const std::string& text, const std::str
 }
 
 
-void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy) {
+void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy, bool log) {
   size_t bad = 0;
   const InputLine* first = nullptr;
   for (const auto& l : lines) {
     if (l.error.empty()) continue;
     ++bad;
     if (!first) first = &l;
+    if (!log) continue;
     if (policy == OnError::skip) spdlog::warn("{} (skipped)", l.error);
     else if (bad > 1) spdlog::error("{}", l.error);
   }

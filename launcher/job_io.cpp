@@ -243,6 +243,10 @@ void JobOutput::put(size_t index, const nlohmann::ordered_json& result) {
   write_ready();
 }
 
+void JobOutput::warn_line(const std::string& message) const {
+  if (writer_) spdlog::warn("{}", message);
+}
+
 void JobOutput::write_ready() {
   for (auto it = pending_.find(next_); it != pending_.end(); it = pending_.find(++next_)) {
     if (file_) {

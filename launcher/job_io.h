@@ -52,6 +52,9 @@ class JobOutput {
 
   // The result of lines[index] (one of mine()): written as soon as every earlier one of mine is.
   void put(size_t index, const nlohmann::ordered_json& result);
+  // Why one of mine() ended in an error, as a warning: logged once, by the rank that writes
+  // the line (every shard of the replica knows it; under mpirun each would repeat it).
+  void warn_line(const std::string& message) const;
   // After every put: merges the replicas' parts (collective over the world).
   void finish();
   // On world rank 0 after finish(): the output lines this run wrote (not those --resume kept).

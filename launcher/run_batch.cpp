@@ -158,8 +158,8 @@ int cmd_run_batch(const Args& args) {
   for (size_t i : out.mine()) {
     if (batch[i].status != 0) {
       const std::string why = batch[i].error.value("message", std::string());
-      if (batch[i].answered) spdlog::warn("{}:{}: {} (the other lines carry on)", in_path, lines[i].line, why);
-      else spdlog::warn("{} (the other lines carry on)", why);
+      out.warn_line(batch[i].answered ? str(in_path, ":", lines[i].line, ": ", why, " (the other lines carry on)")
+                                      : str(why, " (the other lines carry on)"));
       out.put(i, error_line(lines[i], batch[i]));
       continue;
     }
