@@ -33,6 +33,14 @@ void require_regular_file(const std::string& path, const std::string& what) {
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  if (is_std_stream(path)) {
+    std::string text;
+    char buf[1 << 16];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) text.append(buf, n);
+    if (std::ferror(stdin)) throw Error(str("stdin: read error in ", what, ": ", std::strerror(errno)));
+    return text;
+  }
   require_regular_file(path, what);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw Error(str(path, ": cannot open ", what, ": ", std::strerror(errno)));
@@ -159,6 +167,16 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what) 
 
 OutputFile::OutputFile(std::string path, const char* mode, std::string what)
     : path_(std::move(path)), what_(std::move(what)) {
+  if (is_std_stream(path_)) {
+    const int fd = ::dup(STDOUT_FILENO);
+    file_ = fd < 0 ? nullptr : ::fdopen(fd, "w");
+    if (!file_) {
+      const int err = errno;
+      if (fd >= 0) ::close(fd);
+      fail("cannot open", err);
+    }
+    return;
+  }
   file_ = std::fopen(path_.c_str(), mode);
   if (!file_) fail("cannot open", errno);
 }
@@ -168,7 +186,8 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::fail(const char* doing, int err) {
-  throw Error(str(path_, ": ", doing, " ", what_, ": ", std::strerror(err), " (errno ", err, ")"));
+  throw Error(str(is_std_stream(path_) ? "stdout" : path_, ": ", doing, " ", what_, ": ", std::strerror(err), " (errno ",
+                  err, ")"));
 }
 
 void OutputFile::write(std::string_view bytes) {

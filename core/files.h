@@ -13,9 +13,13 @@ namespace linnet {
 // Deeper JSON than any real config, calls, index or tokenizer file needs.
 constexpr int kMaxJsonDepth = 64;
 
+// "-" as a file's path is the process's standard input where linnet reads, its standard
+// output where it writes (as for most command-line tools).
+inline bool is_std_stream(const std::string& path) { return path == "-"; }
+
 // Throws unless path names a regular file (after symlinks): "<path>: <what> is a directory".
 void require_regular_file(const std::string& path, const std::string& what);
-// The whole file; checks it is regular first.
+// The whole file; checks it is regular first. "-": all of stdin.
 std::string read_text_file(const std::string& path, const std::string& what);
 // JSON text, refusing nesting deeper than kMaxJsonDepth; errors start with `source`.
 nlohmann::json parse_json(const std::string& text, const std::string& source);
@@ -35,7 +39,8 @@ nlohmann::json read_json_file(const std::string& path, const std::string& what);
 // drop a last line without its newline).
 class OutputFile {
  public:
-  // mode: "w" (truncate) or "a" (append).
+  // mode: "w" (truncate) or "a" (append). "-": stdout (through a descriptor of its own, so
+  // closing this leaves stdout open).
   OutputFile(std::string path, const char* mode, std::string what);
   ~OutputFile();  // closes without checking: call close() to know
   OutputFile(const OutputFile&) = delete;

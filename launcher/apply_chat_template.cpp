@@ -57,7 +57,15 @@ int cmd_apply_chat_template(const Args& args) {
     if (std::filesystem::exists(t, ec)) override_file = t;
     else name = t;
   }
-  const ChatTemplate chat = ChatTemplate::load(dir, override_file);
+  const ChatTemplate chat = [&] {
+    try {
+      return ChatTemplate::load(dir, override_file);
+    } catch (const Error& e) {
+      if (!override_file.empty()) throw;
+      // As the server says it (with its own option's name): what to give instead.
+      throw Error(str(e.what(), "; give one with --template FILE"));
+    }
+  }();
   if (const std::string p = chat.problem(); !p.empty())
     throw Error(str(override_file.empty() ? dir : override_file, ": the chat template does not parse: ", p));
   auto tok = load_tokenizer(dir);

@@ -199,7 +199,7 @@ int cmd_eval(const Args& args) {
   const TokenId bos = tok->bos_id();
   const Encoder encoder{*tok, add_bos_from(vm, dir, *tok), bos >= 0 ? tok->decode(std::vector<TokenId>{bos}) : "",
                         config.vocab};
-  auto lines = read_input_lines(in_path, {"id", "text", "context", "continuation", "context_tokens", "continuation_tokens"});
+  auto lines = read_job_input(in_path, ranks, {"id", "text", "context", "continuation", "context_tokens", "continuation_tokens"});
   std::vector<engine::Window> windows;
   std::vector<Task> tasks(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
@@ -212,7 +212,7 @@ int cmd_eval(const Args& args) {
       lines[i].error = str(in_path, ":", lines[i].line, ": ", e.what());
     }
   }
-  report_input_errors(in_path, lines, on_error);
+  report_input_errors(in_path, lines, on_error, ranks.world_rank() == 0);
   JobOutput out(vm["output"].as<std::string>(), in_path, output_policy(vm), ranks, lines);
 
   // This replica's windows, in its lines' order. The model needs no cache for packed scoring:

@@ -153,7 +153,7 @@ int cmd_generate(const Args& args) {
   const int64_t max_seq = cmd.max_seq();
   const auto names = engine::field_names(engine::Route::generate_line);  // engine/request_fields.cpp
   const std::set<std::string> keys(names.begin(), names.end());
-  auto lines = read_input_lines(in_path, keys);
+  auto lines = read_job_input(in_path, ranks, keys);
   std::vector<Prompt> prompts(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {
     if (!lines[i].error.empty()) continue;
@@ -165,7 +165,7 @@ int cmd_generate(const Args& args) {
       lines[i].error = e.what();
     }
   }
-  report_input_errors(in_path, lines, on_error);
+  report_input_errors(in_path, lines, on_error, ranks.world_rank() == 0);
   JobOutput out(vm["output"].as<std::string>(), in_path, output_policy(vm), ranks, lines);
 
   // The pool: what this replica's requests can use at once, within the memory given to it.
@@ -188,7 +188,7 @@ int cmd_generate(const Args& args) {
       continue;
     }
     if (!prompts[i].chat_error.empty()) {  // a bad conversation
-      spdlog::warn("{} (the other prompts carry on)", prompts[i].chat_error);
+      out.warn_line(prompts[i].chat_error + " (the other prompts carry on)");
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", prompts[i].chat_error}});
       ++finished;
       continue;
@@ -196,7 +196,7 @@ int cmd_generate(const Args& args) {
     const std::string why = gen.submit(prompts[i].request);
     if (!why.empty()) {
       const std::string msg = str(in_path, ":", lines[i].line, ": ", why);
-      spdlog::warn("{} (the other prompts carry on)", msg);
+      out.warn_line(msg + " (the other prompts carry on)");
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", msg}});
       ++finished;
       continue;

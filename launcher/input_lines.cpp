@@ -13,7 +13,11 @@ using nlohmann::json;
 
 std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys,
                                         const LineIds& ids) {
-  const std::string text = read_text_file(path, "input");
+  return parse_input_lines(read_text_file(path, "input"), path, keys, ids);
+}
+
+std::vector<InputLine> parse_input_lines(const std::string& text, const std::string& path,
+                                         const std::set<std::string>& keys, const LineIds& ids) {
   // A JSON array (pretty-printed or on one line) would otherwise read as a line of errors each.
   const size_t first = text.find_first_not_of(" \t\r\n");
   bool array = false;
@@ -75,13 +79,14 @@ std::vector<InputLine> read_input_lines(const std::string& path, const std::set<
 }
 
 
-void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy) {
+void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy, bool log) {
   size_t bad = 0;
   const InputLine* first = nullptr;
   for (const auto& l : lines) {
     if (l.error.empty()) continue;
     ++bad;
     if (!first) first = &l;
+    if (!log) continue;
     if (policy == OnError::skip) spdlog::warn("{} (skipped)", l.error);
     else if (bad > 1) spdlog::error("{}", l.error);
   }

@@ -30,13 +30,17 @@ struct LineIds {
 // that is one JSON array (not JSON Lines) is refused as a whole.
 std::vector<InputLine> read_input_lines(const std::string& path, const std::set<std::string>& keys,
                                         const LineIds& ids = {});
+// The same over text already read (`path` names it in the errors).
+std::vector<InputLine> parse_input_lines(const std::string& text, const std::string& path,
+                                         const std::set<std::string>& keys, const LineIds& ids = {});
 
 // What to do with a line that cannot be run: stop before any work (the default), or skip it,
 // writing {"id", "error"} in its place, and go on.
 enum class OnError { stop, skip };
 // Applies --on-error to the lines' errors: throws the first (with every error logged) for
-// stop; logs each as a warning for skip.
-void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy);
+// stop; logs each as a warning for skip. Every rank reads the same lines: only the one with
+// `log` set (world rank 0) logs them.
+void report_input_errors(const std::string& path, const std::vector<InputLine>& lines, OnError policy, bool log);
 
 // "generate: …" / "eval: …" end: the exit code of a run whose every line was written — 0, or
 // kExitSomeLinesFailed when any of them is an error line (docs/cli.md).

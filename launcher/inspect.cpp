@@ -136,7 +136,7 @@ int cmd_inspect(const Args& args) {
   // The card alone is byte-for-byte what the seed shows; the per-rank sizes follow only
   // when a sizing option was given, so `inspect` without one reproduces the card exactly.
   const bool sizing = vm.count("shards") || !vm["batch"].defaulted() || !vm["max-seq"].defaulted() ||
-                      !vm["page-size"].defaulted() || !vm["backend"].defaulted() || vm.count("dtype") ||
+                      vm.count("page-size") || !vm["backend"].defaulted() || vm.count("dtype") ||
                       !vm["moe-sharding"].defaulted();
   std::string out = "linnet inspect " + dir + "\n\n" + render_card(config, g);
   std::string backend = vm["backend"].as<std::string>();

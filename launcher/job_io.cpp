@@ -20,6 +20,23 @@ namespace linnet::cli {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+// ---- input ----
+
+std::vector<InputLine> read_job_input(const std::string& path, Ranks& ranks, const std::set<std::string>& keys,
+                                      const LineIds& ids) {
+  if (!is_std_stream(path)) return read_input_lines(path, keys, ids);
+  std::string text;  // "T" and the text, or "E" and why it could not be read
+  if (ranks.world_rank() == 0) try {
+      text = read_text_file(path, "input");
+      text.insert(text.begin(), 'T');
+    } catch (const std::exception& e) {
+      text = str("E", e.what());
+    }
+  ranks.world_broadcast(text);
+  if (text.empty() || text[0] != 'T') throw Error(text.empty() ? "stdin: no input" : text.substr(1));
+  return parse_input_lines(text.substr(1), path, keys, ids);
+}
+
 // ---- output ----
 
 void add_output_options(po::options_description& desc) {
@@ -135,20 +152,23 @@ JobOutput::JobOutput(const std::string& path, const std::string& input_path, Out
   // this run finishes), replaced with --overwrite, refused otherwise.
   std::string problem;
   std::error_code ec;
-  stream_ = fs::exists(path, ec) && !fs::is_regular_file(path, ec);
+  stream_ = is_std_stream(path) || (fs::exists(path, ec) && !fs::is_regular_file(path, ec));
   if (ranks.world_rank() == 0) {
     try {
       // The same file twice (a path, a link, /dev/stdin and /dev/stdout on one file): writing
-      // would destroy the input, and --resume would take the requests for their answers.
-      if (fs::exists(path, ec) && fs::exists(input_path, ec) && fs::equivalent(path, input_path, ec))
+      // would destroy the input, and --resume would take the requests for their answers. ("-"
+      // for either: the shell opened them, and the input is read whole before a line is written.)
+      if (!is_std_stream(path) && !is_std_stream(input_path) && fs::exists(path, ec) && fs::exists(input_path, ec) &&
+          fs::equivalent(path, input_path, ec))
         throw UsageError(str(path, ": the output is the input file (", input_path,
                              "); give another output path"));
       if (stream_ && (policy.resume || replicas > 1))
-        throw Error(str(path, ": --output is not a regular file; --resume and several replicas need one (they "
-                        "read it back and merge into it)"));
-      const auto parts = part_files(path);
+        throw Error(str(is_std_stream(path) ? "--output - (stdout)" : path + ": --output",
+                        " is not a regular file; --resume and several replicas need one (they read it back and "
+                        "merge into it)"));
+      const auto parts = stream_ ? std::vector<std::string>{} : part_files(path);
       if (!policy.resume && !policy.overwrite) {
-        std::string held = holds_bytes(path) ? path : "";
+        std::string held = !stream_ && holds_bytes(path) ? path : "";
         for (const auto& p : parts)
           if (held.empty() && holds_bytes(p)) held = p;
         if (!held.empty())
@@ -223,6 +243,10 @@ void JobOutput::put(size_t index, const nlohmann::ordered_json& result) {
   write_ready();
 }
 
+void JobOutput::warn_line(const std::string& message) const {
+  if (writer_) spdlog::warn("{}", message);
+}
+
 void JobOutput::write_ready() {
   for (auto it = pending_.find(next_); it != pending_.end(); it = pending_.find(++next_)) {
     if (file_) {
@@ -246,6 +270,7 @@ void JobOutput::finish() {
     file_.reset();
   }
   ranks_.world_barrier();
+  if (stream_) return;  // one replica, no --resume: nothing to merge
   const auto parts = part_files(path_);
   if (ranks_.world_rank() != 0 || (parts.empty() && !policy_.resume)) return;
   // OUT, every part, this run's and a killed run's: each id once, in input order (then lines
@@ -287,6 +312,7 @@ std::vector<json> JobOutput::results_of_this_run() const {
 }
 
 std::FILE* JobOutput::summary_stream() const {
+  if (is_std_stream(path_)) return stderr;
   struct stat out{}, std_out{};
   if (::fstat(STDOUT_FILENO, &std_out) == 0 && ::stat(path_.c_str(), &out) == 0 && out.st_dev == std_out.st_dev &&
       out.st_ino == std_out.st_ino)

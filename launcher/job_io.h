@@ -20,6 +20,11 @@ namespace linnet::cli {
 
 class Ranks;
 
+// The input lines of a job (read_input_lines): every rank reads the file itself; "-" (stdin,
+// which mpirun hands to world rank 0 alone) is read by world rank 0 and sent to the others.
+std::vector<InputLine> read_job_input(const std::string& path, Ranks& ranks, const std::set<std::string>& keys,
+                                      const LineIds& ids = {});
+
 // What to do with an OUT that already holds lines (docs/usage.md): refuse (the default),
 // --overwrite it, or --resume from it — rerunning the lines that ended in an error unless
 // --resume-keep-errors.
@@ -35,8 +40,8 @@ class JobOutput {
   // id_key: the key of an output line that holds its input line's id ("id"; run-batch's
   // "custom_id"). An output line is an error line when its "error" is there and not null.
   // input_path: the file the lines came from (an output that is the input is refused). An output
-  // that is not a regular file (a pipe, a FIFO, /dev/stdout) is written as a stream: no
-  // --resume from it, and this run's results are kept in memory instead of read back.
+  // that is not a regular file (a pipe, a FIFO, /dev/stdout, "-" for stdout) is written as a
+  // stream: no --resume from it, and this run's results are kept in memory instead of read back.
   JobOutput(const std::string& path, const std::string& input_path, OutputPolicy policy, Ranks& ranks,
             const std::vector<InputLine>& lines, std::string id_key = "id");
   ~JobOutput();
@@ -47,12 +52,15 @@ class JobOutput {
 
   // The result of lines[index] (one of mine()): written as soon as every earlier one of mine is.
   void put(size_t index, const nlohmann::ordered_json& result);
+  // Why one of mine() ended in an error, as a warning: logged once, by the rank that writes
+  // the line (every shard of the replica knows it; under mpirun each would repeat it).
+  void warn_line(const std::string& message) const;
   // After every put: merges the replicas' parts (collective over the world).
   void finish();
   // On world rank 0 after finish(): the output lines this run wrote (not those --resume kept).
   std::vector<nlohmann::json> results_of_this_run() const;
   // Where the command's summary line goes: stderr when the output is this process's stdout
-  // (the summary would land among the results), else stdout.
+  // ("-", or a path to the same file; the summary would land among the results), else stdout.
   std::FILE* summary_stream() const;
 
  private:

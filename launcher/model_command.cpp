@@ -1,5 +1,7 @@
 #include "launcher/model_command.h"
 
+#include <spdlog/spdlog.h>
+
 #include "checkpoint/hf_config.h"
 #include "checkpoint/presets.h"
 #include "launcher/options.h"
@@ -30,6 +32,12 @@ ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer
   } else {
     c.source = vm["checkpoint"].as<std::string>();
     c.config = load_hf_config(c.source);
+  }
+  if (c.options.page_size == 0) {  // resolved once here, so the pool, the server and eval see the bound value
+    c.options.page_size = default_page_size(c.max_seq());
+    if (c.options.page_size != kDefaultPageSize)
+      spdlog::info("PageSize {}: MaxSeq {} is below the default page size {} (--page-size chooses another)",
+                   c.options.page_size, c.max_seq(), kDefaultPageSize);
   }
   if (with_tokenizer) c.tok = load_tokenizer(c.source);
   if (with_chat) {

@@ -170,7 +170,7 @@ void add_run_options(po::options_description& desc) {
   desc.add_options()
       ("batch", po::value<int64_t>()->default_value(1), "Batch: rows of the KV cache")
       ("max-seq", po::value<int64_t>()->default_value(0), "MaxSeq: positions per cache row (0: max_position_embeddings)")
-      ("page-size", po::value<int64_t>()->default_value(64), "PageSize for the paged entries")
+      ("page-size", po::value<int64_t>(), "PageSize for the paged entries (default: 64, or MaxSeq when that is smaller)")
       ("shards", po::value<int64_t>(), "Shards: tensor-parallel group size (default: ranks per replica)")
       ("dtype", po::value<std::string>(), "T: bf16, f16 or f32 (default: the checkpoint's torch_dtype)")
       ("threads", po::value<int>()->default_value(0), "CPU threads per rank (0: the node's cores shared among its ranks)")
@@ -183,7 +183,7 @@ RunOptions run_options(const po::variables_map& vm) {
   RunOptions o;
   o.batch = vm["batch"].as<int64_t>();
   o.max_seq = vm["max-seq"].as<int64_t>();
-  o.page_size = vm["page-size"].as<int64_t>();
+  o.page_size = vm.count("page-size") ? positive_option(vm, "page-size") : 0;  // 0: default_page_size
   o.shards = vm.count("shards") ? positive_option(vm, "shards") : 0;  // 0: the shard group's size
   if (vm.count("dtype")) {
     const std::string t = vm["dtype"].as<std::string>();

@@ -109,7 +109,7 @@ int cmd_run_batch(const Args& args) {
 
   // Every line checked as the server checks a request, before the weights load.
   const std::string in_path = vm["input-file"].as<std::string>(), out_path = vm["output-file"].as<std::string>();
-  auto lines = read_input_lines(in_path, {"custom_id", "method", "url", "body"}, LineIds{"custom_id", true});
+  auto lines = read_job_input(in_path, ranks, {"custom_id", "method", "url", "body"}, LineIds{"custom_id", true});
   std::vector<BatchLine> batch(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) batch[i] = read_line(lines[i], str(in_path, ":", lines[i].line), tok, served);
   JobOutput out(out_path, in_path, output_policy(vm), ranks, lines, "custom_id");
@@ -158,8 +158,8 @@ int cmd_run_batch(const Args& args) {
   for (size_t i : out.mine()) {
     if (batch[i].status != 0) {
       const std::string why = batch[i].error.value("message", std::string());
-      if (batch[i].answered) spdlog::warn("{}:{}: {} (the other lines carry on)", in_path, lines[i].line, why);
-      else spdlog::warn("{} (the other lines carry on)", why);
+      out.warn_line(batch[i].answered ? str(in_path, ":", lines[i].line, ": ", why, " (the other lines carry on)")
+                                      : str(why, " (the other lines carry on)"));
       out.put(i, error_line(lines[i], batch[i]));
       continue;
     }

@@ -10,6 +10,10 @@ int64_t Generics::vocab_valid(int64_t s) const {
   return std::clamp<int64_t>(vocab - vocab_begin(s), 0, vocab_per_shard());
 }
 
+int64_t default_page_size(int64_t max_seq) {
+  return max_seq > 0 && max_seq < kDefaultPageSize ? max_seq : kDefaultPageSize;
+}
+
 const char* moe_sharding_name(MoeSharding s) { return s == MoeSharding::expert ? "expert" : "tensor"; }
 
 Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
@@ -28,7 +32,7 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   g.batch = o.batch;
   g.max_seq = o.max_seq > 0 ? o.max_seq : c.max_position;
   g.shards = o.shards == 0 ? 1 : o.shards;  // unresolved (no shard group): one
-  g.page_size = o.page_size;
+  g.page_size = o.page_size == 0 ? default_page_size(g.max_seq) : o.page_size;
   g.t = o.dtype.value_or(c.dtype);
   if (!is_float(g.t)) throw Error(str("T must be a float dtype, got ", dtype_name(g.t)));
   if (g.batch <= 0) throw Error(str("Batch must be positive, got ", g.batch));

@@ -16,11 +16,16 @@ namespace linnet {
 enum class MoeSharding { expert, tensor };
 const char* moe_sharding_name(MoeSharding s);
 
+// PageSize when none is given: 64 positions, or MaxSeq itself when MaxSeq is shorter (a
+// checkpoint whose max_position_embeddings is 16 runs with pages of 16, one a row).
+constexpr int64_t kDefaultPageSize = 64;
+int64_t default_page_size(int64_t max_seq);
+
 struct RunOptions {
   int64_t batch = 1;
   int64_t max_seq = 0;  // 0: max_position_embeddings
   int64_t shards = 0;  // 0: the shard group's size (the loader decides); alone, 1
-  int64_t page_size = 64;
+  int64_t page_size = 0;  // 0: default_page_size(MaxSeq)
   std::optional<DType> dtype;  // default: the checkpoint's torch_dtype
   MoeSharding moe_sharding = MoeSharding::expert;
 };

@@ -16,7 +16,10 @@ out", never "ok" nor "0 reports"; a bench configuration's figures are read from 
 gtest's JSON output, or, for a process that died before writing it, from its own log.
 
 Steps of the first run, each cut to what is left of GPU_CHECK_SECONDS (400):
-  env         the machine, the CUDA libraries, the binaries (gpu-bin/linnet-gpu.tar.xz)
+  env         the machine, the CUDA libraries, the binaries (gpu-bin/linnet-gpu.tar.xz; where
+              they do not start, they are built here, up to 30 minutes — but only when
+              nvidia-smi lists a GPU or the CUDA driver counts one: else the preflight fails
+              at once, naming what it saw, and nothing is built)
   preflight   linnet devices; without a usable GPU nothing else runs and the exit is 1
   bench       linnet bench-sweep over scripts/gpu-bench-plan.json: one process, one model's
               weights made once on the GPU, every configuration (GPU_CHECK_BENCH_SECONDS, 180)
@@ -30,7 +33,10 @@ Steps of the first run, each cut to what is left of GPU_CHECK_SECONDS (400):
 
 Environment for tests of this script (tests/gpu_check/dry_run.sh): GPU_CHECK_BIN (a folder
 with linnet, linnet_tests, mpi_comm_check: no unpacking), GPU_CHECK_SANITIZER (the
-compute-sanitizer to use, or "none"), GPU_CHECK_PLAN / GPU_CHECK_QUICK_PLAN (bench plans).
+compute-sanitizer to use, or "none"), GPU_CHECK_PLAN / GPU_CHECK_QUICK_PLAN (bench plans),
+GPU_CHECK_PACK (the prebuilt binaries' archive), GPU_CHECK_BUILD (the script that builds them
+here; scripts/build-here-gpu), GPU_CHECK_LIBCUDA (the CUDA driver library the device query
+opens; libcuda.so.1).
 """
 import io
 import json
@@ -158,6 +164,45 @@ def capture(cmd, limit, env=None):
                               timeout=limit, env=env).stdout.decode(errors="replace")
     except (OSError, subprocess.TimeoutExpired):
         return ""
+
+
+# ---- is there a GPU at all (before anything is built) ---------------------------------------------
+# The CUDA driver API asked directly (ctypes, in a process of its own: a broken driver cannot take
+# this script down): cuInit, then cuDeviceGetCount. Prints what it found; exit 0 with a device.
+DEVICE_QUERY = r'''
+import ctypes, sys
+try:
+    cuda = ctypes.CDLL(sys.argv[1])
+except OSError as e:
+    print("no CUDA driver (%s)" % e)
+    sys.exit(1)
+def name(rc):
+    s = ctypes.c_char_p()
+    cuda.cuGetErrorName(rc, ctypes.byref(s))
+    return s.value.decode() if s.value else "error %d" % rc
+rc = cuda.cuInit(0)
+if rc:
+    print("cuInit: " + name(rc))
+    sys.exit(1)
+n = ctypes.c_int()
+rc = cuda.cuDeviceGetCount(ctypes.byref(n))
+if rc:
+    print("cuDeviceGetCount: " + name(rc))
+    sys.exit(1)
+print("the CUDA driver counts %d device(s)" % n.value)
+sys.exit(0 if n.value > 0 else 1)
+'''
+
+
+def gpu_seen():
+    """(whether this machine has a GPU, what said so): nvidia-smi -L lists one, or the CUDA driver
+    counts one. A few seconds, where building the binaries takes up to 30 minutes."""
+    smi = capture(["nvidia-smi", "-L"], 30).strip()
+    if any(line.startswith("GPU ") for line in smi.splitlines()):
+        return True, "nvidia-smi: " + smi.splitlines()[0]
+    query = capture([sys.executable, "-c", DEVICE_QUERY, os.environ.get("GPU_CHECK_LIBCUDA", "libcuda.so.1")], 30).strip()
+    said = "nvidia-smi: %s; %s" % ((smi.splitlines() or ["not found"])[0][:200], (query.splitlines() or ["no answer"])[-1][:200])
+    return "counts" in query and not query.rstrip().endswith("counts 0 device(s)"), said
 
 
 # ---- gtest --------------------------------------------------------------------------------------
@@ -407,7 +452,7 @@ class Check:
         with open(log, "a") as f:
             f.write("CUDA library folders: %s\n" % (":".join(dirs) or "none"))
         given = os.environ.get("GPU_CHECK_BIN")
-        pack = os.path.join(ROOT, "gpu-bin", "linnet-gpu.tar.xz")
+        pack = os.environ.get("GPU_CHECK_PACK", os.path.join(ROOT, "gpu-bin", "linnet-gpu.tar.xz"))
         note = ""
         if given:
             self.bin, note = given, "given (GPU_CHECK_BIN=%s)" % given
@@ -431,9 +476,18 @@ class Check:
             self.say("the prebuilt binaries do not start here (env.log): building instead")
             self.bin = None
         if not self.bin:
+            # Building takes up to 30 minutes: first make sure there is a GPU to run them on.
+            seen, said = gpu_seen()
+            with open(log, "a") as f:
+                f.write("before building: %s\n" % said)
+            if not seen:
+                self.step("env", "ok (no prebuilt binaries that start here; none built: no GPU)", time.time() - t0)
+                self.step("preflight", "FAILED: no GPU on this machine, so nothing was built (%s)" % said, 0)
+                return False
             here = os.path.join(ROOT, "build-gpu-here")
             env = dict(os.environ, LINNET_GPU_BUILD=here)
-            if run(["bash", os.path.join(ROOT, "scripts", "build-here-gpu")], log, self.cap(1800), env).rc == 0:
+            build = os.environ.get("GPU_CHECK_BUILD", os.path.join(ROOT, "scripts", "build-here-gpu"))
+            if run(["bash", build], log, self.cap(1800), env).rc == 0:
                 self.env = self.sourced(os.path.join(here, "pack", "env.sh"))
                 if dirs:
                     self.env["LD_LIBRARY_PATH"] = ":".join(filter(None, [self.env.get("LD_LIBRARY_PATH", "")] + dirs))
@@ -832,10 +886,11 @@ def main(argv):
                 c.reruns()
                 c.sanitize(include_lists=False)
         else:
+            no_gpu = c.bin or any(s[0] == "preflight" for s in c.steps)
             for name in (["bench", "gpu-tests", "reruns", "conformance", "sanitizer"] if rerun is None
                          else ["gpu-tests", "bench", "reruns", "sanitizer"]):
                 if not any(s[0] == name for s in c.steps):
-                    c.steps.append([name, "not run: no usable GPU (preflight)" if c.bin else "not run: no binaries", 0])
+                    c.steps.append([name, "not run: no usable GPU (preflight)" if no_gpu else "not run: no binaries", 0])
     except KeyboardInterrupt:
         c.steps.append(["interrupted", "FAILED: interrupted", 0])
     finally:

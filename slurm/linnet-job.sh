@@ -26,8 +26,14 @@ linnet_tasks_per_node() {
   fi
 }
 
-linnet_setup() {
+# First thing each script does: `bash slurm/node.sbatch …` outside an allocation has no
+# SLURM_* variables to run with.
+linnet_require_allocation() {
   [[ -n ${SLURM_JOB_ID:-} ]] || linnet_fail "not inside a SLURM allocation (submit with sbatch)"
+}
+
+linnet_setup() {
+  linnet_require_allocation
   local here
   here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   LINNET_BIN=${LINNET_BIN:-$(command -v linnet || echo "$here/build/linnet")}

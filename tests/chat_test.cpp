@@ -132,6 +132,40 @@ TEST(ChatRequest, ContentPartsAsVllmShapesThem) {
   EXPECT_EQ(engine::chat_prompt(parts, r, tok(), 1398).text, "[user]<a><b>");
 }
 
+// Which templates get content parts as a list: vLLM's "auto" content format, as its
+// _detect_content_format finds it (issue 35: a scan of `{% for … in …content… %}` tags took
+// MiniCPM5's `range(1, content_parts|length)` for a loop over content, and the template then
+// failed on the list). The verdicts are vLLM's detection's own (tests/chat_templates/content_format.py).
+TEST(ChatRequest, ContentFormatIsTheOneVllmDetects) {
+  const std::vector<std::pair<const char*, bool>> cases = {
+      {"{% for m in messages %}{% for i in range(1, m.content_parts|length) %}{% endfor %}{{ '<' + m.content + '>' }}"
+       "{% endfor %}", false},
+      {"{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}{% endfor %}", true},
+      {"{% set msgs = messages[1:] %}{% for m in msgs %}{% for p in m.content|list %}{% endfor %}{% endfor %}", true},
+      {"{% for m in messages %}{% set content = m.content %}{% for p in content %}{% endfor %}{% endfor %}", true},
+      {"{% for m in messages %}{% for line in m.content.split('\\n') %}{% endfor %}{% endfor %}", false},
+      {"{% for p in messages[0].content %}{% endfor %}", false},
+      {"{% set ns = namespace(x=1) %}{% set ns.x = messages %}{% for m in messages %}{% for p in m.content %}{% endfor %}"
+       "{% endfor %}", false},
+      {"{% for m in messages %}{% for a, b in m.content %}{% endfor %}{% endfor %}", false},
+      {"{% for m in messages %}{% for p in m.content if p.type == 'text' %}{% endfor %}{% endfor %}", true},
+      {"{% macro r(m) %}{% for p in m.content %}{% endfor %}{% endmacro %}{% for m in messages %}{{ r(m) }}{% endfor %}",
+       true},
+      {"{% for m in messages %}{% for p in m.content is not none %}{% endfor %}{% endfor %}", false},
+      {"{% for m in messages %}{% for p in m.content is iterable %}{% endfor %}{% endfor %}", true},
+      {"{% for m in messages %}{% for p in m.content %}", false},  // does not parse
+  };
+  for (const auto& [source, parts] : cases) {
+    SCOPED_TRACE(source);
+    EXPECT_EQ(ChatTemplate::single(source, ojson::object()).iterates_content(false), parts);
+  }
+  // The first one given parts: the joined text, as vLLM hands it over.
+  const ChatTemplate t = ChatTemplate::single(cases[0].first, ojson::object());
+  const ojson m = ojson::parse(R"({"messages": [{"role": "user", "content": [{"type": "text", "text": "a"},
+                                                                       {"type": "text", "text": "b"}]}]})");
+  EXPECT_EQ(t.render(engine::read_chat_request(m, t)), "<a\nb>");
+}
+
 TEST(ChatRequest, BadConversationsAreNamedByIndex) {
   auto refusal = [](const std::string& body) {
     try {
@@ -412,6 +446,22 @@ TEST(ChatCli, ApplyChatTemplatePrintsTheTextExactly) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.errors.find("the template would make a text of more than 64 MiB (the render limit max_bytes)"),
             std::string::npos) << r.errors;
+}
+
+// A checkpoint without a chat template: what to give instead, as the server says it (issue 35).
+TEST(ChatCli, ApplyChatTemplateWithoutOneSaysToGiveOne) {
+  const fs::path d = fresh_dir("apply-none");
+  write_text(d / "msgs.json", json(kHello).dump());
+  const fs::path plain = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model";
+  auto r = linnet_run({"apply-chat-template", "--checkpoint", plain.string(), "--messages", (d / "msgs.json").string()});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find(plain.string() + ": no chat template (none in tokenizer_config.json"), std::string::npos)
+      << r.errors;
+  EXPECT_NE(r.errors.find("; give one with --template FILE"), std::string::npos) << r.errors;
+  write_text(d / "t.jinja", kTemplate);
+  r = linnet_run({"apply-chat-template", "--checkpoint", plain.string(), "--messages", (d / "msgs.json").string(),
+                  "--template", (d / "t.jinja").string()});
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
 }
 
 TEST(ChatCli, GenerateTakesMessagesLines) {

@@ -11,6 +11,7 @@
 
 #include "checkpoint/hf_config.h"
 #include "checkpoint/write_checkpoint.h"
+#include "layers/generics.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 
@@ -272,4 +273,35 @@ TEST(Generate, TokenizerIdsBeyondVocabAreNamed) {
                   (d / "eval.jsonl").string(), "--backend", "cpu"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.errors.find("beyond the model's Vocab=300"), std::string::npos) << r.errors;
+}
+
+// A checkpoint whose max_position_embeddings (16) is below the default page size runs with
+// pages of MaxSeq, and says so; a --page-size given that does not divide MaxSeq is still
+// refused (issue 35: `MaxSeq=16 does not divide by PageSize=64` before).
+TEST(Generate, AShortMaxSeqSetsThePageSize) {
+  ModelConfig c = linnet::testing::tiny_text_config();
+  c.max_position = 16;
+  EXPECT_EQ(bind_generics(c, RunOptions{}).page_size, 16);
+  EXPECT_EQ(bind_generics(c, RunOptions{1, 12, 1, 0, std::nullopt}).page_size, 12);  // --max-seq 12: pages of 12
+  EXPECT_EQ(bind_generics(linnet::testing::tiny_text_config(), RunOptions{}).page_size, kDefaultPageSize);
+  const fs::path ckpt = linnet::testing::random_checkpoint_with_tokenizer("linnet_gen_maxseq16", c, 23);
+  const fs::path d = fresh_dir("gen_maxseq16");
+  write_text(d / "in.jsonl", prompts_of({"Once upon a time", "The cat"}));
+  auto r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl", {"--max-new-tokens", "4"}));
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("PageSize 16: MaxSeq 16 is below the default page size 64"), std::string::npos) << r.errors;
+  const auto out = read_jsonl(d / "out.jsonl");
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0]["completion_tokens"], 4);
+  // eval binds MaxSeq = PageSize: the same rule.
+  write_text(d / "docs.jsonl", R"({"id": "d", "text": "Once upon a time the cat sat."})" "\n");
+  r = linnet_run({"eval", "--checkpoint", ckpt.string(), "--data", (d / "docs.jsonl").string(), "--output",
+                  (d / "scores.jsonl").string(), "--backend", "cpu"});
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl", {"--max-new-tokens", "4", "--page-size", "64"}));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.errors.find("MaxSeq=16 does not divide by PageSize=64"), std::string::npos) << r.errors;
+  r = linnet_run(args(ckpt, d / "in.jsonl", d / "out.jsonl", {"--page-size", "0"}));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.errors.find("--page-size must be at least 1, got 0"), std::string::npos) << r.errors;
 }

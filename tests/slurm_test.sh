@@ -2,8 +2,9 @@
 # The slurm/ scripts submitted with sbatch to a real SLURM (scripts/slurm-cluster: two nodes
 # on this host), CPU backend, checked against the same job under plain mpirun; then faults.
 #   tests/slurm_test.sh CASE LINNET_BINARY SOURCE_DIR WORK_DIR
-# CASE: scripts node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue serve batch
-# Exit 77 (ctest: skipped) when no cluster is up (SLURM_CONF unset), with the reason.
+# CASE: scripts outside node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue serve batch
+# Exit 77 (ctest: skipped) when no cluster is up (SLURM_CONF unset), with the reason; `scripts`
+# and `outside` need no cluster.
 set -uo pipefail
 case_=$1 linnet=$(readlink -f "$2") src=$(readlink -f "$3") work=$(mkdir -p "$4" && readlink -f "$4")
 fail() {
@@ -17,6 +18,20 @@ if [[ $case_ == scripts ]]; then
   command -v shellcheck >/dev/null || { echo "shellcheck is not installed (scripts/deps --test)"; exit 77; }
   (cd "$src" && shellcheck -x slurm/*.sbatch slurm/*.sh scripts/slurm-cluster) || fail "shellcheck"
   echo "ok: bash -n and shellcheck"
+  exit 0
+fi
+if [[ $case_ == outside ]]; then
+  # Run with bash outside an allocation (no SLURM_* at all), from another folder: each script
+  # ends at once with linnet-job.sh's message and exit 1, never a shell error.
+  cd "$work" || exit 1
+  for f in node nodes batch sweep; do
+    out=$(env -i PATH="$PATH" HOME="${HOME:-/}" bash "$src/slurm/$f.sbatch" generate --checkpoint x 2>&1)
+    rc=$?
+    [[ $rc == 1 ]] || fail "slurm/$f.sbatch outside an allocation exited $rc: $out"
+    [[ $out == "linnet job: not inside a SLURM allocation (submit with sbatch)" ]] ||
+      fail "slurm/$f.sbatch outside an allocation said: $out"
+  done
+  echo "ok: outside an allocation, each script says so and exits 1"
   exit 0
 fi
 if [[ -z ${SLURM_CONF:-} ]] || ! sinfo -h >/dev/null 2>&1; then

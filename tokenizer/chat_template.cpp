@@ -1,9 +1,12 @@
 #include "tokenizer/chat_template.h"
 
 #include <filesystem>
+#include <functional>
+#include <set>
 
 #include "core/error.h"
 #include "core/files.h"
+#include "tokenizer/jinja/ast.h"
 #include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/pystr.h"
 
@@ -56,27 +59,99 @@ jinja::Value message_value(const ojson& message) {
   return jinja::Value::dict(std::move(d));
 }
 
-// Whether a for statement's iterable names content: {% for x in message['content'] %},
-// {%- for part in msg.content if … %} (a scan of the tags, not a parse: a template that does
-// not parse fails when rendered).
-bool loops_over_content(const std::string& text) {
-  auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; };
-  for (size_t at = text.find("{%"); at != std::string::npos; at = text.find("{%", at + 2)) {
-    const size_t end = text.find("%}", at + 2);
-    if (end == std::string::npos) return false;
-    size_t i = at + 2;
-    if (i < end && (text[i] == '-' || text[i] == '+')) ++i;
-    while (i < end && space(text[i])) ++i;
-    if (text.compare(i, 3, "for") != 0 || i + 3 >= end || !space(text[i + 3])) continue;
-    const std::string tag = text.substr(i + 3, end - i - 3);
-    for (size_t in = tag.find("in"); in != std::string::npos; in = tag.find("in", in + 2))
-      if (in > 0 && space(tag[in - 1]) && in + 2 < tag.size() && space(tag[in + 2])) {
-        if (tag.find("content", in + 2) != std::string::npos) return true;
+// vLLM's "auto" chat template content format (vllm/entrypoints/chat_utils.py,
+// _detect_content_format), asked of the parsed template: "openai" (content reaches the template
+// as its list of parts) when some {% for %} loops over a message's content, else "string" (text
+// parts joined). The same walk as vLLM's over jinja2's tree:
+//   1. the names that hold the messages: `messages`, and every `{% set x = y %}` whose value
+//      reads one of them (y, y|filter, y is test, y[a:b]), again and again;
+//   2. the names that hold a message: the targets of `{% for m in y %}` over those;
+//   3. the first loop, in the template's order, over a message's content (m.content,
+//      m['content'], through filters, tests and slices as above) or over a plain `content`.
+// vLLM asserts that each such target is one plain name; where one is not (`{% set a, b = … %}`,
+// `{% set ns.x = … %}`, `{% for k, v in … %}`) its assertion fails and it falls back to
+// "string", and so does this. (One difference: vLLM would loop forever on assignments that
+// feed each other in a circle; here each name is taken once.)
+namespace content_format {
+
+using jinja::Body;
+using jinja::Expr;
+using jinja::Stmt;
+using Kind = Expr::Kind;
+
+struct NotOneName {};  // a target vLLM's assertion would refuse
+
+bool is_name(const Expr* e, const std::string& name) { return e && e->kind == Kind::Name && e->name == name; }
+
+// e reads `name` (key: name.key or name['key']), possibly through filters, a test or a slice.
+bool reads(const Expr* e, const std::string& name, const std::string* key) {
+  if (!e) return false;
+  switch (e->kind) {
+    case Kind::Filter:
+    case Kind::Slice:
+      return reads(e->a.get(), name, key);
+    case Kind::Test:  // `x is not t` is jinja2's Not(Test(…)): not looked through
+      return !e->negated && reads(e->a.get(), name, key);
+    case Kind::Getattr:
+      return key && is_name(e->a.get(), name) && e->name == *key;
+    case Kind::Getitem:
+      return key && is_name(e->a.get(), name) && e->b && e->b->kind == Kind::Const && e->b->value.is_string() &&
+             e->b->value.as_string() == *key;
+    default:
+      return !key && is_name(e, name);
+  }
+}
+
+const std::string& one_name(const jinja::Target& t) {
+  if (t.names.size() != 1 || t.unpack || !t.attr.empty()) throw NotOneName{};
+  return t.names[0];
+}
+
+// Every statement, each before those inside it, in the template's order (jinja2's find_all).
+void walk(const Body& body, const std::function<void(const Stmt&)>& f) {
+  for (const auto& s : body) {
+    f(*s);
+    for (const auto& [cond, branch] : s->branches) walk(branch, f);
+    walk(s->body, f);
+    walk(s->else_body, f);
+    if (s->macro) walk(s->macro->body, f);
+  }
+}
+
+bool loops_over_parts(const jinja::Program& program) {
+  std::vector<std::string> lists = {"messages"};
+  std::set<std::string> seen = {"messages"};
+  for (size_t i = 0; i < lists.size(); ++i) {
+    const std::string list = lists[i];  // (lists grows below)
+    walk(program.body, [&](const Stmt& s) {
+      if (s.kind == Stmt::Kind::Set && reads(s.expr.get(), list, nullptr) && seen.insert(one_name(s.target)).second)
+        lists.push_back(one_name(s.target));
+    });
+  }
+  std::vector<std::string> messages;
+  walk(program.body, [&](const Stmt& s) {
+    if (s.kind != Stmt::Kind::For) return;
+    for (const auto& list : lists)
+      if (reads(s.expr.get(), list, nullptr)) {
+        messages.push_back(one_name(s.target));
         break;
       }
-  }
-  return false;
+  });
+  static const std::string kContent = "content";
+  bool found = false;
+  walk(program.body, [&](const Stmt& s) {
+    if (found || s.kind != Stmt::Kind::For) return;
+    bool over_content = is_name(s.expr.get(), kContent);
+    for (const auto& m : messages) over_content = over_content || reads(s.expr.get(), m, &kContent);
+    if (over_content) {
+      one_name(s.target);
+      found = true;
+    }
+  });
+  return found;
 }
+
+}  // namespace content_format
 
 std::string py_strip(const std::string& s) { return jinja::pystr::strip(s, std::nullopt, true, true); }
 
@@ -86,10 +161,15 @@ ChatTemplate::ChatTemplate(std::map<std::string, std::string> templates, ojson s
     : templates_(std::move(templates)), named_(named), special_tokens_(std::move(special_tokens)) {
   if (templates_.empty()) throw Error("no chat template given");
   for (const auto& [name, text] : templates_) {
-    content_loops_[name] = loops_over_content(text);
     try {
       compiled_[name] = jinja::Template::parse(text, kTransformersOptions);
+      try {
+        content_loops_[name] = content_format::loops_over_parts(compiled_[name]->program());
+      } catch (const content_format::NotOneName&) {
+        content_loops_[name] = false;
+      }
     } catch (const jinja::TemplateError& e) {
+      content_loops_[name] = false;  // as vLLM's: a template it cannot parse gets strings
       compiled_[name] = std::nullopt;
       parse_errors_[name] = e.what();
     }

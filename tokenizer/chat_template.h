@@ -84,8 +84,9 @@ class ChatTemplate {
   std::string render(const ChatRequest& request, const jinja::Limits& limits = {}) const;
 
   // Whether that template loops over a message's content (`{% for part in message['content'] %}`):
-  // it reads content as a list of parts. vLLM's "auto" content format asks the same of the
-  // template, and hands the others text parts joined into one string (engine/chat_request.h).
+  // it reads content as a list of parts. This is vLLM's "auto" content format ("openai" when
+  // true, else "string"), found as vLLM finds it on the parsed template; the others get text
+  // parts joined into one string (engine/chat_request.h). False for a template that does not parse.
   bool iterates_content(bool with_tools, const std::optional<std::string>& name = std::nullopt) const;
 
   // "" when every template parses, else the first that does not: "template 'NAME': line L, column C: …".

@@ -3,6 +3,9 @@
 // ChatTemplate and compares byte for byte. Prints one line per template, then
 // "N of M templates identical across K conversations"; exits 1 when any case differs or
 // only one side refused it.
+// chat_template_check --content-formats FORMATS.json TEMPLATES_DIR: each template's content
+// format as vLLM detects it (content_format.py) against ChatTemplate::iterates_content; exits 1
+// when any differs.
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -44,9 +47,36 @@ struct Outcome {
 
 }  // namespace
 
+// --content-formats: "openai" where linnet hands content parts to the template as a list.
+int check_content_formats(const std::string& formats_path, const std::string& dir) {
+  const ojson formats = ojson::parse(linnet::read_text_file(formats_path, "content formats"));
+  int same = 0, differ = 0;
+  for (auto it = formats.begin(); it != formats.end(); ++it) {
+    const std::string source = linnet::read_text_file(dir + "/" + it.key(), "template");
+    const bool parts = linnet::ChatTemplate::single(source, ojson::object()).iterates_content(false);
+    const std::string linnet_format = parts ? "openai" : "string";
+    if (linnet_format == it.value().get<std::string>()) {
+      ++same;
+    } else {
+      ++differ;
+      std::cout << "DIFFERS  " << it.key() << ": vLLM " << it.value().get<std::string>() << ", linnet " << linnet_format
+                << "\n";
+    }
+  }
+  std::cout << same << " of " << same + differ << " templates: the content format vLLM detects\n";
+  return differ ? 1 : 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc == 4 && std::string(argv[1]) == "--content-formats") try {
+      return check_content_formats(argv[2], argv[3]);
+    } catch (const std::exception& e) {
+      std::cerr << "chat_template_check: " << e.what() << "\n";
+      return 2;
+    }
   if (argc < 3) {
-    std::cerr << "usage: chat_template_check CASES.json TEMPLATES_DIR [--only TEMPLATE]\n";
+    std::cerr << "usage: chat_template_check CASES.json TEMPLATES_DIR [--only TEMPLATE]\n"
+                 "       chat_template_check --content-formats FORMATS.json TEMPLATES_DIR\n";
     return 2;
   }
   std::string only = argc >= 5 && std::string(argv[3]) == "--only" ? argv[4] : "";

@@ -4,8 +4,10 @@
 # that pass, fail, crash, hang and skip, bench configurations that crash, hang and report, a
 # sanitizer that hangs. Checks the files left in OUTDIR (at most 6), the verdicts (a timeout is
 # never "ok" nor "0 reports"), the bench labels (each from its own JSON), the test names (from
-# gtest's JSON, parameterised ones whole), the exit codes, and --rerun-failed. verify.py holds
-# the checks. Limits are cut to seconds so the whole runs in well under a minute.
+# gtest's JSON, parameterised ones whole), the exit codes, and --rerun-failed; and, without
+# prebuilt binaries, that nothing is built on a machine with no GPU (the preflight says so at
+# once) and that a build is tried where a GPU is listed. verify.py holds the checks. Limits are
+# cut to seconds so the whole runs in well under a minute.
 #   dry_run.sh SOURCE_DIR WORK_DIR       exit 0 (pass), 1 (fail) or 77 (no python3: skipped)
 set -uo pipefail
 src=$1
@@ -89,4 +91,18 @@ echo "== 4. everything passes: exit 0"
 FAKE_ALL_PASS=1 GPU_CHECK_SECONDS=60 GPU_CHECK_PLAN="$work/pass-plan.json" \
   bash "$src/scripts/gpu-check" "$work/out-pass" >"$work/pass.stdout" 2>&1
 check pass $? "$work/out-pass" "$work/pass.stdout"
+echo "== 5. no GPU and no prebuilt binaries: the preflight says so before any build, exit 1"
+# (a build stand-in that records being run; no archive of binaries; no CUDA driver library)
+printf '#!/bin/sh\necho built >>"%s"\nexit 1\n' "$work/build.calls" >"$work/fake-build"
+start=$(date +%s)
+env -u GPU_CHECK_BIN FAKE_NO_GPU=1 GPU_CHECK_SECONDS=60 GPU_CHECK_PACK="$work/no-pack.tar.xz" \
+  GPU_CHECK_BUILD="$work/fake-build" GPU_CHECK_LIBCUDA="$work/no-libcuda.so" \
+  bash "$src/scripts/gpu-check" "$work/out-nobuild" >"$work/nobuild.stdout" 2>&1
+check nobuild $? "$work/out-nobuild" "$work/nobuild.stdout" "$work/build.calls" "$(( $(date +%s) - start ))"
+
+echo "== 6. a GPU listed and no prebuilt binaries: they are built (here the build fails)"
+env -u GPU_CHECK_BIN GPU_CHECK_SECONDS=60 GPU_CHECK_PACK="$work/no-pack.tar.xz" \
+  GPU_CHECK_BUILD="$work/fake-build" GPU_CHECK_LIBCUDA="$work/no-libcuda.so" \
+  bash "$src/scripts/gpu-check" "$work/out-build" >"$work/build.stdout" 2>&1
+check builds $? "$work/out-build" "$work/build.stdout" "$work/build.calls"
 echo "dry run: all passed"

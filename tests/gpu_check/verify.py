@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """The checks of scripts/gpu-check's dry run (dry_run.sh), one scenario per call:
     verify.py first|nogpu|rerun|pass EXIT_CODE OUTDIR STDOUT [CALLS] [PREVIOUS_RESULTS]
+    verify.py nobuild EXIT_CODE OUTDIR STDOUT BUILD_CALLS SECONDS
+    verify.py builds EXIT_CODE OUTDIR STDOUT BUILD_CALLS
 Prints what failed and exits 1, else exits 0."""
 import json
 import os
@@ -151,6 +153,26 @@ def rerun(rc, out, stdout_path, calls_path, previous_path):
     expect(res["elapsed_s"] <= 60, "within its budget: %s s" % res["elapsed_s"])
 
 
+def nobuild(rc, out, stdout_path, build_calls, seconds):
+    res, steps, tests, bench, stdout, names = common(rc, out, stdout_path)
+    expect(rc == 1, "no GPU: exit 1, got %d" % rc)
+    expect(not os.path.exists(build_calls), "nothing is built on a machine without a GPU")
+    pre = steps.get("preflight", "")
+    expect(pre.startswith("FAILED: no GPU") and "couldn't communicate with the NVIDIA driver" in pre
+           and "no CUDA driver" in pre, "the preflight names what it saw: %s" % steps)
+    expect("FAILED: no GPU" in stdout, "the reason on stdout")
+    expect(all(steps.get(s, "").startswith("not run: no usable GPU") for s in ("bench", "gpu-tests", "conformance",
+                                                                             "sanitizer")), "nothing else runs: %s" % steps)
+    expect(int(seconds) <= 20, "at once: %s s" % seconds)
+
+
+def builds(rc, out, stdout_path, build_calls):
+    res, steps, tests, bench, stdout, names = common(rc, out, stdout_path)
+    expect(rc == 1, "the build fails: exit 1, got %d" % rc)
+    expect(os.path.exists(build_calls), "with a GPU listed, the binaries are built")
+    expect(steps.get("env", "").startswith("FAILED"), "env FAILED: %s" % steps)
+
+
 def passing(rc, out, stdout_path):
     res, steps, tests, bench, stdout, names = common(rc, out, stdout_path)
     expect(rc == 0, "everything passed: exit 0, got %d (%s)" % (rc, steps))
@@ -163,7 +185,8 @@ if __name__ == "__main__":
     scenario, rc = sys.argv[1], int(sys.argv[2])
     rest = sys.argv[3:]
     try:
-        {"first": first, "nogpu": nogpu, "rerun": rerun, "pass": passing}[scenario](rc, *rest)
+        {"first": first, "nogpu": nogpu, "rerun": rerun, "pass": passing, "nobuild": nobuild,
+         "builds": builds}[scenario](rc, *rest)
     except Exception as e:  # a missing file or key: that is a failure too
         errors.append("%s: %r" % (type(e).__name__, e))
     for e in errors:

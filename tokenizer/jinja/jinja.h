@@ -90,6 +90,9 @@ class Template {
   // The same with the context already made values (ChatTemplate builds them in one pass).
   std::string render_values(const Variables& context, const Globals& globals = {}, const Limits& limits = {}) const;
 
+  // The parsed template (ast.h), for code that asks what a template does without running it.
+  const Program& program() const { return *program_; }
+
  private:
   std::shared_ptr<const Program> program_;
 };
