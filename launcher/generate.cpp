@@ -109,6 +109,7 @@ int cmd_generate(const Args& args) {
       ("on-error", po::value<std::string>()->default_value("stop"), "a bad input line: stop (before any work) or skip");
   add_engine_options(desc);
   add_output_options(desc);
+  add_progress_option(desc);
   add_bos_option(desc);
   add_chat_template_option(desc);
   add_run_options(desc);
@@ -136,6 +137,7 @@ int cmd_generate(const Args& args) {
   Ranks& ranks = *cmd.ranks;
   const ModelConfig& config = cmd.config;
   const Tokenizer* tok = cmd.tok.get();
+  const ProgressOutput progress_to = progress_output(vm, ranks);
 
   // The prompts, checked before the weights load.
   const std::string in_path = vm["prompts"].as<std::string>();
@@ -172,17 +174,18 @@ int cmd_generate(const Args& args) {
                loaded.generics.page_size, loaded.generics.batch, loaded.generics.max_seq, out.mine().size());
 
   std::map<size_t, engine::CompletionText> texts;
-  size_t finished = 0;
+  size_t failed = 0;    // lines answered with their error before any step
+  int64_t budget = 0;   // the submitted prompts' max_new_tokens together
   for (size_t i : out.mine()) {
     if (!lines[i].error.empty()) {
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", lines[i].error}});
-      ++finished;
+      ++failed;
       continue;
     }
     if (!prompts[i].chat_error.empty()) {  // a bad conversation
       spdlog::warn("{} (the other prompts carry on)", prompts[i].chat_error);
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", prompts[i].chat_error}});
-      ++finished;
+      ++failed;
       continue;
     }
     const std::string why = gen.submit(prompts[i].request);
@@ -190,15 +193,17 @@ int cmd_generate(const Args& args) {
       const std::string msg = str(in_path, ":", lines[i].line, ": ", why);
       spdlog::warn("{} (the other prompts carry on)", msg);
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", msg}});
-      ++finished;
+      ++failed;
       continue;
     }
     texts.emplace(i, engine::CompletionText(*tok, prompts[i].request.prompt, prompts[i].stop));
+    budget += prompts[i].request.params.max_new_tokens;
   }
+  Progress progress("generate", "prompts", out.mine().size(), budget, progress_to);
+  for (size_t k = 0; k < failed; ++k) progress.finished(0, 0);
   const engine::StopCheck stop = [&](size_t index, const std::vector<int32_t>& generated) {
     return texts.at(index).push(generated.back());
   };
-  Progress progress("generate", out.mine().size(), ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info);
   const auto t0 = std::chrono::steady_clock::now();
   while (!gen.idle()) {
     for (engine::Completion& c : gen.step(stop)) {
@@ -211,9 +216,9 @@ int cmd_generate(const Args& args) {
                         {"prompt_tokens", c.prompt_tokens},
                         {"completion_tokens", c.tokens.size()}});
       texts.erase(c.index);
-      ++finished;
+      progress.finished(prompts[c.index].request.params.max_new_tokens, static_cast<int64_t>(c.tokens.size()));
     }
-    progress.update(finished, gen.stats().generated_tokens);
+    progress.update(gen.stats().generated_tokens);
   }
   progress.end();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
