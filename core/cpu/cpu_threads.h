@@ -26,7 +26,17 @@ struct CpuThreads {
 // OMP_NUM_THREADS when set (libgomp has applied it), else the cores this process may run on
 // (its affinity mask), shared among the node's `local_ranks` (ranks of one node not bound to
 // cores of their own would otherwise each take them all); with more than one thread, how they
-// wait.
+// wait. The automatic count of a rank alone on its node then follows the free cores (below).
 CpuThreads set_cpu_threads(int requested, int local_ranks);
+
+// Once a second at most, on the thread set_cpu_threads ran on (a no-op elsewhere, and when the
+// count was given): the thread count becomes the cores of the affinity mask that other
+// processes left free over the last second — their busy time (/proc/stat) less this
+// process's own — at least 1. Threads that outnumber the free cores wait at every barrier for
+// one that is off its core: with one of two cores busy, one thread was 15–20% faster than two
+// (docs/benchmarks.md, "Busy nodes"). A new count must be seen twice running before it is
+// taken (and logged), so that a passing burst changes nothing. The thread count changes no
+// result (docs/numerics.md). The CPU backend calls this as each model call starts.
+void follow_free_cores();
 
 }  // namespace linnet
