@@ -169,6 +169,7 @@ int cmd_eval(const Args& args) {
       ("backend", po::value<std::string>()->default_value("auto"), "cpu, cuda or auto")
       ("tp", po::value<int>()->default_value(0), "ranks per model replica (default: all ranks)");
   add_output_options(desc);
+  add_progress_option(desc);
   add_bos_option(desc);
   add_run_options(desc);
   po::variables_map vm;
@@ -180,6 +181,7 @@ int cmd_eval(const Args& args) {
   Ranks& ranks = *cmd.ranks;
   const ModelConfig& config = cmd.config;
   const Tokenizer* tok = cmd.tok.get();
+  const ProgressOutput progress_to = progress_output(vm, ranks);
   const std::string& dir = cmd.source;
   const std::string in_path = vm["data"].as<std::string>();
   const int64_t max_len = vm["max-length"].as<int64_t>() > 0 ? vm["max-length"].as<int64_t>() : config.max_position;
@@ -229,7 +231,12 @@ int cmd_eval(const Args& args) {
   LoadedModel loaded = cmd.load();
   engine::Evaluator evaluator(*loaded.model, std::max(budget, max_len));
 
-  Progress progress("eval", out.mine().size(), ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info);
+  // Progress counts lines as they are written and the tokens the model reads (a window's
+  // context and scored tokens: what its time goes with).
+  std::vector<int64_t> read_before(mine.size() + 1, 0);  // tokens of mine[0, w)
+  for (size_t w = 0; w < mine.size(); ++w)
+    read_before[w + 1] = read_before[w] + static_cast<int64_t>(mine[w].context.size() + mine[w].scored.size());
+  Progress progress("eval", "documents", out.mine().size(), read_before.back(), progress_to);
   const auto& order = out.mine();
   size_t next_line = 0;  // lines of mine() written so far
   int64_t scored_tokens = 0;
@@ -239,9 +246,13 @@ int cmd_eval(const Args& args) {
       const size_t i = order[next_line];
       if (!lines[i].error.empty()) {
         out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", lines[i].error}});
+        progress.finished(0, 0);
         continue;
       }
       if (!where[i].empty() && where[i].back() >= done_windows) break;
+      int64_t read = 0;
+      for (size_t w : where[i]) read += read_before[w + 1] - read_before[w];
+      progress.finished(read, read);
       const Task& t = tasks[i];
       nlohmann::ordered_json r = {{"id", lines[i].id}};
       if (t.rolling) {
@@ -270,7 +281,7 @@ int cmd_eval(const Args& args) {
       }
       out.put(i, r);
     }
-    progress.update(next_line, scored_tokens);
+    progress.update(read_before[done_windows]);
   };
   const auto t0 = std::chrono::steady_clock::now();
   evaluator.score(mine, scores, emit_ready);

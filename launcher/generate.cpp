@@ -118,6 +118,7 @@ int cmd_generate(const Args& args) {
       ("on-error", po::value<std::string>()->default_value("stop"), "a bad input line: stop (before any work) or skip");
   add_engine_options(desc);
   add_output_options(desc);
+  add_progress_option(desc);
   add_bos_option(desc);
   add_chat_template_option(desc);
   add_run_options(desc);
@@ -145,6 +146,7 @@ int cmd_generate(const Args& args) {
   Ranks& ranks = *cmd.ranks;
   const ModelConfig& config = cmd.config;
   const Tokenizer* tok = cmd.tok.get();
+  const ProgressOutput progress_to = progress_output(vm, ranks);
 
   // The prompts, checked before the weights load.
   const std::string in_path = vm["prompts"].as<std::string>();
@@ -180,17 +182,18 @@ int cmd_generate(const Args& args) {
                loaded.generics.page_size, loaded.generics.batch, loaded.generics.max_seq, out.mine().size());
 
   std::map<size_t, engine::CompletionText> texts;
-  size_t finished = 0;
+  size_t failed = 0;    // lines answered with their error before any step
+  int64_t budget = 0;   // the submitted prompts' max_new_tokens together
   for (size_t i : out.mine()) {
     if (!lines[i].error.empty()) {
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", lines[i].error}});
-      ++finished;
+      ++failed;
       continue;
     }
     if (!prompts[i].chat_error.empty()) {  // a bad conversation
       out.warn_line(prompts[i].chat_error + " (the other prompts carry on)");
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", prompts[i].chat_error}});
-      ++finished;
+      ++failed;
       continue;
     }
     const std::string why = gen.submit(prompts[i].request);
@@ -198,15 +201,17 @@ int cmd_generate(const Args& args) {
       const std::string msg = str(in_path, ":", lines[i].line, ": ", why);
       out.warn_line(msg + " (the other prompts carry on)");
       out.put(i, nlohmann::ordered_json{{"id", lines[i].id}, {"error", msg}});
-      ++finished;
+      ++failed;
       continue;
     }
     texts.emplace(i, engine::CompletionText(*tok, prompts[i].request.prompt, prompts[i].stop, prompts[i].text));
+    budget += prompts[i].request.params.max_new_tokens;
   }
+  Progress progress("generate", "prompts", out.mine().size(), budget, progress_to);
+  for (size_t k = 0; k < failed; ++k) progress.finished(0, 0);
   const engine::StopCheck stop = [&](size_t index, const std::vector<int32_t>& generated) {
     return texts.at(index).push(generated.back());
   };
-  Progress progress("generate", out.mine().size(), ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info);
   const auto t0 = std::chrono::steady_clock::now();
   while (!gen.idle()) {
     for (engine::Completion& c : gen.step(stop)) {
@@ -223,9 +228,9 @@ int cmd_generate(const Args& args) {
       else if (c.stop_token >= 0) result["stop_reason"] = c.stop_token;
       out.put(c.index, result);
       texts.erase(c.index);
-      ++finished;
+      progress.finished(prompts[c.index].request.params.max_new_tokens, static_cast<int64_t>(c.tokens.size()));
     }
-    progress.update(finished, gen.stats().generated_tokens);
+    progress.update(gen.stats().generated_tokens);
   }
   progress.end();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -322,24 +323,94 @@ std::FILE* JobOutput::summary_stream() const {
 
 // ---- progress ----
 
-Progress::Progress(const char* what, size_t total, bool enabled)
-    : what_(what), total_(total), on_(enabled && ::isatty(STDERR_FILENO)), start_(std::chrono::steady_clock::now()),
-      last_(start_) {}
+void add_progress_option(po::options_description& desc) {
+  desc.add_options()("progress-interval", po::value<double>()->default_value(30),
+                     "seconds between progress lines when stderr is not a terminal (0: none; a terminal shows a bar)");
+}
 
-void Progress::update(size_t done, int64_t tokens) {
-  if (!on_) return;
+ProgressOutput progress_output(const po::variables_map& vm, const Ranks& ranks) {
+  ProgressOutput o;
+  o.on = ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info;
+  o.terminal = ::isatty(STDERR_FILENO) != 0;
+  o.interval_s = vm.count("progress-interval") ? vm["progress-interval"].as<double>() : 30;
+  if (!(o.interval_s >= 0)) throw UsageError("--progress-interval must be 0 (no lines) or a number of seconds");
+  if (ranks.replicas() > 1) o.replica = str("replica ", ranks.replica(), " of ", ranks.replicas());
+  return o;
+}
+
+namespace {
+// 0:07, 12:34, 1:02:03.
+std::string clock_text(double seconds) {
+  const long s = std::lround(std::max(0.0, seconds));
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
+  else std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
+  return buf;
+}
+}  // namespace
+
+Progress::Progress(std::string what, std::string unit, size_t requests, int64_t token_budget, ProgressOutput out)
+    : what_(std::move(what)), unit_(std::move(unit)), requests_(requests), budget_(token_budget), out_(std::move(out)),
+      start_(std::chrono::steady_clock::now()), shown_(start_) {
+  if (!out_.replica.empty()) what_ += str(" (", out_.replica, ")");
+}
+
+void Progress::finished(int64_t budget, int64_t tokens) {
+  ++done_;
+  budget_done_ += budget;
+  tokens_done_ += tokens;
+}
+
+int64_t Progress::tokens_left() const {
+  // What the finished requests made of their budgets says what the others will make of theirs.
+  const double made = budget_done_ > 0 ? static_cast<double>(tokens_done_) / static_cast<double>(budget_done_) : 1.0;
+  const double expected = made * static_cast<double>(budget_ - budget_done_);
+  return std::max<int64_t>(0, std::llround(expected) - (tokens_ - tokens_done_));
+}
+
+double Progress::seconds_left(double elapsed_s) const {
+  if (done_ >= requests_) return 0;
+  if (tokens_ <= 0 || elapsed_s <= 0) return -1;
+  return static_cast<double>(tokens_left()) / (static_cast<double>(tokens_) / elapsed_s);
+}
+
+std::string Progress::line(double elapsed_s) const {
+  const double eta = seconds_left(elapsed_s);
+  return str(done_, "/", requests_, " ", unit_, " done · ", tokens_, " tokens · ",
+             static_cast<long long>(elapsed_s > 0 ? std::llround(static_cast<double>(tokens_) / elapsed_s) : 0),
+             " tok/s · ETA ", eta < 0 ? std::string("?") : clock_text(eta));
+}
+
+void Progress::update(int64_t tokens) {
+  tokens_ = tokens;
+  if (out_.on) show(false);
+}
+
+void Progress::show(bool last) {
   const auto now = std::chrono::steady_clock::now();
-  if (done < total_ && now - last_ < std::chrono::milliseconds(200)) return;
-  last_ = now;
-  const double s = std::chrono::duration<double>(now - start_).count();
-  const double eta = done > 0 ? s / static_cast<double>(done) * static_cast<double>(total_ - done) : 0;
-  std::fprintf(stderr, "\r%s: %zu/%zu done · %.0f tok/s · ETA %d:%02d   ", what_, done, total_,
-               s > 0 ? static_cast<double>(tokens) / s : 0.0, static_cast<int>(eta) / 60, static_cast<int>(eta) % 60);
-  std::fflush(stderr);
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  if (out_.terminal) {
+    if (!last && now - shown_ < std::chrono::milliseconds(200)) return;  // at most 5 redraws a second
+    shown_ = now;
+    // The bar fills with tokens (made against made + still to make), else with requests.
+    const double all = static_cast<double>(tokens_ + tokens_left());
+    double f = all > 0 ? static_cast<double>(tokens_) / all
+                       : (requests_ ? static_cast<double>(done_) / static_cast<double>(requests_) : 1.0);
+    if (done_ >= requests_) f = 1;
+    constexpr int kWidth = 24;
+    const int filled = static_cast<int>(f * kWidth);
+    const std::string bar = std::string(static_cast<size_t>(filled), '#') + std::string(static_cast<size_t>(kWidth - filled), '.');
+    std::fprintf(stderr, "\r%s [%s] %s\x1b[K%s", what_.c_str(), bar.c_str(), line(elapsed).c_str(), last ? "\n" : "");
+    std::fflush(stderr);
+    return;
+  }
+  if (last || out_.interval_s <= 0 || now - shown_ < std::chrono::duration<double>(out_.interval_s)) return;
+  shown_ = now;
+  spdlog::info("{}: {} · {} elapsed", what_, line(elapsed), clock_text(elapsed));
 }
 
 void Progress::end() {
-  if (on_) std::fprintf(stderr, "\n");
+  if (out_.on && out_.terminal) show(true);
 }
 
 }  // namespace linnet::cli

@@ -1,7 +1,7 @@
 // The files of `linnet generate` and `linnet eval` (docs/usage.md): JSON lines in, JSON lines
 // out in input order, appended and flushed line by line so that a job that dies keeps what
 // it finished, `--resume` to skip what is done, several replicas' parts merged at the end,
-// and a progress line on a terminal.
+// and the job's progress (a bar on a terminal, a line now and then in a log).
 #pragma once
 #include <chrono>
 #include <cstdio>
@@ -81,19 +81,51 @@ class JobOutput {
   std::set<std::string> done_before_;             // ids --resume found
 };
 
-// "12/64 done · 345 tok/s · ETA 0:07" on stderr, rewritten in place, at most 5 times a
-// second; only on world rank 0, only when stderr is a terminal and not --quiet.
+// --progress-interval SECONDS of generate, eval and run-batch.
+void add_progress_option(boost::program_options::options_description& desc);
+
+// Where a job's progress goes: on world rank 0 only, unless --quiet (or a --log-level above
+// info); a bar rewritten in place when stderr is a terminal, else a log line every
+// --progress-interval seconds (0: none).
+struct ProgressOutput {
+  bool on = false;
+  bool terminal = false;
+  double interval_s = 30;
+  std::string replica;  // "replica 0 of 2" when several replicas split the lines (rank 0 sees its own share)
+};
+ProgressOutput progress_output(const boost::program_options::variables_map& vm, const Ranks& ranks);
+
+// A job's progress, counted as it happens: requests finished, tokens made (generated, or read
+// by eval's windows) and the time left, estimated from tokens per second over the tokens still
+// to make. A request's budget is the most it may make (max_new_tokens; a window's tokens):
+// what the unfinished ones will make is their budget scaled by what the finished ones made of
+// theirs (EOS and stop strings end requests early).
 class Progress {
  public:
-  Progress(const char* what, size_t total, bool enabled);
-  void update(size_t done, int64_t tokens);
+  // what: "generate"; unit: "requests"; token_budget: every request's budget together.
+  Progress(std::string what, std::string unit, size_t requests, int64_t token_budget, ProgressOutput out);
+  // One request finished, having made `tokens` of its `budget`.
+  void finished(int64_t budget, int64_t tokens);
+  // After each step: the tokens made so far, by finished and running requests together.
+  void update(int64_t tokens);
+  // The bar's last state and its newline (on a terminal).
   void end();
 
+  // The estimate, for the line and the tests.
+  size_t done() const { return done_; }
+  int64_t tokens() const { return tokens_; }
+  int64_t tokens_left() const;
+  double seconds_left(double elapsed_s) const;  // < 0: not known yet
+  std::string line(double elapsed_s) const;     // "12/64 requests done · 3100 tokens · 812 tok/s · ETA 0:07"
+
  private:
-  const char* what_;
-  size_t total_;
-  bool on_;
-  std::chrono::steady_clock::time_point start_, last_;
+  void show(bool last);
+
+  std::string what_, unit_;
+  size_t requests_, done_ = 0;
+  int64_t budget_, budget_done_ = 0, tokens_ = 0, tokens_done_ = 0;
+  ProgressOutput out_;
+  std::chrono::steady_clock::time_point start_, shown_;
 };
 
 }  // namespace linnet::cli

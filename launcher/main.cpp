@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/cpu/blas_kernels.h"
+#include "core/cpu/cpu_threads.h"
 #include "core/error.h"
 #include "launcher/commands.h"
 #include "launcher/options.h"
@@ -77,13 +78,6 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // OpenBLAS on a CPU it does not know runs SSE3 kernels: start again with the ones the CPU
-  // has (see core/cpu/blas_kernels.h). Once only; if exec fails, go on as we are.
-  if (const std::string core = linnet::better_blas_coretype(); !core.empty() && !std::getenv("LINNET_BLAS_CHOSEN")) {
-    ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
-    ::setenv("LINNET_BLAS_CHOSEN", linnet::blas_coretype().c_str(), 1);
-    ::execv("/proc/self/exe", argv);
-  }
   if (argc < 2 || !std::strcmp(argv[1], "help") || !std::strcmp(argv[1], "--help") ||
       !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
@@ -96,6 +90,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "linnet: unknown subcommand '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
+  }
+  // Settings the libraries read once, as they load (before main): when one must change, start
+  // again with it. OpenBLAS on a CPU it does not know runs SSE3 kernels: the ones the CPU has
+  // instead (core/cpu/blas_kernels.h). The commands that run a model: OpenMP's waiting threads
+  // spin briefly, then sleep, unless the user chose (core/cpu/cpu_threads.h). Once only; if
+  // exec fails, go on as we are.
+  bool again = false;
+  if (const std::string core = linnet::better_blas_coretype(); !core.empty() && !std::getenv("LINNET_BLAS_CHOSEN")) {
+    ::setenv("OPENBLAS_CORETYPE", core.c_str(), 1);
+    ::setenv("LINNET_BLAS_CHOSEN", linnet::blas_coretype().c_str(), 1);
+    again = true;
+  }
+  if (cmd->on_every_rank && linnet::choose_omp_spin()) again = true;
+  if (again) {
+    ::execv("/proc/self/exe", argv);
+    linnet::forget_omp_spin();  // this process's OpenMP has its default: the log must not say otherwise
   }
   // inspect, init, import-llama2c, tokenize, detokenize, apply-chat-template: one rank's work; the others (if
   // started by mpirun) leave at once so files are written once and output printed once.

@@ -173,7 +173,8 @@ void add_run_options(po::options_description& desc) {
       ("page-size", po::value<int64_t>(), "PageSize for the paged entries (default: 64, or MaxSeq when that is smaller)")
       ("shards", po::value<int64_t>(), "Shards: tensor-parallel group size (default: ranks per replica)")
       ("dtype", po::value<std::string>(), "T: bf16, f16 or f32 (default: the checkpoint's torch_dtype)")
-      ("threads", po::value<int>()->default_value(0), "CPU threads per rank (0: the node's cores shared among its ranks)")
+      ("threads", po::value<int>()->default_value(0),
+       "CPU threads per rank (0: the cores it may run on, shared among a node's ranks; the start-up log says why)")
       ("moe-sharding", po::value<std::string>()->default_value("expert"),
        "mixtures of experts: expert (Experts/Shards whole experts per rank, rows sent to them and back) or tensor "
        "(every expert sliced)");

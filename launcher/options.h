@@ -36,8 +36,7 @@ std::string usage_of(const std::string& command, const po::options_description& 
 // --batch, --max-seq, --page-size, --shards, --dtype, --threads.
 void add_run_options(po::options_description& desc);
 RunOptions run_options(const po::variables_map& vm);
-// --threads N (0: OpenMP's default, shared among the ranks of a node; at most 4 × the cores
-// this rank may use).
+// --threads N (0: automatic, core/cpu/cpu_threads.h; at most 4 × the cores this rank may use).
 int threads_option(const po::variables_map& vm);
 // --tp K (0: every rank of the job in one replica).
 int tp_option(const po::variables_map& vm);

@@ -2,14 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
-#include <omp.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdlib>
-#include <thread>
 
 #include "core/cpu/blas_kernels.h"
+#include "core/cpu/cpu_threads.h"
 #include "launcher/world.h"
 #ifdef LINNET_HAVE_MPI
 #include "parallel/mpi_runtime.h"
@@ -34,23 +31,21 @@ Ranks::Ranks(int tp, const std::string& backend_kind, int threads) {
     replicas_ = mpi_->groups.replicas;
     backend_ = make_backend(backend_kind, rt->local_rank());  // GPU local_rank on CUDA
     local_size_ = rt->local_size();
-    if (threads > 0) omp_set_num_threads(threads);
-    else share_cores(rt->local_size());
+    const CpuThreads cpu = set_cpu_threads(threads, local_size_);
     shards_ = make_shard_communicator(mpi_->groups, *backend_);
     control_ = std::make_unique<ControlChannel>(rt);
     log_blas_choice();
-    spdlog::info("backend {} ({} threads), replica {} of {}, shard {} of {} ({} communicator)", backend_->name(),
-                 omp_get_max_threads(), replica_,
-                 replicas_, shards_->rank(), shards_->size(), shards_->name());
+    spdlog::info("backend {} ({} threads: {}), replica {} of {}, shard {} of {} ({} communicator)", backend_->name(),
+                 cpu.threads, cpu.why, replica_, replicas_, shards_->rank(), shards_->size(), shards_->name());
     return;
   }
 #endif
   if (tp > 1) throw Error(str("--tp ", tp, " needs ", tp, " ranks, but this run has 1 (start it with mpirun)"));
   backend_ = make_backend(backend_kind, 0);
-  if (threads > 0) omp_set_num_threads(threads);
+  const CpuThreads cpu = set_cpu_threads(threads, 1);
   shards_ = std::make_unique<SingleCommunicator>();
   control_ = std::make_unique<ControlChannel>(nullptr);
-  spdlog::info("backend {} ({} threads), 1 rank", backend_->name(), omp_get_max_threads());
+  spdlog::info("backend {} ({} threads: {}), 1 rank", backend_->name(), cpu.threads, cpu.why);
   log_blas_choice();
 }
 
@@ -62,17 +57,6 @@ void Ranks::log_blas_choice() const {
     spdlog::info("OpenBLAS kernels: {} (it had chosen {} for this CPU; OPENBLAS_CORETYPE overrides)", blas_coretype(), was);
   else
     spdlog::debug("OpenBLAS kernels: {}", blas_coretype());
-}
-
-// Ranks on one node share its cores: unless OMP_NUM_THREADS says otherwise, each takes its
-// share (OpenMP threads that outnumber cores spin against each other). A rank bound to
-// fewer cores (mpirun's default --bind-to core) keeps what it was given.
-void Ranks::share_cores(int local_ranks) {
-  if (std::getenv("OMP_NUM_THREADS") || local_ranks <= 1) return;
-  cpu_set_t set;
-  const int allowed = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-  const int all = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  omp_set_num_threads(std::max(1, std::min(allowed, all / local_ranks)));
 }
 
 int Ranks::sharing_memory() const {

@@ -35,7 +35,6 @@ class Ranks {
 
  private:
   struct Mpi;
-  void share_cores(int local_ranks);
   void log_blas_choice() const;
   std::unique_ptr<Mpi> mpi_;
   int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1, local_size_ = 1;

@@ -94,6 +94,7 @@ int cmd_run_batch(const Args& args) {
   add_engine_options(desc);
   add_served_model_option(desc);
   add_output_options(desc);
+  add_progress_option(desc);
   add_bos_option(desc);
   add_chat_template_option(desc);
   add_run_options(desc);
@@ -106,6 +107,7 @@ int cmd_run_batch(const Args& args) {
   Ranks& ranks = *cmd.ranks;
   const Tokenizer& tok = *cmd.tok;
   const serve::ServedModel served = served_model(vm, cmd);
+  const ProgressOutput progress_to = progress_output(vm, ranks);
 
   // Every line checked as the server checks a request, before the weights load.
   const std::string in_path = vm["input-file"].as<std::string>(), out_path = vm["output-file"].as<std::string>();
@@ -130,6 +132,7 @@ int cmd_run_batch(const Args& args) {
   struct Pending {
     std::vector<serve::ChoiceResult> results;
     size_t left = 0;
+    int64_t budget = 0, tokens = 0;  // max_tokens of its choices together, and what they made
   };
   std::map<size_t, Pending> pending;
   std::map<uint64_t, std::pair<size_t, size_t>> owner;  // job id → (line, choice)
@@ -155,6 +158,7 @@ int cmd_run_batch(const Args& args) {
                      {"response", {{"status_code", 200}, {"request_id", str("batch-req-", lines[i].line)}, {"body", body}}},
                      {"error", nullptr}});
   };
+  int64_t budget = 0;
   for (size_t i : out.mine()) {
     if (batch[i].status != 0) {
       const std::string why = batch[i].error.value("message", std::string());
@@ -174,10 +178,12 @@ int cmd_run_batch(const Args& args) {
       owner[jobs[k].id] = {i, k};
       plan.jobs.push_back(std::move(jobs[k]));
     }
+    for (int64_t m : batch[i].params.max_tokens) p.budget += m * batch[i].params.n;
+    budget += p.budget;
   }
   engine.apply(plan);
-  Progress progress("run-batch", out.mine().size(), ranks.world_rank() == 0 && spdlog::get_level() <= spdlog::level::info);
-  size_t finished = out.mine().size() - pending.size();
+  Progress progress("run-batch", "requests", out.mine().size(), budget, progress_to);
+  for (size_t k = pending.size(); k < out.mine().size(); ++k) progress.finished(0, 0);  // error lines
   int64_t generated = 0;
   const auto t0 = std::chrono::steady_clock::now();
   while (!engine.idle()) {
@@ -185,13 +191,14 @@ int cmd_run_batch(const Args& args) {
       const auto [i, k] = owner.at(e.id);
       Pending& p = pending.at(i);
       generated += static_cast<int64_t>(e.tokens.size());
+      p.tokens += static_cast<int64_t>(e.tokens.size());
       if (serve::apply_event(p.results[k], e) && --p.left == 0) {
         answer(i);
+        progress.finished(p.budget, p.tokens);
         pending.erase(i);
-        ++finished;
       }
     }
-    progress.update(finished, generated);
+    progress.update(generated);
   }
   progress.end();
   LINNET_CHECK(pending.empty(), "run-batch: ", pending.size(), " request(s) left unanswered by an idle engine");

@@ -280,7 +280,7 @@ TEST(Cli, LogsGoToStderrAndResultsToStdout) {
   EXPECT_EQ(r.errors.find("[info]"), std::string::npos) << r.errors;
   r = run_linnet(run_args(tiny(), d / "calls.json", {"--print", "--max-seq", "64", "--log-level", "debug", "--threads", "1"}));
   EXPECT_EQ(r.output, printed);
-  EXPECT_NE(r.errors.find("backend cpu (1 threads)"), std::string::npos) << r.errors;
+  EXPECT_NE(r.errors.find("backend cpu (1 threads: --threads 1)"), std::string::npos) << r.errors;
   // Under mpirun, every rank logging at info: stdout is rank 0's printed outputs alone.
   const auto m = linnet::testing::mpi_run(
       2, LINNET_BINARY, run_args(tiny(), d / "calls.json", {"--print", "--max-seq", "64", "--log-level", "info"}), 60,

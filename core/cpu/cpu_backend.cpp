@@ -1,4 +1,5 @@
 #include "core/cpu/cpu_backend.h"
+#include "core/cpu/cpu_threads.h"
 #include "core/cpu/packed_matmul.h"
 
 #include <sys/mman.h>
@@ -107,6 +108,7 @@ int64_t packed_row0(const Tensor& w) {
 }
 
 void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+  follow_free_cores();  // every model call starts here
   cpu_expect_f32(out, "embedding", "out");
   const int64_t n = ids.numel(), w = weight.dim(1), v = weight.dim(0);
   cpu_expect(out.numel() == n * w, "embedding", "out " + out.describe());
