@@ -87,15 +87,16 @@ TEST(Threads, StartupLogSaysHowManyAndWhy) {
   const fs::path d = fresh_dir("log");
   const int n = allowed_cores();
   const std::string cores = std::to_string(n) + (n == 1 ? " core" : " cores");
+  const std::string fewer = n > 1 ? ", fewer while other processes keep some busy" : "";
   const std::string spin = n > 1 ? "; waiting threads spin 1000 rounds, then sleep: GOMP_SPINCOUNT=1000" : "";
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{}, std::to_string(n) + " threads: the " + cores + " this process may run on" + spin + "), 1 rank"},
+      {{}, std::to_string(n) + " threads: the " + cores + " this process may run on" + fewer + spin + "), 1 rank"},
       {{"OMP_NUM_THREADS=1"}, "1 threads: OMP_NUM_THREADS=1), 1 rank"},
       {{"--threads", "1"}, "1 threads: --threads 1), 1 rank"},
       {{"OMP_WAIT_POLICY=active"},
-       std::to_string(n) + " threads: the " + cores + " this process may run on" + (n > 1 ? "; OMP_WAIT_POLICY=active" : "") + "), 1 rank"},
+       std::to_string(n) + " threads: the " + cores + " this process may run on" + fewer + (n > 1 ? "; OMP_WAIT_POLICY=active" : "") + "), 1 rank"},
       {{"GOMP_SPINCOUNT=20"},
-       std::to_string(n) + " threads: the " + cores + " this process may run on" + (n > 1 ? "; GOMP_SPINCOUNT=20" : "") + "), 1 rank"},
+       std::to_string(n) + " threads: the " + cores + " this process may run on" + fewer + (n > 1 ? "; GOMP_SPINCOUNT=20" : "") + "), 1 rank"},
   };
   for (const auto& [given, want] : cases) {
     std::vector<std::string> env, more;
