@@ -1,5 +1,6 @@
 // Weights from a Hugging Face checkpoint directory: each rank reads only its own slices
-// (SPEC §2), and every tensor is checked for presence and shape before it is read.
+// (docs/entries.md "Weights and shards"), and every tensor is checked for presence and shape before
+// it is read.
 #pragma once
 #include <set>
 #include <vector>

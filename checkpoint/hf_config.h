@@ -1,4 +1,5 @@
-// Hugging Face config.json → the model's configuration, validated (SPEC §1, §2).
+// Hugging Face config.json → the model's configuration, validated (docs/entries.md "Generics",
+// "Weights and shards").
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>

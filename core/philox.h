@@ -1,5 +1,5 @@
-// Philox4x32-10 (Random123) and the uniform/Gumbel draw that sampling uses (SPEC §4).
-// Header-only and host/device-neutral so the CPU and CUDA backends draw the same bits.
+// Philox4x32-10 (Random123) and the uniform/Gumbel draw that sampling uses (docs/entries.md
+// "Sampling"). Header-only and host/device-neutral so the CPU and CUDA backends draw the same bits.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -35,9 +35,9 @@ LINNET_HD U32x4 philox4x32_10(U32x4 ctr, uint32_t k0, uint32_t k1) {
   return ctr;
 }
 
-// u in (0, 1) for vocab index k, row b, step i under the 128-bit key (key0, key1) (SPEC §4).
-// Exact in double: in f32, (2^24 − 1) + 0.5 rounds to 2^24 and u would reach 1 (an infinite
-// Gumbel draw that picks its token whatever the logits), so u stays in double.
+// u in (0, 1) for vocab index k, row b, step i under the 128-bit key (key0, key1) (docs/entries.md
+// "Sampling"). Exact in double: in f32, (2^24 − 1) + 0.5 rounds to 2^24 and u would reach 1 (an
+// infinite Gumbel draw that picks its token whatever the logits), so u stays in double.
 LINNET_HD double uniform(uint64_t key0, uint64_t key1, uint32_t k, uint32_t b, uint32_t i) {
   const uint32_t c3 = static_cast<uint32_t>(key0 >> 32) ^ static_cast<uint32_t>(key1 >> 32);
   const U32x4 out = philox4x32_10(U32x4{{k, b, i, c3}}, static_cast<uint32_t>(key0),

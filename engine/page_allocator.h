@@ -1,8 +1,8 @@
-// The paged KV pool as the engine hands it out (SPEC §3: Batch·MaxSeq/PageSize pages of
-// PageSize positions). A free list; a page goes back to it when its last user lets go. Full
-// pages of prompt tokens are shared by reference count: a page is known by the hash of every
-// token from the sequence's start to its own end, so n samples of one prompt, or prompts
-// with one system prompt, hold their common full pages once.
+// The paged KV pool as the engine hands it out (docs/entries.md "The cache and its pages":
+// Batch·MaxSeq/PageSize pages of PageSize positions). A free list; a page goes back to it when its
+// last user lets go. Full pages of prompt tokens are shared by reference count: a page is known by
+// the hash of every token from the sequence's start to its own end, so n samples of one prompt, or
+// prompts with one system prompt, hold their common full pages once.
 #pragma once
 #include <cstddef>
 #include <cstdint>

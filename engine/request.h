@@ -17,7 +17,7 @@ struct SamplingParams {
   int64_t top_k = 0;       // 0: off
   float top_p = 1;         // 1: off
   float min_p = 0;         // 0: off
-  uint64_t seed = 0;       // Philox key [seed, 0] (SPEC §8)
+  uint64_t seed = 0;       // Philox key [seed, 0] (docs/entries.md "The batch engine")
   bool ignore_eos = false;  // keep going past end-of-sequence ids (benchmarks)
   // The logit processors (layers/logit_processors.h), greedy and sampled alike:
   float repetition_penalty = 1;               // prompt and output tokens (transformers, vLLM)

@@ -1,6 +1,7 @@
 // --kv-cache-memory: how big the batch engine's paged pool is. The pool is the model's
-// Batch·MaxSeq/PageSize pages (SPEC §3), so its size is chosen through Batch: as many
-// positions as the requests can use at once, within the memory given, at least one MaxSeq.
+// Batch·MaxSeq/PageSize pages (docs/entries.md "The cache and its pages"), so its size is chosen
+// through Batch: as many positions as the requests can use at once, within the memory given, at
+// least one MaxSeq.
 #pragma once
 #include <string>
 #include <vector>

@@ -1,7 +1,7 @@
-// The launcher's view of the ranks: under mpirun (or srun) the world is split into replicas of
-// --tp shards (SPEC §7); alone, one rank is one shard. It owns the backend (GPU local_rank on
-// CUDA; OpenMP threads shared among a node's ranks), the shard group's communicator and the
-// job's control channel (parallel/control_channel.h). MPI itself stays in parallel/.
+// The launcher's view of the ranks: under mpirun (or srun) the world is split into replicas of --tp
+// shards (docs/entries.md "Ranks"); alone, one rank is one shard. It owns the backend (GPU
+// local_rank on CUDA; OpenMP threads shared among a node's ranks), the shard group's communicator
+// and the job's control channel (parallel/control_channel.h). MPI itself stays in parallel/.
 #pragma once
 #include <memory>
 #include <string>

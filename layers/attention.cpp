@@ -33,7 +33,8 @@ void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DeviceP
   if (rope >= 0)
     be.rope_heads(qkv, 0, dims.q_heads + dims.kv_heads, dims.head_dim, plan.positions,
                   plan.rope_freq[static_cast<size_t>(rope)], plan.rope_scale[static_cast<size_t>(rope)]);
-  // Every K/V of the call is written before any token reads the cache (SPEC §4).
+  // Every K/V of the call is written before any token reads the cache (docs/entries.md "The
+  // entries").
   if (plan.any_write) be.kv_write(qkv, dims, plan.slots, mutable_cache_k(), mutable_cache_v());
   Tensor attn = be.empty({n, dims.q_heads * dims.head_dim}, x.dtype());
   if (plan.any_packed) be.attention_packed(qkv, dims, plan.run_start, attn);

@@ -5,6 +5,8 @@
 // block's state. The families' differences: q/k norms (per head, or over the whole projection
 // with its sum of squares all-reduced here), a RoPE of the layer's kind or none, a sliding
 // window, the scores' scale and soft-capping (in `dims`).
+// Card notation (H, Heads, KvHeads, D, Batch, MaxSeq, T, Shards, PageSize): the generics table
+// of docs/entries.md.
 #pragma once
 #include <optional>
 

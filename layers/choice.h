@@ -1,5 +1,5 @@
-// How the batch engine has a row's next token chosen (SPEC §8). Not an entry: the model's
-// own choice, next to the logits, with a key and a step per row.
+// How the batch engine has a row's next token chosen (docs/entries.md "The batch engine"). Not an
+// entry: the model's own choice, next to the logits, with a key and a step per row.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,8 +1,8 @@
-// The batch engine's choices next to the logits (SPEC §8): greedy and plain Gumbel-max on
-// each vocab shard with only (value, index) pairs crossing ranks; top-k / top-p / min-p from
-// each shard's best candidates; a row's logit processors (penalties, biases, bans) applied on
-// each shard to its own vocab rows first (layers/logit_processors.h). A row's Philox stream is
-// its own key at row 0 and its own step, so its token does not depend on which row of the
+// The batch engine's choices next to the logits (docs/entries.md "The batch engine"): greedy and
+// plain Gumbel-max on each vocab shard with only (value, index) pairs crossing ranks; top-k / top-p
+// / min-p from each shard's best candidates; a row's logit processors (penalties, biases, bans)
+// applied on each shard to its own vocab rows first (layers/logit_processors.h). A row's Philox
+// stream is its own key at row 0 and its own step, so its token does not depend on which row of the
 // batch it is in.
 #include <algorithm>
 #include <cmath>

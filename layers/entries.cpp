@@ -1,5 +1,6 @@
-// The 17 entries (SPEC §4): each checks its inputs (SPEC §5), describes its tokens as a
-// TokenPlan, runs the layers once, and reads out logits, hidden states or choices.
+// The 17 entries (docs/entries.md "The entries"): each checks its inputs (docs/entries.md "Bad
+// input"), describes its tokens as a TokenPlan, runs the layers once, and reads out logits, hidden
+// states or choices.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -180,7 +181,7 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
   Tensor x = run(plan, nullptr).x;
 
   // Only the tokens whose targets count go through the lm_head, in chunks, so no rank ever
-  // holds a [P, Vocab] block of logits (SPEC §6).
+  // holds a [P, Vocab] block of logits (docs/entries.md "Numbers").
   std::vector<int64_t> scored;
   for (int64_t p = 0; p < n; ++p)
     if (weights ? w[p] != 0 : tgt[p] >= 0) scored.push_back(p);

@@ -13,7 +13,7 @@ namespace {
 constexpr int64_t kNoSkip = std::numeric_limits<int64_t>::min();
 
 // Shared by the packed and paged entries that write the cache: no two tokens of a call may
-// write the same slot (SPEC §4).
+// write the same slot (docs/entries.md "The entries").
 class SlotWrites {
  public:
   explicit SlotWrites(const EntryCheck& c) : c_(c) {}

@@ -1,6 +1,7 @@
 // What one rank holds: its parameter slices and its KV cache, in the dtype the backend keeps
 // them in. `linnet inspect` prints it; the loader compares it with the memory the backend
 // has before it allocates anything.
+// Card notation (KvHeads/Shards, MaxSeq, T …): the generics table of docs/entries.md.
 #pragma once
 #include <cstdint>
 #include <string>

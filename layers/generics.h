@@ -1,4 +1,4 @@
-// The card's generics (SPEC §1): what a checkpoint binds plus the run options.
+// The card's generics (docs/entries.md "Generics"): what a checkpoint binds plus the run options.
 #pragma once
 #include <optional>
 #include <string>

@@ -1,6 +1,8 @@
-// llama::Model: the card's root block and its 17 entries (SPEC §4). Entries take and return
-// host tensors; each checks its inputs against the card before it touches the KV cache.
-// This rank holds shard `shard` of Shards (SPEC §2); the communicator joins the shards.
+// llama::Model: the card's root block and its 17 entries (docs/entries.md "The entries").
+// Entries take and return host tensors; each checks its inputs against the card before it
+// touches the KV cache. This rank holds shard `shard` of Shards (docs/entries.md "Weights and
+// shards"); the communicator joins the shards.
+// Card notation (Batch, MaxSeq, Vocab, T, Shards …): the generics table of docs/entries.md.
 #pragma once
 #include <map>
 #include <optional>
@@ -64,10 +66,10 @@ class Model {
   std::vector<Tensor> call(const std::string& entry, const EntryArgs& args,
                            const std::map<std::string, int64_t>& given = {});
 
-  // ---- for the batch engine (engine/), not entries: the same checks and plans ----
-  // One step of the batch engine as it planned it (layers/batch_plan.h): every token run, its
-  // K/V written, and each row's next token chosen next to the logits (SPEC §8); -1 for a row
-  // that samples nothing. The plan is trusted: the engine built it from its pages.
+  // ---- for the batch engine (engine/), not entries: the same checks and plans ---- One step of
+  // the batch engine as it planned it (layers/batch_plan.h): every token run, its K/V written, and
+  // each row's next token chosen next to the logits (docs/entries.md "The batch engine"); -1 for a
+  // row that samples nothing. The plan is trusted: the engine built it from its pages.
   std::vector<int32_t> run_batch(const BatchPlan& plan);
   // log_probs_packed, and per token whether its target is the argmax of its logits
   // (lowest index on ties); both 0 where the target is negative.

@@ -1,6 +1,6 @@
-// Every parameter of the model as one table: its Hugging Face name, its place on the card,
-// its full shape and how it is split across shards (SPEC §2). The loader reads each rank's
-// slice from it and `linnet inspect` prints per-rank sizes from it.
+// Every parameter of the model as one table: its Hugging Face name, its place on the card, its full
+// shape and how it is split across shards (docs/entries.md "Weights and shards"). The loader reads
+// each rank's slice from it and `linnet inspect` prints per-rank sizes from it.
 #pragma once
 #include <string>
 #include <vector>

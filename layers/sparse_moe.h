@@ -19,6 +19,8 @@
 //   rank (the products are batch-invariant and the sum is in the same order).
 // A token's numbers never depend on the other tokens that chose its experts (docs/numerics.md):
 // every product is batch-invariant (Backend::grouped_matmul) and each sum is per token.
+// Card notation (H, Inner, Experts, TopK, T, Shards): the generics table of docs/entries.md and
+// its "Families" section.
 #pragma once
 #include <vector>
 

@@ -1,6 +1,6 @@
-// Entry input checks (SPEC §5): against the card's signature first (ranks, dims, dtypes),
-// then the entry's rules (ids, positions, rows, slots, pages, packing). Every check runs
-// before an entry touches state, and a failure names the entry, argument, index and rule.
+// Entry input checks (docs/entries.md "Bad input"): against the card's signature first (ranks,
+// dims, dtypes), then the entry's rules (ids, positions, rows, slots, pages, packing). Every check
+// runs before an entry touches state, and a failure names the entry, argument, index and rule.
 #pragma once
 #include <map>
 #include <string>
@@ -40,9 +40,9 @@ class EntryCheck {
   std::map<std::string, int64_t> dims_;
 };
 
-// The packing rules (SPEC §4) over args "segments" and "positions": each segment value is
-// one contiguous run and positions strictly increase inside it. Returns, per token, the index
-// of its run's first token.
+// The packing rules (docs/entries.md "The entries") over args "segments" and "positions": each
+// segment value is one contiguous run and positions strictly increase inside it. Returns, per
+// token, the index of its run's first token.
 std::vector<int32_t> packed_runs(const EntryCheck& c);
 
 }  // namespace linnet

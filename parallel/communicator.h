@@ -1,6 +1,6 @@
-// The collectives that stitch shards together (SPEC §2, §7). A layer sees only this
-// interface: the single-rank version does nothing, MPI's works on host tensors (staging
-// device tensors through the host), NCCL's on device tensors.
+// The collectives that stitch shards together (docs/entries.md "Weights and shards", "Ranks"). A
+// layer sees only this interface: the single-rank version does nothing, MPI's works on host tensors
+// (staging device tensors through the host), NCCL's on device tensors.
 #pragma once
 #include <memory>
 #include <string>

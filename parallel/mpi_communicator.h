@@ -1,4 +1,5 @@
-// MpiCommunicator: the Communicator over an MPI communicator (SPEC §7, docs/parallel.md).
+// MpiCommunicator: the Communicator over an MPI communicator (docs/entries.md "Ranks",
+// docs/parallel.md).
 //
 // - Host tensors are reduced in place with MPI_Allreduce (MPI_IN_PLACE); gathers and
 //   broadcasts move raw bytes, so any dtype works there.

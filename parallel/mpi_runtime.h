@@ -1,4 +1,4 @@
-// MPI setup for the launcher (SPEC §7, docs/parallel.md).
+// MPI setup for the launcher (docs/entries.md "Ranks", docs/parallel.md).
 //
 //   MpiRuntime mpi;                    // MPI_Init_thread unless MPI is already initialised
 //   Groups g = mpi.make_groups(tp);    // world/tp replicas of tp shards

@@ -1,4 +1,5 @@
-// NcclCommunicator: the Communicator for ranks on distinct GPUs (SPEC §7, docs/parallel.md).
+// NcclCommunicator: the Communicator for ranks on distinct GPUs (docs/entries.md "Ranks",
+// docs/parallel.md).
 //
 // - Device tensors: ncclAllReduce (sum in f32 for bf16/f16 — as the MPI path — else in the
 //   tensor's dtype; max in its own), ncclAllGather and ncclBroadcast (raw bytes, any dtype),

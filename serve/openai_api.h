@@ -1,6 +1,6 @@
 // The OpenAI API as `linnet serve` and `linnet run-batch` speak it: a completions or chat
-// completions body checked and made into prompts and sampling parameters (errors name the
-// field, the index and the rule, as SPEC §5 asks), the response bodies (whole, or as
+// completions body checked and made into prompts and sampling parameters (errors name the field,
+// the index and the rule, as docs/entries.md "Bad input" asks), the response bodies (whole, or as
 // server-sent-event chunks) built from what the engine reports, and vLLM's /tokenize and
 // /detokenize. No HTTP here: tests call these directly.
 #pragma once

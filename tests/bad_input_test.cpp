@@ -1,5 +1,5 @@
-// SPEC §5: every violation is an error naming the entry, argument, index and rule, raised
-// before any state changes: the KV cache stays bit-for-bit as it was.
+// docs/entries.md "Bad input": every violation is an error naming the entry, argument, index and
+// rule, raised before any state changes: the KV cache stays bit-for-bit as it was.
 #include <gtest/gtest.h>
 
 #include <cstring>

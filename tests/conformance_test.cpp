@@ -1,11 +1,11 @@
-// Conformance with Hugging Face transformers (SPEC §6): every golden fixture made by
-// tools/golden/make_golden.py, on one rank in-process and on two ranks (Shards 2) through
-// `mpirun linnet run`; the families' fixtures (issue 28: Mistral, Qwen 3, Gemma 2/3, Phi-3,
-// OLMo 2, Granite, SmolLM3) also on three (Shards 3), the mixtures of experts' (issue 30:
-// Mixtral, Qwen3-MoE, OLMoE) on two and four in both shardings, and their prefill + decode logits
-// against transformers' generate (its KV cache), through the contiguous cache and through a
-// shuffled page table. Errors are ‖out − ref‖/‖ref‖; bounds f32 1e-4 (the families' 1e-5,
-// as issue 28 asks), bf16 2e-2.
+// Conformance with Hugging Face transformers (docs/entries.md "Numbers"): every golden fixture made
+// by tools/golden/make_golden.py, on one rank in-process and on two ranks (Shards 2) through
+// `mpirun linnet run`; the families' fixtures (issue 28: Mistral, Qwen 3, Gemma 2/3, Phi-3, OLMo 2,
+// Granite, SmolLM3) also on three (Shards 3), the mixtures of experts' (issue 30: Mixtral,
+// Qwen3-MoE, OLMoE) on two and four in both shardings, and their prefill + decode logits against
+// transformers' generate (its KV cache), through the contiguous cache and through a shuffled page
+// table. Errors are ‖out − ref‖/‖ref‖; bounds f32 1e-4 (the families' 1e-5, as issue 28 asks), bf16
+// 2e-2.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -72,7 +72,7 @@ void close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& 
 TEST(CudaModel, EntriesMatchTheCpuModel) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible: " << cuda_status();
   for (DType t : {DType::f32, DType::bf16}) {
-    const double tol = t == DType::f32 ? 1e-4 : 2e-2;  // SPEC §6
+    const double tol = t == DType::f32 ? 1e-4 : 2e-2;  // docs/entries.md "Numbers"
     Pair p(t);
     // forward: packed attention over two rows of 37.
     Tensor toks = Tensor::from_ints({2, 37}, random_ids(74, 1));

@@ -1,6 +1,6 @@
-// The batch engine (engine/): pages, scheduling, and the rule that a request's tokens do not
-// depend on its neighbours (SPEC §8) — checked against the card's own entries run on each
-// request alone.
+// The batch engine (engine/): pages, scheduling, and the rule that a request's tokens do not depend
+// on its neighbours (docs/entries.md "The batch engine") — checked against the card's own entries
+// run on each request alone.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -157,7 +157,7 @@ TEST(Scheduler, WholePromptsAreNeverChunkedNorShared) {
   EXPECT_EQ(pool.free_pages(), 16);
 }
 
-// SPEC §8: greedy picks as `generate` does, whatever else is running.
+// docs/entries.md "The batch engine": greedy picks as `generate` does, whatever else is running.
 TEST(Generator, GreedyAloneEqualsAmongSixtyFourOthers) {
   std::vector<Request> all;
   for (size_t i = 0; i < 65; ++i) all.push_back(request(i, prompt(100 + i, 1 + (i * 7) % 23), 4 + i % 9));

@@ -1,4 +1,4 @@
-// The model's stateless entries against the float64 reference (SPEC §6).
+// The model's stateless entries against the float64 reference (docs/entries.md "Numbers").
 #include <gtest/gtest.h>
 
 #include "model_fixtures.h"

@@ -1,6 +1,6 @@
-// `linnet serve` without HTTP: request bodies checked as SPEC §5 asks (the field, the index,
-// the rule), response shapes, stop-string hold-back, and the front's queue (503 when full,
-// drain, failure). The real clients are in tests/serve/ (ctest Serve.*).
+// `linnet serve` without HTTP: request bodies checked as docs/entries.md "Bad input" asks (the
+// field, the index, the rule), response shapes, stop-string hold-back, and the front's queue (503
+// when full, drain, failure). The real clients are in tests/serve/ (ctest Serve.*).
 #include <gtest/gtest.h>
 
 #include <filesystem>

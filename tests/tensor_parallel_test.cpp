@@ -1,6 +1,6 @@
-// Shards > 1 under real mpirun (SPEC §2, §6, §7): every entry, called in one sequence on one
-// model state through `linnet run`, equals the same sequence on one rank — logits within the
-// f32 bound, greedy and sampled tokens exactly.
+// Shards > 1 under real mpirun (docs/entries.md "Weights and shards", "Numbers", "Ranks"): every
+// entry, called in one sequence on one model state through `linnet run`, equals the same sequence
+// on one rank — logits within the f32 bound, greedy and sampled tokens exactly.
 #include <gtest/gtest.h>
 
 #include <filesystem>

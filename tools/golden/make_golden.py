@@ -1059,7 +1059,7 @@ def independent_checks(ref, cfg, g, packed_logits, runs, S0):
     ones = (w == 1)
     assert abs(float(ce) - float(-lp[ones].mean())) < 1e-5
 
-    # 6. packing rules of SPEC §4 hold for the fixture itself
+    # 6. packing rules of docs/entries.md "The entries" hold for the fixture itself
     for s in seg.unique():
         idx = torch.nonzero(seg == s).flatten()
         assert torch.equal(idx, torch.arange(int(idx[0]), int(idx[-1]) + 1)), "run not contiguous"
