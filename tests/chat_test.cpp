@@ -764,7 +764,9 @@ TEST(RequestFields, EveryFieldOnEveryRoute) {
     const bool error = out[i].contains("error");
     if (fields[i]->generate_line == engine::Handling::absent) {
       EXPECT_TRUE(error) << out[i].dump();
-      if (error) EXPECT_NE(out[i]["error"].get<std::string>().find(fields[i]->name), std::string::npos) << out[i].dump();
+      if (error) {
+        EXPECT_NE(out[i]["error"].get<std::string>().find(fields[i]->name), std::string::npos) << out[i].dump();
+      }
     } else {
       EXPECT_FALSE(error) << out[i].dump();
     }
@@ -854,7 +856,9 @@ TEST(RequestFields, HonouredAsVllmAnswers) {
     EXPECT_EQ(at["decoded_token"], "token_id:" + std::to_string(prompt_ids[p]));
     EXPECT_LE(pl[p].size(), 2u);  // the token and the likeliest one
     for (const auto& [id, e] : pl[p].items())
-      if (e["rank"] == 1) EXPECT_GE(e["logprob"].get<double>(), at["logprob"].get<double>());
+      if (e["rank"] == 1) {
+        EXPECT_GE(e["logprob"].get<double>(), at["logprob"].get<double>());
+      }
   }
   // skip_special_tokens false: a special token's text is in the answer.
   b = base;

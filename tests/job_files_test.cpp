@@ -239,6 +239,20 @@ std::vector<std::string> batch(const fs::path& in, const fs::path& out, std::vec
   a.insert(a.end(), more.begin(), more.end());
   return a;
 }
+
+// The three job commands, each with its input written into d: generate and eval 5 lines,
+// run-batch 3.
+struct JobCase {
+  const char* name;
+  std::vector<std::string> (*args)(const fs::path&, const fs::path&, std::vector<std::string>);
+  fs::path in;
+  size_t lines;
+};
+std::vector<JobCase> job_cases(const fs::path& d) {
+  write_text(d / "in.jsonl", prompts(5));
+  write_text(d / "batch.jsonl", batch_lines(3));
+  return {{"generate", gen, d / "in.jsonl", 5}, {"eval", ev, d / "in.jsonl", 5}, {"run-batch", batch, d / "batch.jsonl", 3}};
+}
 }  // namespace
 
 // issue 34 item 9. Before: `-o /dev/stdout | cat` hung forever (the results were read back from
@@ -247,16 +261,7 @@ std::vector<std::string> batch(const fs::path& in, const fs::path& out, std::vec
 // --resume from a stream is refused.
 TEST(JobFiles, OutputToAPipeOrFifoIsWrittenAsAStream) {
   const fs::path d = fresh_dir("stream");
-  write_text(d / "in.jsonl", prompts(5));
-  write_text(d / "batch.jsonl", batch_lines(3));
-  struct Case {
-    const char* name;
-    std::vector<std::string> (*args)(const fs::path&, const fs::path&, std::vector<std::string>);
-    fs::path in;
-    size_t lines;
-  };
-  for (const Case& c : {Case{"generate", gen, d / "in.jsonl", 5}, Case{"eval", ev, d / "in.jsonl", 5},
-                        Case{"run-batch", batch, d / "batch.jsonl", 3}}) {
+  for (const JobCase& c : job_cases(d)) {
     SCOPED_TRACE(c.name);
     // stdout, a pipe: `| cat > piped.jsonl`.
     const fs::path piped = d / (std::string(c.name) + "-piped.jsonl");
@@ -287,16 +292,7 @@ TEST(JobFiles, OutputToAPipeOrFifoIsWrittenAsAStream) {
 // rank 0 reads it and hands it on: mpirun gives stdin to rank 0 alone).
 TEST(JobFiles, DashIsStdoutForOutputsAndStdinForInputs) {
   const fs::path d = fresh_dir("dash");
-  write_text(d / "in.jsonl", prompts(5));
-  write_text(d / "batch.jsonl", batch_lines(3));
-  struct Case {
-    const char* name;
-    std::vector<std::string> (*args)(const fs::path&, const fs::path&, std::vector<std::string>);
-    fs::path in;
-    size_t lines;
-  };
-  for (const Case& c : {Case{"generate", gen, d / "in.jsonl", 5}, Case{"eval", ev, d / "in.jsonl", 5},
-                        Case{"run-batch", batch, d / "batch.jsonl", 3}}) {
+  for (const JobCase& c : job_cases(d)) {
     SCOPED_TRACE(c.name);
     // Both ends: `linnet … < in - > out -`, run in d, where a file named "-" would appear.
     const fs::path piped = d / (std::string(c.name) + "-dash.jsonl"), file = d / (std::string(c.name) + "-file.jsonl");

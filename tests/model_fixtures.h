@@ -150,6 +150,18 @@ inline std::filesystem::path tiny_text_model() {
   return random_checkpoint_with_tokenizer("linnet_gen_tiny", tiny_text_config(), 21);
 }
 
+// tiny_text_config at H 256, 4 layers: slow enough that a run at one row at a time takes a few
+// seconds and a step's barriers dominate (the progress and threads tests).
+inline std::filesystem::path small_text_model() {
+  ModelConfig c = tiny_text_config();
+  c.hidden = 256;
+  c.heads = 8;
+  c.kv_heads = 8;
+  c.inner = 768;
+  c.layers = 4;
+  return random_checkpoint_with_tokenizer("linnet_progress_small", c, 35);
+}
+
 // stories15M's files (stories15M.bin, tokenizer.model, tokenizer.bin), as
 // scripts/fetch-stories15M finds them (a models folder beside the checkout, $LINNET_MODELS),
 // else downloaded into this build's test cache. `dir` is empty when none works, and `why_not` says why. A failed

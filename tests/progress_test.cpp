@@ -23,17 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-// Slow enough to take a few seconds at one row at a time (H 256, 4 layers), with the fixtures'
-// tokenizer so that text prompts work.
-fs::path small_model() {
-  ModelConfig c = linnet::testing::tiny_text_config();
-  c.hidden = 256;
-  c.heads = 8;
-  c.kv_heads = 8;
-  c.inner = 768;
-  c.layers = 4;
-  return linnet::testing::random_checkpoint_with_tokenizer("linnet_progress_small", c, 35);
-}
+using linnet::testing::small_text_model;
 
 std::string text(int i) { return "the cat sat on the mat number " + std::to_string(i); }
 
@@ -70,7 +60,7 @@ std::vector<std::string> generate_args(const fs::path& d, std::vector<std::strin
   std::string prompts;
   for (int i = 0; i < count; ++i) prompts += json{{"id", i}, {"text", text(i)}}.dump() + "\n";
   write_text(d / "in.jsonl", prompts);
-  std::vector<std::string> a = {"generate", "--checkpoint", small_model().string(), "--prompts", (d / "in.jsonl").string(),
+  std::vector<std::string> a = {"generate", "--checkpoint", small_text_model().string(), "--prompts", (d / "in.jsonl").string(),
                                 "--output", (d / "out.jsonl").string(), "--backend", "cpu", "--max-new-tokens", "100",
                                 "--ignore-eos", "--max-rows", "1", "--overwrite"};
   a.insert(a.end(), more.begin(), more.end());
@@ -99,7 +89,7 @@ TEST(Progress, EvalLogsLinesWhileItRuns) {
     docs += json{{"id", i}, {"text", t}}.dump() + "\n";
   }
   write_text(d / "in.jsonl", docs);
-  const auto r = linnet_run({"eval", "--checkpoint", small_model().string(), "--data", (d / "in.jsonl").string(),
+  const auto r = linnet_run({"eval", "--checkpoint", small_text_model().string(), "--data", (d / "in.jsonl").string(),
                              "--output", (d / "out.jsonl").string(), "--backend", "cpu", "--max-length", "32",
                              "--max-batch-tokens", "32", "--threads", "1", "--progress-interval", "0.1"},
                             300);
@@ -119,7 +109,7 @@ TEST(Progress, RunBatchLogsLinesWhileItRuns) {
                     .dump() +
                 "\n";
   write_text(d / "in.jsonl", requests);
-  const auto r = linnet_run({"run-batch", "--checkpoint", small_model().string(), "-i", (d / "in.jsonl").string(), "-o",
+  const auto r = linnet_run({"run-batch", "--checkpoint", small_text_model().string(), "-i", (d / "in.jsonl").string(), "-o",
                              (d / "out.jsonl").string(), "--backend", "cpu", "--max-rows", "1", "--progress-interval",
                              "0.1"},
                             300);

@@ -27,16 +27,7 @@ using nlohmann::json;
 
 namespace {
 
-// Slow enough that a step's barriers dominate (H 256, 4 layers), with the fixtures' tokenizer.
-fs::path small_model() {
-  ModelConfig c = linnet::testing::tiny_text_config();
-  c.hidden = 256;
-  c.heads = 8;
-  c.kv_heads = 8;
-  c.inner = 768;
-  c.layers = 4;
-  return linnet::testing::random_checkpoint_with_tokenizer("linnet_progress_small", c, 35);
-}
+using linnet::testing::small_text_model;
 
 int allowed_cores() {
   cpu_set_t set;
@@ -65,7 +56,7 @@ std::vector<std::string> generate(const fs::path& d, int n, int new_tokens, std:
                                 "-u", "LINNET_OMP_SPIN_CHOSEN"};
   a.insert(a.end(), env.begin(), env.end());
   if (!cpus.empty()) a.insert(a.end(), {"taskset", "-c", cpus});
-  a.insert(a.end(), {LINNET_BINARY, "generate", "--checkpoint", small_model().string(), "--prompts",
+  a.insert(a.end(), {LINNET_BINARY, "generate", "--checkpoint", small_text_model().string(), "--prompts",
                      (d / "in.jsonl").string(), "--output", (d / "out.jsonl").string(), "--backend", "cpu",
                      "--max-new-tokens", std::to_string(new_tokens), "--ignore-eos", "--overwrite"});
   a.insert(a.end(), more.begin(), more.end());
@@ -140,7 +131,7 @@ TEST(Threads, BusyCoresSlowTheDefaultNoMoreThanOneThread) {
   if (cpus.empty()) GTEST_SKIP() << "needs two cores";
   if (run_command({"/bin/sh", "-c", "command -v taskset"}).exit_code != 0) GTEST_SKIP() << "taskset (util-linux) not found";
   const fs::path d = fresh_dir("busy");
-  small_model();  // made before the cores are taken
+  small_text_model();  // made before the cores are taken
   std::vector<std::unique_ptr<BackgroundProcess>> busy;
   for (int i = 0; i < 2; ++i)
     busy.push_back(std::make_unique<BackgroundProcess>(
