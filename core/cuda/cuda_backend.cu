@@ -2,7 +2,8 @@
 // elementwise.cu, attention.cu and logits.cu. No logging here (spdlog/fmt can't be included
 // in .cu files under C++20): failures throw linnet::Error.
 //
-// Every op checks its arguments when called, then hands its launch to submit() as a Launch
+// Every op checks its arguments when called (first the checks all ops share, generated from
+// core/backend_op_list.h, then its own), then hands its launch to submit() as a Launch
 // record: launched at once (LINNET_CUDA_GRAPHS=0), or recorded until the next flush —
 // whatever touches the stream otherwise (a copy, a wait, a timer, a collective) flushes first —
 // and then run through the GraphCache, which replays a recorded sequence it has seen before
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/cuda/cuda_common.cuh"
@@ -159,6 +161,31 @@ int dt(const Tensor& t) { return static_cast<int>(t.dtype()); }
 void on_device(const char* op, const char* name, const Tensor& t) {
   need(t.defined(), op, str(name, " is undefined"));
   need(t.device() == Device::cuda, op, str(name, " ", t.describe(), " is not on the cuda device"));
+}
+
+// The checks every op shares, on each of its arguments (op: its label; names: its argument
+// list as core/backend_op_list.h writes it, "(a, b, …)", read only when a check fails).
+std::string arg_name(const char* names, int i) {
+  std::string all(names + 1, std::strlen(names) - 2);  // without the parentheses
+  size_t at = 0;
+  for (int k = 0; k < i; ++k) at = all.find(',', at) + 1;
+  const size_t end = all.find(',', at);
+  std::string name = all.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  name.erase(0, name.find_first_not_of(' '));
+  return name;
+}
+template <class A>
+void check_arg(const char*, const char*, int, const A&) {}  // not a tensor
+void check_arg(const char* op, const char* names, int i, const Tensor& t) {
+  if (!t.defined() || t.device() != Device::cuda) on_device(op, arg_name(names, i).c_str(), t);
+}
+void check_arg(const char* op, const char* names, int i, const Tensor* t) {
+  if (t) check_arg(op, names, i, *t);  // null: an optional tensor left out
+}
+template <class... A>
+void check_args(const char* op, const char* names, const A&... args) {
+  int i = 0;
+  (check_arg(op, names, i++, args), ...);
 }
 
 void rank_is(const char* op, const char* name, const Tensor& t, size_t r) {
@@ -710,7 +737,7 @@ void CudaBackend::synchronize() {
   LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::convert(const Tensor& src, Tensor& dst) {
+void CudaBackend::convert_op(const Tensor& src, Tensor& dst) {
   on_device("convert", "src", src);
   on_device("convert", "dst", dst);
   need(src.numel() == dst.numel(), "convert",
@@ -735,7 +762,7 @@ void CudaBackend::convert(const Tensor& src, Tensor& dst) {
   submit(l);
 }
 
-void CudaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+void CudaBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& out) {
   const char* op = "embedding";
   rank_is(op, "weight", weight, 2);
   float_type(op, "weight", weight);
@@ -758,7 +785,7 @@ void CudaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out
   submit(l);
 }
 
-void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const char* op = "matmul";
   rank_is(op, "x", x, 2);
   rank_is(op, "w", w, 2);
@@ -809,7 +836,7 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   submit(l);
 }
 
-void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+void CudaBackend::rms_norm_op(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   const char* op = "rms_norm";
   rank_is(op, "x", x, 2);
   act_type(op, "x", x);
@@ -833,7 +860,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
   submit(l);
 }
 
-void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+void CudaBackend::add_rms_norm_op(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
                                Tensor& out) {
   const char* op = "add_rms_norm";
   rank_is(op, "residual", residual, 2);
@@ -863,7 +890,7 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tens
   submit(l);
 }
 
-void CudaBackend::add(Tensor& x, const Tensor& y) {
+void CudaBackend::add_op(Tensor& x, const Tensor& y) {
   const char* op = "add";
   on_device(op, "x", x);
   on_device(op, "y", y);
@@ -880,7 +907,7 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   submit(l);
 }
 
-void CudaBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
+void CudaBackend::rope_heads_op(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
                              const Tensor& positions, const Tensor& inv_freq, float scale) {
   const char* op = "rope";
   rank_is(op, "x", x, 2);
@@ -914,7 +941,7 @@ void CudaBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64
   submit(l);
 }
 
-void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
+void CudaBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
   const char* op = "swiglu";
   rank_is(op, "gate_up", gate_up, 2);
   rank_is(op, "out", out, 2);
@@ -933,7 +960,7 @@ void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
   submit(l);
 }
 
-void CudaBackend::geglu(const Tensor& gate_up, Tensor& out) {
+void CudaBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
   const char* op = "geglu";
   rank_is(op, "gate_up", gate_up, 2);
   rank_is(op, "out", out, 2);
@@ -945,7 +972,7 @@ void CudaBackend::geglu(const Tensor& gate_up, Tensor& out) {
   cuda::launch_geglu(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), stream_);
 }
 
-void CudaBackend::pointwise(Tensor& x, Pointwise p, float value) {
+void CudaBackend::pointwise_op(Tensor& x, Pointwise p, float value) {
   const char* op = "pointwise";
   on_device(op, "x", x);
   act_type(op, "x", x);
@@ -954,7 +981,7 @@ void CudaBackend::pointwise(Tensor& x, Pointwise p, float value) {
   cuda::launch_pointwise(dt(x), x.data(), x.numel(), static_cast<int>(p), value, stream_);
 }
 
-void CudaBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
+void CudaBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
   const char* op = "sum_squares";
   rank_is(op, "x", x, 2);
   act_type(op, "x", x);
@@ -967,7 +994,7 @@ void CudaBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, 
   cuda::launch_sum_squares(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, cols, out.ptr<float>(), stream_);
 }
 
-void CudaBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
+void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
                                 float eps, const Tensor* sum_sq, int64_t count) {
   const char* op = "rms_norm_cols";
   rank_is(op, "x", x, 2);
@@ -988,7 +1015,7 @@ void CudaBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, in
                              sum_sq ? sum_sq->ptr<float>() : nullptr, count, stream_);
 }
 
-void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
+void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
                            Tensor& cache_k, Tensor& cache_v) {
   const char* op = "kv_write";
   check_dims(op, dims);
@@ -1011,7 +1038,7 @@ void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const T
   submit(l);
 }
 
-void CudaBackend::attention_packed(const Tensor& qkv, const AttentionDims& dims,
+void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& dims,
                                    const Tensor& run_start, Tensor& out) {
   const char* op = "attention_packed";
   check_dims(op, dims);
@@ -1037,7 +1064,7 @@ void CudaBackend::attention_packed(const Tensor& qkv, const AttentionDims& dims,
   submit(l);
 }
 
-void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
+void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
                                   const Tensor& positions, const Tensor& table,
                                   const Tensor& cache_k, const Tensor& cache_v, Tensor& out) {
   const char* op = "attention_cache";
@@ -1095,7 +1122,7 @@ void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, 
   }
 }
 
-void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
+void CudaBackend::gather_rows_op(const Tensor& src, const Tensor& index, Tensor& out) {
   const char* op = "gather_rows";
   on_device(op, "src", src);
   on_device(op, "out", out);
@@ -1121,7 +1148,7 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& ou
 
 // ---- mixtures of experts (kernels in moe.cu; each launched directly, after what is recorded) ----
 
-void CudaBackend::router_softmax(const Tensor& logits, Tensor& probs) {
+void CudaBackend::router_softmax_op(const Tensor& logits, Tensor& probs) {
   const char* op = "router_softmax";
   rank_is(op, "logits", logits, 2);
   rank_is(op, "probs", probs, 2);
@@ -1134,7 +1161,7 @@ void CudaBackend::router_softmax(const Tensor& logits, Tensor& probs) {
   cuda::launch_router_softmax(logits.data(), dt(logits), probs.ptr<float>(), logits.dim(0), logits.dim(1), stream_);
 }
 
-void CudaBackend::top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) {
+void CudaBackend::top_k_op(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) {
   const char* op = "top_k";
   rank_is(op, "probs", probs, 2);
   dtype_is(op, "probs", probs, DType::f32);
@@ -1149,7 +1176,7 @@ void CudaBackend::top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& 
   cuda::launch_top_k(probs.ptr<float>(), n, e, k, normalize, weights.ptr<float>(), experts.ptr<int32_t>(), stream_);
 }
 
-void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
+void CudaBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
   const char* op = "grouped_matmul";
   rank_is(op, "x", x, 2);
   rank_is(op, "w", w, 2);
@@ -1183,7 +1210,7 @@ void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::ve
   }
 }
 
-void CudaBackend::moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
+void CudaBackend::moe_combine_op(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
                               Tensor& out) {
   const char* op = "moe_combine";
   rank_is(op, "y", y, 2);
@@ -1203,7 +1230,7 @@ void CudaBackend::moe_combine(const Tensor& y, const Tensor& rows, const Tensor&
                            out.data(), dt(out), n, h, k, stream_);
 }
 
-void CudaBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
+void CudaBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
   const char* op = "copy_columns";
   rank_is(op, "src", src, 2);
   rank_is(op, "dst", dst, 2);
@@ -1256,7 +1283,7 @@ void f32_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
 }
 }  // namespace
 
-void CudaBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+void CudaBackend::logit_stats_op(const Tensor& logits, int64_t valid, int64_t vocab_offset,
                               const Tensor& targets, Tensor& max, Tensor& sumexp,
                               Tensor& target_logit) {
   const char* op = "logit_stats";
@@ -1288,7 +1315,7 @@ void CudaBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab
   submit(l);
 }
 
-void CudaBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
+void CudaBackend::argmax_op(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
                          Tensor& index) {
   const char* op = "argmax";
   check_logits(op, logits, valid, vocab_offset);
@@ -1299,7 +1326,7 @@ void CudaBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offs
   submit_argmax(logits, valid, vocab_offset, false, 0, 0, 0, 1.f, value, index);
 }
 
-void CudaBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+void CudaBackend::gumbel_max_op(const Tensor& logits, int64_t valid, int64_t vocab_offset,
                              uint64_t key0, uint64_t key1, int32_t step, float temperature,
                              Tensor& value, Tensor& index) {
   const char* op = "gumbel_max";
@@ -1342,6 +1369,17 @@ void CudaBackend::submit_argmax(const Tensor& logits, int64_t valid, int64_t voc
   }
   submit(l);
 }
+
+// ---- the ops of core/backend_op_list.h: the shared checks, then each op's own ---------------
+#define LINNET_ARGS(...) __VA_ARGS__
+#define LINNET_OP(name, label, params, args)      \
+  void CudaBackend::name params {                  \
+    check_args(label, #args, LINNET_ARGS args);    \
+    name##_op args;                                \
+  }
+#include "core/backend_op_list.h"
+#undef LINNET_OP
+#undef LINNET_ARGS
 
 // ---- launching a record ----------------------------------------------------------------------
 void CudaBackend::execute(const Launch& l, cudaStream_t s) {
