@@ -3,10 +3,10 @@
 // in .cu files under C++20): failures throw linnet::Error.
 //
 // Every op checks its arguments when called (first the checks all ops share, generated from
-// core/backend_op_list.h, then its own), then hands its launch to submit() as a Launch
-// record: launched at once (LINNET_CUDA_GRAPHS=0), or recorded until the next flush —
-// whatever touches the stream otherwise (a copy, a wait, a timer, a collective) flushes first —
-// and then run through the GraphCache, which replays a recorded sequence it has seen before
+// core/backend_op_list.h, then its own), then hands its launch to submit() as a typed record
+// (core/cuda/launch_records.cuh): launched at once (LINNET_CUDA_GRAPHS=0), or recorded until
+// the next flush — whatever touches the stream otherwise (a copy, a wait, a timer, a
+// collective) flushes first — and then run through the GraphCache, which replays a recorded sequence it has seen before
 // as one CUDA graph. A decode step (≈ 390 launches for Llama-3-8B) is then one graph launch
 // between its plan's upload and its results' copy back.
 #include "core/cuda/cuda_backend.cuh"
@@ -253,58 +253,6 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
 
 int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 
-// Launch records (CudaBackend::execute): what each one holds is written where it is made.
-enum : int32_t {
-  kOpMemcpy = 1,
-  kOpMemset,
-  kOpConvert,
-  kOpEmbedding,
-  kOpMatmulTc,
-  kOpMatmulSimt,
-  kOpRmsNorm,
-  kOpAdd,
-  kOpRope,
-  kOpSwiglu,
-  kOpKvWrite,
-  kOpAttentionPacked,
-  kOpAttentionCache,
-  kOpGatherRows,
-  kOpCopy2D,
-  kOpCopyColumns,
-  kOpLogitStats,
-  kOpArgmax,
-};
-
-// An AttnGeom in a record's n[1 … 7].
-// A record's geometry: n[1…7], n[10] (the window) and f[0…1] (the scores' scale and
-// soft-cap) — every field, or a replayed graph would run another attention.
-void put_geom(Launch& l, const cuda::AttnGeom& g) {
-  l.n[1] = g.q_heads;
-  l.n[2] = g.kv_heads;
-  l.n[3] = g.head_dim;
-  l.n[4] = g.max_seq;
-  l.n[5] = g.page_size;
-  l.n[6] = g.cache_rows;
-  l.n[7] = g.row_run;
-  l.n[10] = g.window;
-  l.f[0] = g.scale;
-  l.f[1] = g.softcap;
-}
-cuda::AttnGeom get_geom(const Launch& l) {
-  cuda::AttnGeom g;
-  g.q_heads = static_cast<int>(l.n[1]);
-  g.kv_heads = static_cast<int>(l.n[2]);
-  g.head_dim = static_cast<int>(l.n[3]);
-  g.max_seq = l.n[4];
-  g.page_size = l.n[5];
-  g.cache_rows = l.n[6];
-  g.row_run = l.n[7];
-  g.window = l.n[10];
-  g.scale = l.f[0];
-  g.softcap = l.f[1];
-  return g;
-}
-
 }  // namespace
 
 // ---- options ---------------------------------------------------------------------------------
@@ -352,14 +300,8 @@ std::string CudaOptions::describe() const {
 // ---- graphs of recorded launches ------------------------------------------------------------
 namespace {
 uint64_t hash_launches(const std::vector<Launch>& v) {
-  const auto* w = reinterpret_cast<const uint64_t*>(v.data());
-  const size_t n = v.size() * sizeof(Launch) / sizeof(uint64_t);
   uint64_t h = 0x9e3779b97f4a7c15ull ^ v.size();
-  for (size_t i = 0; i < n; ++i) {
-    h ^= w[i];
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
+  for (const Launch& l : v) h = hash_launch(h, l);
   return h;
 }
 }  // namespace
@@ -370,19 +312,19 @@ GraphCache::~GraphCache() {
   cudaGetLastError();
 }
 
-void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s, const Execute& execute) {
+void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s) {
   if (launches.empty()) return;
   const int64_t count = static_cast<int64_t>(launches.size());
   auto one_by_one = [&] {
     ++direct;
     launches_direct += count;
-    for (const Launch& l : launches) execute(l, s);
+    for (const Launch& l : launches) run_launch(l, s);
   };
   if (launches.size() < kMinLaunches) return one_by_one();
   const uint64_t h = hash_launches(launches);
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if (it->hash != h || it->launches.size() != launches.size() ||
-        std::memcmp(it->launches.data(), launches.data(), launches.size() * sizeof(Launch)) != 0)
+        !std::equal(launches.begin(), launches.end(), it->launches.begin(), same_launch))
       continue;
     LINNET_CUDA_CHECK(cudaGraphLaunch(it->exec, s));
     graphs_.splice(graphs_.begin(), graphs_, it);
@@ -404,7 +346,7 @@ void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s, const 
   LINNET_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   bool recorded = true;
   try {
-    for (const Launch& l : launches) execute(l, s);
+    for (const Launch& l : launches) run_launch(l, s);
   } catch (...) {
     recorded = false;  // launched one by one below: a real error shows there again
   }
@@ -605,11 +547,7 @@ void CudaBackend::fill_zero(Tensor& t) {
   on_device("fill_zero", "t", t);
   activate();
   if (t.nbytes() == 0) return;
-  Launch l;
-  l.op = kOpMemset;
-  l.p[0] = t.data();
-  l.n[0] = static_cast<int64_t>(t.nbytes());
-  submit(l);
+  submit(launch::Memset{t.data(), static_cast<int64_t>(t.nbytes())});
 }
 
 void CudaBackend::release_cached_memory() { pool_->free_cached(); }
@@ -665,7 +603,7 @@ std::unique_ptr<DeviceTimer> CudaBackend::make_timer() {
 void CudaBackend::submit(const Launch& l) {
   if (!options_.graphs) {
     ++graphs_.launches_direct;
-    execute(l, stream_);
+    run_launch(l, stream_);
     return;
   }
   pending_.push_back(l);
@@ -676,7 +614,7 @@ void CudaBackend::flush() {
   std::vector<Launch> work;
   work.swap(pending_);  // taken even if a launch throws: nothing runs twice
   activate();
-  graphs_.run(work, stream_, [this](const Launch& l, cudaStream_t s) { execute(l, s); });
+  graphs_.run(work, stream_);
   work.clear();
   if (pending_.empty()) pending_.swap(work);  // keep the capacity
 }
@@ -744,22 +682,12 @@ void CudaBackend::convert_op(const Tensor& src, Tensor& dst) {
        str("src ", src.describe(), " and dst ", dst.describe(), " differ in size"));
   activate();
   if (src.numel() == 0) return;
-  Launch l;
   if (src.dtype() == dst.dtype()) {
     if (src.data() == dst.data()) return;
-    l.op = kOpMemcpy;
-    l.p[0] = dst.data();
-    l.p[1] = src.data();
-    l.n[0] = static_cast<int64_t>(src.nbytes());
+    submit(launch::Memcpy{dst.data(), src.data(), static_cast<int64_t>(src.nbytes())});
   } else {
-    l.op = kOpConvert;
-    l.p[0] = src.data();
-    l.i[0] = dt(src);
-    l.p[1] = dst.data();
-    l.i[1] = dt(dst);
-    l.n[0] = src.numel();
+    submit(launch::Convert{src.data(), dst.data(), src.numel(), dt(src), dt(dst)});
   }
-  submit(l);
 }
 
 void CudaBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& out) {
@@ -772,17 +700,8 @@ void CudaBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& 
   need(out.dim(1) == weight.dim(1), op,
        str("out ", out.describe(), " and weight ", weight.describe(), " differ in width"));
   activate();
-  Launch l;
-  l.op = kOpEmbedding;
-  l.p[0] = weight.data();
-  l.i[0] = dt(weight);
-  l.n[0] = weight.dim(0);
-  l.p[1] = ids.ptr<int32_t>();
-  l.p[2] = out.data();
-  l.i[1] = dt(out);
-  l.n[1] = out.dim(0);
-  l.n[2] = out.dim(1);
-  submit(l);
+  submit(launch::Embedding{weight.data(), ids.ptr<int32_t>(), out.data(), weight.dim(0), out.dim(0), out.dim(1),
+                           dt(weight), dt(out)});
 }
 
 void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
@@ -806,34 +725,19 @@ void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias
   if (N == 0 || Out == 0) return;
   // Kernels chosen by dtypes, never by N alone unless they give the same bits: a row alone
   // or among others gets the same result (docs/numerics.md).
-  Launch l;
-  l.p[0] = x.data();
-  l.i[0] = dt(x);
-  l.p[1] = w.data();
-  l.i[1] = dt(w);
-  l.p[2] = bias ? bias->data() : nullptr;
-  l.i[2] = bias ? dt(*bias) : 0;
-  l.p[3] = out.data();
-  l.i[3] = dt(out);
-  l.n[0] = N;
-  l.n[1] = In;
-  l.n[2] = Out;
-  Tensor ws;  // the split-K product's chains (f32), given back to the pool after the call
+  const void* b = bias ? bias->data() : nullptr;
+  const int32_t b_dt = bias ? dt(*bias) : 0;
   if (options_.matmul != CudaOptions::Matmul::simt && cuda::matmul_tc_applies(dt(x), dt(w))) {
     cuda::TcChoice c;
     c.tc4 = options_.matmul == CudaOptions::Matmul::tc4;
     c.panel = options_.panel_raster;
-    l.op = kOpMatmulTc;
-    l.i[4] = c.tc4;
-    l.i[5] = c.panel;
-    if (const int64_t n = cuda::matmul_tc_workspace(N, Out, c); n > 0) {
-      ws = empty({n}, DType::f32);
-      l.p[4] = ws.data();
-    }
+    Tensor ws;  // the split-K product's chains (f32), given back to the pool after the call
+    if (const int64_t n = cuda::matmul_tc_workspace(N, Out, c); n > 0) ws = empty({n}, DType::f32);
+    submit(launch::MatmulTc{x.data(), w.data(), b, out.data(), ws.defined() ? ws.ptr<float>() : nullptr, N, In, Out,
+                            dt(x), dt(w), b_dt, dt(out), c.tc4, c.panel});
   } else {
-    l.op = kOpMatmulSimt;
+    submit(launch::MatmulSimt{x.data(), w.data(), b, out.data(), N, In, Out, dt(x), dt(w), b_dt, dt(out)});
   }
-  submit(l);
 }
 
 void CudaBackend::rms_norm_op(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
@@ -847,17 +751,9 @@ void CudaBackend::rms_norm_op(const Tensor& x, const Tensor& w, float eps, Tenso
        str("out ", out.describe(), " should match x ", x.describe()));
   need(w.numel() == x.dim(1), op, str("w ", w.describe(), " should hold ", x.dim(1), " entries"));
   activate();
-  Launch l;
-  l.op = kOpRmsNorm;
-  l.i[0] = dt(x);
-  l.p[0] = x.data();
-  l.p[2] = w.data();
-  l.i[1] = dt(w);
-  l.f[0] = eps;
-  l.p[3] = out.data();
-  l.n[0] = x.dim(0);
-  l.n[1] = x.dim(1);
-  submit(l);
+  // Without delta the kernel only reads x (rms_norm_kernel stores x only after adding delta).
+  submit(launch::RmsNorm{const_cast<void*>(x.data()), nullptr, w.data(), out.data(), x.dim(0), x.dim(1), dt(x), dt(w),
+                         eps, 0});
 }
 
 void CudaBackend::add_rms_norm_op(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
@@ -876,18 +772,8 @@ void CudaBackend::add_rms_norm_op(Tensor& residual, const Tensor& delta, const T
   need(w.numel() == residual.dim(1), op,
        str("w ", w.describe(), " should hold ", residual.dim(1), " entries"));
   activate();
-  Launch l;
-  l.op = kOpRmsNorm;
-  l.i[0] = dt(residual);
-  l.p[0] = residual.data();
-  l.p[1] = delta.data();
-  l.p[2] = w.data();
-  l.i[1] = dt(w);
-  l.f[0] = eps;
-  l.p[3] = out.data();
-  l.n[0] = residual.dim(0);
-  l.n[1] = residual.dim(1);
-  submit(l);
+  submit(launch::RmsNorm{residual.data(), delta.data(), w.data(), out.data(), residual.dim(0), residual.dim(1),
+                         dt(residual), dt(w), eps, 0});
 }
 
 void CudaBackend::add_op(Tensor& x, const Tensor& y) {
@@ -898,13 +784,7 @@ void CudaBackend::add_op(Tensor& x, const Tensor& y) {
   need(x.numel() == y.numel() && x.dtype() == y.dtype(), op,
        str("y ", y.describe(), " should match x ", x.describe()));
   activate();
-  Launch l;
-  l.op = kOpAdd;
-  l.i[0] = dt(x);
-  l.p[0] = x.data();
-  l.p[1] = y.data();
-  l.n[0] = x.numel();
-  submit(l);
+  submit(launch::Add{x.data(), y.data(), x.numel(), dt(x), 0});
 }
 
 void CudaBackend::rope_heads_op(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
@@ -923,22 +803,8 @@ void CudaBackend::rope_heads_op(Tensor& x, int64_t head_begin, int64_t heads, in
        str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", D, " (rotary ", 2 * half,
            ") do not fit x ", x.describe()));
   activate();
-  Launch l;
-  l.op = kOpRope;
-  l.i[0] = dt(x);
-  l.p[0] = x.data();
-  l.n[0] = x.dim(0);
-  l.n[1] = x.dim(1);
-  l.n[2] = head_begin;
-  l.n[3] = heads;
-  l.n[4] = D;
-  l.n[5] = half;
-  l.p[1] = positions.ptr<int32_t>();
-  l.p[2] = inv_freq.data();
-  l.i[1] = dt(inv_freq);
-  l.i[2] = per_token;
-  l.f[0] = scale;
-  submit(l);
+  submit(launch::Rope{x.data(), positions.ptr<int32_t>(), inv_freq.data(), x.dim(0), x.dim(1), head_begin, heads, D,
+                      half, dt(x), dt(inv_freq), per_token, scale});
 }
 
 void CudaBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
@@ -950,14 +816,7 @@ void CudaBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
            gate_up.dim(1) == 2 * out.dim(1),
        op, str("gate_up ", gate_up.describe(), " and out ", out.describe(), " disagree"));
   activate();
-  Launch l;
-  l.op = kOpSwiglu;
-  l.i[0] = dt(out);
-  l.p[0] = gate_up.data();
-  l.p[1] = out.data();
-  l.n[0] = out.dim(0);
-  l.n[1] = out.dim(1);
-  submit(l);
+  submit(launch::Swiglu{gate_up.data(), out.data(), out.dim(0), out.dim(1), dt(out), 0});
 }
 
 void CudaBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
@@ -1026,16 +885,8 @@ void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, cons
   index_vec(op, "slots", slots, qkv.dim(0));
   check_cache(op, dims, qkv, cache_k, cache_v);
   activate();
-  Launch l;
-  l.op = kOpKvWrite;
-  l.i[0] = dt(qkv);
-  l.p[0] = qkv.data();
-  l.n[0] = qkv.dim(0);
-  put_geom(l, geom(dims, cache_k.dim(0)));
-  l.p[1] = slots.ptr<int32_t>();
-  l.p[2] = cache_k.data();
-  l.p[3] = cache_v.data();
-  submit(l);
+  submit(launch::KvWrite{qkv.data(), slots.ptr<int32_t>(), cache_k.data(), cache_v.data(), qkv.dim(0),
+                         geom(dims, cache_k.dim(0)), dt(qkv), 0});
 }
 
 void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& dims,
@@ -1053,15 +904,8 @@ void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& di
        op, str("out ", out.describe(), " should be [", qkv.dim(0), ", ",
                dims.q_heads * dims.head_dim, "; ", dtype_name(qkv.dtype()), "]"));
   activate();
-  Launch l;
-  l.op = kOpAttentionPacked;
-  l.i[0] = dt(qkv);
-  l.p[0] = qkv.data();
-  l.n[0] = qkv.dim(0);
-  put_geom(l, geom(dims, 0));
-  l.p[1] = run_start.ptr<int32_t>();
-  l.p[2] = out.data();
-  submit(l);
+  submit(launch::AttentionPacked{qkv.data(), run_start.ptr<int32_t>(), out.data(), qkv.dim(0), geom(dims, 0), dt(qkv),
+                                 0});
 }
 
 void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
@@ -1101,24 +945,10 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
   auto* o = static_cast<char*>(out.data());
   const size_t q_row = dtype_size(qkv.dtype()) * qkv.dim(1), o_row = dtype_size(out.dtype()) * out.dim(1);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    Launch l;
-    l.op = kOpAttentionCache;
-    l.i[0] = dt(qkv);
-    l.p[0] = q + n0 * q_row;
-    l.n[0] = std::min(chunk, N - n0);
-    put_geom(l, g);
-    l.p[1] = rows.ptr<int32_t>() + n0;
-    l.p[2] = positions.ptr<int32_t>() + n0;
-    l.p[3] = table.ptr<int32_t>();
-    l.n[8] = table.dim(0);
-    l.n[9] = table.dim(1);
-    l.p[4] = cache_k.data();
-    l.p[5] = cache_v.data();
-    l.p[6] = o + n0 * o_row;
-    l.p[7] = ws.ptr<float>();
-    l.i[1] = splits;
-    l.i[2] = options_.attention_prefetch;
-    submit(l);
+    submit(launch::AttentionCache{q + n0 * q_row, rows.ptr<int32_t>() + n0, positions.ptr<int32_t>() + n0,
+                                  table.ptr<int32_t>(), cache_k.data(), cache_v.data(), o + n0 * o_row, ws.ptr<float>(),
+                                  std::min(chunk, N - n0), table.dim(0), table.dim(1), g, dt(qkv), splits,
+                                  options_.attention_prefetch, 0});
   }
 }
 
@@ -1135,15 +965,7 @@ void CudaBackend::gather_rows_op(const Tensor& src, const Tensor& index, Tensor&
   activate();
   const int64_t row_bytes = src.dim(0) ? static_cast<int64_t>(src.nbytes()) / src.dim(0)
                                        : (out.dim(0) ? static_cast<int64_t>(out.nbytes()) / out.dim(0) : 0);
-  Launch l;
-  l.op = kOpGatherRows;
-  l.p[0] = src.data();
-  l.n[0] = src.dim(0);
-  l.p[1] = index.ptr<int32_t>();
-  l.p[2] = out.data();
-  l.n[1] = out.dim(0);
-  l.n[2] = row_bytes;
-  submit(l);
+  submit(launch::GatherRows{src.data(), index.ptr<int32_t>(), out.data(), src.dim(0), out.dim(0), row_bytes});
 }
 
 // ---- mixtures of experts (kernels in moe.cu; each launched directly, after what is recorded) ----
@@ -1242,29 +1064,13 @@ void CudaBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_be
   activate();
   const int64_t R = src.dim(0);
   if (R == 0 || cols == 0) return;
-  Launch l;
   if (src.dtype() == dst.dtype()) {
     const int64_t es = static_cast<int64_t>(dtype_size(src.dtype()));
-    l.op = kOpCopy2D;
-    l.p[0] = static_cast<char*>(dst.data()) + col_begin * es;
-    l.n[0] = dst.dim(1) * es;
-    l.p[1] = src.data();
-    l.n[1] = src.dim(1) * es;
-    l.n[2] = cols * es;
-    l.n[3] = R;
+    submit(launch::Copy2D{static_cast<char*>(dst.data()) + col_begin * es, src.data(), dst.dim(1) * es,
+                          src.dim(1) * es, cols * es, R});
   } else {
-    l.op = kOpCopyColumns;
-    l.p[0] = src.data();
-    l.i[0] = dt(src);
-    l.n[0] = src.dim(1);
-    l.p[1] = dst.data();
-    l.i[1] = dt(dst);
-    l.n[1] = dst.dim(1);
-    l.n[2] = R;
-    l.n[3] = col_begin;
-    l.n[4] = cols;
+    submit(launch::CopyColumns{src.data(), dst.data(), src.dim(1), dst.dim(1), R, col_begin, cols, dt(src), dt(dst)});
   }
-  submit(l);
 }
 
 namespace {
@@ -1294,25 +1100,12 @@ void CudaBackend::logit_stats_op(const Tensor& logits, int64_t valid, int64_t vo
   f32_vec(op, "sumexp", sumexp, N);
   f32_vec(op, "target_logit", target_logit, N);
   activate();
-  Launch l;
-  l.op = kOpLogitStats;
-  l.p[0] = logits.data();
-  l.i[0] = dt(logits);
-  l.n[0] = N;
-  l.n[1] = logits.dim(1);
-  l.n[2] = valid;
-  l.n[3] = vocab_offset;
-  l.p[1] = targets.ptr<int32_t>();
-  l.p[2] = max.ptr<float>();
-  l.p[3] = sumexp.ptr<float>();
-  l.p[4] = target_logit.ptr<float>();
   Tensor ws;
-  if (options_.split_rows && N > 0) {
-    ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
-    l.i[1] = 1;
-    l.p[5] = ws.data();
-  }
-  submit(l);
+  const bool split = options_.split_rows && N > 0;
+  if (split) ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
+  submit(launch::LogitStats{logits.data(), targets.ptr<int32_t>(), max.ptr<float>(), sumexp.ptr<float>(),
+                            target_logit.ptr<float>(), split ? ws.ptr<float>() : nullptr, N, logits.dim(1), valid,
+                            vocab_offset, dt(logits), split});
 }
 
 void CudaBackend::argmax_op(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
@@ -1346,28 +1139,12 @@ void CudaBackend::submit_argmax(const Tensor& logits, int64_t valid, int64_t voc
   // graph). The forward pass goes out first, as its own stable sequence.
   if (gumbel && options_.graphs) flush();
   const int64_t N = logits.dim(0);
-  Launch l;
-  l.op = kOpArgmax;
-  l.p[0] = logits.data();
-  l.i[0] = dt(logits);
-  l.n[0] = N;
-  l.n[1] = logits.dim(1);
-  l.n[2] = valid;
-  l.n[3] = vocab_offset;
-  l.i[1] = gumbel;
-  l.u[0] = key0;
-  l.u[1] = key1;
-  l.i[2] = step;
-  l.f[0] = temperature;
-  l.p[1] = value.ptr<float>();
-  l.p[2] = index.ptr<int32_t>();
   Tensor ws;
-  if (options_.split_rows && N > 0) {
-    ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
-    l.i[3] = 1;
-    l.p[3] = ws.data();
-  }
-  submit(l);
+  const bool split = options_.split_rows && N > 0;
+  if (split) ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
+  submit(launch::Argmax{logits.data(), value.ptr<float>(), index.ptr<int32_t>(), split ? ws.ptr<float>() : nullptr, N,
+                        logits.dim(1), valid, vocab_offset, key0, key1, dt(logits), gumbel, step, temperature, split,
+                        0});
 }
 
 // ---- the ops of core/backend_op_list.h: the shared checks, then each op's own ---------------
@@ -1381,82 +1158,56 @@ void CudaBackend::submit_argmax(const Tensor& logits, int64_t valid, int64_t voc
 #undef LINNET_OP
 #undef LINNET_ARGS
 
-// ---- launching a record ----------------------------------------------------------------------
-void CudaBackend::execute(const Launch& l, cudaStream_t s) {
-  auto cp = [&](int i) { return const_cast<void*>(l.p[i]); };
-  auto ip = [&](int i) { return static_cast<const int32_t*>(l.p[i]); };
-  switch (l.op) {
-    case kOpMemcpy:
-      LINNET_CUDA_CHECK(cudaMemcpyAsync(cp(0), l.p[1], static_cast<size_t>(l.n[0]), cudaMemcpyDeviceToDevice, s));
-      break;
-    case kOpMemset:
-      LINNET_CUDA_CHECK(cudaMemsetAsync(cp(0), 0, static_cast<size_t>(l.n[0]), s));
-      break;
-    case kOpConvert:
-      cuda::launch_convert(l.p[0], l.i[0], cp(1), l.i[1], l.n[0], s);
-      break;
-    case kOpEmbedding:
-      cuda::launch_embedding(l.p[0], l.i[0], l.n[0], ip(1), cp(2), l.i[1], l.n[1], l.n[2], s);
-      break;
-    case kOpMatmulTc: {
-      cuda::TcChoice c;
-      c.tc4 = l.i[4] != 0;
-      c.panel = l.i[5] != 0;
-      cuda::launch_matmul_tc(l.p[0], l.i[0], l.p[1], l.p[2], l.i[2], cp(3), l.i[3], l.n[0], l.n[1], l.n[2], c,
-                             static_cast<float*>(cp(4)), s);
-      break;
-    }
-    case kOpMatmulSimt:
-      cuda::launch_matmul(l.p[0], l.i[0], l.p[1], l.i[1], l.p[2], l.i[2], cp(3), l.i[3], l.n[0], l.n[1], l.n[2], s);
-      break;
-    case kOpRmsNorm:
-      cuda::launch_rms_norm(l.i[0], cp(0), l.p[1], l.p[2], l.i[1], l.f[0], cp(3), l.n[0], l.n[1], s);
-      break;
-    case kOpAdd:
-      cuda::launch_add(l.i[0], cp(0), l.p[1], l.n[0], s);
-      break;
-    case kOpRope:
-      cuda::launch_rope(l.i[0], cp(0), l.n[0], l.n[1], l.n[2], l.n[3], l.n[4], l.n[5], ip(1), l.p[2], l.i[1],
-                        l.i[2] != 0, l.f[0], s);
-      break;
-    case kOpSwiglu:
-      cuda::launch_swiglu(l.i[0], l.p[0], cp(1), l.n[0], l.n[1], s);
-      break;
-    case kOpKvWrite:
-      cuda::launch_kv_write(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), cp(2), cp(3), s);
-      break;
-    case kOpAttentionPacked:
-      cuda::launch_attention_packed(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), cp(2), s);
-      break;
-    case kOpAttentionCache:
-      cuda::launch_attention_cache(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), ip(2), ip(3), l.n[8], l.n[9], l.p[4],
-                                   l.p[5], cp(6), static_cast<float*>(cp(7)), l.i[1], l.i[2] != 0, s);
-      break;
-    case kOpGatherRows:
-      cuda::launch_gather_rows(l.p[0], l.n[0], ip(1), cp(2), l.n[1], l.n[2], s);
-      break;
-    case kOpCopy2D:
-      LINNET_CUDA_CHECK(cudaMemcpy2DAsync(cp(0), static_cast<size_t>(l.n[0]), l.p[1], static_cast<size_t>(l.n[1]),
-                                          static_cast<size_t>(l.n[2]), static_cast<size_t>(l.n[3]),
-                                          cudaMemcpyDeviceToDevice, s));
-      break;
-    case kOpCopyColumns:
-      cuda::launch_copy_columns(l.p[0], l.i[0], l.n[0], cp(1), l.i[1], l.n[1], l.n[2], l.n[3], l.n[4], s);
-      break;
-    case kOpLogitStats:
-      cuda::launch_logit_stats(l.p[0], l.i[0], l.n[0], l.n[1], l.n[2], l.n[3], ip(1), static_cast<float*>(cp(2)),
-                               static_cast<float*>(cp(3)), static_cast<float*>(cp(4)), l.i[1] != 0,
-                               static_cast<float*>(cp(5)), s);
-      break;
-    case kOpArgmax:
-      cuda::launch_argmax(l.p[0], l.i[0], l.n[0], l.n[1], l.n[2], l.n[3], l.i[1] != 0, l.u[0], l.u[1], l.i[2], l.f[0],
-                          static_cast<float*>(cp(1)), static_cast<int32_t*>(cp(2)), l.i[3] != 0,
-                          static_cast<float*>(cp(3)), s);
-      break;
-    default:
-      throw Error(str("cuda: unknown launch record ", l.op));
-  }
+// ---- launching a record (core/cuda/launch_records.cuh) ---------------------------------------
+namespace launch {
+void Memcpy::run(cudaStream_t s) const {
+  LINNET_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, s));
 }
+void Memset::run(cudaStream_t s) const { LINNET_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), s)); }
+void Convert::run(cudaStream_t s) const { launch_convert(src, src_dt, dst, dst_dt, n, s); }
+void Embedding::run(cudaStream_t s) const {
+  launch_embedding(weight, weight_dt, vocab, ids, out, out_dt, rows, width, s);
+}
+void MatmulTc::run(cudaStream_t s) const {
+  TcChoice c;
+  c.tc4 = tc4 != 0;
+  c.panel = panel != 0;
+  launch_matmul_tc(x, x_dt, w, bias, bias_dt, out, out_dt, n, in, outs, c, workspace, s);
+}
+void MatmulSimt::run(cudaStream_t s) const {
+  launch_matmul(x, x_dt, w, w_dt, bias, bias_dt, out, out_dt, n, in, outs, s);
+}
+void RmsNorm::run(cudaStream_t s) const { launch_rms_norm(act_dt, x, delta, w, w_dt, eps, out, rows, width, s); }
+void Add::run(cudaStream_t s) const { launch_add(dt, x, y, n, s); }
+void Rope::run(cudaStream_t s) const {
+  launch_rope(dt, x, rows, width, head_begin, heads, head_dim, half, positions, inv_freq, inv_freq_dt, per_token != 0,
+              scale, s);
+}
+void Swiglu::run(cudaStream_t s) const { launch_swiglu(dt, gate_up, out, rows, inner, s); }
+void KvWrite::run(cudaStream_t s) const { launch_kv_write(dt, qkv, rows, geom, slots, cache_k, cache_v, s); }
+void AttentionPacked::run(cudaStream_t s) const { launch_attention_packed(dt, qkv, rows, geom, run_start, out, s); }
+void AttentionCache::run(cudaStream_t s) const {
+  launch_attention_cache(dt, qkv, n, geom, rows, positions, table, table_rows, table_pages, cache_k, cache_v, out,
+                         workspace, splits, prefetch != 0, s);
+}
+void GatherRows::run(cudaStream_t s) const { launch_gather_rows(src, src_rows, index, out, out_rows, row_bytes, s); }
+void Copy2D::run(cudaStream_t s) const {
+  LINNET_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
+                                      static_cast<size_t>(width), static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                                      s));
+}
+void CopyColumns::run(cudaStream_t s) const {
+  launch_copy_columns(src, src_dt, src_w, dst, dst_dt, dst_w, rows, col_begin, cols, s);
+}
+void LogitStats::run(cudaStream_t s) const {
+  launch_logit_stats(logits, dt, rows, width, valid, vocab_offset, targets, max, sumexp, target_logit, split_rows != 0,
+                     workspace, s);
+}
+void Argmax::run(cudaStream_t s) const {
+  launch_argmax(logits, dt, rows, width, valid, vocab_offset, gumbel != 0, key0, key1, step, temperature, value, index,
+                split_rows != 0, workspace, s);
+}
+}  // namespace launch
 
 }  // namespace cuda
 
