@@ -10,7 +10,7 @@
 
 namespace linnet {
 
-Tensor Backend::upload_matrix(const std::vector<Tensor>& parts) { return upload_matrix(stack_rows(parts)); }
+Tensor BackendDevice::upload_matrix(const std::vector<Tensor>& parts) { return upload_matrix(stack_rows(parts)); }
 
 namespace {
 // The first number in a file (memory.max holds "max" when there is no limit).
@@ -49,7 +49,7 @@ class HostTimer final : public DeviceTimer {
 };
 }  // namespace
 
-std::unique_ptr<DeviceTimer> Backend::make_timer() { return std::make_unique<HostTimer>(); }
+std::unique_ptr<DeviceTimer> BackendDevice::make_timer() { return std::make_unique<HostTimer>(); }
 
 // ---- the CUDA backend, from its module (core/cuda_module.h) --------------------------------
 

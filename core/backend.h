@@ -1,6 +1,7 @@
-// The backend ops interface: the few operations the layers need, each on tensors that live
-// on the backend's device. A layer calls these and knows nothing of the device; an op knows
-// nothing of models (it sees rows, columns, heads and index arrays).
+// The backend ops interface: the few operations the layers need (listed in
+// core/backend_op_list.h), each on tensors that live on the backend's device (its memory,
+// stream and timers: core/backend_device.h). A layer calls these and knows nothing of the
+// device; an op knows nothing of models (it sees rows, columns, heads and index arrays).
 //
 // Conventions, shared by every backend (the CPU backend is the reference):
 // - Activations ("act") are 2-D [N, W] row-major tensors of the backend's compute dtype
@@ -15,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/backend_device.h"
 #include "core/tensor.h"
 
 namespace linnet {
@@ -47,202 +49,19 @@ struct AttentionDims {
   int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }
 };
 
-// Time spent by work the backend runs between start() and stop(), summed over the pairs:
-// on a device, events on its stream (nothing waits while timing); on the CPU, the clock.
-class DeviceTimer {
+// The ops (core/backend_op_list.h) on the device the backend also is (core/backend_device.h).
+class Backend : public BackendDevice {
  public:
-  virtual ~DeviceTimer() = default;
-  virtual void start() = 0;
-  virtual void stop() = 0;
-  virtual double seconds() = 0;  // waits for the last stop; all pairs so far
-  virtual void reset() = 0;
-};
+  enum class Pointwise { multiply, divide, softcap };  // pointwise's op
 
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual std::string name() const = 0;
-  virtual Device device() const = 0;
-  // Dtype of activations and the KV cache when weights are in `weights`.
-  virtual DType compute_dtype(DType weights) const = 0;
-  // Dtype the matrix weights (embedding, Linear) are kept in when the run's T is `t`; the
-  // 1-D ones (norms, biases) are kept in compute_dtype(t).
-  virtual DType weight_dtype(DType t) const { return compute_dtype(t); }
+#define LINNET_OP(name, label, params, args) virtual void name params = 0;
+#include "core/backend_op_list.h"
+#undef LINNET_OP
 
-  // ---- memory ----
-  virtual Tensor empty(const Shape& shape, DType dtype) = 0;
-  virtual Tensor upload(const Tensor& host) = 0;  // copy onto the device (may alias on cpu)
-  virtual Tensor to_host(const Tensor& t) = 0;    // host copy; waits for pending work
-  // A matrix weight (a Linear's or the embedding's [rows, cols]) laid out once for the
-  // backend's products; to_host gives it back row-major. Same as upload where nothing is gained.
-  virtual Tensor upload_matrix(const Tensor& host) { return upload(host); }
-  // The parts' rows stacked into one matrix (q|k|v, gate|up), laid out as upload_matrix does.
-  virtual Tensor upload_matrix(const std::vector<Tensor>& parts);
-  // The name of the layout upload_matrix gives (a packed file saved in it is taken as it is:
-  // upload_matrix of a tensor already in it returns that tensor); "" where it is row-major.
-  virtual std::string packed_format() const { return ""; }
-  // Several at once: one staged copy each way on a device (a decode step's control arrays go
-  // up in one transfer; its choices come back with one wait).
-  virtual std::vector<Tensor> upload_many(const std::vector<Tensor>& hosts) {
-    std::vector<Tensor> out;
-    for (const auto& h : hosts) out.push_back(upload(h));
-    return out;
-  }
-  virtual std::vector<Tensor> to_host_many(const std::vector<Tensor>& ts) {
-    std::vector<Tensor> out;
-    for (const auto& t : ts) out.push_back(to_host(t));
-    return out;
-  }
-  // dst (on this device) = host (same dtype and element count): the way back for staged collectives.
-  virtual void copy_from_host(const Tensor& host, Tensor& dst) {
-    (void)host;
-    (void)dst;
-    throw Error(str("backend ", name(), " cannot copy from the host"));
-  }
-  virtual void fill_zero(Tensor& t) = 0;
-  // A new zero tensor (the KV cache): on the CPU fresh zero pages, held only once written.
-  virtual Tensor zeros(const Shape& shape, DType dtype) {
-    Tensor t = empty(shape, dtype);
-    fill_zero(t);
-    return t;
-  }
-  virtual void synchronize() = 0;
-  // Bytes this device can still give (free host RAM under any cgroup limit; free GPU
-  // memory plus this backend's cached blocks): the loader checks a model fits before it loads.
-  virtual int64_t memory_available() const = 0;
-  // Gives cached free blocks back to the device (for a library that allocates on its own —
-  // NCCL at setup — and failed for want of memory the cache held).
-  virtual void release_cached_memory() {}
-  // The device's stream (cudaStream_t) and index, for a device communicator ordered with
-  // the compute; null / −1 on the CPU.
-  virtual void* stream_handle() const { return nullptr; }
-  virtual int device_index() const { return -1; }
-  // What identifies the device across the machines of a job (a GPU's UUID); "" on the CPU.
-  virtual std::string device_id() const { return ""; }
-  // A timer for this backend's work (the host clock where work is synchronous).
-  virtual std::unique_ptr<DeviceTimer> make_timer();
-  // A tuned library's matrix rate (FLOP/s) on this device for dtype dt — the ceiling
-  // `linnet bench` holds prefill to — and which library ("" and 0 where there is none).
-  virtual double library_matmul_rate(DType, std::string* source) {
-    if (source) source->clear();
-    return 0;
-  }
-  // dst = src converted to dst's dtype (same element count).
-  virtual void convert(const Tensor& src, Tensor& dst) = 0;
-  // out ([rows, cols], a float dtype, on this device) = random weights made where they live:
-  // element (r, c) = mean + scale · z(key, base + r·stride + c), z the standard normal of
-  // core/random_normal.h. False where the backend has no such kernel (the caller makes them on
-  // the host instead).
-  virtual bool random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) {
-    (void)out, (void)key, (void)base, (void)stride, (void)mean, (void)scale;
-    return false;
-  }
-  // Enqueues on the stream whatever the backend has recorded and not yet launched (the CUDA
-  // backend records a step's launches to replay them as one graph). Code that enqueues work on
-  // stream_handle() itself (a NCCL collective) calls this first, so its work lands after them.
-  virtual void flush() {}
-  // What the backend counted so far (graph replays and captures, …), for reports.
-  virtual std::vector<std::pair<std::string, int64_t>> counters() const { return {}; }
-
-  // ---- ops ----
-  // out[n] = weight[ids[n]]; weight [V, W], ids [N], out [N, W].
-  virtual void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) = 0;
-  // out[N, Out] = x[N, In] · w[Out, In]ᵀ (+ bias[Out]); f32 accumulation.
-  virtual void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) = 0;
-  // out = x / sqrt(mean(x²) + eps) · w, per row; x, out [N, W], w [W].
-  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) = 0;
-  // residual += delta; out = rms_norm(residual) (the add between blocks, fused).
-  virtual void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
-                            Tensor& out) = 0;
-  // x += y.
-  virtual void add(Tensor& x, const Tensor& y) = 0;
-  // Rotate heads [head_begin, head_begin + heads) of each row of x [N, ·], heads of head_dim
-  // columns, in place: the first R = 2·(inv_freq's last dim) columns of each head by angle
-  // positions[n]·inv_freq[i] computed in f32, dim i pairing with i + R/2 (Hugging Face's
-  // rotate_half layout); columns R … head_dim − 1 pass unchanged (partial_rotary_factor < 1).
-  // inv_freq is [R/2] for every token, or [N, R/2]: each token its own (dynamic NTK,
-  // longrope). cos and sin are multiplied by `scale` in f32 (yarn's and longrope's attention factor).
-  virtual void rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
-                          const Tensor& inv_freq, float scale) = 0;
-  // The whole head rotated, scale 1.
+  // rope_heads over the whole head, scale 1.
   void rope(Tensor& x, int64_t head_begin, int64_t heads, const Tensor& positions, const Tensor& inv_freq) {
     rope_heads(x, head_begin, heads, 2 * inv_freq.dim(inv_freq.rank() - 1), positions, inv_freq, 1.0f);
   }
-  // out[N, I] = silu(gate_up[:, :I]) · gate_up[:, I:].
-  virtual void swiglu(const Tensor& gate_up, Tensor& out) = 0;
-  // out[N, I] = gelu_tanh(gate_up[:, :I]) · gate_up[:, I:], GELU's tanh approximation
-  // (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh).
-  virtual void geglu(const Tensor& gate_up, Tensor& out) = 0;
-  // x ← x · value, x / value, or value · tanh(x / value) (soft-capping), element by element in f32.
-  enum class Pointwise { multiply, divide, softcap };
-  virtual void pointwise(Tensor& x, Pointwise op, float value) = 0;
-  // out[n] = Σ x[n, c]² over columns [col_begin, col_begin + cols), in f32 (out [N] f32): a
-  // norm's sum of squares, for a norm whose columns are split across shards (all-reduced by
-  // the caller).
-  virtual void sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) = 0;
-  // An RMS norm in place over column groups: for each row and each g < groups, the columns
-  // [col_begin + g·width, … + width) become x · rsqrt(ss / count + eps) · w (w [width]), where
-  // ss is the group's own sum of squares (sum_sq null: count = width) or sum_sq[n·groups + g]
-  // ([N·groups] f32, e.g. all-reduced across shards). q/k norms: one group per head (Qwen 3,
-  // Gemma 3), or the whole projection (OLMo 2).
-  virtual void rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
-                             const Tensor* sum_sq, int64_t count) = 0;
-  // Token n with slots[n] >= 0 stores its k and v heads of qkv [N, qkv_width] at that slot.
-  virtual void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
-                        Tensor& cache_k, Tensor& cache_v) = 0;
-  // Causal attention among fresh tokens: token n (run_start[n] >= 0) attends tokens
-  // run_start[n] … n of qkv (with dims.window, only the last `window` of them). out
-  // [N, q_heads·head_dim]; skipped rows are left as they are. Scores scaled and soft-capped
-  // as dims says.
-  virtual void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start,
-                                Tensor& out) = 0;
-  // Attention over the cache: token n (rows[n] >= 0) attends positions 0 … positions[n] of
-  // logical row rows[n] (with dims.window, positions[n] − window + 1 … positions[n]), found
-  // through table [R, Pages] (entries are pages; pages wholly before the window are not read).
-  // Skipped rows are left as they are.
-  virtual void attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
-                               const Tensor& positions, const Tensor& table, const Tensor& cache_k,
-                               const Tensor& cache_v, Tensor& out) = 0;
-  // out[m] = src[index[m]], or a zero row where index[m] < 0. src [N, W], out [M, W].
-  virtual void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) = 0;
-  // dst[:, col_begin : col_begin + cols] = src[:, 0 : cols]; src [R, Ws], dst [R, W].
-  virtual void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) = 0;
-
-  // ---- mixtures of experts (layers/sparse_moe.h) ----
-  // The router's probabilities: probs [N, E] f32 = softmax of each row of logits [N, E] (any
-  // float dtype), in f32.
-  virtual void router_softmax(const Tensor& logits, Tensor& probs) = 0;
-  // Per row of probs [N, E] f32: its k largest as torch.topk picks them on the CPU, ties
-  // included (core/top_k.h) — weights [N, k] f32 in that order (each divided by their sum,
-  // added in that order, when `normalize`: norm_topk_prob) and experts [N, k] i32.
-  virtual void top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) = 0;
-  // Each expert's product over the rows routed to it: rows [offsets[g], offsets[g + 1]) of
-  // x [M, In] times group g's rows [g·Out, (g + 1)·Out) of w [G·Out, In] (transposed) into the
-  // same rows of out [M, Out]. A row's bits are those matmul gives it, however many rows its
-  // group has (batch invariance). offsets: G + 1 values, non-decreasing from 0 to M.
-  virtual void grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) = 0;
-  // The weighted sum of a token's expert outputs: out[n] = Σ_j weights[n, j] · y[rows[n, j]]
-  // over its choices j in increasing experts[n, j], from zero, each product rounded to f32 and
-  // then added in f32 (transformers' index_add_ of each expert's weighted rows, expert by
-  // expert); a negative row is left out. y [M, H], rows and experts [N, K] i32, weights [N, K]
-  // f32, out [N, H] (rounded once from the f32 sum).
-  virtual void moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
-                           Tensor& out) = 0;
-
-  // ---- over a vocab shard: logits [N, Vs] (any float dtype); only columns < valid are
-  // real (the rest pad the last shard); global index = vocab_offset + column ----
-  // Per row: max, Σ exp(logit − max), and the target's logit (0 where the target is
-  // outside this shard or negative). targets [N] i32 global ids; outputs [N] f32.
-  virtual void logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
-                           const Tensor& targets, Tensor& max, Tensor& sumexp,
-                           Tensor& target_logit) = 0;
-  // Per row: the largest logit and its global index (lowest on ties). value f32, index i32.
-  virtual void argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
-                      Tensor& index) = 0;
-  // Per row b: argmax_k logits[b,k]/temperature − log(−log u(k, b, step)) (see core/philox.h).
-  virtual void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
-                          uint64_t key1, int32_t step, float temperature, Tensor& value,
-                          Tensor& index) = 0;
 };
 
 std::unique_ptr<Backend> make_cpu_backend();

@@ -56,37 +56,10 @@ class ProfilingBackend final : public Backend {
   void flush() override { inner_.flush(); }
   std::vector<std::pair<std::string, int64_t>> counters() const override { return inner_.counters(); }
 
-  void convert(const Tensor& src, Tensor& dst) override;
-  void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
-  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
-  void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps, Tensor& out) override;
-  void add(Tensor& x, const Tensor& y) override;
-  void rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
-                  const Tensor& inv_freq, float scale) override;
-  void swiglu(const Tensor& gate_up, Tensor& out) override;
-  void geglu(const Tensor& gate_up, Tensor& out) override;
-  void pointwise(Tensor& x, Pointwise op, float value) override;
-  void sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) override;
-  void rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
-                     const Tensor* sum_sq, int64_t count) override;
-  void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots, Tensor& cache_k,
-                Tensor& cache_v) override;
-  void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start, Tensor& out) override;
-  void attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows, const Tensor& positions,
-                       const Tensor& table, const Tensor& cache_k, const Tensor& cache_v, Tensor& out) override;
-  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
-  void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) override;
-  void router_softmax(const Tensor& logits, Tensor& probs) override;
-  void top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) override;
-  void grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) override;
-  void moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
-                   Tensor& out) override;
-  void logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset, const Tensor& targets, Tensor& max,
-                   Tensor& sumexp, Tensor& target_logit) override;
-  void argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value, Tensor& index) override;
-  void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0, uint64_t key1,
-                  int32_t step, float temperature, Tensor& value, Tensor& index) override;
+  // Each op of core/backend_op_list.h, timed under its label.
+#define LINNET_OP(name, label, params, args) void name params override;
+#include "core/backend_op_list.h"
+#undef LINNET_OP
 
  private:
   struct Entry {

@@ -1,14 +1,15 @@
 // Every op of core/backend.h on every backend other than the CPU, against the CPU backend
 // (in the spirit of llama.cpp's test-backend-ops). For each op: several shapes (odd sizes,
 // N = 1, ~1000-token attention, GQA 1/2/4, shuffled page tables, skipped rows) and dtypes
-// (f32 / bf16 activations, f32 / bf16 weights). The CPU computes in f32, so it is given the
+// (f32 / bf16 / f16 activations, f32 / bf16 weights, f16 ones in the products). The CPU computes in f32, so it is given the
 // f32 widening of exactly the values the device sees. Each device run starts from outputs
 // poisoned with NaN (so unwritten elements show), runs twice (the two must agree bit for bit:
 // a difference is a race), and is compared by ‖out − ref‖ / ‖ref‖ against a per-op bound;
 // indices (argmax, Gumbel-max) must match exactly. Each comparison prints one line
 //   OPERR | <op> | <case> | <dtypes> | <output> | <err> | <bound> | <ok|FAIL>
 // (err is the normalized error, or the count of differing elements for exact checks)
-// that scripts/gpu-check gathers into its summary. Without a GPU every test is skipped.
+// that scripts/gpu-check gathers into its summary. Without a GPU every test is skipped but one:
+// each op of core/backend_op_list.h must have a test here (EveryListedOpHasACase).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <set>
 
 #include "core/backend.h"
 
@@ -80,6 +82,20 @@ Tensor poison(Backend& be, bool ref, Shape s, DType dt) {
   return be.upload(h);
 }
 
+// The ops each test checks, registered beside it (OPS_TEST); check_op refuses an op its test
+// did not register, and EveryListedOpHasACase one of core/backend_op_list.h that none did.
+std::set<std::string>& covered_ops() {
+  static std::set<std::string> ops;
+  return ops;
+}
+bool cover(std::initializer_list<const char*> ops) {
+  for (const char* op : ops) covered_ops().insert(op);
+  return true;
+}
+#define OPS_TEST(Name, ...)                                         \
+  [[maybe_unused]] const bool kCovers##Name = cover({__VA_ARGS__}); \
+  TEST(BackendOps, Name)
+
 using Outputs = std::vector<Tensor>;                       // host copies
 using OpRun = std::function<Outputs(Backend&, bool ref)>;    // builds inputs, runs, returns outputs
 
@@ -99,6 +115,7 @@ bool same_bytes(const Tensor& a, const Tensor& b) {
 // Runs `run` on the CPU and on each device backend and checks each output.
 void check_op(const std::string& op, const std::string& case_name, const std::string& types,
               const OpRun& run, const std::vector<Expect>& expects) {
+  ASSERT_TRUE(covered_ops().count(op)) << op << ": its test does not name it in OPS_TEST";
   auto cpu = make_cpu_backend();
   const Outputs ref = run(*cpu, true);
   ASSERT_EQ(ref.size(), expects.size());
@@ -154,12 +171,13 @@ void check_op(const std::string& op, const std::string& case_name, const std::st
   }
 }
 
-const DType kActs[] = {DType::f32, DType::bf16};
+// Activations: the CUDA backend computes in the checkpoint's dtype (f32, bf16 or f16).
+const DType kActs[] = {DType::f32, DType::bf16, DType::f16};
 
 }  // namespace
 
 // ---- matmul ----------------------------------------------------------------------------------
-TEST(BackendOps, Matmul) {
+OPS_TEST(Matmul, "matmul") {
   NEED_DEVICE_BACKENDS(devs);
   struct Shape3 {
     int64_t n, in, out;
@@ -170,7 +188,8 @@ TEST(BackendOps, Matmul) {
   };
   const Types types[] = {{DType::f32, DType::f32, DType::f32},   {DType::bf16, DType::bf16, DType::bf16},
                          {DType::f32, DType::bf16, DType::f32},  {DType::bf16, DType::f32, DType::bf16},
-                         {DType::bf16, DType::bf16, DType::f32}};
+                         {DType::bf16, DType::bf16, DType::f32},  {DType::f16, DType::f16, DType::f16},
+                         {DType::f16, DType::f16, DType::f32},    {DType::f32, DType::f16, DType::f32}};
   uint32_t seed = 100;
   for (const auto& s : shapes)
     for (const auto& t : types)
@@ -185,12 +204,12 @@ TEST(BackendOps, Matmul) {
           be.matmul(x, w, with_bias ? &b : nullptr, y);
           return {be.to_host(y)};
         };
-        // f32 out from bf16 inputs: products are exact in f32, so the bound stays tight. On
+        // f32 out from 16-bit inputs: products are exact in f32, so the bound stays tight. On
         // tensor cores (x and w both 16-bit) each mma step's sum is truncated, not rounded
         // (Fasi et al., "Numerical behavior of NVIDIA tensor cores", 2021): an error biased
         // by up to one ulp per 16 k — ~1e-5 of the sum at K = 4096, more for a lone output
         // whose sum cancels; 1e-4 still sits far below bf16's own rounding (4e-3).
-        const bool tensor_cores = t.x == DType::bf16 && t.w == DType::bf16;
+        const bool tensor_cores = t.x == t.w && t.x != DType::f32;
         check_op("matmul", str(s.n, "x", s.in, "->", s.out, with_bias ? " +bias" : ""),
                  str("x=", dtype_name(t.x), ",w=", dtype_name(t.w), ",o=", dtype_name(t.out)), run,
                  {{"out", bound_for(t.out, tensor_cores ? 1e-4 : 2e-5)}});
@@ -198,7 +217,7 @@ TEST(BackendOps, Matmul) {
 }
 
 // ---- embedding -------------------------------------------------------------------------------
-TEST(BackendOps, Embedding) {
+OPS_TEST(Embedding, "embedding") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t vocab, width, n;
@@ -224,7 +243,7 @@ TEST(BackendOps, Embedding) {
 }
 
 // ---- norms, add, swiglu -----------------------------------------------------------------------
-TEST(BackendOps, RmsNorm) {
+OPS_TEST(RmsNorm, "rms_norm") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, w;
@@ -244,7 +263,7 @@ TEST(BackendOps, RmsNorm) {
       }
 }
 
-TEST(BackendOps, AddRmsNorm) {
+OPS_TEST(AddRmsNorm, "add_rms_norm") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, w;
@@ -266,7 +285,7 @@ TEST(BackendOps, AddRmsNorm) {
       }
 }
 
-TEST(BackendOps, Add) {
+OPS_TEST(Add, "add") {
   NEED_DEVICE_BACKENDS(devs);
   for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {10, 100}, {3, 4099}})
     for (DType act : kActs) {
@@ -280,7 +299,7 @@ TEST(BackendOps, Add) {
     }
 }
 
-TEST(BackendOps, Swiglu) {
+OPS_TEST(Swiglu, "swiglu") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, inner;
@@ -299,7 +318,7 @@ TEST(BackendOps, Swiglu) {
 }
 
 // ---- rope ------------------------------------------------------------------------------------
-TEST(BackendOps, Rope) {
+OPS_TEST(Rope, "rope") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, total_heads, head_begin, heads, dim;
@@ -330,7 +349,7 @@ TEST(BackendOps, Rope) {
 }
 
 // ---- index ops -------------------------------------------------------------------------------
-TEST(BackendOps, GatherRows) {
+OPS_TEST(GatherRows, "gather_rows") {
   NEED_DEVICE_BACKENDS(devs);
   for (DType dt : {DType::f32, DType::bf16, DType::i32})
     for (int64_t w : {1, 3, 64, 1000}) {
@@ -351,7 +370,7 @@ TEST(BackendOps, GatherRows) {
     }
 }
 
-TEST(BackendOps, CopyColumns) {
+OPS_TEST(CopyColumns, "copy_columns") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t rows, src_w, dst_w, col_begin, cols;
@@ -370,7 +389,7 @@ TEST(BackendOps, CopyColumns) {
     }
 }
 
-TEST(BackendOps, Convert) {
+OPS_TEST(Convert, "convert") {
   NEED_DEVICE_BACKENDS(devs);
   auto vals = randn(4097, 81, 10.f);
   vals[0] = 70000.f;      // f16 overflow: infinity
@@ -423,7 +442,7 @@ struct CacheGeom {
 };
 }  // namespace
 
-TEST(BackendOps, KvWrite) {
+OPS_TEST(KvWrite, "kv_write") {
   NEED_DEVICE_BACKENDS(devs);
   for (const CacheGeom g : {CacheGeom{4, 4, 64, 64, 16, 2}, CacheGeom{8, 2, 128, 256, 64, 3},
                             CacheGeom{6, 3, 80, 96, 32, 1}})
@@ -451,7 +470,7 @@ TEST(BackendOps, KvWrite) {
 }
 
 // ---- attention_packed ------------------------------------------------------------------------
-TEST(BackendOps, AttentionPacked) {
+OPS_TEST(AttentionPacked, "attention_packed") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t q_heads, kv_heads, dim;
@@ -499,7 +518,7 @@ TEST(BackendOps, AttentionPacked) {
 }
 
 // ---- attention_cache -------------------------------------------------------------------------
-TEST(BackendOps, AttentionCache) {
+OPS_TEST(AttentionCache, "attention_cache") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     CacheGeom g;
@@ -577,7 +596,7 @@ std::vector<float> vocab_logits(const VocabCase& c, DType dt, uint32_t seed) {
 }
 }  // namespace
 
-TEST(BackendOps, LogitStats) {
+OPS_TEST(LogitStats, "logit_stats") {
   NEED_DEVICE_BACKENDS(devs);
   for (const VocabCase& c : kVocabCases)
     for (DType dt : kActs) {
@@ -598,7 +617,7 @@ TEST(BackendOps, LogitStats) {
     }
 }
 
-TEST(BackendOps, Argmax) {
+OPS_TEST(Argmax, "argmax") {
   NEED_DEVICE_BACKENDS(devs);
   for (const VocabCase& c : kVocabCases)
     for (DType dt : kActs) {
@@ -614,7 +633,7 @@ TEST(BackendOps, Argmax) {
     }
 }
 
-TEST(BackendOps, GumbelMax) {
+OPS_TEST(GumbelMax, "gumbel_max") {
   NEED_DEVICE_BACKENDS(devs);
   for (const VocabCase& c : kVocabCases)
     for (DType dt : kActs)
@@ -636,7 +655,7 @@ TEST(BackendOps, GumbelMax) {
 }
 
 // ---- the families' ops (issue 28) --------------------------------------------------------------
-TEST(BackendOps, Geglu) {
+OPS_TEST(Geglu, "geglu") {
   NEED_DEVICE_BACKENDS(devs);
   for (auto [n, inner] : {std::pair<int64_t, int64_t>{1, 11}, {9, 1024}, {130, 344}})
     for (DType act : kActs) {
@@ -651,7 +670,7 @@ TEST(BackendOps, Geglu) {
     }
 }
 
-TEST(BackendOps, Pointwise) {
+OPS_TEST(Pointwise, "pointwise") {
   NEED_DEVICE_BACKENDS(devs);
   for (auto [op, value] : {std::pair{Backend::Pointwise::multiply, 6.9282f}, {Backend::Pointwise::divide, 8.0f},
                            {Backend::Pointwise::softcap, 30.0f}, {Backend::Pointwise::softcap, 2.0f}})
@@ -667,7 +686,7 @@ TEST(BackendOps, Pointwise) {
     }
 }
 
-TEST(BackendOps, SumSquaresAndColumnNorms) {
+OPS_TEST(SumSquaresAndColumnNorms, "sum_squares", "rms_norm_cols") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, width, col_begin, groups, group_width;
@@ -695,7 +714,7 @@ TEST(BackendOps, SumSquaresAndColumnNorms) {
         }
 }
 
-TEST(BackendOps, RopePartialPerTokenScaled) {
+OPS_TEST(RopePartialPerTokenScaled, "rope_heads") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, total_heads, heads, dim, rotary;
@@ -728,7 +747,7 @@ TEST(BackendOps, RopePartialPerTokenScaled) {
 
 // Sliding windows, soft-capped and rescaled scores, and head dims up to 256 (Gemma), packed
 // and through the cache.
-TEST(BackendOps, AttentionWindowSoftcapWideHeads) {
+OPS_TEST(AttentionWindowSoftcapWideHeads, "attention_packed", "attention_cache") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t q_heads, kv_heads, dim, window;
@@ -783,7 +802,7 @@ TEST(BackendOps, AttentionWindowSoftcapWideHeads) {
 // ---- mixtures of experts (issue 30) -------------------------------------------------------------
 // The router's softmax, torch's top-k (the same experts chosen in the same order, ties included:
 // core/top_k.h on both sides), each expert's product over its rows, and the weighted sum.
-TEST(BackendOps, RouterSoftmax) {
+OPS_TEST(RouterSoftmax, "router_softmax") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, e;
@@ -801,7 +820,7 @@ TEST(BackendOps, RouterSoftmax) {
     }
 }
 
-TEST(BackendOps, TopK) {
+OPS_TEST(TopK, "top_k") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, e, k;
@@ -832,7 +851,7 @@ TEST(BackendOps, TopK) {
       }
 }
 
-TEST(BackendOps, GroupedMatmul) {
+OPS_TEST(GroupedMatmul, "grouped_matmul") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     std::vector<int64_t> offsets;
@@ -847,7 +866,8 @@ TEST(BackendOps, GroupedMatmul) {
   };
   uint32_t seed = 170;
   for (const Case& c : cases)
-    for (const Types t : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f32, DType::bf16}}) {
+    for (const Types t : {Types{DType::f32, DType::f32}, Types{DType::bf16, DType::bf16}, Types{DType::f16, DType::f16},
+                          Types{DType::f32, DType::bf16}}) {
       const int64_t m = c.offsets.back(), groups = static_cast<int64_t>(c.offsets.size()) - 1;
       const auto xv = in_dtype(randn(m * c.in, ++seed), t.x);
       const auto wv = in_dtype(randn(groups * c.out * c.in, ++seed, 0.05f), t.w);
@@ -875,7 +895,7 @@ TEST(BackendOps, GroupedMatmul) {
   }
 }
 
-TEST(BackendOps, MoeCombine) {
+OPS_TEST(MoeCombine, "moe_combine") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
     int64_t n, k, h;
@@ -907,4 +927,16 @@ TEST(BackendOps, MoeCombine) {
       check_op("moe_combine", str(c.n, " tokens x ", c.k, " of ", c.h), dtype_name(dt), run,
                {{"out", 1e-2, dt == DType::f32}});
     }
+}
+
+// Runs without a GPU: an op added to core/backend_op_list.h without a test here fails.
+TEST(BackendOps, EveryListedOpHasACase) {
+  int listed = 0;
+#define LINNET_OP(name, label, params, args)                                            \
+  ++listed;                                                                             \
+  EXPECT_TRUE(covered_ops().count(#name) || covered_ops().count(label))                 \
+      << #name " (core/backend_op_list.h) has no test in tests/backend_ops_test.cpp (OPS_TEST)";
+#include "core/backend_op_list.h"
+#undef LINNET_OP
+  EXPECT_GT(listed, 0);
 }

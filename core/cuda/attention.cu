@@ -11,6 +11,7 @@
 #include <climits>
 
 #include "core/cuda/cuda_common.cuh"
+#include "core/cuda/device_blocks.cuh"
 #include "core/cuda/kernels.cuh"
 
 namespace linnet::cuda {
@@ -32,9 +33,10 @@ __host__ __device__ inline int64_t cache_split_len(int64_t len) {
   return (piece + kBK - 1) / kBK * kBK;
 }
 
-// One warp folds one tile into its query's running (m, l, acc). q: the query in shared memory,
-// already scaled; valid: whether this lane's key (row `lane` of the tile) counts. Keys that
-// don't count contribute nothing, whatever their K/V rows hold.
+// One warp folds one tile into its query's running (m, l, acc) by the online-softmax step of
+// core/cuda/device_blocks.cuh. q: the query in shared memory, already scaled; valid: whether
+// this lane's key (row `lane` of the tile) counts. Keys that don't count contribute nothing,
+// whatever their K/V rows hold.
 // softcap > 0: the score becomes softcap·tanh(score / softcap) (Gemma 2), before the mask.
 template <int DCH>
 __device__ __forceinline__ void attend_tile(const float* q, const float* ks, const float* vs,
@@ -48,34 +50,11 @@ __device__ __forceinline__ void attend_tile(const float* q, const float* ks, con
     for (int d = 0; d < D; ++d) dot = fmaf(q[d], k[d], dot);
     s = softcap > 0.f ? __fmul_rn(tanhf(__fdiv_rn(dot, softcap)), softcap) : dot;
   }
-  // A NaN score (from a NaN or Inf activation) makes the row NaN, as the reference's softmax
-  // does; fmaxf alone would drop it and the key would count as masked.
-  if (__any_sync(0xffffffffu, valid && isnan(s))) {  // warp-uniform
-    m = l = NAN;
-#pragma unroll
-    for (int c = 0; c < DCH; ++c) acc[c] = NAN;
-    return;
-  }
-  const float m_new = fmaxf(m, warp_max(s));
-  if (m_new == -INFINITY) return;  // warp-uniform: nothing valid so far
-  const float p = valid ? expf(s - m_new) : 0.f;
-  const float alpha = expf(m - m_new);  // 0 when m was -inf
-  l = l * alpha + warp_sum(p);
-  m = m_new;
-#pragma unroll
-  for (int c = 0; c < DCH; ++c) acc[c] *= alpha;
+  float p;
+  if (!online_softmax_step(s, valid, m, l, acc, p)) return;
   p_sh[lane] = p;
   __syncwarp();
-  for (int j = 0; j < kBK; ++j) {
-    const float pj = p_sh[j];
-    if (pj == 0.f) continue;  // warp-uniform (a broadcast read); also skips masked keys
-    const float* v = vs + j * D;
-#pragma unroll
-    for (int c = 0; c < DCH; ++c) {
-      const int d = lane + 32 * c;
-      if (d < D) acc[c] = fmaf(pj, v[d], acc[c]);
-    }
-  }
+  accumulate_values<kBK>(p_sh, vs, D, D, acc);
   __syncwarp();
 }
 
@@ -363,32 +342,11 @@ __device__ __forceinline__ void attend_tile_raw(const float* q, const T* ks, int
     }
     s = dot;
   }
-  if (__any_sync(0xffffffffu, valid && isnan(s))) {  // warp-uniform (see attend_tile)
-    m = l = NAN;
-#pragma unroll
-    for (int c = 0; c < DCH; ++c) acc[c] = NAN;
-    return;
-  }
-  const float m_new = fmaxf(m, warp_max(s));
-  if (m_new == -INFINITY) return;  // warp-uniform: nothing valid so far
-  const float p = valid ? expf(s - m_new) : 0.f;
-  const float alpha = expf(m - m_new);  // 0 when m was -inf
-  l = l * alpha + warp_sum(p);
-  m = m_new;
-#pragma unroll
-  for (int c = 0; c < DCH; ++c) acc[c] *= alpha;
+  float p;
+  if (!online_softmax_step(s, valid, m, l, acc, p)) return;
   p_sh[lane] = p;
   __syncwarp();
-  for (int j = 0; j < kBK; ++j) {
-    const float pj = p_sh[j];
-    if (pj == 0.f) continue;  // warp-uniform (a broadcast read); also skips masked keys
-    const T* v = vs + j * ldv;
-#pragma unroll
-    for (int c = 0; c < DCH; ++c) {
-      const int d = lane + 32 * c;
-      if (d < D) acc[c] = fmaf(pj, to_f(v[d]), acc[c]);
-    }
-  }
+  accumulate_values<kBK>(p_sh, vs, ldv, D, acc);
   __syncwarp();
 }
 

@@ -2,10 +2,11 @@
 // elementwise.cu, attention.cu and logits.cu. No logging here (spdlog/fmt can't be included
 // in .cu files under C++20): failures throw linnet::Error.
 //
-// Every op checks its arguments when called, then hands its launch to submit() as a Launch
-// record: launched at once (LINNET_CUDA_GRAPHS=0), or recorded until the next flush —
-// whatever touches the stream otherwise (a copy, a wait, a timer, a collective) flushes first —
-// and then run through the GraphCache, which replays a recorded sequence it has seen before
+// Every op checks its arguments when called (first the checks all ops share, generated from
+// core/backend_op_list.h, then its own), then hands its launch to submit() as a typed record
+// (core/cuda/launch_records.cuh): launched at once (LINNET_CUDA_GRAPHS=0), or recorded until
+// the next flush — whatever touches the stream otherwise (a copy, a wait, a timer, a
+// collective) flushes first — and then run through the GraphCache, which replays a recorded sequence it has seen before
 // as one CUDA graph. A decode step (≈ 390 launches for Llama-3-8B) is then one graph launch
 // between its plan's upload and its results' copy back.
 #include "core/cuda/cuda_backend.cuh"
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "core/cuda/cuda_common.cuh"
@@ -161,6 +163,31 @@ void on_device(const char* op, const char* name, const Tensor& t) {
   need(t.device() == Device::cuda, op, str(name, " ", t.describe(), " is not on the cuda device"));
 }
 
+// The checks every op shares, on each of its arguments (op: its label; names: its argument
+// list as core/backend_op_list.h writes it, "(a, b, …)", read only when a check fails).
+std::string arg_name(const char* names, int i) {
+  std::string all(names + 1, std::strlen(names) - 2);  // without the parentheses
+  size_t at = 0;
+  for (int k = 0; k < i; ++k) at = all.find(',', at) + 1;
+  const size_t end = all.find(',', at);
+  std::string name = all.substr(at, end == std::string::npos ? std::string::npos : end - at);
+  name.erase(0, name.find_first_not_of(' '));
+  return name;
+}
+template <class A>
+void check_arg(const char*, const char*, int, const A&) {}  // not a tensor
+void check_arg(const char* op, const char* names, int i, const Tensor& t) {
+  if (!t.defined() || t.device() != Device::cuda) on_device(op, arg_name(names, i).c_str(), t);
+}
+void check_arg(const char* op, const char* names, int i, const Tensor* t) {
+  if (t) check_arg(op, names, i, *t);  // null: an optional tensor left out
+}
+template <class... A>
+void check_args(const char* op, const char* names, const A&... args) {
+  int i = 0;
+  (check_arg(op, names, i++, args), ...);
+}
+
 void rank_is(const char* op, const char* name, const Tensor& t, size_t r) {
   on_device(op, name, t);
   need(t.rank() == r, op, str(name, " ", t.describe(), " should have rank ", r));
@@ -226,58 +253,6 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
 
 int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 
-// Launch records (CudaBackend::execute): what each one holds is written where it is made.
-enum : int32_t {
-  kOpMemcpy = 1,
-  kOpMemset,
-  kOpConvert,
-  kOpEmbedding,
-  kOpMatmulTc,
-  kOpMatmulSimt,
-  kOpRmsNorm,
-  kOpAdd,
-  kOpRope,
-  kOpSwiglu,
-  kOpKvWrite,
-  kOpAttentionPacked,
-  kOpAttentionCache,
-  kOpGatherRows,
-  kOpCopy2D,
-  kOpCopyColumns,
-  kOpLogitStats,
-  kOpArgmax,
-};
-
-// An AttnGeom in a record's n[1 … 7].
-// A record's geometry: n[1…7], n[10] (the window) and f[0…1] (the scores' scale and
-// soft-cap) — every field, or a replayed graph would run another attention.
-void put_geom(Launch& l, const cuda::AttnGeom& g) {
-  l.n[1] = g.q_heads;
-  l.n[2] = g.kv_heads;
-  l.n[3] = g.head_dim;
-  l.n[4] = g.max_seq;
-  l.n[5] = g.page_size;
-  l.n[6] = g.cache_rows;
-  l.n[7] = g.row_run;
-  l.n[10] = g.window;
-  l.f[0] = g.scale;
-  l.f[1] = g.softcap;
-}
-cuda::AttnGeom get_geom(const Launch& l) {
-  cuda::AttnGeom g;
-  g.q_heads = static_cast<int>(l.n[1]);
-  g.kv_heads = static_cast<int>(l.n[2]);
-  g.head_dim = static_cast<int>(l.n[3]);
-  g.max_seq = l.n[4];
-  g.page_size = l.n[5];
-  g.cache_rows = l.n[6];
-  g.row_run = l.n[7];
-  g.window = l.n[10];
-  g.scale = l.f[0];
-  g.softcap = l.f[1];
-  return g;
-}
-
 }  // namespace
 
 // ---- options ---------------------------------------------------------------------------------
@@ -325,14 +300,8 @@ std::string CudaOptions::describe() const {
 // ---- graphs of recorded launches ------------------------------------------------------------
 namespace {
 uint64_t hash_launches(const std::vector<Launch>& v) {
-  const auto* w = reinterpret_cast<const uint64_t*>(v.data());
-  const size_t n = v.size() * sizeof(Launch) / sizeof(uint64_t);
   uint64_t h = 0x9e3779b97f4a7c15ull ^ v.size();
-  for (size_t i = 0; i < n; ++i) {
-    h ^= w[i];
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 32;
-  }
+  for (const Launch& l : v) h = hash_launch(h, l);
   return h;
 }
 }  // namespace
@@ -343,19 +312,19 @@ GraphCache::~GraphCache() {
   cudaGetLastError();
 }
 
-void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s, const Execute& execute) {
+void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s) {
   if (launches.empty()) return;
   const int64_t count = static_cast<int64_t>(launches.size());
   auto one_by_one = [&] {
     ++direct;
     launches_direct += count;
-    for (const Launch& l : launches) execute(l, s);
+    for (const Launch& l : launches) run_launch(l, s);
   };
   if (launches.size() < kMinLaunches) return one_by_one();
   const uint64_t h = hash_launches(launches);
   for (auto it = graphs_.begin(); it != graphs_.end(); ++it) {
     if (it->hash != h || it->launches.size() != launches.size() ||
-        std::memcmp(it->launches.data(), launches.data(), launches.size() * sizeof(Launch)) != 0)
+        !std::equal(launches.begin(), launches.end(), it->launches.begin(), same_launch))
       continue;
     LINNET_CUDA_CHECK(cudaGraphLaunch(it->exec, s));
     graphs_.splice(graphs_.begin(), graphs_, it);
@@ -377,7 +346,7 @@ void GraphCache::run(const std::vector<Launch>& launches, cudaStream_t s, const 
   LINNET_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
   bool recorded = true;
   try {
-    for (const Launch& l : launches) execute(l, s);
+    for (const Launch& l : launches) run_launch(l, s);
   } catch (...) {
     recorded = false;  // launched one by one below: a real error shows there again
   }
@@ -578,11 +547,7 @@ void CudaBackend::fill_zero(Tensor& t) {
   on_device("fill_zero", "t", t);
   activate();
   if (t.nbytes() == 0) return;
-  Launch l;
-  l.op = kOpMemset;
-  l.p[0] = t.data();
-  l.n[0] = static_cast<int64_t>(t.nbytes());
-  submit(l);
+  submit(launch::Memset{t.data(), static_cast<int64_t>(t.nbytes())});
 }
 
 void CudaBackend::release_cached_memory() { pool_->free_cached(); }
@@ -638,7 +603,7 @@ std::unique_ptr<DeviceTimer> CudaBackend::make_timer() {
 void CudaBackend::submit(const Launch& l) {
   if (!options_.graphs) {
     ++graphs_.launches_direct;
-    execute(l, stream_);
+    run_launch(l, stream_);
     return;
   }
   pending_.push_back(l);
@@ -649,7 +614,7 @@ void CudaBackend::flush() {
   std::vector<Launch> work;
   work.swap(pending_);  // taken even if a launch throws: nothing runs twice
   activate();
-  graphs_.run(work, stream_, [this](const Launch& l, cudaStream_t s) { execute(l, s); });
+  graphs_.run(work, stream_);
   work.clear();
   if (pending_.empty()) pending_.swap(work);  // keep the capacity
 }
@@ -710,32 +675,22 @@ void CudaBackend::synchronize() {
   LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
-void CudaBackend::convert(const Tensor& src, Tensor& dst) {
+void CudaBackend::convert_op(const Tensor& src, Tensor& dst) {
   on_device("convert", "src", src);
   on_device("convert", "dst", dst);
   need(src.numel() == dst.numel(), "convert",
        str("src ", src.describe(), " and dst ", dst.describe(), " differ in size"));
   activate();
   if (src.numel() == 0) return;
-  Launch l;
   if (src.dtype() == dst.dtype()) {
     if (src.data() == dst.data()) return;
-    l.op = kOpMemcpy;
-    l.p[0] = dst.data();
-    l.p[1] = src.data();
-    l.n[0] = static_cast<int64_t>(src.nbytes());
+    submit(launch::Memcpy{dst.data(), src.data(), static_cast<int64_t>(src.nbytes())});
   } else {
-    l.op = kOpConvert;
-    l.p[0] = src.data();
-    l.i[0] = dt(src);
-    l.p[1] = dst.data();
-    l.i[1] = dt(dst);
-    l.n[0] = src.numel();
+    submit(launch::Convert{src.data(), dst.data(), src.numel(), dt(src), dt(dst)});
   }
-  submit(l);
 }
 
-void CudaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+void CudaBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& out) {
   const char* op = "embedding";
   rank_is(op, "weight", weight, 2);
   float_type(op, "weight", weight);
@@ -745,20 +700,11 @@ void CudaBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out
   need(out.dim(1) == weight.dim(1), op,
        str("out ", out.describe(), " and weight ", weight.describe(), " differ in width"));
   activate();
-  Launch l;
-  l.op = kOpEmbedding;
-  l.p[0] = weight.data();
-  l.i[0] = dt(weight);
-  l.n[0] = weight.dim(0);
-  l.p[1] = ids.ptr<int32_t>();
-  l.p[2] = out.data();
-  l.i[1] = dt(out);
-  l.n[1] = out.dim(0);
-  l.n[2] = out.dim(1);
-  submit(l);
+  submit(launch::Embedding{weight.data(), ids.ptr<int32_t>(), out.data(), weight.dim(0), out.dim(0), out.dim(1),
+                           dt(weight), dt(out)});
 }
 
-void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const char* op = "matmul";
   rank_is(op, "x", x, 2);
   rank_is(op, "w", w, 2);
@@ -779,37 +725,22 @@ void CudaBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, T
   if (N == 0 || Out == 0) return;
   // Kernels chosen by dtypes, never by N alone unless they give the same bits: a row alone
   // or among others gets the same result (docs/numerics.md).
-  Launch l;
-  l.p[0] = x.data();
-  l.i[0] = dt(x);
-  l.p[1] = w.data();
-  l.i[1] = dt(w);
-  l.p[2] = bias ? bias->data() : nullptr;
-  l.i[2] = bias ? dt(*bias) : 0;
-  l.p[3] = out.data();
-  l.i[3] = dt(out);
-  l.n[0] = N;
-  l.n[1] = In;
-  l.n[2] = Out;
-  Tensor ws;  // the split-K product's chains (f32), given back to the pool after the call
+  const void* b = bias ? bias->data() : nullptr;
+  const int32_t b_dt = bias ? dt(*bias) : 0;
   if (options_.matmul != CudaOptions::Matmul::simt && cuda::matmul_tc_applies(dt(x), dt(w))) {
     cuda::TcChoice c;
     c.tc4 = options_.matmul == CudaOptions::Matmul::tc4;
     c.panel = options_.panel_raster;
-    l.op = kOpMatmulTc;
-    l.i[4] = c.tc4;
-    l.i[5] = c.panel;
-    if (const int64_t n = cuda::matmul_tc_workspace(N, Out, c); n > 0) {
-      ws = empty({n}, DType::f32);
-      l.p[4] = ws.data();
-    }
+    Tensor ws;  // the split-K product's chains (f32), given back to the pool after the call
+    if (const int64_t n = cuda::matmul_tc_workspace(N, Out, c); n > 0) ws = empty({n}, DType::f32);
+    submit(launch::MatmulTc{x.data(), w.data(), b, out.data(), ws.defined() ? ws.ptr<float>() : nullptr, N, In, Out,
+                            dt(x), dt(w), b_dt, dt(out), c.tc4, c.panel});
   } else {
-    l.op = kOpMatmulSimt;
+    submit(launch::MatmulSimt{x.data(), w.data(), b, out.data(), N, In, Out, dt(x), dt(w), b_dt, dt(out)});
   }
-  submit(l);
 }
 
-void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+void CudaBackend::rms_norm_op(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   const char* op = "rms_norm";
   rank_is(op, "x", x, 2);
   act_type(op, "x", x);
@@ -820,20 +751,12 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& 
        str("out ", out.describe(), " should match x ", x.describe()));
   need(w.numel() == x.dim(1), op, str("w ", w.describe(), " should hold ", x.dim(1), " entries"));
   activate();
-  Launch l;
-  l.op = kOpRmsNorm;
-  l.i[0] = dt(x);
-  l.p[0] = x.data();
-  l.p[2] = w.data();
-  l.i[1] = dt(w);
-  l.f[0] = eps;
-  l.p[3] = out.data();
-  l.n[0] = x.dim(0);
-  l.n[1] = x.dim(1);
-  submit(l);
+  // Without delta the kernel only reads x (rms_norm_kernel stores x only after adding delta).
+  submit(launch::RmsNorm{const_cast<void*>(x.data()), nullptr, w.data(), out.data(), x.dim(0), x.dim(1), dt(x), dt(w),
+                         eps, 0});
 }
 
-void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+void CudaBackend::add_rms_norm_op(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
                                Tensor& out) {
   const char* op = "add_rms_norm";
   rank_is(op, "residual", residual, 2);
@@ -849,21 +772,11 @@ void CudaBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tens
   need(w.numel() == residual.dim(1), op,
        str("w ", w.describe(), " should hold ", residual.dim(1), " entries"));
   activate();
-  Launch l;
-  l.op = kOpRmsNorm;
-  l.i[0] = dt(residual);
-  l.p[0] = residual.data();
-  l.p[1] = delta.data();
-  l.p[2] = w.data();
-  l.i[1] = dt(w);
-  l.f[0] = eps;
-  l.p[3] = out.data();
-  l.n[0] = residual.dim(0);
-  l.n[1] = residual.dim(1);
-  submit(l);
+  submit(launch::RmsNorm{residual.data(), delta.data(), w.data(), out.data(), residual.dim(0), residual.dim(1),
+                         dt(residual), dt(w), eps, 0});
 }
 
-void CudaBackend::add(Tensor& x, const Tensor& y) {
+void CudaBackend::add_op(Tensor& x, const Tensor& y) {
   const char* op = "add";
   on_device(op, "x", x);
   on_device(op, "y", y);
@@ -871,16 +784,10 @@ void CudaBackend::add(Tensor& x, const Tensor& y) {
   need(x.numel() == y.numel() && x.dtype() == y.dtype(), op,
        str("y ", y.describe(), " should match x ", x.describe()));
   activate();
-  Launch l;
-  l.op = kOpAdd;
-  l.i[0] = dt(x);
-  l.p[0] = x.data();
-  l.p[1] = y.data();
-  l.n[0] = x.numel();
-  submit(l);
+  submit(launch::Add{x.data(), y.data(), x.numel(), dt(x), 0});
 }
 
-void CudaBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
+void CudaBackend::rope_heads_op(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
                              const Tensor& positions, const Tensor& inv_freq, float scale) {
   const char* op = "rope";
   rank_is(op, "x", x, 2);
@@ -896,25 +803,11 @@ void CudaBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64
        str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", D, " (rotary ", 2 * half,
            ") do not fit x ", x.describe()));
   activate();
-  Launch l;
-  l.op = kOpRope;
-  l.i[0] = dt(x);
-  l.p[0] = x.data();
-  l.n[0] = x.dim(0);
-  l.n[1] = x.dim(1);
-  l.n[2] = head_begin;
-  l.n[3] = heads;
-  l.n[4] = D;
-  l.n[5] = half;
-  l.p[1] = positions.ptr<int32_t>();
-  l.p[2] = inv_freq.data();
-  l.i[1] = dt(inv_freq);
-  l.i[2] = per_token;
-  l.f[0] = scale;
-  submit(l);
+  submit(launch::Rope{x.data(), positions.ptr<int32_t>(), inv_freq.data(), x.dim(0), x.dim(1), head_begin, heads, D,
+                      half, dt(x), dt(inv_freq), per_token, scale});
 }
 
-void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
+void CudaBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
   const char* op = "swiglu";
   rank_is(op, "gate_up", gate_up, 2);
   rank_is(op, "out", out, 2);
@@ -923,17 +816,10 @@ void CudaBackend::swiglu(const Tensor& gate_up, Tensor& out) {
            gate_up.dim(1) == 2 * out.dim(1),
        op, str("gate_up ", gate_up.describe(), " and out ", out.describe(), " disagree"));
   activate();
-  Launch l;
-  l.op = kOpSwiglu;
-  l.i[0] = dt(out);
-  l.p[0] = gate_up.data();
-  l.p[1] = out.data();
-  l.n[0] = out.dim(0);
-  l.n[1] = out.dim(1);
-  submit(l);
+  submit(launch::Swiglu{gate_up.data(), out.data(), out.dim(0), out.dim(1), dt(out), 0});
 }
 
-void CudaBackend::geglu(const Tensor& gate_up, Tensor& out) {
+void CudaBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
   const char* op = "geglu";
   rank_is(op, "gate_up", gate_up, 2);
   rank_is(op, "out", out, 2);
@@ -945,7 +831,7 @@ void CudaBackend::geglu(const Tensor& gate_up, Tensor& out) {
   cuda::launch_geglu(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), stream_);
 }
 
-void CudaBackend::pointwise(Tensor& x, Pointwise p, float value) {
+void CudaBackend::pointwise_op(Tensor& x, Pointwise p, float value) {
   const char* op = "pointwise";
   on_device(op, "x", x);
   act_type(op, "x", x);
@@ -954,7 +840,7 @@ void CudaBackend::pointwise(Tensor& x, Pointwise p, float value) {
   cuda::launch_pointwise(dt(x), x.data(), x.numel(), static_cast<int>(p), value, stream_);
 }
 
-void CudaBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
+void CudaBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
   const char* op = "sum_squares";
   rank_is(op, "x", x, 2);
   act_type(op, "x", x);
@@ -967,7 +853,7 @@ void CudaBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, 
   cuda::launch_sum_squares(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, cols, out.ptr<float>(), stream_);
 }
 
-void CudaBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
+void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
                                 float eps, const Tensor* sum_sq, int64_t count) {
   const char* op = "rms_norm_cols";
   rank_is(op, "x", x, 2);
@@ -988,7 +874,7 @@ void CudaBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, in
                              sum_sq ? sum_sq->ptr<float>() : nullptr, count, stream_);
 }
 
-void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
+void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
                            Tensor& cache_k, Tensor& cache_v) {
   const char* op = "kv_write";
   check_dims(op, dims);
@@ -999,19 +885,11 @@ void CudaBackend::kv_write(const Tensor& qkv, const AttentionDims& dims, const T
   index_vec(op, "slots", slots, qkv.dim(0));
   check_cache(op, dims, qkv, cache_k, cache_v);
   activate();
-  Launch l;
-  l.op = kOpKvWrite;
-  l.i[0] = dt(qkv);
-  l.p[0] = qkv.data();
-  l.n[0] = qkv.dim(0);
-  put_geom(l, geom(dims, cache_k.dim(0)));
-  l.p[1] = slots.ptr<int32_t>();
-  l.p[2] = cache_k.data();
-  l.p[3] = cache_v.data();
-  submit(l);
+  submit(launch::KvWrite{qkv.data(), slots.ptr<int32_t>(), cache_k.data(), cache_v.data(), qkv.dim(0),
+                         geom(dims, cache_k.dim(0)), dt(qkv), 0});
 }
 
-void CudaBackend::attention_packed(const Tensor& qkv, const AttentionDims& dims,
+void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& dims,
                                    const Tensor& run_start, Tensor& out) {
   const char* op = "attention_packed";
   check_dims(op, dims);
@@ -1026,18 +904,11 @@ void CudaBackend::attention_packed(const Tensor& qkv, const AttentionDims& dims,
        op, str("out ", out.describe(), " should be [", qkv.dim(0), ", ",
                dims.q_heads * dims.head_dim, "; ", dtype_name(qkv.dtype()), "]"));
   activate();
-  Launch l;
-  l.op = kOpAttentionPacked;
-  l.i[0] = dt(qkv);
-  l.p[0] = qkv.data();
-  l.n[0] = qkv.dim(0);
-  put_geom(l, geom(dims, 0));
-  l.p[1] = run_start.ptr<int32_t>();
-  l.p[2] = out.data();
-  submit(l);
+  submit(launch::AttentionPacked{qkv.data(), run_start.ptr<int32_t>(), out.data(), qkv.dim(0), geom(dims, 0), dt(qkv),
+                                 0});
 }
 
-void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
+void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
                                   const Tensor& positions, const Tensor& table,
                                   const Tensor& cache_k, const Tensor& cache_v, Tensor& out) {
   const char* op = "attention_cache";
@@ -1074,28 +945,14 @@ void CudaBackend::attention_cache(const Tensor& qkv, const AttentionDims& dims, 
   auto* o = static_cast<char*>(out.data());
   const size_t q_row = dtype_size(qkv.dtype()) * qkv.dim(1), o_row = dtype_size(out.dtype()) * out.dim(1);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
-    Launch l;
-    l.op = kOpAttentionCache;
-    l.i[0] = dt(qkv);
-    l.p[0] = q + n0 * q_row;
-    l.n[0] = std::min(chunk, N - n0);
-    put_geom(l, g);
-    l.p[1] = rows.ptr<int32_t>() + n0;
-    l.p[2] = positions.ptr<int32_t>() + n0;
-    l.p[3] = table.ptr<int32_t>();
-    l.n[8] = table.dim(0);
-    l.n[9] = table.dim(1);
-    l.p[4] = cache_k.data();
-    l.p[5] = cache_v.data();
-    l.p[6] = o + n0 * o_row;
-    l.p[7] = ws.ptr<float>();
-    l.i[1] = splits;
-    l.i[2] = options_.attention_prefetch;
-    submit(l);
+    submit(launch::AttentionCache{q + n0 * q_row, rows.ptr<int32_t>() + n0, positions.ptr<int32_t>() + n0,
+                                  table.ptr<int32_t>(), cache_k.data(), cache_v.data(), o + n0 * o_row, ws.ptr<float>(),
+                                  std::min(chunk, N - n0), table.dim(0), table.dim(1), g, dt(qkv), splits,
+                                  options_.attention_prefetch, 0});
   }
 }
 
-void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
+void CudaBackend::gather_rows_op(const Tensor& src, const Tensor& index, Tensor& out) {
   const char* op = "gather_rows";
   on_device(op, "src", src);
   on_device(op, "out", out);
@@ -1108,20 +965,12 @@ void CudaBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& ou
   activate();
   const int64_t row_bytes = src.dim(0) ? static_cast<int64_t>(src.nbytes()) / src.dim(0)
                                        : (out.dim(0) ? static_cast<int64_t>(out.nbytes()) / out.dim(0) : 0);
-  Launch l;
-  l.op = kOpGatherRows;
-  l.p[0] = src.data();
-  l.n[0] = src.dim(0);
-  l.p[1] = index.ptr<int32_t>();
-  l.p[2] = out.data();
-  l.n[1] = out.dim(0);
-  l.n[2] = row_bytes;
-  submit(l);
+  submit(launch::GatherRows{src.data(), index.ptr<int32_t>(), out.data(), src.dim(0), out.dim(0), row_bytes});
 }
 
 // ---- mixtures of experts (kernels in moe.cu; each launched directly, after what is recorded) ----
 
-void CudaBackend::router_softmax(const Tensor& logits, Tensor& probs) {
+void CudaBackend::router_softmax_op(const Tensor& logits, Tensor& probs) {
   const char* op = "router_softmax";
   rank_is(op, "logits", logits, 2);
   rank_is(op, "probs", probs, 2);
@@ -1134,7 +983,7 @@ void CudaBackend::router_softmax(const Tensor& logits, Tensor& probs) {
   cuda::launch_router_softmax(logits.data(), dt(logits), probs.ptr<float>(), logits.dim(0), logits.dim(1), stream_);
 }
 
-void CudaBackend::top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) {
+void CudaBackend::top_k_op(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) {
   const char* op = "top_k";
   rank_is(op, "probs", probs, 2);
   dtype_is(op, "probs", probs, DType::f32);
@@ -1149,7 +998,7 @@ void CudaBackend::top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& 
   cuda::launch_top_k(probs.ptr<float>(), n, e, k, normalize, weights.ptr<float>(), experts.ptr<int32_t>(), stream_);
 }
 
-void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
+void CudaBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
   const char* op = "grouped_matmul";
   rank_is(op, "x", x, 2);
   rank_is(op, "w", w, 2);
@@ -1183,7 +1032,7 @@ void CudaBackend::grouped_matmul(const Tensor& x, const Tensor& w, const std::ve
   }
 }
 
-void CudaBackend::moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
+void CudaBackend::moe_combine_op(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
                               Tensor& out) {
   const char* op = "moe_combine";
   rank_is(op, "y", y, 2);
@@ -1203,7 +1052,7 @@ void CudaBackend::moe_combine(const Tensor& y, const Tensor& rows, const Tensor&
                            out.data(), dt(out), n, h, k, stream_);
 }
 
-void CudaBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
+void CudaBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
   const char* op = "copy_columns";
   rank_is(op, "src", src, 2);
   rank_is(op, "dst", dst, 2);
@@ -1215,29 +1064,13 @@ void CudaBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin
   activate();
   const int64_t R = src.dim(0);
   if (R == 0 || cols == 0) return;
-  Launch l;
   if (src.dtype() == dst.dtype()) {
     const int64_t es = static_cast<int64_t>(dtype_size(src.dtype()));
-    l.op = kOpCopy2D;
-    l.p[0] = static_cast<char*>(dst.data()) + col_begin * es;
-    l.n[0] = dst.dim(1) * es;
-    l.p[1] = src.data();
-    l.n[1] = src.dim(1) * es;
-    l.n[2] = cols * es;
-    l.n[3] = R;
+    submit(launch::Copy2D{static_cast<char*>(dst.data()) + col_begin * es, src.data(), dst.dim(1) * es,
+                          src.dim(1) * es, cols * es, R});
   } else {
-    l.op = kOpCopyColumns;
-    l.p[0] = src.data();
-    l.i[0] = dt(src);
-    l.n[0] = src.dim(1);
-    l.p[1] = dst.data();
-    l.i[1] = dt(dst);
-    l.n[1] = dst.dim(1);
-    l.n[2] = R;
-    l.n[3] = col_begin;
-    l.n[4] = cols;
+    submit(launch::CopyColumns{src.data(), dst.data(), src.dim(1), dst.dim(1), R, col_begin, cols, dt(src), dt(dst)});
   }
-  submit(l);
 }
 
 namespace {
@@ -1256,7 +1089,7 @@ void f32_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
 }
 }  // namespace
 
-void CudaBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+void CudaBackend::logit_stats_op(const Tensor& logits, int64_t valid, int64_t vocab_offset,
                               const Tensor& targets, Tensor& max, Tensor& sumexp,
                               Tensor& target_logit) {
   const char* op = "logit_stats";
@@ -1267,28 +1100,15 @@ void CudaBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab
   f32_vec(op, "sumexp", sumexp, N);
   f32_vec(op, "target_logit", target_logit, N);
   activate();
-  Launch l;
-  l.op = kOpLogitStats;
-  l.p[0] = logits.data();
-  l.i[0] = dt(logits);
-  l.n[0] = N;
-  l.n[1] = logits.dim(1);
-  l.n[2] = valid;
-  l.n[3] = vocab_offset;
-  l.p[1] = targets.ptr<int32_t>();
-  l.p[2] = max.ptr<float>();
-  l.p[3] = sumexp.ptr<float>();
-  l.p[4] = target_logit.ptr<float>();
   Tensor ws;
-  if (options_.split_rows && N > 0) {
-    ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
-    l.i[1] = 1;
-    l.p[5] = ws.data();
-  }
-  submit(l);
+  const bool split = options_.split_rows && N > 0;
+  if (split) ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
+  submit(launch::LogitStats{logits.data(), targets.ptr<int32_t>(), max.ptr<float>(), sumexp.ptr<float>(),
+                            target_logit.ptr<float>(), split ? ws.ptr<float>() : nullptr, N, logits.dim(1), valid,
+                            vocab_offset, dt(logits), split});
 }
 
-void CudaBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
+void CudaBackend::argmax_op(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
                          Tensor& index) {
   const char* op = "argmax";
   check_logits(op, logits, valid, vocab_offset);
@@ -1299,7 +1119,7 @@ void CudaBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offs
   submit_argmax(logits, valid, vocab_offset, false, 0, 0, 0, 1.f, value, index);
 }
 
-void CudaBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+void CudaBackend::gumbel_max_op(const Tensor& logits, int64_t valid, int64_t vocab_offset,
                              uint64_t key0, uint64_t key1, int32_t step, float temperature,
                              Tensor& value, Tensor& index) {
   const char* op = "gumbel_max";
@@ -1319,106 +1139,75 @@ void CudaBackend::submit_argmax(const Tensor& logits, int64_t valid, int64_t voc
   // graph). The forward pass goes out first, as its own stable sequence.
   if (gumbel && options_.graphs) flush();
   const int64_t N = logits.dim(0);
-  Launch l;
-  l.op = kOpArgmax;
-  l.p[0] = logits.data();
-  l.i[0] = dt(logits);
-  l.n[0] = N;
-  l.n[1] = logits.dim(1);
-  l.n[2] = valid;
-  l.n[3] = vocab_offset;
-  l.i[1] = gumbel;
-  l.u[0] = key0;
-  l.u[1] = key1;
-  l.i[2] = step;
-  l.f[0] = temperature;
-  l.p[1] = value.ptr<float>();
-  l.p[2] = index.ptr<int32_t>();
   Tensor ws;
-  if (options_.split_rows && N > 0) {
-    ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
-    l.i[3] = 1;
-    l.p[3] = ws.data();
-  }
-  submit(l);
+  const bool split = options_.split_rows && N > 0;
+  if (split) ws = empty({cuda::row_workspace(N, valid)}, DType::f32);
+  submit(launch::Argmax{logits.data(), value.ptr<float>(), index.ptr<int32_t>(), split ? ws.ptr<float>() : nullptr, N,
+                        logits.dim(1), valid, vocab_offset, key0, key1, dt(logits), gumbel, step, temperature, split,
+                        0});
 }
 
-// ---- launching a record ----------------------------------------------------------------------
-void CudaBackend::execute(const Launch& l, cudaStream_t s) {
-  auto cp = [&](int i) { return const_cast<void*>(l.p[i]); };
-  auto ip = [&](int i) { return static_cast<const int32_t*>(l.p[i]); };
-  switch (l.op) {
-    case kOpMemcpy:
-      LINNET_CUDA_CHECK(cudaMemcpyAsync(cp(0), l.p[1], static_cast<size_t>(l.n[0]), cudaMemcpyDeviceToDevice, s));
-      break;
-    case kOpMemset:
-      LINNET_CUDA_CHECK(cudaMemsetAsync(cp(0), 0, static_cast<size_t>(l.n[0]), s));
-      break;
-    case kOpConvert:
-      cuda::launch_convert(l.p[0], l.i[0], cp(1), l.i[1], l.n[0], s);
-      break;
-    case kOpEmbedding:
-      cuda::launch_embedding(l.p[0], l.i[0], l.n[0], ip(1), cp(2), l.i[1], l.n[1], l.n[2], s);
-      break;
-    case kOpMatmulTc: {
-      cuda::TcChoice c;
-      c.tc4 = l.i[4] != 0;
-      c.panel = l.i[5] != 0;
-      cuda::launch_matmul_tc(l.p[0], l.i[0], l.p[1], l.p[2], l.i[2], cp(3), l.i[3], l.n[0], l.n[1], l.n[2], c,
-                             static_cast<float*>(cp(4)), s);
-      break;
-    }
-    case kOpMatmulSimt:
-      cuda::launch_matmul(l.p[0], l.i[0], l.p[1], l.i[1], l.p[2], l.i[2], cp(3), l.i[3], l.n[0], l.n[1], l.n[2], s);
-      break;
-    case kOpRmsNorm:
-      cuda::launch_rms_norm(l.i[0], cp(0), l.p[1], l.p[2], l.i[1], l.f[0], cp(3), l.n[0], l.n[1], s);
-      break;
-    case kOpAdd:
-      cuda::launch_add(l.i[0], cp(0), l.p[1], l.n[0], s);
-      break;
-    case kOpRope:
-      cuda::launch_rope(l.i[0], cp(0), l.n[0], l.n[1], l.n[2], l.n[3], l.n[4], l.n[5], ip(1), l.p[2], l.i[1],
-                        l.i[2] != 0, l.f[0], s);
-      break;
-    case kOpSwiglu:
-      cuda::launch_swiglu(l.i[0], l.p[0], cp(1), l.n[0], l.n[1], s);
-      break;
-    case kOpKvWrite:
-      cuda::launch_kv_write(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), cp(2), cp(3), s);
-      break;
-    case kOpAttentionPacked:
-      cuda::launch_attention_packed(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), cp(2), s);
-      break;
-    case kOpAttentionCache:
-      cuda::launch_attention_cache(l.i[0], l.p[0], l.n[0], get_geom(l), ip(1), ip(2), ip(3), l.n[8], l.n[9], l.p[4],
-                                   l.p[5], cp(6), static_cast<float*>(cp(7)), l.i[1], l.i[2] != 0, s);
-      break;
-    case kOpGatherRows:
-      cuda::launch_gather_rows(l.p[0], l.n[0], ip(1), cp(2), l.n[1], l.n[2], s);
-      break;
-    case kOpCopy2D:
-      LINNET_CUDA_CHECK(cudaMemcpy2DAsync(cp(0), static_cast<size_t>(l.n[0]), l.p[1], static_cast<size_t>(l.n[1]),
-                                          static_cast<size_t>(l.n[2]), static_cast<size_t>(l.n[3]),
-                                          cudaMemcpyDeviceToDevice, s));
-      break;
-    case kOpCopyColumns:
-      cuda::launch_copy_columns(l.p[0], l.i[0], l.n[0], cp(1), l.i[1], l.n[1], l.n[2], l.n[3], l.n[4], s);
-      break;
-    case kOpLogitStats:
-      cuda::launch_logit_stats(l.p[0], l.i[0], l.n[0], l.n[1], l.n[2], l.n[3], ip(1), static_cast<float*>(cp(2)),
-                               static_cast<float*>(cp(3)), static_cast<float*>(cp(4)), l.i[1] != 0,
-                               static_cast<float*>(cp(5)), s);
-      break;
-    case kOpArgmax:
-      cuda::launch_argmax(l.p[0], l.i[0], l.n[0], l.n[1], l.n[2], l.n[3], l.i[1] != 0, l.u[0], l.u[1], l.i[2], l.f[0],
-                          static_cast<float*>(cp(1)), static_cast<int32_t*>(cp(2)), l.i[3] != 0,
-                          static_cast<float*>(cp(3)), s);
-      break;
-    default:
-      throw Error(str("cuda: unknown launch record ", l.op));
+// ---- the ops of core/backend_op_list.h: the shared checks, then each op's own ---------------
+#define LINNET_ARGS(...) __VA_ARGS__
+#define LINNET_OP(name, label, params, args)      \
+  void CudaBackend::name params {                  \
+    check_args(label, #args, LINNET_ARGS args);    \
+    name##_op args;                                \
   }
+#include "core/backend_op_list.h"
+#undef LINNET_OP
+#undef LINNET_ARGS
+
+// ---- launching a record (core/cuda/launch_records.cuh) ---------------------------------------
+namespace launch {
+void Memcpy::run(cudaStream_t s) const {
+  LINNET_CUDA_CHECK(cudaMemcpyAsync(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToDevice, s));
 }
+void Memset::run(cudaStream_t s) const { LINNET_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(bytes), s)); }
+void Convert::run(cudaStream_t s) const { launch_convert(src, src_dt, dst, dst_dt, n, s); }
+void Embedding::run(cudaStream_t s) const {
+  launch_embedding(weight, weight_dt, vocab, ids, out, out_dt, rows, width, s);
+}
+void MatmulTc::run(cudaStream_t s) const {
+  TcChoice c;
+  c.tc4 = tc4 != 0;
+  c.panel = panel != 0;
+  launch_matmul_tc(x, x_dt, w, bias, bias_dt, out, out_dt, n, in, outs, c, workspace, s);
+}
+void MatmulSimt::run(cudaStream_t s) const {
+  launch_matmul(x, x_dt, w, w_dt, bias, bias_dt, out, out_dt, n, in, outs, s);
+}
+void RmsNorm::run(cudaStream_t s) const { launch_rms_norm(act_dt, x, delta, w, w_dt, eps, out, rows, width, s); }
+void Add::run(cudaStream_t s) const { launch_add(dt, x, y, n, s); }
+void Rope::run(cudaStream_t s) const {
+  launch_rope(dt, x, rows, width, head_begin, heads, head_dim, half, positions, inv_freq, inv_freq_dt, per_token != 0,
+              scale, s);
+}
+void Swiglu::run(cudaStream_t s) const { launch_swiglu(dt, gate_up, out, rows, inner, s); }
+void KvWrite::run(cudaStream_t s) const { launch_kv_write(dt, qkv, rows, geom, slots, cache_k, cache_v, s); }
+void AttentionPacked::run(cudaStream_t s) const { launch_attention_packed(dt, qkv, rows, geom, run_start, out, s); }
+void AttentionCache::run(cudaStream_t s) const {
+  launch_attention_cache(dt, qkv, n, geom, rows, positions, table, table_rows, table_pages, cache_k, cache_v, out,
+                         workspace, splits, prefetch != 0, s);
+}
+void GatherRows::run(cudaStream_t s) const { launch_gather_rows(src, src_rows, index, out, out_rows, row_bytes, s); }
+void Copy2D::run(cudaStream_t s) const {
+  LINNET_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
+                                      static_cast<size_t>(width), static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
+                                      s));
+}
+void CopyColumns::run(cudaStream_t s) const {
+  launch_copy_columns(src, src_dt, src_w, dst, dst_dt, dst_w, rows, col_begin, cols, s);
+}
+void LogitStats::run(cudaStream_t s) const {
+  launch_logit_stats(logits, dt, rows, width, valid, vocab_offset, targets, max, sumexp, target_logit, split_rows != 0,
+                     workspace, s);
+}
+void Argmax::run(cudaStream_t s) const {
+  launch_argmax(logits, dt, rows, width, valid, vocab_offset, gumbel != 0, key0, key1, step, temperature, value, index,
+                split_rows != 0, workspace, s);
+}
+}  // namespace launch
 
 }  // namespace cuda
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/backend.h"
+#include "core/cuda/launch_records.cuh"
 
 namespace linnet::cuda {
 
@@ -30,20 +31,6 @@ struct CudaOptions {
   std::string describe() const;  // "matmul auto, raster panel, graphs on, …"
 };
 
-// One piece of work for the stream, by value: an op and its arguments (pointers, sizes,
-// dtypes, scalars). A step's launches, recorded, are the key of the graph that replays them
-// (the bytes compared, so the struct has no padding and is zeroed first).
-struct Launch {
-  int32_t op;
-  int32_t i[7];
-  const void* p[10];
-  int64_t n[12];
-  float f[2];
-  uint64_t u[2];
-  Launch() { std::memset(static_cast<void*>(this), 0, sizeof *this); }
-};
-static_assert(sizeof(Launch) == 4 * 8 + 8 * 10 + 8 * 12 + 4 * 2 + 8 * 2, "Launch has no padding");
-
 // A step's launches replayed as a CUDA graph. run() gets the launches recorded since the last
 // flush; the first time a sequence is seen they are launched one by one, the second time the
 // sequence is captured into a graph, and from then on the graph is replayed whenever the same
@@ -52,14 +39,13 @@ static_assert(sizeof(Launch) == 4 * 8 + 8 * 10 + 8 * 12 + 4 * 2 + 8 * 2, "Launch
 // only in values held on the device (positions, slots, ids), so their launches repeat exactly.
 class GraphCache {
  public:
-  using Execute = std::function<void(const Launch&, cudaStream_t)>;
   // A Llama-3-8B decode step under tensor parallelism is ~65 sequences (each collective ends
   // one): the cache holds several steps' worth.
   explicit GraphCache(size_t capacity = 512) : capacity_(capacity) {}
   ~GraphCache();
   GraphCache(const GraphCache&) = delete;
   GraphCache& operator=(const GraphCache&) = delete;
-  void run(const std::vector<Launch>& launches, cudaStream_t s, const Execute& execute);
+  void run(const std::vector<Launch>& launches, cudaStream_t s);
   // The fewest launches worth a graph (below it they are launched directly).
   static constexpr size_t kMinLaunches = 4;
 
@@ -138,7 +124,6 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   int64_t memory_available() const override;
   void release_cached_memory() override;
-  void convert(const Tensor& src, Tensor& dst) override;
   bool random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) override;
   void flush() override;
   std::vector<std::pair<std::string, int64_t>> counters() const override;
@@ -149,42 +134,11 @@ class CudaBackend final : public Backend {
   std::unique_ptr<DeviceTimer> make_timer() override;
   double library_matmul_rate(DType dt, std::string* source) override;  // cuBLAS (cublas_rate.cu)
 
-  void embedding(const Tensor& weight, const Tensor& ids, Tensor& out) override;
-  void matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) override;
-  void rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) override;
-  void add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
-                    Tensor& out) override;
-  void add(Tensor& x, const Tensor& y) override;
-  void rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
-                  const Tensor& inv_freq, float scale) override;
-  void swiglu(const Tensor& gate_up, Tensor& out) override;
-  void geglu(const Tensor& gate_up, Tensor& out) override;
-  void pointwise(Tensor& x, Pointwise op, float value) override;
-  void sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) override;
-  void rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
-                     const Tensor* sum_sq, int64_t count) override;
-  void kv_write(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
-                Tensor& cache_k, Tensor& cache_v) override;
-  void attention_packed(const Tensor& qkv, const AttentionDims& dims, const Tensor& run_start,
-                        Tensor& out) override;
-  void attention_cache(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
-                       const Tensor& positions, const Tensor& table, const Tensor& cache_k,
-                       const Tensor& cache_v, Tensor& out) override;
-  void gather_rows(const Tensor& src, const Tensor& index, Tensor& out) override;
-  void copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) override;
-  void router_softmax(const Tensor& logits, Tensor& probs) override;
-  void top_k(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) override;
-  void grouped_matmul(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) override;
-  void moe_combine(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
-                   Tensor& out) override;
-  void logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
-                   const Tensor& targets, Tensor& max, Tensor& sumexp,
-                   Tensor& target_logit) override;
-  void argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
-              Tensor& index) override;
-  void gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
-                  uint64_t key1, int32_t step, float temperature, Tensor& value,
-                  Tensor& index) override;
+  // The ops of core/backend_op_list.h: each checks that its tensors are defined and on this
+  // device (written once, from the list), then runs name_op.
+#define LINNET_OP(name, label, params, args) void name params override;
+#include "core/backend_op_list.h"
+#undef LINNET_OP
 
   cudaStream_t stream() const { return stream_; }
   void* stream_handle() const override { return stream_; }
@@ -194,10 +148,13 @@ class CudaBackend final : public Backend {
   const CudaOptions& options() const { return options_; }
 
  private:
+  // Each op past the checks every op shares: its own checks and its launch.
+#define LINNET_OP(name, label, params, args) void name##_op params;
+#include "core/backend_op_list.h"
+#undef LINNET_OP
   void activate() const;  // makes this backend's device current on the calling thread
   // Runs a launch now, or records it for the step's graph (options_.graphs).
   void submit(const Launch& l);
-  void execute(const Launch& l, cudaStream_t s);
   void submit_argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, bool gumbel, uint64_t key0,
                      uint64_t key1, int32_t step, float temperature, Tensor& value, Tensor& index);
   // A pinned host buffer of at least `bytes` for staged copies; waits until the copy that

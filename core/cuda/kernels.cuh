@@ -38,18 +38,21 @@ void launch_copy_columns(const void* src, int src_dt, int64_t src_w, void* dst, 
                          int64_t dst_w, int64_t R, int64_t col_begin, int64_t cols,
                          cudaStream_t s);
 
+// No padding (a launch record holds one and is compared byte by byte: core/cuda/launch_records.cuh).
 struct AttnGeom {
-  int q_heads = 0;
-  int kv_heads = 0;
-  int head_dim = 0;
   int64_t max_seq = 0;
   int64_t page_size = 0;
   int64_t cache_rows = 0;  // rows of cache_k / cache_v
   int64_t row_run = 0;     // AttentionDims::row_run (a speed hint)
+  int64_t window = 0;      // 0: none
+  int q_heads = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
   float scale = 0;         // the scores' scale (AttentionDims::score_scale())
   float softcap = 0;       // 0: none
-  int64_t window = 0;      // 0: none
+  int unused = 0;          // keeps the size a multiple of 8 with every byte a field's
 };
+static_assert(sizeof(AttnGeom) == 5 * 8 + 6 * 4, "AttnGeom has no padding");
 
 void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, const int32_t* slots,
                      void* cache_k, void* cache_v, cudaStream_t s);

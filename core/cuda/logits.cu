@@ -7,6 +7,7 @@
 #include <climits>
 
 #include "core/cuda/cuda_common.cuh"
+#include "core/cuda/device_blocks.cuh"
 #include "core/cuda/kernels.cuh"
 #include "core/philox.h"
 
@@ -35,19 +36,10 @@ __global__ void logit_stats_kernel(const void* logits, int dt, int64_t Vs, int64
   }
 }
 
-__device__ __forceinline__ void better(float v, int64_t i, float& bv, int64_t& bi) {
-  if (v > bv || (v == bv && i < bi)) {
-    bv = v;
-    bi = i;
-  }
-}
-
 __global__ void argmax_kernel(const void* logits, int dt, int64_t Vs, int64_t valid,
                               int64_t vocab_offset, bool gumbel, uint64_t key0, uint64_t key1,
                               int32_t step, float temperature, float* out_value,
                               int32_t* out_index) {
-  __shared__ float sv[32];
-  __shared__ long long si[32];
   const int64_t n = blockIdx.x;
   const int64_t base = n * Vs;
   float bv = -INFINITY;
@@ -61,32 +53,9 @@ __global__ void argmax_kernel(const void* logits, int dt, int64_t Vs, int64_t va
     }
     better(v, k, bv, bi);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const long long oi = __shfl_xor_sync(0xffffffffu, static_cast<long long>(bi), o);
-    better(ov, oi, bv, bi);
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    sv[warp] = bv;
-    si[warp] = bi;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const int nwarps = blockDim.x >> 5;
-    bv = lane < nwarps ? sv[lane] : -INFINITY;
-    bi = lane < nwarps ? si[lane] : LLONG_MAX;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const long long oi = __shfl_xor_sync(0xffffffffu, static_cast<long long>(bi), o);
-      better(ov, oi, bv, bi);
-    }
-    if (lane == 0) {
-      out_value[n] = bv;
-      out_index[n] = static_cast<int32_t>(vocab_offset + (bi == LLONG_MAX ? 0 : bi));
-    }
+  if (block_best(bv, bi)) {
+    out_value[n] = bv;
+    out_index[n] = static_cast<int32_t>(vocab_offset + (bi == LLONG_MAX ? 0 : bi));
   }
 }
 
@@ -164,8 +133,6 @@ __global__ void logit_stats_combine_kernel(const void* logits, int dt, int64_t N
 __global__ void argmax_split_kernel(const void* logits, int dt, int64_t Vs, int64_t valid, int S,
                                     int64_t vocab_offset, bool gumbel, uint64_t key0, uint64_t key1, int32_t step,
                                     float temperature, float* part_value, int32_t* part_index) {
-  __shared__ float sv[32];
-  __shared__ long long si[32];
   int64_t n, begin, end;
   segment_of(valid, S, n, begin, end);
   const int64_t base = n * Vs;
@@ -180,32 +147,9 @@ __global__ void argmax_split_kernel(const void* logits, int dt, int64_t Vs, int6
     }
     better(v, k, bv, bi);
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const long long oi = __shfl_xor_sync(0xffffffffu, static_cast<long long>(bi), o);
-    better(ov, oi, bv, bi);
-  }
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    sv[warp] = bv;
-    si[warp] = bi;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    const int nwarps = blockDim.x >> 5;
-    bv = lane < nwarps ? sv[lane] : -INFINITY;
-    bi = lane < nwarps ? si[lane] : LLONG_MAX;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const long long oi = __shfl_xor_sync(0xffffffffu, static_cast<long long>(bi), o);
-      better(ov, oi, bv, bi);
-    }
-    if (lane == 0) {
-      part_value[blockIdx.x] = bv;
-      part_index[blockIdx.x] = bi == LLONG_MAX ? INT_MAX : static_cast<int32_t>(bi);
-    }
+  if (block_best(bv, bi)) {
+    part_value[blockIdx.x] = bv;
+    part_index[blockIdx.x] = bi == LLONG_MAX ? INT_MAX : static_cast<int32_t>(bi);
   }
 }
 

@@ -5,49 +5,23 @@
 // split over k, no library heuristic choosing a kernel by shape. cuBLAS is no longer on the
 // model's path: its algorithm (tile, split-K) changes with N, and so did the last bits.
 #include "core/cuda/cuda_common.cuh"
+#include "core/cuda/device_blocks.cuh"
 #include "core/cuda/kernels.cuh"
 
 namespace linnet::cuda {
 namespace {
 
-constexpr int kBM = 32, kBN = 64, kBK = 32;  // 256 threads, each 2 rows × 4 columns
-constexpr int kThreads = 256;
+using namespace tile;  // the SIMT tile (core/cuda/device_blocks.cuh), shared with grouped_matmul
 
 __global__ void __launch_bounds__(kThreads)
     matmul_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w, int wdt,
                   const void* __restrict__ bias, int bdt, void* __restrict__ out, int odt, int64_t N,
                   int64_t K, int64_t O) {
-  __shared__ float xs[kBK][kBM + 1];  // [k][row]: a step's slice of x, transposed
-  __shared__ float ws[kBK][kBN + 4];  // [k][column]
+  __shared__ tile::Shared sh;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
   float acc[2][4] = {};
-  for (int64_t k0 = 0; k0 < K; k0 += kBK) {
-    // Consecutive threads read consecutive k of one row: coalesced.
-    for (int i = threadIdx.x; i < kBM * kBK; i += kThreads) {
-      const int r = i / kBK, k = i % kBK;
-      const int64_t gr = m0 + r, gk = k0 + k;
-      xs[k][r] = gr < N && gk < K ? load_any(x, xdt, gr * K + gk) : 0.f;
-    }
-    for (int i = threadIdx.x; i < kBN * kBK; i += kThreads) {
-      const int c = i / kBK, k = i % kBK;
-      const int64_t gc = n0 + c, gk = k0 + k;
-      ws[k][c] = gc < O && gk < K ? load_any(w, wdt, gc * K + gk) : 0.f;
-    }
-    __syncthreads();
-    // Past K the slices are zeros: fma(0, 0, acc) is acc, for every N alike.
-#pragma unroll 8
-    for (int k = 0; k < kBK; ++k) {
-      const float a0 = xs[k][2 * ty], a1 = xs[k][2 * ty + 1];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float b = ws[k][4 * tx + j];
-        acc[0][j] = fmaf(a0, b, acc[0][j]);
-        acc[1][j] = fmaf(a1, b, acc[1][j]);
-      }
-    }
-    __syncthreads();
-  }
+  simt_tile(x, xdt, w, wdt, m0, N, 0, n0, K, O, sh, acc);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t r = m0 + 2 * ty + i;

@@ -4,6 +4,7 @@
 // transformers' order. Compiled in every CUDA build; tests/backend_ops_test.cpp checks them
 // against the CPU backend where a GPU is visible (docs/gpu.md).
 #include "core/cuda/cuda_common.cuh"
+#include "core/cuda/device_blocks.cuh"
 #include "core/cuda/kernels.cuh"
 #include "core/top_k.h"
 
@@ -48,15 +49,14 @@ __global__ void top_k_kernel(const float* __restrict__ probs, int64_t N, int64_t
   }
 }
 
-// ---- grouped_matmul: matmul.cu's SIMT tile, each row tile within one group ---------------------
-constexpr int kBM = 32, kBN = 64, kBK = 32;  // 256 threads, each 2 rows × 4 columns
-constexpr int kThreads = 256;
+// ---- grouped_matmul: matmul.cu's SIMT tile (core/cuda/device_blocks.cuh), each row tile ----
+// within one group
+using namespace tile;
 
 __global__ void __launch_bounds__(kThreads)
     grouped_matmul_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w, int wdt,
                           void* __restrict__ out, int odt, int64_t K, int64_t O, GroupTiles tiles) {
-  __shared__ float xs[kBK][kBM + 1];
-  __shared__ float ws[kBK][kBN + 4];
+  __shared__ tile::Shared sh;
   // This block's group: the last whose first tile is at or before blockIdx.y.
   int g = 0;
   while (g + 1 < tiles.groups && tiles.first_tile[g + 1] <= static_cast<int>(blockIdx.y)) ++g;
@@ -66,31 +66,8 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t wrow = static_cast<int64_t>(tiles.first_group + g) * O;  // group g's weight rows
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[2][4] = {};
-  // One f32 fused multiply-add chain per output over k in order: the same for any row count.
-  for (int64_t k0 = 0; k0 < K; k0 += kBK) {
-    for (int i = threadIdx.x; i < kBM * kBK; i += kThreads) {
-      const int r = i / kBK, kk = i % kBK;
-      const int64_t gr = m0 + r, gk = k0 + kk;
-      xs[kk][r] = gr < row_end && gk < K ? load_any(x, xdt, gr * K + gk) : 0.f;
-    }
-    for (int i = threadIdx.x; i < kBN * kBK; i += kThreads) {
-      const int c = i / kBK, kk = i % kBK;
-      const int64_t gc = n0 + c, gk = k0 + kk;
-      ws[kk][c] = gc < O && gk < K ? load_any(w, wdt, (wrow + gc) * K + gk) : 0.f;
-    }
-    __syncthreads();
-#pragma unroll 8
-    for (int kk = 0; kk < kBK; ++kk) {
-      const float a0 = xs[kk][2 * ty], a1 = xs[kk][2 * ty + 1];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float b = ws[kk][4 * tx + j];
-        acc[0][j] = fmaf(a0, b, acc[0][j]);
-        acc[1][j] = fmaf(a1, b, acc[1][j]);
-      }
-    }
-    __syncthreads();
-  }
+  // The chains matmul's kernel runs: the same for any row count.
+  simt_tile(x, xdt, w, wdt, m0, row_end, wrow, n0, K, O, sh, acc);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t r = m0 + 2 * ty + i;
