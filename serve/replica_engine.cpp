@@ -66,9 +66,12 @@ JobEvent ReplicaEngine::finish(Live& live, const engine::Completion& c) {
   live.text.finish(c);
   const std::vector<int32_t>& generated = c.tokens;
   // From the completion's own tokens: the stop check never saw an end-of-sequence token.
-  JobEvent e{live.job.id, std::vector<int32_t>(generated.begin() + static_cast<std::ptrdiff_t>(live.tokens_sent), generated.end()),
-             live.text.text().substr(std::min(live.sent, live.text.text().size())), true,
-             engine::finish_reason_name(c.reason), "", {}, {}};
+  JobEvent e;
+  e.id = live.job.id;
+  e.tokens.assign(generated.begin() + static_cast<std::ptrdiff_t>(live.tokens_sent), generated.end());
+  e.text = live.text.text().substr(std::min(live.sent, live.text.text().size()));
+  e.done = true;
+  e.finish_reason = engine::finish_reason_name(c.reason);
   e.stop_string = live.text.stop_string();
   e.stop_token = c.stop_token;
   if (live.job.logprobs >= 0 || live.job.prompt_logprobs >= 0) score(live.job, generated, e);
@@ -94,7 +97,10 @@ StepReport ReplicaEngine::step() {
       if (l.fresh.empty()) continue;
       const size_t upto = std::max(l.sent, l.text.releasable());
       l.tokens_sent += l.fresh.size();
-      report.events.push_back(JobEvent{id, std::move(l.fresh), l.text.text().substr(l.sent, upto - l.sent), false, "", "", {}, {}});
+      JobEvent& e = report.events.emplace_back();
+      e.id = id;
+      e.tokens = std::move(l.fresh);
+      e.text = l.text.text().substr(l.sent, upto - l.sent);
       l.fresh.clear();
       l.sent = upto;
     }
@@ -103,7 +109,10 @@ StepReport ReplicaEngine::step() {
   for (int k = 0; k < 8 && !scoring_.empty(); ++k) {
     const ServeJob job = scoring_.front();
     scoring_.pop_front();
-    JobEvent e{job.id, {}, "", true, "length", "", {}, {}};
+    JobEvent e;
+    e.id = job.id;
+    e.done = true;
+    e.finish_reason = "length";
     if (job.logprobs >= 0 || job.prompt_logprobs >= 0) score(job, {}, e);
     report.events.push_back(std::move(e));
   }

@@ -375,7 +375,8 @@ TEST(Evaluator, TopTokensAreTheMostLikelyInOrder) {
   std::vector<int64_t> tok(all.begin(), all.end() - 1), pos(n), seg(n, 0), tgt(all.begin() + 1, all.end());
   for (int64_t k = 0; k < n; ++k) pos[k] = k;
   tgt[0] = -1;  // not scored
-  TopTokens top{4, {}, {}};
+  TopTokens top;
+  top.n = 4;
   auto [lp, greedy] = model->score_packed(Tensor::from_ints({n}, tok), Tensor::from_ints({n}, pos),
                                           Tensor::from_ints({n}, seg), Tensor::from_ints({n}, tgt, DType::i64), true, &top);
   ASSERT_EQ(top.ids.size(), static_cast<size_t>(n * 4));

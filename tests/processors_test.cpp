@@ -94,8 +94,10 @@ TEST(Processors, ChainsEqualTransformersProcessorsAndWarpers) {
     for (size_t k = 0; k < l.size(); ++k) {
       const bool finite = std::isfinite(l[k]) && kept[k];
       ASSERT_EQ(finite, !want[k].is_null()) << "token " << k << ": linnet " << l[k] / t << (kept[k] ? " kept" : " dropped");
-      if (finite) EXPECT_NEAR(l[k] / t, want[k].get<float>(), 1e-5 * std::max(1.0f, std::abs(want[k].get<float>())))
-          << "token " << k;
+      if (finite) {
+        EXPECT_NEAR(l[k] / t, want[k].get<float>(), 1e-5 * std::max(1.0f, std::abs(want[k].get<float>())))
+            << "token " << k;
+      }
     }
   }
 }
