@@ -10,7 +10,7 @@
 #include "engine/chat_request.h"
 #include "engine/request_rules.h"
 #include "launcher/options.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {

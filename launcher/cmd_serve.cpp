@@ -1,12 +1,8 @@
-// linnet serve: an OpenAI-compatible HTTP server on the batch engine (docs/serve.md). World
-// rank 0 answers HTTP; every step starts with its plan broadcast to every rank, each replica
-// steps its engine (all its shards alike), and the replicas' leaders report back to rank 0.
+// linnet serve: an OpenAI-compatible HTTP server on the batch engine (docs/serve.md). Here its
+// options, the ranks and the model; the server's loop is serve/serve_loop.h.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <atomic>
-#include <csignal>
-#include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
@@ -16,25 +12,14 @@
 #include "launcher/served_model.h"
 #include "engine/request_rules.h"
 #include "serve/replica_engine.h"
-#include "serve/frontend.h"
 #include "serve/http.h"
+#include "serve/serve_loop.h"
 
 namespace linnet::cli {
 
 using namespace linnet::serve;
 
 namespace {
-
-std::atomic<bool> g_terminate{false};
-extern "C" void on_terminate(int) { g_terminate = true; }
-
-// One step's plan, the same on every rank.
-StepPlan share_plan(Ranks& ranks, StepPlan plan) {
-  if (ranks.world_size() == 1) return plan;
-  std::string text = ranks.world_rank() == 0 ? dump(to_json(plan)) : std::string();
-  ranks.world_broadcast(text);
-  return ranks.world_rank() == 0 ? plan : plan_from_json(nlohmann::json::parse(text));
-}
 
 // A list option: a JSON list of strings (vLLM takes --allowed-origins '["*"]') or one value.
 std::vector<std::string> list_option(const po::variables_map& vm, const char* name) {
@@ -65,38 +50,6 @@ AccessOptions access_options(const po::variables_map& vm) {
     for (const char* name : {"allowed-methods", "allowed-headers", "allow-credentials"})
       if (!vm[name].defaulted()) throw UsageError(str("--", name, " does nothing without --allowed-origins"));
   return a;
-}
-
-// Says at start whether a key guards the API, and warns when a server without one listens
-// beyond this host.
-void log_access(const AccessOptions& a, const std::string& host, bool key_from_option) {
-  if (!a.api_keys.empty()) {
-    spdlog::info("serve: /v1/* requires an API key ({} key(s) from {}; sent as \"Authorization: Bearer KEY\"); "
-                 "/health, /metrics, /tokenize and /detokenize are open",
-                 a.api_keys.size(), key_from_option ? "--api-key" : "LINNET_API_KEY");
-  } else if (is_loopback(host)) {
-    spdlog::info("serve: no API key (--api-key or LINNET_API_KEY): any client on this host may use the model");
-  } else {
-    spdlog::warn("serve: --host {} is not a loopback address and there is no API key: whoever reaches the port can use "
-                 "the model; set LINNET_API_KEY or --api-key (docs/cluster.md)",
-                 host);
-  }
-  if (!a.allowed_origins.empty()) {
-    std::string origins;
-    for (const std::string& o : a.allowed_origins) origins += (origins.empty() ? "" : " ") + o;
-    spdlog::info("serve: CORS: browsers at {} may call the API{}", origins,
-                 a.allow_credentials ? " (with credentials)" : "");
-  }
-}
-
-// Every replica's report, on world rank 0.
-std::vector<StepReport> gather_reports(Ranks& ranks, StepReport mine) {
-  if (ranks.world_size() == 1) return {std::move(mine)};
-  const bool leader = ranks.shards().rank() == 0;
-  std::vector<StepReport> out;
-  for (const std::string& s : ranks.world_gather(leader ? dump(to_json(mine)) : std::string()))
-    if (!s.empty()) out.push_back(report_from_json(nlohmann::json::parse(s)));
-  return out;
 }
 
 }  // namespace
@@ -132,8 +85,10 @@ int cmd_serve(const Args& args) {
     return 0;
   const EngineOptions engine_options = engine_options_from(vm);
   const engine::SchedulerLimits& limits = engine_options.limits;
-  const int64_t max_waiting = positive_option(vm, "max-waiting");
-  HttpOptions http_options;
+  ServeOptions serve_options;
+  serve_options.max_waiting = positive_option(vm, "max-waiting");
+  serve_options.key_from_option = vm.count("api-key") > 0;
+  HttpOptions& http_options = serve_options.http;
   http_options.host = vm["host"].as<std::string>();
   http_options.port = vm["port"].as<int>();
   if (http_options.port < 0 || http_options.port > 65535) throw UsageError("--port must be in [0, 65535]");
@@ -165,53 +120,10 @@ int cmd_serve(const Args& args) {
   served.pages = pool.pages_total;
   served.page_size = loaded.generics.page_size;
 
-  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-answer is a failed write, not the end
-  std::signal(SIGTERM, on_terminate);
-  std::signal(SIGINT, on_terminate);
-  const bool root = ranks.world_rank() == 0;
-  std::unique_ptr<Frontend> front;
-  std::unique_ptr<HttpServer> http;
-  if (root) {
-    log_access(http_options.access, http_options.host, vm.count("api-key") > 0);
-    front = std::make_unique<Frontend>(ranks.replicas(), max_waiting);
-    http = std::make_unique<HttpServer>(*front, *tok, served, http_options);
-    const int port = http->start();
-    std::printf("linnet serve: listening on http://%s:%d (model %s: %d replica(s) x Shards %lld, KV pool %lld pages of %lld "
-                "positions each, MaxSeq %lld)\n",
-                http_options.host.c_str(), port, served.name.c_str(), ranks.replicas(),
-                static_cast<long long>(loaded.generics.shards), static_cast<long long>(served.pages),
-                static_cast<long long>(served.page_size), static_cast<long long>(served.max_seq));
-    std::fflush(stdout);
-  }
-  try {
-    for (;;) {
-      StepPlan plan;
-      if (root) {
-        if (g_terminate && front->health() == Health::ok) {
-          spdlog::info("serve: SIGTERM, finishing the requests in progress (new ones get 503)");
-          front->drain();
-        }
-        plan = front->take_plan(std::chrono::milliseconds(50));
-        plan.shutdown = front->health() == Health::draining && front->drained();
-      }
-      plan = share_plan(ranks, std::move(plan));
-      engine.apply(plan);
-      if (plan.shutdown) break;
-      std::vector<StepReport> reports = gather_reports(ranks, engine.step());
-      if (root) front->deliver(reports);
-    }
-  } catch (const std::exception& e) {
-    if (root) {
-      front->fail(e.what());  // /health says so; waiting clients get the error
-      std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      http->stop();
-    }
-    throw;
-  }
-  if (root) {
-    http->stop();
-    spdlog::info("serve: drained, exiting");
-  }
+  serve_options.shards = loaded.generics.shards;
+  const ServeRanks serve_ranks{&ranks.world(), ranks.world_rank(), ranks.world_size(), ranks.shards().rank() == 0,
+                               ranks.replicas()};
+  serve_until_drained(engine, *tok, served, serve_options, serve_ranks);
   return 0;
 }
 

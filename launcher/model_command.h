@@ -11,7 +11,7 @@
 #include "launcher/ranks.h"
 #include "layers/model_config.h"
 #include "runtime/loader.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {

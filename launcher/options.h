@@ -10,7 +10,7 @@
 #include "launcher/commands.h"
 #include "layers/generics.h"
 #include "launcher/input_lines.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::cli {

@@ -29,6 +29,7 @@ class Ranks {
   void world_barrier() { control_->barrier(); }
   void world_broadcast(std::string& text) { control_->broadcast(text); }
   std::vector<std::string> world_gather(const std::string& text) { return control_->gather(text); }
+  ControlChannel& world() { return *control_; }
   // How many ranks of this size share this rank's memory: the node's RAM on the CPU, one GPU
   // when ranks outnumber the node's GPUs.
   int sharing_memory() const;

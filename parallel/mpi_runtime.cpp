@@ -39,28 +39,24 @@ void free_comm(MPI_Comm& c) {
 // ---- Groups ----------------------------------------------------------------------------------
 
 Groups::Groups(Groups&& o) noexcept
-    : tp(o.tp), replicas(o.replicas), replica(o.replica), shard(o.shard), shard_comm(o.shard_comm),
-      replica_comm(o.replica_comm) {
-  o.shard_comm = o.replica_comm = MPI_COMM_NULL;
+    : tp(o.tp), replicas(o.replicas), replica(o.replica), shard(o.shard), shard_comm(o.shard_comm) {
+  o.shard_comm = MPI_COMM_NULL;
 }
 
 Groups& Groups::operator=(Groups&& o) noexcept {
   if (this != &o) {
     free_comm(shard_comm);
-    free_comm(replica_comm);
     tp = o.tp;
     replicas = o.replicas;
     replica = o.replica;
     shard = o.shard;
     shard_comm = std::exchange(o.shard_comm, MPI_COMM_NULL);
-    replica_comm = std::exchange(o.replica_comm, MPI_COMM_NULL);
   }
   return *this;
 }
 
 Groups::~Groups() {
   free_comm(shard_comm);
-  free_comm(replica_comm);
 }
 
 // ---- MpiRuntime ------------------------------------------------------------------------------
@@ -115,9 +111,7 @@ Groups MpiRuntime::make_groups(int tp) const {
   g.replica = world_rank_ / tp;
   g.shard = world_rank_ % tp;
   LINNET_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.replica, g.shard, &g.shard_comm));
-  LINNET_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.shard, g.replica, &g.replica_comm));
   LINNET_MPI_CHECK(MPI_Comm_set_errhandler(g.shard_comm, MPI_ERRORS_RETURN));
-  LINNET_MPI_CHECK(MPI_Comm_set_errhandler(g.replica_comm, MPI_ERRORS_RETURN));
   return g;
 }
 

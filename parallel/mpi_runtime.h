@@ -32,18 +32,17 @@ namespace linnet {
 // The communicators of one rank for `--tp K` (world size N, K | N):
 //   replica = world_rank / K holds world ranks replica·K … replica·K + K − 1;
 //   shard   = world_rank % K is this rank's tensor-parallel shard (its rank in shard_comm).
-// shard_comm joins the K shards of this replica (the model's communicator); replica_comm
-// joins the N/K ranks holding the same shard in every replica, ordered by replica (its rank 0
-// is in replica 0: e.g. world rank 0 collects results from the other replicas' shard 0s).
-// Owns both communicators (freed on destruction, before MPI_Finalize); movable, not copyable.
-// Both report errors as return codes (MPI_ERRORS_RETURN), which MpiCommunicator throws.
+// shard_comm joins the K shards of this replica (the model's communicator). Between replicas
+// only the control channel talks (parallel/control_channel.h, over the world), so there is
+// no communicator across them.
+// Owns shard_comm (freed on destruction, before MPI_Finalize); movable, not copyable. It
+// reports errors as return codes (MPI_ERRORS_RETURN), which MpiCommunicator throws.
 struct Groups {
   int tp = 1;
   int replicas = 1;
   int replica = 0;
   int shard = 0;
   MPI_Comm shard_comm = MPI_COMM_NULL;
-  MPI_Comm replica_comm = MPI_COMM_NULL;
 
   Groups() = default;
   Groups(Groups&& other) noexcept;

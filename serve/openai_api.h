@@ -14,7 +14,7 @@
 
 #include "engine/request.h"
 #include "serve/jobs.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace linnet::serve {

@@ -14,8 +14,8 @@
 
 #include "core/files.h"
 #include "sanitized.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/jinja/jinja.h"
+#include "chat/chat_template.h"
+#include "chat/jinja/jinja.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <sstream>
 
 #include "core/files.h"
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 using ojson = nlohmann::ordered_json;
 

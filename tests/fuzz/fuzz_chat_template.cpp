@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "fuzz_util.h"
-#include "tokenizer/jinja/jinja.h"
+#include "chat/jinja/jinja.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const nlohmann::ordered_json context = nlohmann::ordered_json::parse(R"({

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Writes tokenizer/jinja/case_tables.h: what Python's str case methods need beyond the
-one-to-one mappings utf8proc has (tokenizer/jinja/pystr.cpp).
+"""Writes chat/jinja/case_tables.h: what Python's str case methods need beyond the
+one-to-one mappings utf8proc has (chat/jinja/pystr.cpp).
 
     python3 tools/unicode_case/make_case_tables.py   # run with the Python whose str to follow
 
@@ -99,7 +99,7 @@ def main():
     lines.append("}  // namespace linnet::jinja::pystr::tables")
 
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "..", "tokenizer", "jinja", "case_tables.h")
+    path = os.path.join(here, "..", "..", "chat", "jinja", "case_tables.h")
     with open(path, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print(f"make_case_tables: {len(special)} special cases, {len(other_lower)} + {len(other_upper)} other lower/upper, "

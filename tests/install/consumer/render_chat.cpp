@@ -4,7 +4,7 @@
 #include <exception>
 #include <string>
 
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 int main(int argc, char** argv) {
   if (argc != 3) {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tokenizer/jinja/jinja.h"
+#include "chat/jinja/jinja.h"
 
 namespace linnet::jinja::budget {
 

@@ -1,10 +1,10 @@
-#include "tokenizer/jinja/lexer.h"
+#include "chat/jinja/lexer.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <limits>
 
-#include "tokenizer/jinja/pystr.h"
+#include "chat/jinja/pystr.h"
 
 namespace linnet::jinja {
 

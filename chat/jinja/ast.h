@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/value.h"
 
 namespace linnet::jinja {
 

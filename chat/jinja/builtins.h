@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja/jinja.h"
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/jinja.h"
+#include "chat/jinja/value.h"
 
 namespace linnet::jinja {
 

@@ -1,7 +1,7 @@
 // jinja2's statements: text, output, if, for, set, macro, call, filter, generation, loop controls.
-#include "tokenizer/jinja/parser.h"
+#include "chat/jinja/parser.h"
 
-#include "tokenizer/jinja/builtins.h"
+#include "chat/jinja/builtins.h"
 
 namespace linnet::jinja {
 

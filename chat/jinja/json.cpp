@@ -5,9 +5,9 @@
 #include <cstdio>
 #include <limits>
 
-#include "tokenizer/jinja/budget.h"
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/pystr.h"
+#include "chat/jinja/budget.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/pystr.h"
 
 namespace linnet::jinja {
 namespace {

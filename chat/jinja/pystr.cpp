@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/pystr.h"
+#include "chat/jinja/pystr.h"
 
 #include <utf8proc.h>
 
@@ -6,8 +6,8 @@
 #include <iterator>
 #include <cstdio>
 
-#include "tokenizer/jinja/budget.h"
-#include "tokenizer/jinja/case_tables.h"
+#include "chat/jinja/budget.h"
+#include "chat/jinja/case_tables.h"
 
 namespace linnet::jinja::pystr {
 

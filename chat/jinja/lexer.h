@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "tokenizer/jinja/jinja.h"
+#include "chat/jinja/jinja.h"
 
 namespace linnet::jinja {
 

@@ -8,10 +8,10 @@
 #include <unordered_map>
 #include <utility>
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/budget.h"
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/jinja.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/budget.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/jinja.h"
 
 namespace linnet::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template.h"
+#include "chat/chat_template.h"
 
 #include <filesystem>
 #include <functional>
@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "core/files.h"
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/pystr.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/pystr.h"
 
 namespace linnet {
 namespace {

@@ -1,5 +1,5 @@
 // Chat templates as transformers 5.24.0 applies them (tokenizer.apply_chat_template with
-// tokenize=False), rendered by linnet's own jinja engine (tokenizer/jinja/).
+// tokenize=False), rendered by linnet's own jinja engine (chat/jinja/).
 //
 // What this follows, from transformers' tokenization_utils_base.py and
 // utils/chat_template_utils.py:
@@ -45,7 +45,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja/jinja.h"
+#include "chat/jinja/jinja.h"
 
 namespace linnet {
 

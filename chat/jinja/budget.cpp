@@ -1,4 +1,4 @@
-#include "tokenizer/jinja/budget.h"
+#include "chat/jinja/budget.h"
 
 namespace linnet::jinja::budget {
 namespace {

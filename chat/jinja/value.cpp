@@ -1,11 +1,11 @@
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 
-#include "tokenizer/jinja/budget.h"
-#include "tokenizer/jinja/pystr.h"
+#include "chat/jinja/budget.h"
+#include "chat/jinja/pystr.h"
 
 namespace linnet::jinja {
 

@@ -1,7 +1,7 @@
 // jinja2's expressions, by precedence: inline if, or, and, not, comparisons, + -, ~, * / // %,
 // **, unary - +, then filters, tests, calls, attributes and subscripts on a primary.
-#include "tokenizer/jinja/builtins.h"
-#include "tokenizer/jinja/parser.h"
+#include "chat/jinja/builtins.h"
+#include "chat/jinja/parser.h"
 
 namespace linnet::jinja {
 

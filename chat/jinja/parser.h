@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/jinja/ast.h"
-#include "tokenizer/jinja/lexer.h"
+#include "chat/jinja/ast.h"
+#include "chat/jinja/lexer.h"
 
 namespace linnet::jinja {
 

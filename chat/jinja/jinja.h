@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "tokenizer/jinja/value.h"
+#include "chat/jinja/value.h"
 
 namespace linnet::jinja {
 
