@@ -199,7 +199,7 @@ TEST(ServeFrontend, QueueBoundDrainAndFailure) {
   // A replica reports a's first job done: its stream gets the event, and the slot is free.
   StepReport rep;
   rep.replica = a[0].replica;
-  rep.events.push_back(JobEvent{a[0].id, {5}, "x", true, "length", "", {}, {}});
+  rep.events.push_back(JobEvent{a[0].id, {5}, "x", true, "length", "", {}, {}, {}, "", -1});
   f.deliver({rep});
   auto events = sa->wait(std::chrono::milliseconds(100));
   ASSERT_EQ(events.size(), 1u);
@@ -328,8 +328,8 @@ TEST(ServeApi, MetricsCarryVllmNames) {
   f.take_plan(std::chrono::milliseconds(0));
   StepReport rep;
   rep.status = ReplicaStatus{1, 0, 3, 12, 2};
-  rep.events.push_back(JobEvent{jobs[0].id, {5, 6}, "ab", true, "stop", "", {}, {}});
-  rep.events.push_back(JobEvent{jobs[1].id, {5}, "a", false, "", "", {}, {}});
+  rep.events.push_back(JobEvent{jobs[0].id, {5, 6}, "ab", true, "stop", "", {}, {}, {}, "", -1});
+  rep.events.push_back(JobEvent{jobs[1].id, {5}, "a", false, "", "", {}, {}, {}, "", -1});
   f.deliver({rep});
   f.cancel({jobs[2]});
   const std::string text = f.metrics_text("my \"model\"\\x");
