@@ -3,7 +3,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "core/error.h"
 
 namespace linnet {

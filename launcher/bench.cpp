@@ -13,7 +13,7 @@
 #include "runtime/loader.h"
 #include "core/files.h"
 #include "core/profiling_backend.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/presets.h"
 #include "checkpoint/random_weights.h"
 #include "launcher/options.h"

@@ -16,7 +16,7 @@
 #include "engine/evaluator.h"
 #include "engine/generator.h"
 #include "layers/footprint.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/presets.h"
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "runtime/loader.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/packed_file.h"
 #include "checkpoint/presets.h"
 #include "checkpoint/write_checkpoint.h"

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "core/backend.h"
 #include "layers/card.h"
 #include "layers/footprint.h"

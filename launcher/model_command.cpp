@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/presets.h"
 #include "launcher/options.h"
 

@@ -1,4 +1,4 @@
-// The model's hyperparameters as a checkpoint fixes them (checkpoint/hf_config.h reads them
+// The model's hyperparameters as a checkpoint fixes them (architectures/hf_config.h reads them
 // from a Hugging Face config.json). One struct for every family linnet runs: a family is a
 // Llama-shaped decoder plus the few switches below, each exact against transformers.
 #pragma once

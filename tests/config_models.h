@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
 #include "checkpoint/write_checkpoint.h"
 #include "core/backend.h"

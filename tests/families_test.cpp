@@ -17,7 +17,7 @@
 #include <numeric>
 #include <random>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/write_checkpoint.h"
 #include "engine/generator.h"
 #include "layers/card.h"

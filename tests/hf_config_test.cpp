@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "runtime/loader.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/presets.h"
 #include "checkpoint/write_checkpoint.h"
 #include "model_fixtures.h"

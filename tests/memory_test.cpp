@@ -7,7 +7,7 @@
 #include <string>
 
 #include "runtime/loader.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/write_checkpoint.h"
 #include "layers/footprint.h"
 #include "model_fixtures.h"

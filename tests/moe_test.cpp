@@ -21,7 +21,7 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_weights.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
 #include "checkpoint/write_checkpoint.h"
 #include "core/top_k.h"

@@ -1,4 +1,5 @@
-// Hugging Face config.json → the model's configuration, validated (SPEC §1, §2).
+// Hugging Face config.json → the model's configuration, validated (SPEC §1, §2), through the
+// architecture its model_type names (architectures/registry.cpp).
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>
