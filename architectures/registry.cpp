@@ -5,11 +5,12 @@
 namespace linnet {
 
 extern const Architecture kLlama, kQwen2, kMistral, kQwen3, kGemma2, kGemma3Text, kPhi3, kOlmo2, kGranite, kSmolLm3,
-    kMixtral, kQwen3Moe, kOlmoe;
+    kOlmo3, kMixtral, kQwen3Moe, kOlmoe;
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
       &kLlama, &kQwen2, &kMistral, &kQwen3, &kGemma2, &kGemma3Text, &kPhi3, &kOlmo2, &kGranite, &kSmolLm3,
+      &kOlmo3,  // issue 36
       // Mixtures of experts (issue 30).
       &kMixtral, &kQwen3Moe, &kOlmoe,
   };
