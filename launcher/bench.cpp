@@ -14,7 +14,7 @@
 #include "core/files.h"
 #include "core/profiling_backend.h"
 #include "architectures/hf_config.h"
-#include "checkpoint/presets.h"
+#include "architectures/presets.h"
 #include "checkpoint/random_weights.h"
 #include "launcher/options.h"
 #include "layers/footprint.h"

@@ -17,7 +17,7 @@
 #include "engine/generator.h"
 #include "layers/footprint.h"
 #include "architectures/hf_config.h"
-#include "checkpoint/presets.h"
+#include "architectures/presets.h"
 #include "launcher/kv_memory.h"
 #include "launcher/options.h"
 #include "launcher/model_command.h"

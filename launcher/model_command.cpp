@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "architectures/hf_config.h"
-#include "checkpoint/presets.h"
+#include "architectures/presets.h"
 #include "launcher/options.h"
 
 namespace linnet::cli {

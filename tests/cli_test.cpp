@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "architectures/hf_config.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 
@@ -417,12 +417,12 @@ TEST(Cli, EvalNamesTheRuleAndTheLengths) {
 TEST(Cli, ACheckpointThatIsNotOneIsNamedForWhatItIs) {
   const fs::path d = fresh_dir("not_checkpoint");
   fs::create_directories(d / "models");
-  fs::copy(tiny(), d / "architectures/tiny-a");
-  fs::copy(tiny(), d / "architectures/tiny-b");
+  fs::copy(tiny(), d / "models/tiny-a");
+  fs::copy(tiny(), d / "models/tiny-b");
   write_text(d / "stories15M.bin", std::string(64, '\0'));
   write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2]]}}])");
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {(d / "architectures/tiny-a/model.safetensors").string(), "a checkpoint is a directory (config.json + *.safetensors"},
+      {(d / "models/tiny-a/model.safetensors").string(), "a checkpoint is a directory (config.json + *.safetensors"},
       {(d / "stories15M.bin").string(), "linnet import-llama2c --input"},
       {(d / "models").string(), "its subfolders tiny-a, tiny-b are checkpoints: give one of them"},
   };

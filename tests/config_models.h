@@ -19,7 +19,7 @@
 
 #include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "core/backend.h"
 #include "layers/model.h"
 #include "model_fixtures.h"

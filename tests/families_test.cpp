@@ -18,7 +18,7 @@
 #include <random>
 
 #include "architectures/hf_config.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "engine/generator.h"
 #include "layers/card.h"
 #include "layers/rope.h"

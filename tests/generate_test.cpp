@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "architectures/hf_config.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "layers/generics.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"

@@ -8,8 +8,8 @@
 
 #include "runtime/loader.h"
 #include "architectures/hf_config.h"
-#include "checkpoint/presets.h"
-#include "checkpoint/write_checkpoint.h"
+#include "architectures/presets.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 
 using namespace linnet;

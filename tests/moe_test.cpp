@@ -23,7 +23,7 @@
 #include "checkpoint/checkpoint_weights.h"
 #include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "core/top_k.h"
 #include "layers/card.h"
 #include "layers/footprint.h"

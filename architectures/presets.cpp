@@ -1,4 +1,4 @@
-#include "checkpoint/presets.h"
+#include "architectures/presets.h"
 
 #include <map>
 #include <nlohmann/json.hpp>
