@@ -6,10 +6,10 @@
 #include <cstdio>
 
 #include "runtime/loader.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/packed_file.h"
-#include "checkpoint/presets.h"
-#include "checkpoint/write_checkpoint.h"
+#include "architectures/presets.h"
+#include "runtime/write_checkpoint.h"
 #include "core/error.h"
 #include "launcher/options.h"
 #include "parallel/communicator.h"

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "core/backend.h"
 #include "layers/card.h"
 #include "layers/footprint.h"
@@ -80,9 +80,7 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
       o << "0 (a view of embedding.weight: tied)\n";
       continue;
     }
-    o << p.shard_shape().numel() * static_cast<int64_t>(p.shard_shape().rank() == 2 ? dtype_size(weights)
-                                                       : c.norm_plus_one && name.ends_with("norm.weight") ? 4
-                                                                                                         : dtype_size(held));
+    o << p.shard_shape().numel() * held_bytes_per_value(c, p, held, weights);
     if (times > 1 || layer >= 0) o << " ×" << times;
     o << "\n";
   }

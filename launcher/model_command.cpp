@@ -2,8 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
-#include "checkpoint/hf_config.h"
-#include "checkpoint/presets.h"
+#include "architectures/hf_config.h"
+#include "architectures/presets.h"
 #include "launcher/options.h"
 
 namespace linnet::cli {

@@ -29,6 +29,12 @@ std::string human_bytes(double b) {
   return buf;
 }
 
+int64_t held_bytes_per_value(const ModelConfig& c, const ParamSpec& p, DType held, DType weights) {
+  if (p.shard_shape().rank() == 2) return static_cast<int64_t>(dtype_size(weights));
+  if (c.norm_plus_one && p.card_name.ends_with("norm.weight")) return 4;
+  return static_cast<int64_t>(dtype_size(held));
+}
+
 Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) { return rank_footprint(c, g, held, held); }
 
 Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DType weights) {
@@ -40,10 +46,7 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DT
     const Shape s = p.shard_shape();
     int64_t n = 1;
     for (int64_t d : s.dims()) n = mul(n, d);
-    // Gemma's (1 + w) norms are held in f32 on every backend.
-    const bool f32_norm = c.norm_plus_one && p.card_name.ends_with("norm.weight");
-    const int64_t bytes = s.dims().size() == 2 ? static_cast<int64_t>(dtype_size(weights)) : f32_norm ? 4 : e;
-    f.parameters = add(f.parameters, mul(n, bytes));
+    f.parameters = add(f.parameters, mul(n, held_bytes_per_value(c, p, held, weights)));
   }
   f.kv_per_slot = mul(mul(2 * g.layers, mul(g.kv_heads_per_shard(), g.head_dim())), e);
   f.kv_cache = mul(f.kv_per_slot, mul(g.batch, g.max_seq));

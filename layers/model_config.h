@@ -1,4 +1,4 @@
-// The model's hyperparameters as a checkpoint fixes them (checkpoint/hf_config.h reads them
+// The model's hyperparameters as a checkpoint fixes them (architectures/hf_config.h reads them
 // from a Hugging Face config.json). One struct for every family linnet runs: a family is a
 // Llama-shaped decoder plus the few switches below, each exact against transformers.
 #pragma once
@@ -45,7 +45,7 @@ struct LayerKind {
 
 struct ModelConfig {
   std::string model_type = "llama";  // llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, olmo2, granite, smollm3,
-                                     // mixtral, qwen3_moe, olmoe
+                                     // olmo3, mixtral, qwen3_moe, olmoe
   int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, inner = 0, layers = 0;
   int64_t head_size = 0;  // head_dim when it is not hidden / heads (0: hidden / heads)
   int64_t max_position = 0;

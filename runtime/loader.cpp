@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint_weights.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
 #include "layers/footprint.h"
 

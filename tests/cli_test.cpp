@@ -8,8 +8,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/hf_config.h"
-#include "checkpoint/write_checkpoint.h"
+#include "architectures/hf_config.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 

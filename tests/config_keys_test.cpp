@@ -7,7 +7,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "layers/generics.h"
 #include "core/error.h"
 

@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "core/backend.h"
 #include "layers/model.h"
 #include "model_fixtures.h"

@@ -12,7 +12,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "runtime/loader.h"
 #include "checkpoint/safetensors.h"
 #include "model_fixtures.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 

@@ -17,8 +17,8 @@
 #include <numeric>
 #include <random>
 
-#include "checkpoint/hf_config.h"
-#include "checkpoint/write_checkpoint.h"
+#include "architectures/hf_config.h"
+#include "runtime/write_checkpoint.h"
 #include "engine/generator.h"
 #include "layers/card.h"
 #include "layers/rope.h"
@@ -61,6 +61,9 @@ std::map<std::string, json> family_configs() {
                                                {"long_factor", {2.0, 4.0, 8.0}}}},
                              {"original_max_position_embeddings", 64}})},
       {"olmo2", with(base(), {{"model_type", "olmo2"}})},
+      // OLMo 3 (issue 36): layers 0 and 2 slide with their own RoPE; the full layer's θ 1e4.
+      {"olmo3", with(base(), {{"model_type", "olmo3"}, {"sliding_window", 5}, {"rope_theta", 1e4},
+                              {"layer_types", {"sliding_attention", "full_attention", "sliding_attention"}}})},
       {"granite", with(base(), {{"model_type", "granite"}, {"embedding_multiplier", 12.0}, {"residual_multiplier", 0.22},
                                 {"attention_multiplier", 0.1}, {"logits_scaling", 6.0}})},
       {"smollm3", with(base(), {{"model_type", "smollm3"}, {"no_rope_layers", {1, 0, 1}},
@@ -130,6 +133,41 @@ TEST(Families, EachFamilyReadsItsKeysAndDefaults) {
   EXPECT_EQ(olmo2.qk_norm, ModelConfig::QkNorm::whole);
   EXPECT_EQ(olmo2.rms_norm_eps, 1e-6);
   EXPECT_EQ(parse(with(base(), {{"model_type", "olmo2"}, {"rms_norm_eps", nullptr}})).rms_norm_eps, 1e-5);
+  // OLMo 3: OLMo 2's norms; three sliding layers then one full by default, within 4096; the
+  // sliding layers' RoPE is default RoPE of θ 5e5 whatever the top-level rope_theta says.
+  const ModelConfig olmo3 = parse(with(base(), {{"model_type", "olmo3"}, {"num_hidden_layers", 5}, {"rms_norm_eps", nullptr}}));
+  EXPECT_TRUE(!olmo3.pre_norms && olmo3.post_norms);
+  EXPECT_EQ(olmo3.qk_norm, ModelConfig::QkNorm::whole);
+  EXPECT_EQ(olmo3.rms_norm_eps, 1e-5);
+  EXPECT_EQ(olmo3.sliding_window, 4096);
+  EXPECT_EQ(olmo3.rope_theta, 5e5);
+  ASSERT_TRUE(olmo3.local_rope);
+  EXPECT_EQ(olmo3.local_rope->theta, 5e5);
+  for (int64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(olmo3.layer_kind(i).sliding, i != 3) << i;
+    EXPECT_EQ(olmo3.layer_kind(i).rope, i != 3 ? 1 : 0) << i;
+  }
+  const ModelConfig olmo3_given = parse(cfgs.at("olmo3"));
+  EXPECT_EQ(olmo3_given.rope_theta, 1e4);
+  EXPECT_EQ(olmo3_given.local_rope->theta, 5e5);
+  EXPECT_EQ(olmo3_given.sliding_window, 5);
+  // rope_scaling reaches the full layers only; rope_parameters.sliding_attention names the other base.
+  const ModelConfig olmo3_v5 = parse(with(cfgs.at("olmo3"),
+      {{"rope_theta", nullptr}, {"rope_parameters", {{"full_attention", {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 1e4}}},
+                                                     {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", 1e3}}}}}}));
+  EXPECT_EQ(olmo3_v5.rope_theta, 1e4);
+  EXPECT_EQ(olmo3_v5.rope.type, RopeScaling::Type::linear);
+  EXPECT_EQ(olmo3_v5.local_rope->theta, 1e3);
+  EXPECT_EQ(olmo3_v5.local_rope->scaling.type, RopeScaling::Type::none);
+  // sliding_window null: no layer slides, the sliding_attention layers keep their RoPE.
+  const ModelConfig olmo3_nowindow = parse(with(cfgs.at("olmo3"), {{"sliding_window", nullptr}}));
+  EXPECT_FALSE(olmo3_nowindow.any_sliding());
+  EXPECT_EQ(olmo3_nowindow.layer_kind(0).rope, 1);
+  // One RoPE object is not read so by transformers' Olmo3Config (it would run θ 5e5 everywhere).
+  EXPECT_NE(error_of(with(cfgs.at("olmo3"), {{"rope_theta", nullptr},
+                                             {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", 1e4}}}}))
+                .find("must be the per-layer-type form"),
+            std::string::npos);
   // Granite: the four multipliers (the f32 values).
   const ModelConfig granite = parse(cfgs.at("granite"));
   EXPECT_EQ(granite.embedding_scale, 12.0);
@@ -253,7 +291,7 @@ TEST_P(FamilyEntries, EveryEntryAgreesWithForward) { expect_every_entry_agrees_w
 TEST_P(FamilyEntries, BatchInvariantBitForBit) { expect_batch_invariant_bit_for_bit(family_configs().at(GetParam())); }
 
 INSTANTIATE_TEST_SUITE_P(Family, FamilyEntries,
-                         ::testing::Values("mistral", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "granite", "smollm3"),
+                         ::testing::Values("mistral", "qwen3", "gemma2", "gemma3", "phi3", "olmo2", "granite", "smollm3", "olmo3"),
                          [](const auto& info) { return info.param; });
 
 // ---- the card and the memory plan ------------------------------------------------------------

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "checkpoint/hf_config.h"
-#include "checkpoint/write_checkpoint.h"
+#include "architectures/hf_config.h"
+#include "runtime/write_checkpoint.h"
 #include "layers/generics.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <sys/stat.h>
 
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 

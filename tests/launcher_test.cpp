@@ -11,7 +11,7 @@
 #include "checkpoint/checkpoint_weights.h"
 #include "runtime/loader.h"
 #include "checkpoint/safetensors.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 #include "reference_llama.h"
 #include "mpi_run.h"

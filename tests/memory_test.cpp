@@ -7,8 +7,8 @@
 #include <string>
 
 #include "runtime/loader.h"
-#include "checkpoint/hf_config.h"
-#include "checkpoint/write_checkpoint.h"
+#include "architectures/hf_config.h"
+#include "runtime/write_checkpoint.h"
 #include "layers/footprint.h"
 #include "model_fixtures.h"
 

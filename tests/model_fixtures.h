@@ -18,7 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "checkpoint/random_weights.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "core/backend.h"
 #include "layers/model.h"
 

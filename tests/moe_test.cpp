@@ -21,9 +21,9 @@
 
 #include "checkpoint/checkpoint_dir.h"
 #include "checkpoint/checkpoint_weights.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "core/top_k.h"
 #include "layers/card.h"
 #include "layers/footprint.h"

@@ -9,7 +9,7 @@
 
 #include "runtime/loader.h"
 #include "checkpoint/packed_file.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "checkpoint/safetensors.h"
-#include "checkpoint/write_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 #include "model_fixtures.h"
 #include "mpi_run.h"
 

@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "checkpoint/checkpoint_dir.h"
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "core/error.h"
 #include "fuzz_util.h"
 

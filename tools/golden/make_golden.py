@@ -289,6 +289,25 @@ ISSUE34_CASES = [
 ]
 
 
+# --------------------------------------------------------------------------------------
+# Issue 36: architectures added one file each under architectures/. OLMo 3: OLMo 2 with
+# sliding-window layers; layer_types [sliding, full, sliding] within sliding_window 4 (the
+# prompts and runs are longer); the top-level rope_theta 1e4 and linear scaling x4 reach the full
+# layer only, the sliding ones keep Olmo3Config's base 500000. Seeds 5000 + index; written with
+# `make_golden.py --only NAME …` like issue 34's cases.
+# --------------------------------------------------------------------------------------
+
+ISSUE36_CASES = [
+    dict(family("olmo3", "Olmo3ForCausalLM: OLMo 2's post-norms and whole-projection q/k norms; 3 layers, layers "
+                "0 and 2 sliding (window 4) with their own default RoPE of base 500000, layer 1 full with "
+                "rope_theta 1e4 and linear scaling x4, head_dim 4", architectures=["Olmo3ForCausalLM"],
+                model_type="olmo3", num_hidden_layers=3, sliding_window=4,
+                layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_theta=10000.0,
+                rope_scaling={"rope_type": "linear", "factor": 4.0}, rms_norm_eps=1e-05, attention_bias=False),
+         steps=8, dtypes=FAMILY_DTYPES),
+]
+
+
 def bf16_flip(dec):
     """Per row: whether argmax over the bf16-rounded logits differs from the f32 argmax at some step."""
     import torch
@@ -762,9 +781,20 @@ def issue34_cases():
     return out
 
 
+def issue36_cases():
+    """(name, writer) of every issue-36 case in every dtype it is written in."""
+    out = []
+    for i, c in enumerate(ISSUE36_CASES):
+        for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
+            out.append((c["name"] + suffix,
+                        lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
+                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=5000)))
+    return out
+
+
 def write_only(names):
-    """Writes the named cases (issue 34's) and replaces their entries in manifest.json; every
-    other case and its files stay as they are."""
+    """Writes the named cases (issue 34's and 36's) and replaces their entries in manifest.json;
+    every other case and its files stay as they are."""
     import torch
     import transformers
     transformers.utils.logging.disable_progress_bar()
@@ -772,6 +802,8 @@ def write_only(names):
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     writers = dict(issue34_cases())
+    issue36 = dict(issue36_cases())
+    writers.update(issue36)
     unknown = [n for n in names if n not in writers]
     assert names and not unknown, f"--only takes these cases: {sorted(writers)}; not {unknown}"
     path = os.path.join(OUT, "manifest.json")
@@ -779,7 +811,7 @@ def write_only(names):
         manifest = json.load(f)
     for n in names:
         entry = writers[n]()
-        entry["issue34"] = True
+        entry["issue36" if n in issue36 else "issue34"] = True
         manifest["cases"] = [e for e in manifest["cases"] if e["name"] != n] + [entry]
     manifest["total_bytes"] = sum(e["bytes"] for e in manifest["cases"])
     with open(path, "w") as f:

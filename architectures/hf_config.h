@@ -1,5 +1,5 @@
 // Hugging Face config.json → the model's configuration, validated (docs/entries.md "Generics",
-// "Weights and shards").
+// "Weights and shards"), through the architecture its model_type names (architectures/registry.cpp).
 #pragma once
 #include <nlohmann/json_fwd.hpp>
 #include <string>

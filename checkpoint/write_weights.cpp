@@ -1,11 +1,10 @@
-#include "checkpoint/write_checkpoint.h"
+#include "checkpoint/write_weights.h"
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint/hf_config.h"
 #include "checkpoint/random_weights.h"
 #include "checkpoint/safetensors.h"
 #include "core/files.h"
@@ -15,19 +14,9 @@ namespace linnet {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-void write_config(const ModelConfig& c, const std::string& dir) {
-  fs::create_directories(dir);
-  write_text_file((fs::path(dir) / "config.json").string(), to_hf_config(c).dump(2) + "\n", "the config");
-}
-
-}  // namespace
-
-void write_random_checkpoint(ModelConfig c, const std::string& dir, DType dtype, uint64_t seed) {
-  c.dtype = dtype;
+void write_random_weights(const ModelConfig& c, const std::string& dir, DType dtype, uint64_t seed) {
   const Generics g = bind_generics(c, RunOptions{1, 0, 1, 1, dtype});
-  write_config(c, dir);
+  fs::create_directories(dir);
   SafetensorsWriter w((fs::path(dir) / "model.safetensors").string());
   w.set_metadata("format", "pt");
   w.set_metadata("linnet", str("random weights, seed ", seed));
@@ -51,7 +40,7 @@ void write_random_checkpoint(ModelConfig c, const std::string& dir, DType dtype,
   w.finish();
 }
 
-ModelConfig import_llama2c(const std::string& bin_path, const std::string& dir) {
+ModelConfig import_llama2c_weights(const std::string& bin_path, const std::string& dir) {
   std::ifstream in(bin_path, std::ios::binary);
   if (!in) throw Error(str(bin_path, ": cannot open"));
   const auto file_size = static_cast<int64_t>(fs::file_size(bin_path));
@@ -86,7 +75,7 @@ ModelConfig import_llama2c(const std::string& bin_path, const std::string& dir) 
   c.dtype = DType::f32;
   c.bos_token_id = 1;
   c.eos_token_ids = {2};
-  write_config(c, dir);
+  fs::create_directories(dir);
 
   auto read = [&](Shape s) {
     Tensor t = Tensor::empty(s, DType::f32);

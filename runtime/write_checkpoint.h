@@ -1,5 +1,5 @@
-// Writing Hugging Face checkpoint directories: config.json plus model.safetensors, streamed
-// tensor by tensor (an 8B checkpoint never needs its size in RAM).
+// Writing Hugging Face checkpoint directories: config.json (the architecture's writer,
+// architectures/hf_config.h) plus the weight files (checkpoint/write_weights.h).
 #pragma once
 #include <cstdint>
 #include <string>

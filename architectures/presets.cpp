@@ -1,9 +1,9 @@
-#include "checkpoint/presets.h"
+#include "architectures/presets.h"
 
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/hf_config.h"
+#include "architectures/hf_config.h"
 #include "core/error.h"
 
 namespace linnet {

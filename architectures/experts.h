@@ -1,0 +1,26 @@
+// The mixture-of-experts keys as the MoE architectures' config classes read them (Mixtral,
+// Qwen3-MoE, OLMoE): how many experts, how many a token takes, their inner size, whether the
+// chosen weights are renormalised, and which layers have them.
+#pragma once
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+
+#include "architectures/config_reader.h"
+
+namespace linnet {
+
+struct ExpertKeys {
+  bool local_only = false;          // reads num_local_experts alone (Mixtral); else it and num_experts as one
+  int64_t experts = 64;             // their defaults
+  int64_t per_token = 8;
+  bool inner_key = false;           // moe_intermediate_size (default 768); else intermediate_size
+  bool always_normalized = false;   // TopK weights always renormalised (no norm_topk_prob)
+  bool sparse_layer_keys = false;   // decoder_sparse_step and mlp_only_layers (Qwen3-MoE)
+  ModelConfig::ExpertNames names = ModelConfig::ExpertNames::qwen;
+};
+
+void parse_experts(const ConfigReader& r, ModelConfig& c, const ExpertKeys& keys);
+// num_experts (or num_local_experts), num_experts_per_tok and norm_topk_prob, as `keys` reads them.
+void write_experts(nlohmann::json& j, const ModelConfig& c, const ExpertKeys& keys);
+
+}  // namespace linnet
