@@ -5,11 +5,11 @@ namespace linnet {
 void GroupedQueryAttention::norm_qk(Context& ctx, Tensor& qkv) const {
   Backend& be = ctx.backend;
   const int64_t n = qkv.dim(0), d = dims.head_dim, qw = dims.q_heads * d, kw = dims.kv_heads * d;
-  if (qk_norm == ModelConfig::QkNorm::per_head) {
+  if (qk_norm == QkNorm::per_head) {
     // Qwen 3, Gemma 3: an RMSNorm over each head's D dims, on this shard's heads alone.
     be.rms_norm_cols(qkv, 0, dims.q_heads, d, q_norm->weight, q_norm->eps, nullptr, 0);
     be.rms_norm_cols(qkv, qw, dims.kv_heads, d, k_norm->weight, k_norm->eps, nullptr, 0);
-  } else if (qk_norm == ModelConfig::QkNorm::whole) {
+  } else if (qk_norm == QkNorm::whole) {
     // OLMo 2: one RMSNorm over all Heads·D (KvHeads·D) columns, which the shards split: each
     // sums the squares of its own columns, and one small all-reduce of [2, N] gives the norms'.
     Tensor ss = be.empty({2, n}, DType::f32);

@@ -10,8 +10,8 @@
 #pragma once
 #include <optional>
 
+#include "layers/block_options.h"
 #include "layers/linear.h"
-#include "layers/model_config.h"
 #include "layers/rms_norm.h"
 #include "layers/token_plan.h"
 
@@ -23,11 +23,11 @@ class GroupedQueryAttention {
   Linear qkv_proj;                // [(Heads + 2·KvHeads)/Shards · D, H]
   Linear o_proj;                  // [H, Heads/Shards · D]
   Tensor cache_k, cache_v;        // [Batch, KvHeads/Shards, MaxSeq, D]
-  AttentionDims dims;             // with the layer's window, scale and soft-cap
+  AttentionDims dims;             // the backend's geometry, with the options' window, scale and soft-cap
   int rope = 0;                   // the RoPE of DevicePlan::rope_freq this layer uses (-1: none)
   // q/k norms: per head (weights [D]) or over the whole projection (this shard's [Heads/Shards·D]
   // of a norm over Heads·D: its sum of squares is all-reduced).
-  ModelConfig::QkNorm qk_norm = ModelConfig::QkNorm::none;
+  QkNorm qk_norm = QkNorm::none;
   std::optional<RmsNorm> q_norm, k_norm;
   int64_t q_norm_width = 0, k_norm_width = 0;  // whole: the norms' full widths (Heads·D, KvHeads·D)
   // whole, with KV heads replicated across shards: whether this shard's k columns count in the

@@ -107,13 +107,14 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
 
     GroupedQueryAttention& A = L.attention;
     const LayerKind kind = config.layer_kind(i);
+    const AttentionOptions ao = config.attention_options(i);
     A.dims = AttentionDims{qh, kvh, d, g.max_seq, g.page_size};
-    if (config.attention_scale) A.dims.scale = static_cast<float>(*config.attention_scale);
-    A.dims.softcap = static_cast<float>(config.attn_softcap);
-    if (kind.sliding && config.sliding_window) A.dims.window = *config.sliding_window;
+    A.dims.scale = ao.scale;
+    A.dims.softcap = ao.softcap;
+    if (ao.window) A.dims.window = *ao.window;
     A.rope = kind.rope;
-    A.qk_norm = config.qk_norm;
-    if (config.qk_norm != ModelConfig::QkNorm::none) {
+    A.qk_norm = ao.qk_norm;
+    if (ao.qk_norm != QkNorm::none) {
       A.q_norm = norm(p + "attention.q_norm.weight");
       A.k_norm = norm(p + "attention.k_norm.weight");
       A.q_norm_width = g.heads * d;
@@ -171,7 +172,7 @@ Model::Model(const ModelConfig& config, const Generics& g, WeightSource& weights
       continue;
     }
     SwiGlu& M = L.mlp;
-    M.activation = config.activation;
+    M.options = config.mlp_options();
     const std::string m = p + "mlp.";
     M.gate_up.weight = matrix(m + "gate_up.weight", {m + "gate.weight", m + "up.weight"}, {2 * inner, g.hidden});
     if (config.mlp_bias) M.gate_up.bias = stacked({m + "gate.bias", m + "up.bias"});

@@ -2,6 +2,7 @@
 // from a Hugging Face config.json). One struct for every family linnet runs: a family is a
 // Llama-shaped decoder plus the few switches below, each exact against transformers.
 #pragma once
+#include "layers/block_options.h"
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -71,12 +72,12 @@ struct ModelConfig {
   std::optional<int64_t> unapplied_window;
 
   // ---- the families' switches (Llama: all neutral) ----
-  enum class QkNorm { none, per_head, whole };
+  using QkNorm = linnet::QkNorm;  // layers/block_options.h
   QkNorm qk_norm = QkNorm::none;  // Qwen 3, Gemma 3: per head; OLMo 2: over the whole projection
   bool norm_plus_one = false;     // Gemma: RMSNorm scales by (1 + w)
   bool pre_norms = true;          // a norm before attention and MLP (OLMo 2: none)
   bool post_norms = false;        // a norm after attention and MLP (Gemma 2/3, OLMo 2)
-  enum class Activation { silu, gelu_tanh };
+  using Activation = MlpActivation;  // layers/block_options.h
   Activation activation = Activation::silu;  // Gemma: GeGLU with the tanh GELU
   double embedding_scale = 1.0;       // Gemma: √hidden (in f32); Granite: embedding_multiplier
   double residual_multiplier = 1.0;   // Granite: x + f(x)·m
@@ -109,6 +110,17 @@ struct ModelConfig {
   LayerKind layer_kind(int64_t i) const {
     return i < static_cast<int64_t>(layer_kinds.size()) ? layer_kinds[static_cast<size_t>(i)] : LayerKind{};
   }
+  // Layer i's attention block options and the MLP's (layers/block_options.h): what the blocks
+  // are told of the family, one rule each.
+  AttentionOptions attention_options(int64_t i) const {
+    AttentionOptions o;
+    o.qk_norm = qk_norm;
+    if (layer_kind(i).sliding && sliding_window) o.window = sliding_window;
+    o.scale = attention_scale ? static_cast<float>(*attention_scale) : 0.0f;
+    o.softcap = static_cast<float>(attn_softcap);
+    return o;
+  }
+  MlpOptions mlp_options() const { return MlpOptions{activation}; }
   bool moe() const { return experts > 0; }
   bool sparse_layer(int64_t i) const { return moe() && layer_kind(i).sparse; }
   // Whether some layer keeps a dense MLP of Inner (every layer of a dense model; Qwen3-MoE's

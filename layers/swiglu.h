@@ -3,8 +3,8 @@
 // gate and up are column-parallel (split by Inner rows) and run as one product over their
 // stacked weights; down is row-parallel, so its partial sums are all-reduced here.
 #pragma once
+#include "layers/block_options.h"
 #include "layers/linear.h"
-#include "layers/model_config.h"
 
 namespace linnet {
 
@@ -12,7 +12,7 @@ struct SwiGlu {
   Linear gate, up;  // views into gate_up's rows
   Linear gate_up;   // [2·Inner/Shards, H]: gate rows, then up rows
   Linear down;      // [H, Inner/Shards]
-  ModelConfig::Activation activation = ModelConfig::Activation::silu;
+  MlpOptions options;
 
   void forward(Context& ctx, const Tensor& x, Tensor& out) const {
     Backend& be = ctx.backend;
@@ -20,7 +20,7 @@ struct SwiGlu {
     Tensor gu = be.empty({n, 2 * inner}, x.dtype());
     gate_up.forward(ctx, x, gu);
     Tensor act = be.empty({n, inner}, x.dtype());
-    if (activation == ModelConfig::Activation::gelu_tanh) be.geglu(gu, act);
+    if (options.activation == MlpActivation::gelu_tanh) be.geglu(gu, act);
     else be.swiglu(gu, act);
     down.forward_partial(ctx, act, out);
     ctx.comm.all_reduce_sum(out);  // row-parallel down: sum the shards' partial products
