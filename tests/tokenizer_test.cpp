@@ -224,6 +224,25 @@ TEST(TokenizerLoad, AddedTokenRefusals) {
   fs::remove_all(d);
 }
 
+// Found by fuzz_tokenizer: a negative id sized the token tables from 2^64 − 1 and the load
+// ended in std::length_error; a huge one would ask for its whole range. Both refused by name.
+TEST(TokenizerLoad, IdsOutOfRangeAreRefusedByName) {
+  std::string d = temp_dir("ids");
+  auto load = [&](const std::string& vocab, const std::string& added) {
+    write(d + "/tokenizer.json", R"({"model": {"type": "BPE", "vocab": )" + vocab + R"(, "merges": []}, "added_tokens": [)" +
+                                     added + "]}");
+    return error_of([&] { load_tokenizer(d); });
+  };
+  std::string msg = load(R"({"a": 0, "b": -3})", "");
+  EXPECT_NE(msg.find(R"(model.vocab["b"] has id -3: ids must be integers in [0, 16777216))"), std::string::npos) << msg;
+  msg = load(R"({"a": 0})", R"({"id": 0, "content": "a"}, {"id": 4000000000, "content": "<x>", "special": true})");
+  EXPECT_NE(msg.find("added_tokens[1] has id 4000000000"), std::string::npos) << msg;
+  msg = load(R"({"a": 1.5})", "");
+  EXPECT_NE(msg.find(R"(model.vocab["a"] has id 1.5)"), std::string::npos) << msg;
+  EXPECT_EQ(load(R"({"a": 0, "b": 1})", ""), "(no error)");
+  fs::remove_all(d);
+}
+
 TEST(TokenizerFixtures, UnicodeNormalizationKeepsInvalidBytes) {
   using tok::UnicodeForm;
   // e + combining acute → é (NFC); é → e + U+0301 (NFD); ﬁ → fi (NFKC); bytes that are not

@@ -290,9 +290,20 @@ class HfTokenizer final : public Tokenizer {
     fuse_unk_ = model.value("fuse_unk", false);
     ignore_merges_ = model.value("ignore_merges", false);
 
+    // Ids index the tables below: a negative or huge one (a hostile or broken file) is refused
+    // by name before anything is sized from it.
+    auto checked_id = [&](const json& id, const std::string& where) {
+      constexpr std::int64_t kMaxId = std::int64_t{1} << 24;  // past any vocabulary (Gemma 3's is 262144)
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() >= kMaxId)
+        throw Error(str(path_, ": ", where, " has id ", id.dump(), ": ids must be integers in [0, ", kMaxId, ")"));
+      return static_cast<std::size_t>(id.get<std::int64_t>());
+    };
     std::size_t n = 0;
-    for (const auto& [tokstr, id] : model.at("vocab").items()) n = std::max(n, std::size_t(id.get<std::int64_t>()) + 1);
-    for (const auto& t : j.value("added_tokens", json::array())) n = std::max(n, std::size_t(t.at("id").get<std::int64_t>()) + 1);
+    for (const auto& [tokstr, id] : model.at("vocab").items())
+      n = std::max(n, checked_id(id, str("model.vocab[", json(tokstr).dump(), "]")) + 1);
+    std::size_t k = 0;
+    for (const auto& t : j.value("added_tokens", json::array()))
+      n = std::max(n, checked_id(t.at("id"), str("added_tokens[", k++, "]")) + 1);
     tokens_.resize(n);
     has_token_.assign(n, false);
     special_.assign(n, false);
