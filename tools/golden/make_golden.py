@@ -305,6 +305,13 @@ ISSUE36_CASES = [
                 layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_theta=10000.0,
                 rope_scaling={"rope_type": "linear", "factor": 4.0}, rms_norm_eps=1e-05, attention_bias=False),
          steps=8, dtypes=FAMILY_DTYPES),
+    dict(family("olmo3_kv2", "Olmo3ForCausalLM as olmo3, 8 q heads over 2 KV heads: runs at Shards 4 (each KV head "
+                "on two ranks, the k norm's sum of squares counted once), windows and both RoPEs included",
+                architectures=["Olmo3ForCausalLM"], model_type="olmo3", num_hidden_layers=3, sliding_window=4,
+                num_attention_heads=8, num_key_value_heads=2,
+                layer_types=["sliding_attention", "full_attention", "sliding_attention"], rope_theta=10000.0,
+                rope_scaling={"rope_type": "linear", "factor": 4.0}, rms_norm_eps=1e-05, attention_bias=False),
+         steps=8, dtypes=[("", "float32")]),
 ]
 
 
