@@ -23,7 +23,8 @@ void GroupedQueryAttention::norm_qk(Context& ctx, Tensor& qkv) const {
   }
 }
 
-void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DevicePlan& plan, Tensor& out) const {
+void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DevicePlan& plan, LayerCache& cache,
+                                    Tensor& out) const {
   Backend& be = ctx.backend;
   const int64_t n = x.dim(0);
   Tensor qkv = be.empty({n, dims.qkv_width()}, x.dtype());
@@ -35,14 +36,14 @@ void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DeviceP
                   plan.rope_freq[static_cast<size_t>(rope)], plan.rope_scale[static_cast<size_t>(rope)]);
   // Every K/V of the call is written before any token reads the cache (docs/entries.md "The
   // entries").
-  if (plan.any_write) be.kv_write(qkv, dims, plan.slots, mutable_cache_k(), mutable_cache_v());
+  if (plan.any_write) be.kv_write(qkv, dims, plan.slots, cache.k, cache.v);
   Tensor attn = be.empty({n, dims.q_heads * dims.head_dim}, x.dtype());
   if (plan.any_packed) be.attention_packed(qkv, dims, plan.run_start, attn);
   if (plan.any_cache) {
     AttentionDims d = dims;
     d.span = plan.span;  // splits sized by this call's longest context, not MaxSeq
     d.row_run = plan.row_run;  // prefill chunks: K/V reads shared among a row's tokens
-    be.attention_cache(qkv, d, plan.cache_row, plan.positions, plan.table, cache_k, cache_v, attn);
+    be.attention_cache(qkv, d, plan.cache_row, plan.positions, plan.table, cache.k, cache.v, attn);
   }
   o_proj.forward_partial(ctx, attn, out);
   ctx.comm.all_reduce_sum(out);  // row-parallel o_proj: sum the shards' partial products

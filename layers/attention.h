@@ -1,8 +1,8 @@
 // llama.attention::GroupedQueryAttention<H, Heads, KvHeads, Batch, MaxSeq, T, Shards, PageSize>
 // (with D = head_dim where it is not H / Heads). This rank holds Heads/Shards query heads and
 // KvHeads/Shards key/value heads: q/k/v_proj are column-parallel (one product over their
-// stacked weights), o_proj row-parallel (partial sums all-reduced here). The KV cache is this
-// block's state. The families' differences: q/k norms (per head, or over the whole projection
+// stacked weights), o_proj row-parallel (partial sums all-reduced here). Its state, the
+// layer's keys and values, is the network's (layers/kv_cache.h), handed in on each call. The families' differences: q/k norms (per head, or over the whole projection
 // with its sum of squares all-reduced here), a RoPE of the layer's kind or none, a sliding
 // window, the scores' scale and soft-capping (in `dims`).
 // Card notation (H, Heads, KvHeads, D, Batch, MaxSeq, T, Shards, PageSize): the generics table
@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "layers/block_options.h"
+#include "layers/kv_cache.h"
 #include "layers/linear.h"
 #include "layers/rms_norm.h"
 #include "layers/token_plan.h"
@@ -22,7 +23,6 @@ class GroupedQueryAttention {
   Linear q_proj, k_proj, v_proj;  // views into qkv_proj's rows
   Linear qkv_proj;                // [(Heads + 2·KvHeads)/Shards · D, H]
   Linear o_proj;                  // [H, Heads/Shards · D]
-  Tensor cache_k, cache_v;        // [Batch, KvHeads/Shards, MaxSeq, D]
   AttentionDims dims;             // the backend's geometry, with the options' window, scale and soft-cap
   int rope = 0;                   // the RoPE of DevicePlan::rope_freq this layer uses (-1: none)
   // q/k norms: per head (weights [D]) or over the whole projection (this shard's [Heads/Shards·D]
@@ -34,11 +34,9 @@ class GroupedQueryAttention {
   // all-reduced sum of squares (the first shard of each KV head's copies; the others add 0).
   bool k_squares_counted = true;
 
-  // x: [N, H] normed hidden states of the plan's tokens; out: [N, H].
-  void forward(Context& ctx, const Tensor& x, const DevicePlan& plan, Tensor& out) const;
-  // cache_k/cache_v are written through kv_write only; these need them mutable.
-  Tensor& mutable_cache_k() const { return const_cast<Tensor&>(cache_k); }
-  Tensor& mutable_cache_v() const { return const_cast<Tensor&>(cache_v); }
+  // x: [N, H] normed hidden states of the plan's tokens; out: [N, H]. The plan's K/V are
+  // written into cache ([Batch, KvHeads/Shards, MaxSeq, D] each) before any token reads it.
+  void forward(Context& ctx, const Tensor& x, const DevicePlan& plan, LayerCache& cache, Tensor& out) const;
 
  private:
   void norm_qk(Context& ctx, Tensor& qkv) const;

@@ -29,14 +29,14 @@ struct DecoderLayer {
     else mlp.forward(ctx, x, out);
   }
 
-  // x: the residual stream [N, H], updated in place.
-  void forward(Context& ctx, Tensor& x, const DevicePlan& plan) const {
+  // x: the residual stream [N, H], updated in place; cache: this layer's K/V.
+  void forward(Context& ctx, Tensor& x, const DevicePlan& plan, LayerCache& cache) const {
     Backend& be = ctx.backend;
     Tensor h = be.empty(x.shape(), x.dtype());
     Tensor delta = be.empty(x.shape(), x.dtype());
     if (attention_norm && mlp_norm && !post_attention_norm && !post_mlp_norm && residual_multiplier == 1.0f) {
       attention_norm->forward(ctx, x, h);
-      attention.forward(ctx, h, plan, delta);
+      attention.forward(ctx, h, plan, cache, delta);
       mlp_norm->add_forward(ctx, x, delta, h);  // x += attention; h = mlp_norm(x)
       feed_forward(ctx, h, delta);
       be.add(x, delta);
@@ -50,7 +50,7 @@ struct DecoderLayer {
       attention_norm->forward(ctx, x, h);
       in = &h;
     }
-    attention.forward(ctx, *in, plan, delta);
+    attention.forward(ctx, *in, plan, cache, delta);
     Tensor* r = &delta;
     if (post_attention_norm) {
       post_attention_norm->forward(ctx, delta, h);

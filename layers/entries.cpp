@@ -40,7 +40,7 @@ Tensor Model::forward(const Tensor& tokens) {
   const int64_t b = c.dim("B"), s = c.dim("S");
   std::vector<int32_t> all(static_cast<size_t>(b * s));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
-  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr, all)).reshape({b, s, g_.vocab});
+  return net_.logits(net_.run(rows_as_runs(c.values("tokens"), s), nullptr, all)).reshape({b, s, g_.vocab});
 }
 
 Tensor Model::next_token(const Tensor& tokens) {
@@ -49,7 +49,7 @@ Tensor Model::next_token(const Tensor& tokens) {
   const int64_t b = c.dim("B"), s = c.dim("S");
   std::vector<int32_t> last;
   for (int64_t r = 0; r < b; ++r) last.push_back(static_cast<int32_t>(r * s + s - 1));
-  return logits(run(rows_as_runs(c.values("tokens"), s), nullptr, last));
+  return net_.logits(net_.run(rows_as_runs(c.values("tokens"), s), nullptr, last));
 }
 
 // ---- the contiguous cache ----
@@ -70,7 +70,7 @@ Tensor Model::rows_step(const std::vector<int64_t>& ids, const std::vector<int64
     plan.add(static_cast<int32_t>(ids[r]), static_cast<int32_t>(at), -1, static_cast<int32_t>(r),
              static_cast<int32_t>(page * ps + at % ps));
   }
-  return logits(run(plan, table, select));
+  return net_.logits(net_.run(plan, table, select));
 }
 
 Tensor Model::decode(const Tensor& token, int32_t pos) {
@@ -100,7 +100,7 @@ Tensor Model::prefill(const Tensor& tokens, int32_t pos) {
     }
     select.push_back(static_cast<int32_t>(r * s + s - 1));
   }
-  return logits(run(plan, nullptr, select));
+  return net_.logits(net_.run(plan, nullptr, select));
 }
 
 Tensor Model::decode_rows(const Tensor& tokens, const Tensor& positions) {
@@ -137,7 +137,7 @@ Tensor Model::prefill_slots(const Tensor& tokens, const Tensor& slots, const Ten
                static_cast<int32_t>(slot[i] * g_.max_seq + j));
     select.push_back(static_cast<int32_t>(plan.size() - 1));
   }
-  return logits(run(plan, nullptr, select));
+  return net_.logits(net_.run(plan, nullptr, select));
 }
 
 // ---- packed ----
@@ -154,134 +154,10 @@ Tensor Model::hidden_packed(const Tensor& tokens, const Tensor& positions, const
     plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, -1);
     select.push_back(static_cast<int32_t>(p));
   }
-  Tensor h = final_hidden(run(plan, nullptr, select));
+  Tensor h = net_.final_hidden(net_.run(plan, nullptr, select));
   Tensor out = be_.empty(h.shape(), g_.t);
   be_.convert(h, out);
   return be_.to_host(out);
-}
-
-Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, const Tensor* weights,
-                               std::vector<uint8_t>* greedy, TopTokens* top) {
-  EntryCheck c(entry, args, g_);
-  c.in_range("tokens", 0, g_.vocab, "Vocab", kNoSkip);
-  c.in_range("positions", 0, std::numeric_limits<int32_t>::max(), "i32 max", kNoSkip);
-  const auto start = packed_runs(c);
-  const auto ids = c.values("tokens"), pos = c.values("positions"), tgt = c.values("targets");
-  const int64_t n = static_cast<int64_t>(ids.size());
-  const auto w = weights ? weights->to_floats() : std::vector<float>(ids.size(), 1.0f);
-  for (int64_t p = 0; p < n; ++p) {
-    if (!std::isfinite(w[p])) c.fail(str(c.at("weights", p), " = ", w[p], " is not finite"));
-    const bool counted = weights ? w[p] != 0 : tgt[p] >= 0;
-    if (counted && (tgt[p] < 0 || tgt[p] >= g_.vocab))
-      c.fail(str(c.at("targets", p), " = ", tgt[p], " is outside [0, Vocab=", g_.vocab, ")",
-                 weights ? str(" (its weight is ", w[p], ")") : std::string(" (negative targets are skipped)")));
-  }
-  TokenPlan plan;
-  for (int64_t p = 0; p < n; ++p) plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, -1);
-  Tensor x = run(plan, nullptr).x;
-
-  // Only the tokens whose targets count go through the lm_head, in chunks, so no rank ever
-  // holds a [P, Vocab] block of logits (docs/entries.md "Numbers").
-  std::vector<int64_t> scored;
-  for (int64_t p = 0; p < n; ++p)
-    if (weights ? w[p] != 0 : tgt[p] >= 0) scored.push_back(p);
-  constexpr int64_t kChunk = 128;
-  const int64_t s = comm_.rank(), n_scored = static_cast<int64_t>(scored.size());
-  Tensor out = Tensor::zeros({n}, DType::f32);
-  if (greedy) greedy->assign(static_cast<size_t>(n), 0);
-  const int64_t top_n = top ? std::min(top->n, g_.vocab) : 0;
-  if (top) {
-    top->ids.assign(static_cast<size_t>(n * top->n), -1);
-    top->logprobs.assign(static_cast<size_t>(n * top->n), -INFINITY);
-    if (top->want_ranks) top->ranks.assign(static_cast<size_t>(n), 0);
-  }
-  for (int64_t c0 = 0; c0 < n_scored; c0 += kChunk) {
-    const int64_t c1 = std::min(n_scored, c0 + kChunk), m = c1 - c0;
-    std::vector<int32_t> select, target;
-    for (int64_t q = c0; q < c1; ++q) {
-      select.push_back(static_cast<int32_t>(scored[q]));
-      target.push_back(static_cast<int32_t>(tgt[scored[q]]));
-    }
-    Tensor local = shard_logits(final_hidden(x, select), DType::f32);  // CE from f32 logits
-    Tensor mx = be_.empty({m}, DType::f32), se = be_.empty({m}, DType::f32), tl = be_.empty({m}, DType::f32);
-    be_.logit_stats(local, g_.vocab_valid(s), g_.vocab_begin(s), upload_ints(target), mx, se, tl);
-    Tensor hmx = be_.to_host(mx), hse = be_.to_host(se), htl = be_.to_host(tl);
-    if (greedy) {  // the argmax across shards (lowest index on ties), as the logits say
-      Tensor av = be_.empty({m}, DType::f32), ai = be_.empty({m}, DType::i32);
-      be_.argmax(local, g_.vocab_valid(s), g_.vocab_begin(s), av, ai);
-      Tensor hav = be_.to_host(av), hai = be_.to_host(ai);
-      comm_.max_with_index(hav, hai);
-      for (int64_t i = 0; i < m; ++i)
-        (*greedy)[static_cast<size_t>(scored[c0 + i])] = hai.ptr<int32_t>()[i] == target[i];
-    }
-    // log Σ_k exp(l_k) over all shards = M + log Σ_shards sumexp·exp(max − M).
-    Tensor global_max = hmx.clone();
-    comm_.all_reduce_max(global_max);
-    for (int64_t i = 0; i < m; ++i)
-      hse.ptr<float>()[i] *= std::exp(hmx.ptr<float>()[i] - global_max.ptr<float>()[i]);
-    comm_.all_reduce_sum(hse);
-    comm_.all_reduce_sum(htl);  // the target's logit lives on one shard; the others add 0
-    for (int64_t i = 0; i < m; ++i)
-      out.ptr<float>()[scored[c0 + i]] = htl.ptr<float>()[i] - global_max.ptr<float>()[i] - std::log(hse.ptr<float>()[i]);
-    if (top_n > 0) top_tokens(local, top_n, global_max, hse, scored, c0, *top);
-    if (top && top->want_ranks) {  // each shard counts its logits ≥ the target's; summed
-      const Tensor host = be_.to_host(local);
-      const int64_t width = local.dim(1), valid = g_.vocab_valid(s);
-      Tensor count = Tensor::zeros({m}, DType::f32);  // exact: a vocab is below 2^24
-      for (int64_t i = 0; i < m; ++i) {
-        const float t = htl.ptr<float>()[i];
-        int64_t c = 0;
-        for (int64_t k = 0; k < valid; ++k) c += host.ptr<float>()[i * width + k] >= t;
-        count.ptr<float>()[i] = static_cast<float>(c);
-      }
-      comm_.all_reduce_sum(count);
-      for (int64_t i = 0; i < m; ++i)
-        top->ranks[static_cast<size_t>(scored[c0 + i])] = static_cast<int64_t>(count.ptr<float>()[i]);
-    }
-  }
-  return out;
-}
-
-// Each shard offers its best top_n logits per row (value, global index); the offers are
-// gathered and merged alike on every rank.
-void Model::top_tokens(const Tensor& local, int64_t top_n, const Tensor& global_max, const Tensor& sumexp,
-                       const std::vector<int64_t>& scored, int64_t c0, TopTokens& top) {
-  const int64_t m = local.dim(0), width = local.dim(1), s = comm_.rank();
-  const int64_t valid = g_.vocab_valid(s), offset = g_.vocab_begin(s);
-  const Tensor host = be_.to_host(local);
-  const float* lg = host.ptr<float>();
-  auto better = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first > b.first || (a.first == b.first && a.second < b.second);
-  };
-  Tensor offer_v = Tensor::from_floats({m * top_n}, std::vector<float>(static_cast<size_t>(m * top_n), -INFINITY));
-  Tensor offer_i = Tensor::from_ints({m * top_n}, std::vector<int64_t>(static_cast<size_t>(m * top_n), -1), DType::i32);
-  std::vector<std::pair<float, int32_t>> row(static_cast<size_t>(valid));
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t k = 0; k < valid; ++k) row[k] = {lg[i * width + k], static_cast<int32_t>(offset + k)};
-    const int64_t take = std::min(top_n, valid);
-    std::partial_sort(row.begin(), row.begin() + take, row.end(), better);
-    for (int64_t k = 0; k < take; ++k) {
-      offer_v.ptr<float>()[i * top_n + k] = row[k].first;
-      offer_i.ptr<int32_t>()[i * top_n + k] = row[k].second;
-    }
-  }
-  Tensor all_v = Tensor::empty({g_.shards, m * top_n}, DType::f32), all_i = Tensor::empty({g_.shards, m * top_n}, DType::i32);
-  comm_.all_gather(offer_v, all_v);
-  comm_.all_gather(offer_i, all_i);
-  for (int64_t i = 0; i < m; ++i) {
-    std::vector<std::pair<float, int32_t>> cand;
-    for (int64_t sh = 0; sh < g_.shards; ++sh)
-      for (int64_t k = 0; k < top_n; ++k) {
-        const int64_t at = sh * m * top_n + i * top_n + k;
-        if (all_i.ptr<int32_t>()[at] >= 0) cand.push_back({all_v.ptr<float>()[at], all_i.ptr<int32_t>()[at]});
-      }
-    std::sort(cand.begin(), cand.end(), better);
-    const size_t p = static_cast<size_t>(scored[c0 + i]);
-    for (size_t k = 0; k < cand.size() && static_cast<int64_t>(k) < top_n; ++k) {
-      top.ids[p * top.n + k] = cand[k].second;
-      top.logprobs[p * top.n + k] = cand[k].first - global_max.ptr<float>()[i] - std::log(sumexp.ptr<float>()[i]);
-    }
-  }
 }
 
 Tensor Model::log_probs_packed(const Tensor& tokens, const Tensor& positions, const Tensor& segments,

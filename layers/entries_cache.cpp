@@ -92,7 +92,7 @@ Tensor Model::step_packed(const Tensor& tokens, const Tensor& rows, const Tensor
                static_cast<int32_t>(slot));
     }
   }
-  return logits(run(plan, nullptr, select));
+  return net_.logits(net_.run(plan, nullptr, select));
 }
 
 // ---- paged ----
@@ -124,36 +124,7 @@ Tensor Model::step_paged(const Tensor& tokens, const Tensor& positions, const Te
   TokenPlan plan;
   std::vector<int32_t> select;
   plan_step_paged(tokens, positions, rows, slots, last, step_tokens, step_positions, table, plan, select);
-  return logits(run(plan, &table, select));
-}
-
-std::vector<int32_t> Model::run_batch(const BatchPlan& plan) {
-  const size_t rows = static_cast<size_t>(plan.rows);
-  LINNET_CHECK(plan.table.size() == rows * static_cast<size_t>(plan.pages) && plan.sample.size() == rows &&
-                   plan.choices.size() == rows,
-               "run_batch: a plan of ", rows, " rows with ", plan.table.size(), " table entries, ", plan.sample.size(),
-               " samples and ", plan.choices.size(), " choices");
-  const Tensor table = Tensor::from_ints({plan.rows, plan.pages}, {plan.table.begin(), plan.table.end()});
-  // Only the rows that produce a token go through the lm_head.
-  std::vector<int32_t> used, where(rows, -1);
-  std::vector<RowChoice> used_choices;
-  for (size_t r = 0; r < rows; ++r) {
-    if (plan.sample[r] < 0) continue;
-    LINNET_CHECK(static_cast<size_t>(plan.sample[r]) < plan.tokens.size(), "run_batch: row ", r, " samples token ",
-                 plan.sample[r], " of ", plan.tokens.size());
-    where[r] = static_cast<int32_t>(used.size());
-    used.push_back(plan.sample[r]);
-    used_choices.push_back(plan.choices[r]);
-  }
-  std::vector<int32_t> out(rows, -1);
-  if (used.empty()) {
-    run(plan.tokens, &table);  // K/V still written
-    return out;
-  }
-  const std::vector<int32_t> chosen = choose_rows(run(plan.tokens, &table, used), used_choices);
-  for (size_t r = 0; r < rows; ++r)
-    if (where[r] >= 0) out[r] = chosen[static_cast<size_t>(where[r])];
-  return out;
+  return net_.logits(net_.run(plan, &table, select));
 }
 
 void Model::plan_step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
@@ -229,7 +200,7 @@ Tensor Model::stepping(const Tensor& token, int32_t pos, int64_t steps, float te
       plan.add(static_cast<int32_t>(cur[b]), at, -1, static_cast<int32_t>(b), static_cast<int32_t>(b * g_.max_seq + at));
     }
     // Sampling never has idle rows, so row k of the choice is batch row b (Philox's counter).
-    const std::vector<int32_t> next = choose(run(plan, nullptr, select), temperature, key0, key1, static_cast<int32_t>(i));
+    const std::vector<int32_t> next = sampler_.choose(local_logits(net_.run(plan, nullptr, select)), temperature, key0, key1, static_cast<int32_t>(i));
     for (size_t k = 0; k < active.size(); ++k) {
       const int64_t b = active[k];
       o[b * steps + i] = next[k];

@@ -1,6 +1,7 @@
-// llama::Model: the card's root block and its 17 entries (docs/entries.md "The entries").
-// Entries take and return host tensors; each checks its inputs against the card before it
-// touches the KV cache. This rank holds shard `shard` of Shards (docs/entries.md "Weights and
+// llama::Model: the card's root block and its 17 entries (docs/entries.md "The entries"), a
+// façade over the network (layers/network.h: blocks, KV cache, forward) and the one sampler
+// (layers/sampler.h). Entries take and return host tensors; each checks its inputs against the
+// card before it touches the KV cache. This rank holds shard `shard` of Shards (docs/entries.md "Weights and
 // shards"); the communicator joins the shards.
 // Card notation (Batch, MaxSeq, Vocab, T, Shards …): the generics table of docs/entries.md.
 #pragma once
@@ -12,9 +13,9 @@
 
 #include "layers/batch_plan.h"
 #include "layers/choice.h"
-#include "layers/decoder_layer.h"
-#include "layers/embedding.h"
 #include "layers/generics.h"
+#include "layers/network.h"
+#include "layers/sampler.h"
 #include "layers/validate.h"
 #include "layers/weight_source.h"
 
@@ -29,11 +30,7 @@ class Model {
   const Generics& generics() const { return g_; }
   // Whether a RoPE of the model follows each sequence's length in the call (dynamic NTK,
   // longrope): a sequence's numbers past that length then depend on how it is split into calls.
-  bool rope_follows_length() const {
-    for (const auto& r : ropes_)
-      if (r.by_length) return true;
-    return false;
-  }
+  bool rope_follows_length() const { return net_.rope_follows_length(); }
   int64_t shard() const { return comm_.rank(); }
 
   // ---- the entries ----
@@ -80,26 +77,17 @@ class Model {
                                                        bool greedy = true, TopTokens* top = nullptr);
 
   // Host copy of every layer's cache_k and cache_v, for tests of "state unchanged".
-  std::vector<Tensor> cache_snapshot();
+  std::vector<Tensor> cache_snapshot() { return net_.cache().snapshot(be_); }
   // Every matrix as the backend holds it (Backend::packed_format), by the model's name for it
   // ("embedding.weight", "layers[0].attention.qkv_proj.weight", …; a tied lm_head is the
   // embedding): what a packed file saves (checkpoint/packed_file.h).
-  const std::vector<std::pair<std::string, Tensor>>& matrices() const { return matrices_; }
+  const std::vector<std::pair<std::string, Tensor>>& matrices() const { return net_.matrices(); }
 
  private:
-  // The layers over a plan: the residual stream [N, H] after the last layer, with the rows
-  // `select` names for the head (uploaded with the plan).
-  Hidden run(const TokenPlan& plan, const Tensor* table, const std::vector<int32_t>& select = {});
-  // Final norm of the selected rows (index −1: a zero row) → [R, H] on the device.
-  Tensor final_hidden(const Hidden& h);
-  Tensor final_hidden(const Tensor& x, const std::vector<int32_t>& select);
-  // lm_head over normed rows → this shard's logits [R, Vocab/Shards] in dtype `dt`.
-  Tensor shard_logits(const Tensor& h, DType dt);
-  // Full logits [R, Vocab] in T on the host (all-gather across shards).
-  Tensor logits(const Hidden& h);
-  // Greedy (temperature 0) or Gumbel-max choice per row of x's selected rows.
-  std::vector<int32_t> choose(const Hidden& h, float temperature,
-                              uint64_t key0, uint64_t key1, int32_t step);
+  // This shard's f32 logits [R, Vocab/Shards] of the selected rows: the values log_probs_packed
+  // scores (before rounding to T), so a greedy token is its own top-1 (rounding to T makes
+  // near-ties that f32, and transformers, resolve).
+  Tensor local_logits(const Hidden& h) { return net_.shard_logits(net_.final_hidden(h), DType::f32); }
   // One token per cache row r at positions[r] (negative: idle), attending over the cache
   // through `table` (the contiguous cache when null); inputs already checked.
   Tensor rows_step(const std::vector<int64_t>& ids, const std::vector<int64_t>& positions, const Tensor* table);
@@ -116,42 +104,15 @@ class Model {
   void plan_step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
                        const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions,
                        const Tensor& table, TokenPlan& plan, std::vector<int32_t>& select);
-  // Each selected row's token under its own choice (greedy, Gumbel-max, top-k / top-p).
-  std::vector<int32_t> choose_rows(const Hidden& h,
-                                   const std::vector<RowChoice>& choices);
-  // A top-k / top-p / min-p row's token from its processed logits on this shard (collective).
-  int32_t choose_warped(const RowChoice& c, const std::vector<float>& logits);
   Tensor stepping(const Tensor& token, int32_t pos, int64_t steps, float temperature, uint64_t key0, uint64_t key1,
                   std::optional<int32_t> eos, int32_t* steps_taken);
-  Tensor upload_ints(const std::vector<int32_t>& v);
-
-  // Each RoPE the layers use (ModelConfig::LayerKind::rope): its frequencies as loaded, and
-  // whether they follow each sequence's length in the call (dynamic NTK, longrope).
-  struct RopeTable {
-    Rope rope;
-    Tensor inv_freq;  // [R/2] on the device
-    float scale = 1.0f;
-    bool by_length = false;
-    int64_t threshold = 0;  // seq_len from which by_length frequencies differ from inv_freq
-    std::map<int64_t, std::vector<float>> by_len;  // host frequencies per sequence length
-  };
-  // The rope tables of a plan: static, or [N, R/2] per token (uploaded with the plan).
-  void rope_inputs(const TokenPlan& plan, std::vector<Tensor>& host, std::vector<int>& which);
 
   ModelConfig config_;
   Generics g_;
-  std::vector<RopeTable> ropes_;
   Backend& be_;
   Communicator& comm_;
-  Context ctx_;
-  DType act_;  // the backend's compute dtype
-
-  std::vector<std::pair<std::string, Tensor>> matrices_;
-  Embedding embedding_;
-  std::vector<DecoderLayer> layers_;
-  RmsNorm norm_;
-  Linear lm_head_;         // [Vocab/Shards (padded), H], column-parallel
-  Tensor identity_table_;  // [Batch, MaxSeq/PageSize] on the device: the contiguous cache
+  Network net_;
+  Sampler sampler_;
 };
 
 }  // namespace linnet

@@ -1,16 +1,10 @@
-// The batch engine's choices next to the logits (docs/entries.md "The batch engine"): greedy and
-// plain Gumbel-max on each vocab shard with only (value, index) pairs crossing ranks; top-k / top-p
-// / min-p from each shard's best candidates; a row's logit processors (penalties, biases, bans)
-// applied on each shard to its own vocab rows first (layers/logit_processors.h). A row's Philox
-// stream is its own key at row 0 and its own step, so its token does not depend on which row of the
-// batch it is in.
+#include "layers/sampler.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <numeric>
 
 #include "core/philox.h"
-#include "layers/model.h"
 
 namespace linnet {
 
@@ -20,20 +14,31 @@ namespace {
 // reach past a shard's offer, that row's shard logits are gathered whole.
 constexpr int64_t kCandidates = 256;
 
-struct Candidate {
-  float logit;
-  int32_t index;
-};
-bool better(const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.index < b.index); }
-
 }  // namespace
 
-std::vector<int32_t> Model::choose_rows(const Hidden& hidden, const std::vector<RowChoice>& choices) {
-  const int64_t r = hidden.rows, s = comm_.rank();
+std::vector<int32_t> Sampler::argmax(const Tensor& local) {
+  const int64_t r = local.dim(0), s = comm_.rank();
+  Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
+  be_.argmax(local, g_.vocab_valid(s), g_.vocab_begin(s), value, index);
+  auto back = be_.to_host_many({value, index});  // one wait
+  comm_.max_with_index(back[0], back[1]);  // each shard's best → the global best, lowest index on ties
+  return {back[1].ptr<int32_t>(), back[1].ptr<int32_t>() + r};
+}
+
+std::vector<int32_t> Sampler::choose(const Tensor& local, float temperature, uint64_t key0, uint64_t key1,
+                                     int32_t step) {
+  if (temperature <= 0) return argmax(local);
+  const int64_t r = local.dim(0), s = comm_.rank();
+  Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
+  be_.gumbel_max(local, g_.vocab_valid(s), g_.vocab_begin(s), key0, key1, step, temperature, value, index);
+  auto back = be_.to_host_many({value, index});  // one wait
+  comm_.max_with_index(back[0], back[1]);
+  return {back[1].ptr<int32_t>(), back[1].ptr<int32_t>() + r};
+}
+
+std::vector<int32_t> Sampler::choose_rows(const Tensor& local, const std::vector<RowChoice>& choices) {
+  const int64_t r = local.dim(0), s = comm_.rank();
   const int64_t valid = g_.vocab_valid(s), offset = g_.vocab_begin(s);
-  // The f32 logits (before rounding to T): the values logprobs and eval report, so a greedy
-  // token is always its own top-1.
-  Tensor local = shard_logits(final_hidden(hidden), DType::f32);
   Tensor value = be_.empty({r}, DType::f32), index = be_.empty({r}, DType::i32);
   be_.argmax(local, valid, offset, value, index);
   // Rows whose logits are processed or warped: on the host, from this shard's copy. The others
@@ -83,19 +88,50 @@ std::vector<int32_t> Model::choose_rows(const Hidden& hidden, const std::vector<
   return out;
 }
 
+Offers Sampler::offers(const float* rows, int64_t m, int64_t width, int64_t n) {
+  const int64_t s = comm_.rank(), valid = g_.vocab_valid(s), offset = g_.vocab_begin(s), shards = g_.shards;
+  // This shard's offer: [m, n] values and indices (−inf / −1 past what it has).
+  Tensor offer_v = Tensor::from_floats({m * n}, std::vector<float>(static_cast<size_t>(m * n), -INFINITY));
+  Tensor offer_i = Tensor::from_ints({m * n}, std::vector<int64_t>(static_cast<size_t>(m * n), -1), DType::i32);
+  std::vector<Candidate> row(static_cast<size_t>(valid));
+  const int64_t take = std::min(n, valid);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t k = 0; k < valid; ++k) row[k] = {rows[i * width + k], static_cast<int32_t>(offset + k)};
+    std::partial_sort(row.begin(), row.begin() + take, row.end(), better);
+    for (int64_t k = 0; k < take; ++k) {
+      offer_v.ptr<float>()[i * n + k] = row[k].logit;
+      offer_i.ptr<int32_t>()[i * n + k] = row[k].index;
+    }
+  }
+  Tensor all_v = Tensor::empty({shards, m * n}, DType::f32), all_i = Tensor::empty({shards, m * n}, DType::i32);
+  comm_.all_gather(offer_v, all_v);
+  comm_.all_gather(offer_i, all_i);
+  Offers out;
+  out.merged.resize(static_cast<size_t>(m));
+  out.last.assign(static_cast<size_t>(m * shards), -INFINITY);
+  for (int64_t i = 0; i < m; ++i) {
+    std::vector<Candidate>& cand = out.merged[static_cast<size_t>(i)];
+    for (int64_t sh = 0; sh < shards; ++sh) {
+      for (int64_t k = 0; k < n; ++k) {
+        const int64_t at = sh * m * n + i * n + k;
+        if (all_i.ptr<int32_t>()[at] >= 0) cand.push_back({all_v.ptr<float>()[at], all_i.ptr<int32_t>()[at]});
+      }
+      const int64_t last = sh * m * n + i * n + n - 1;
+      if (all_i.ptr<int32_t>()[last] >= 0) out.last[static_cast<size_t>(i * shards + sh)] = all_v.ptr<float>()[last];
+    }
+    std::sort(cand.begin(), cand.end(), better);
+  }
+  return out;
+}
+
 // A sampled row with top-k / top-p / min-p, from its processed logits `l` on this shard: each
 // shard offers its best `want` logits (value, global index), gathered; the kept set is chosen on
 // every rank alike from them, and Gumbel-max over it samples the renormalised distribution.
-int32_t Model::choose_warped(const RowChoice& c, const std::vector<float>& l) {
-  const int64_t s = comm_.rank(), valid = g_.vocab_valid(s), offset = g_.vocab_begin(s);
+int32_t Sampler::choose_warped(const RowChoice& c, const std::vector<float>& l) {
+  const int64_t s = comm_.rank(), valid = g_.vocab_valid(s);
   const float t = c.temperature;
   const Warpers warpers{t, c.top_k, c.top_p, c.min_p};
-  int64_t want = c.top_k > 0 ? c.top_k : kCandidates;
-  want = std::min(want, g_.vocab_per_shard());
-  std::vector<Candidate> mine(static_cast<size_t>(valid));
-  for (int64_t k = 0; k < valid; ++k) mine[k] = {l[k], static_cast<int32_t>(offset + k)};
-  const int64_t take = std::min<int64_t>(want, valid);
-  std::partial_sort(mine.begin(), mine.begin() + take, mine.end(), better);
+  const int64_t want = std::min(c.top_k > 0 ? c.top_k : kCandidates, g_.vocab_per_shard());
   // The softmax's normaliser over the whole vocab at this temperature (top-p): max, then Σ exp.
   float mx = -INFINITY;
   for (int64_t k = 0; k < valid; ++k) mx = std::max(mx, l[k] / t);
@@ -107,20 +143,8 @@ int32_t Model::choose_warped(const RowChoice& c, const std::vector<float>& l) {
   Tensor gse = Tensor::from_floats({1}, {static_cast<float>(se)});
   comm_.all_reduce_sum(gse);
   const double log_z = m + std::log(static_cast<double>(gse.ptr<float>()[0]));
-  // Every shard's offer: [Shards, want] values and indices (−inf / −1 past its end).
-  Tensor offer_v = Tensor::from_floats({want}, std::vector<float>(want, -INFINITY));
-  Tensor offer_i = Tensor::from_ints({want}, std::vector<int64_t>(want, -1), DType::i32);
-  for (int64_t k = 0; k < take; ++k) {
-    offer_v.ptr<float>()[k] = mine[k].logit;
-    offer_i.ptr<int32_t>()[k] = mine[k].index;
-  }
-  Tensor all_v = Tensor::empty({g_.shards, want}, DType::f32), all_i = Tensor::empty({g_.shards, want}, DType::i32);
-  comm_.all_gather(offer_v, all_v);
-  comm_.all_gather(offer_i, all_i);
-  std::vector<Candidate> cand;
-  for (int64_t k = 0; k < g_.shards * want; ++k)
-    if (all_i.ptr<int32_t>()[k] >= 0) cand.push_back({all_v.ptr<float>()[k], all_i.ptr<int32_t>()[k]});
-  std::sort(cand.begin(), cand.end(), better);
+  Offers o = offers(l.data(), 1, valid, want);
+  std::vector<Candidate>& cand = o.merged[0];
   auto kept = [&] {
     std::vector<float> sorted(cand.size());
     for (size_t n = 0; n < cand.size(); ++n) sorted[n] = cand[n].logit;
@@ -131,11 +155,8 @@ int32_t Model::choose_warped(const RowChoice& c, const std::vector<float>& l) {
   // candidate is kept, the kept set may reach past what was offered. Then the row's logits
   // are gathered whole (so the kept set is exact).
   bool complete = true;
-  for (int64_t sh = 0; c.top_k == 0 && sh < g_.shards; ++sh) {
-    const int64_t last = sh * want + want - 1;
-    if (g_.vocab_valid(sh) > want && all_i.ptr<int32_t>()[last] >= 0 && all_v.ptr<float>()[last] >= cand[keep - 1].logit)
-      complete = false;
-  }
+  for (int64_t sh = 0; c.top_k == 0 && sh < g_.shards; ++sh)
+    if (g_.vocab_valid(sh) > want && o.last[static_cast<size_t>(sh)] >= cand[keep - 1].logit) complete = false;
   if (!complete) {
     const int64_t width = g_.vocab_per_shard();
     Tensor row_v = Tensor::from_floats({width}, std::vector<float>(width, -INFINITY));
@@ -162,17 +183,6 @@ int32_t Model::choose_warped(const RowChoice& c, const std::vector<float>& l) {
     }
   }
   return best;
-}
-
-std::pair<Tensor, std::vector<uint8_t>> Model::score_packed(const Tensor& tokens, const Tensor& positions,
-                                                            const Tensor& segments, const Tensor& targets,
-                                                            bool want_greedy, TopTokens* top) {
-  std::vector<uint8_t> greedy;
-  Tensor lp = packed_log_probs(
-      "log_probs_packed",
-      {{"tokens", tokens}, {"positions", positions}, {"segments", segments}, {"targets", targets}}, nullptr,
-      want_greedy ? &greedy : nullptr, top);
-  return {lp, greedy};
 }
 
 }  // namespace linnet

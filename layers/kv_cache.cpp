@@ -1,0 +1,34 @@
+#include "layers/kv_cache.h"
+
+namespace linnet {
+
+KvCache::KvCache(Backend& backend, const std::vector<LayerCacheSpec>& specs, int64_t batch, int64_t max_seq,
+                 DType dtype)
+    : specs_(specs), layers_(specs.size()) {
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LayerCacheSpec& s = specs[i];
+    if (s.kind == LayerCacheSpec::Kind::none) continue;
+    layers_[i].k = backend.zeros({batch, s.heads, max_seq, s.dim}, dtype);
+    layers_[i].v = backend.zeros({batch, s.heads, max_seq, s.dim}, dtype);
+  }
+}
+
+int64_t KvCache::bytes() const {
+  int64_t n = 0;
+  for (const auto& l : layers_)
+    for (const Tensor* t : {&l.k, &l.v})
+      if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+  return n;
+}
+
+std::vector<Tensor> KvCache::snapshot(Backend& backend) const {
+  std::vector<Tensor> out;
+  for (const auto& l : layers_) {
+    if (!l.k.defined()) continue;
+    out.push_back(backend.to_host(l.k).clone());
+    out.push_back(backend.to_host(l.v).clone());
+  }
+  return out;
+}
+
+}  // namespace linnet

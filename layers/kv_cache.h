@@ -1,0 +1,52 @@
+// What the network keeps between calls, described per layer and owned by the network (not by
+// the attention block): today every layer holds keys and values of its KV heads; the
+// description leaves room for what the next architectures keep instead — a latent vector per
+// position (MLA), a recurrent state per sequence (Gated DeltaNet), nothing on a layer another
+// pipeline stage runs. The attention block is handed its layer's cache on each forward.
+// Card notation (Batch, KvHeads, MaxSeq, D, Shards): the generics table of docs/entries.md.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "core/backend.h"
+
+namespace linnet {
+
+// One layer's state.
+struct LayerCacheSpec {
+  enum class Kind {
+    heads,  // keys and values: [Batch, heads, MaxSeq, dim] each
+    none,   // no state (a layer this rank does not run)
+  };
+  Kind kind = Kind::heads;
+  int64_t heads = 0;     // on this shard: KvHeads/Shards, or 1 replicated when Shards > KvHeads
+  int64_t dim = 0;       // D
+  bool sharded = true;   // split over the shards by head (false: every shard holds it whole)
+};
+
+// One layer's cache as the backend holds it.
+struct LayerCache {
+  Tensor k, v;  // [Batch, heads, MaxSeq, dim] (undefined: Kind::none)
+};
+
+class KvCache {
+ public:
+  KvCache() = default;
+  // Zeroed state for each layer as `specs` describe, `batch` rows of `max_seq` positions, in
+  // `dtype` (the backend's compute dtype).
+  KvCache(Backend& backend, const std::vector<LayerCacheSpec>& specs, int64_t batch, int64_t max_seq, DType dtype);
+
+  const LayerCacheSpec& spec(size_t layer) const { return specs_[layer]; }
+  LayerCache& layer(size_t i) { return layers_[i]; }
+  size_t size() const { return layers_.size(); }
+  // Bytes this rank holds (what footprint.h counts).
+  int64_t bytes() const;
+  // Host copies of every layer's k and v in order, for tests of "state unchanged".
+  std::vector<Tensor> snapshot(Backend& backend) const;
+
+ private:
+  std::vector<LayerCacheSpec> specs_;
+  std::vector<LayerCache> layers_;
+};
+
+}  // namespace linnet

@@ -1,0 +1,318 @@
+#include "layers/network.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "layers/weight_loader.h"
+
+namespace linnet {
+
+namespace {
+
+// Layer i's attention: q/k/v as one column-parallel product over their stacked rows (the
+// card's q_proj/k_proj/v_proj are views of them), o_proj row-parallel, the options' q/k
+// norms, window, scale and soft-cap.
+GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i,
+                                     int64_t shard) {
+  const int64_t d = g.head_dim(), qh = g.heads_per_shard(), kvh = g.kv_heads_per_shard();
+  const std::string a = "layers[" + std::to_string(i) + "].attention.";
+  GroupedQueryAttention A;
+  const AttentionOptions ao = config.attention_options(i);
+  A.dims = AttentionDims{qh, kvh, d, g.max_seq, g.page_size};
+  A.dims.scale = ao.scale;
+  A.dims.softcap = ao.softcap;
+  if (ao.window) A.dims.window = *ao.window;
+  A.rope = config.layer_kind(i).rope;
+  A.qk_norm = ao.qk_norm;
+  if (ao.qk_norm != QkNorm::none) {
+    A.q_norm = w.norm(a + "q_norm.weight");
+    A.k_norm = w.norm(a + "k_norm.weight");
+    A.q_norm_width = g.heads * d;
+    A.k_norm_width = g.kv_heads * d;
+    A.k_squares_counted = shard % g.kv_replicas() == 0;
+  }
+  A.qkv_proj.weight = w.matrix(a + "qkv_proj.weight", {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+                               {(qh + 2 * kvh) * d, g.hidden});
+  if (config.qkv_bias) A.qkv_proj.bias = w.stacked({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"});
+  const int64_t rq = qh * d, rk = kvh * d;
+  A.q_proj.weight = A.qkv_proj.weight.rows(0, rq);
+  A.k_proj.weight = A.qkv_proj.weight.rows(rq, rq + rk);
+  A.v_proj.weight = A.qkv_proj.weight.rows(rq + rk, rq + 2 * rk);
+  if (config.qkv_bias) {
+    A.q_proj.bias = A.qkv_proj.bias.rows(0, rq);
+    A.k_proj.bias = A.qkv_proj.bias.rows(rq, rq + rk);
+    A.v_proj.bias = A.qkv_proj.bias.rows(rq + rk, rq + 2 * rk);
+  }
+  A.o_proj.weight = w.matrix(a + "o_proj.weight", {a + "o_proj.weight"}, w.spec(a + "o_proj.weight").shard_shape());
+  if (config.o_bias) A.o_proj.bias = w.param(a + "o_proj.bias");
+  return A;
+}
+
+// Layer i's experts: this rank's (expert sharding) or every expert's slices (tensor
+// sharding), each product over one stacked matrix with a group of rows per expert.
+SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard) {
+  SparseMoe E;
+  const std::string m = "layers[" + std::to_string(i) + "].mlp.";
+  E.router.gate.weight = w.matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
+  E.router.top_k = g.top_k;
+  E.router.normalize = config.norm_topk_prob;
+  E.num_experts = g.experts;
+  E.first_expert = g.expert_begin(shard);
+  E.inner = g.expert_inner_per_shard();
+  E.expert_parallel = g.expert_parallel();
+  const int64_t el = g.experts_per_shard(), ei = E.inner;
+  std::vector<std::string> gate_up, down;
+  for (int64_t e = E.first_expert; e < E.first_expert + el; ++e) {
+    const std::string x = m + "experts[" + std::to_string(e) + "].";
+    gate_up.push_back(x + "gate.weight");
+    gate_up.push_back(x + "up.weight");
+    down.push_back(x + "down.weight");
+  }
+  E.gate_up.weight = w.matrix(m + "experts.gate_up.weight", gate_up, {el * 2 * ei, g.hidden});
+  E.down.weight = w.matrix(m + "experts.down.weight", down, {el * g.hidden, ei});
+  E.experts.resize(static_cast<size_t>(el));
+  for (int64_t k = 0; k < el; ++k) {
+    Expert& X = E.experts[static_cast<size_t>(k)];
+    X.gate.weight = E.gate_up.weight.rows(2 * k * ei, (2 * k + 1) * ei);
+    X.up.weight = E.gate_up.weight.rows((2 * k + 1) * ei, (2 * k + 2) * ei);
+    X.down.weight = E.down.weight.rows(k * g.hidden, (k + 1) * g.hidden);
+  }
+  return E;
+}
+
+// Layer i's dense MLP: gate|up as one column-parallel product (the card's gate and up are
+// views of its rows), down row-parallel.
+SwiGlu load_mlp(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i) {
+  const int64_t inner = g.inner_per_shard();
+  const std::string m = "layers[" + std::to_string(i) + "].mlp.";
+  SwiGlu M;
+  M.options = config.mlp_options();
+  M.gate_up.weight = w.matrix(m + "gate_up.weight", {m + "gate.weight", m + "up.weight"}, {2 * inner, g.hidden});
+  if (config.mlp_bias) M.gate_up.bias = w.stacked({m + "gate.bias", m + "up.bias"});
+  M.gate.weight = M.gate_up.weight.rows(0, inner);
+  M.up.weight = M.gate_up.weight.rows(inner, 2 * inner);
+  if (config.mlp_bias) {
+    M.gate.bias = M.gate_up.bias.rows(0, inner);
+    M.up.bias = M.gate_up.bias.rows(inner, 2 * inner);
+  }
+  M.down.weight = w.matrix(m + "down.weight", {m + "down.weight"}, w.spec(m + "down.weight").shard_shape());
+  if (config.mlp_bias) M.down.bias = w.param(m + "down.bias");
+  return M;
+}
+
+// Layer i: its norms around the blocks, attention, and the dense MLP or the experts.
+DecoderLayer load_decoder_layer(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i,
+                                int64_t shard) {
+  const std::string p = "layers[" + std::to_string(i) + "].";
+  DecoderLayer L;
+  if (config.pre_norms) {
+    L.attention_norm = w.norm(p + "attention_norm.weight");
+    L.mlp_norm = w.norm(p + "mlp_norm.weight");
+  }
+  if (config.post_norms) {
+    L.post_attention_norm = w.norm(p + "post_attention_norm.weight");
+    L.post_mlp_norm = w.norm(p + "post_mlp_norm.weight");
+  }
+  L.residual_multiplier = static_cast<float>(config.residual_multiplier);
+  L.attention = load_attention(w, config, g, i, shard);
+  if (config.sparse_layer(i)) L.moe = load_experts(w, config, g, i, shard);
+  else L.mlp = load_mlp(w, config, g, i);
+  return L;
+}
+
+// What layer i keeps between calls: its KV heads on this shard (one replicated head when
+// Shards > KvHeads), D wide.
+LayerCacheSpec cache_spec(const Generics& g) {
+  return LayerCacheSpec{LayerCacheSpec::Kind::heads, g.kv_heads_per_shard(), g.head_dim(), g.kv_replicas() == 1};
+}
+
+}  // namespace
+
+Network::Network(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
+                 Communicator& comm)
+    : config_(config), g_(g), be_(backend), comm_(comm), ctx_{backend, comm}, act_(backend.compute_dtype(g.t)) {
+  LINNET_CHECK(comm.size() == g.shards, "communicator of ", comm.size(), " ranks for Shards=", g.shards);
+  const int64_t shard = comm.rank();
+  WeightLoader w(config, g, weights, backend, shard);
+  embedding_.weight = w.matrix("embedding.weight", {"embedding.weight"}, w.spec("embedding.weight").shard_shape());
+  norm_ = w.norm("norm.weight");
+  if (config.tie_word_embeddings) {
+    // A view of the embedding's rows: the tied matrix is held once (the last shard of a
+    // padded vocab sees fewer rows; shard_logits pads its columns).
+    const auto [begin, end] = w.spec("lm_head.weight").shard_range(shard);
+    lm_head_.weight = embedding_.weight.rows(begin, end);
+  } else {
+    lm_head_.weight = w.matrix("lm_head.weight", {"lm_head.weight"}, w.spec("lm_head.weight").shard_shape());
+  }
+
+  // The RoPEs: the model's, and a second for the sliding layers where the family has one.
+  for (int r = 0; r < (config.local_rope ? 2 : 1); ++r) {
+    RopeTable t;
+    t.rope = layer_rope(config, r);
+    const RopeFrequencies f = rope_frequencies(config, t.rope);
+    t.inv_freq = be_.upload(Tensor::from_floats({static_cast<int64_t>(f.inv_freq.size())}, f.inv_freq));
+    t.scale = f.scale;
+    t.by_length = rope_depends_on_length(t.rope.scaling);
+    t.threshold = rope_length_threshold(config, t.rope.scaling);
+    ropes_.push_back(std::move(t));
+  }
+  std::vector<LayerCacheSpec> state;
+  for (int64_t i = 0; i < g.layers; ++i) {
+    layers_.push_back(load_decoder_layer(w, config, g, i, shard));
+    state.push_back(cache_spec(g));
+  }
+  matrices_ = w.take_matrices();
+  cache_ = KvCache(be_, state, g.batch, g.max_seq, act_);
+
+  std::vector<int32_t> table(static_cast<size_t>(g.num_pages()));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);  // row r, page j → r·PPR + j
+  identity_table_ = be_.upload(Tensor::from_ints({g.batch, g.pages_per_row()}, {table.begin(), table.end()}));
+}
+
+bool Network::rope_follows_length() const {
+  for (const auto& r : ropes_)
+    if (r.by_length) return true;
+  return false;
+}
+
+Tensor Network::upload_ints(const std::vector<int32_t>& v) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i32);
+  if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * sizeof(int32_t));
+  return be_.upload(t);
+}
+
+Hidden Network::run(const TokenPlan& plan, const Tensor* table, const std::vector<int32_t>& select) {
+  DevicePlan dp;
+  dp.n = static_cast<int64_t>(plan.size());
+  // The plan's arrays (and the table) go to the device in one transfer.
+  auto host = [](const std::vector<int32_t>& v) {
+    Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i32);
+    if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * sizeof(int32_t));
+    return t;
+  };
+  std::vector<Tensor> up = {host(plan.ids), host(plan.positions), host(plan.run_start), host(plan.cache_row),
+                            host(plan.slots)};
+  up.push_back(host(select));
+  if (table) up.push_back(table->dtype() == DType::i32 ? *table : table->to(DType::i32));
+  const size_t first_rope = up.size();
+  std::vector<int> per_token;  // the ropes whose [N, R/2] frequencies go up with the plan
+  rope_inputs(plan, up, per_token);
+  up = be_.upload_many(up);
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    dp.rope_freq.push_back(ropes_[r].inv_freq);
+    dp.rope_scale.push_back(ropes_[r].scale);
+  }
+  for (size_t k = 0; k < per_token.size(); ++k) dp.rope_freq[static_cast<size_t>(per_token[k])] = up[first_rope + k];
+  dp.ids = up[0];
+  dp.positions = up[1];
+  dp.run_start = up[2];
+  dp.cache_row = up[3];
+  dp.slots = up[4];
+  Hidden out{Tensor(), up[5], static_cast<int64_t>(select.size())};
+  dp.table = table ? up[6] : identity_table_;
+  for (size_t i = 0, run = 0; i < plan.size(); ++i) {
+    const bool cache = plan.cache_row[i] >= 0;
+    run = cache && i > 0 && plan.cache_row[i - 1] == plan.cache_row[i] ? run + 1 : (cache ? 1 : 0);
+    dp.row_run = std::max<int64_t>(dp.row_run, static_cast<int64_t>(run));
+    dp.any_packed |= plan.run_start[i] >= 0;
+    dp.any_cache |= plan.cache_row[i] >= 0;
+    if (plan.cache_row[i] >= 0) dp.span = std::max<int64_t>(dp.span, plan.positions[i] + 1);
+    dp.any_write |= plan.slots[i] >= 0;
+  }
+  out.x = be_.empty({dp.n, g_.hidden}, act_);
+  if (dp.n == 0) return out;
+  embedding_.forward(ctx_, dp.ids, out.x);
+  // Gemma: × √H; Granite: × embedding_multiplier.
+  if (config_.embedding_scale != 1.0)
+    be_.pointwise(out.x, Backend::Pointwise::multiply, static_cast<float>(config_.embedding_scale));
+  for (size_t i = 0; i < layers_.size(); ++i) layers_[i].forward(ctx_, out.x, dp, cache_.layer(i));
+  return out;
+}
+
+// Dynamic NTK and longrope frequencies follow the sequence's length, as transformers'
+// dynamic_rope_update: the longest position of the token's own sequence in this call + 1
+// (its packed run, or its cache row's tokens in the call). Keys already in the cache keep the
+// rotation they were written with (transformers' cache too).
+void Network::rope_inputs(const TokenPlan& plan, std::vector<Tensor>& host, std::vector<int>& which) {
+  const size_t n = plan.size();
+  for (size_t r = 0; r < ropes_.size(); ++r) {
+    RopeTable& t = ropes_[r];
+    if (!t.by_length || n == 0) continue;
+    std::map<int64_t, int32_t> longest;  // by run start (≥ 0) or cache row (−1 − row)
+    auto key = [&](size_t i) -> int64_t { return plan.run_start[i] >= 0 ? plan.run_start[i] : -1 - plan.cache_row[i]; };
+    bool beyond = false;
+    for (size_t i = 0; i < n; ++i) {
+      int32_t& m = longest.try_emplace(key(i), plan.positions[i]).first->second;
+      m = std::max(m, plan.positions[i]);
+      beyond |= plan.positions[i] + 1 > t.threshold;
+    }
+    if (!beyond) continue;  // every sequence within the original length: the loaded frequencies
+    const int64_t half = t.inv_freq.numel();
+    Tensor f = Tensor::empty({static_cast<int64_t>(n), half}, DType::f32);
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t seq_len = longest[key(i)] + 1;
+      auto it = t.by_len.find(seq_len);
+      if (it == t.by_len.end()) {
+        if (t.by_len.size() > 4096) t.by_len.clear();
+        it = t.by_len.emplace(seq_len, rope_frequencies(config_, t.rope, seq_len).inv_freq).first;
+      }
+      std::memcpy(f.ptr<float>() + i * half, it->second.data(), static_cast<size_t>(half) * sizeof(float));
+    }
+    host.push_back(f);
+    which.push_back(static_cast<int>(r));
+  }
+}
+
+Tensor Network::final_hidden(const Tensor& x, const std::vector<int32_t>& select) {
+  return final_hidden(Hidden{x, upload_ints(select), static_cast<int64_t>(select.size())});
+}
+
+Tensor Network::final_hidden(const Hidden& hidden) {
+  Tensor rows = be_.empty({hidden.rows, g_.hidden}, act_);
+  be_.gather_rows(hidden.x, hidden.select, rows);  // −1 → a zero row, which stays zero
+  Tensor h = be_.empty(rows.shape(), act_);
+  norm_.forward(ctx_, rows, h);
+  return h;
+}
+
+Tensor Network::shard_logits(const Tensor& h, DType dt) {
+  Tensor local = be_.empty({h.dim(0), g_.vocab_per_shard()}, act_);
+  const int64_t rows = lm_head_.out_features();
+  if (rows == g_.vocab_per_shard()) {
+    lm_head_.forward(ctx_, h, local);  // column-parallel: this shard's vocab rows
+  } else {
+    // A tied lm_head on the last shard of a padded vocab: its real rows, then zero columns.
+    be_.fill_zero(local);
+    if (rows > 0) {
+      Tensor real = be_.empty({h.dim(0), rows}, act_);
+      lm_head_.forward(ctx_, h, real);
+      be_.copy_columns(real, local, 0, rows);
+    }
+  }
+  // Granite divides the logits by logits_scaling; Gemma 2 soft-caps them (padding stays 0).
+  if (config_.logits_scaling != 1.0)
+    be_.pointwise(local, Backend::Pointwise::divide, static_cast<float>(config_.logits_scaling));
+  if (config_.final_softcap > 0)
+    be_.pointwise(local, Backend::Pointwise::softcap, static_cast<float>(config_.final_softcap));
+  if (dt == act_) return local;
+  Tensor converted = be_.empty(local.shape(), dt);
+  be_.convert(local, converted);
+  return converted;
+}
+
+Tensor Network::logits(const Hidden& hidden) {
+  const int64_t r = hidden.rows;
+  Tensor local = shard_logits(final_hidden(hidden), g_.t);
+  if (g_.shards == 1) return be_.to_host(local);
+  // All-gather the vocab shards, then lay them side by side, dropping lm_head's padding.
+  Tensor gathered = be_.empty({g_.shards, r, local.dim(1)}, g_.t);
+  comm_.all_gather(local, gathered);
+  Tensor full = be_.empty({r, g_.vocab}, g_.t);
+  for (int64_t s = 0; s < g_.shards; ++s) {
+    Tensor part = gathered.rows(s, s + 1).reshape({r, local.dim(1)});
+    be_.copy_columns(part, full, g_.vocab_begin(s), g_.vocab_valid(s));
+  }
+  return be_.to_host(full);
+}
+
+}  // namespace linnet

@@ -1,0 +1,71 @@
+#include "layers/weight_loader.h"
+
+namespace linnet {
+
+namespace {
+
+// t in dt; a source converted is let go of (drop_pages: a mapped file's pages go back).
+Tensor converted(const Tensor& t, DType dt) {
+  if (t.dtype() == dt) return t;
+  Tensor c = t.to(dt);
+  t.drop_pages();
+  return c;
+}
+
+}  // namespace
+
+WeightLoader::WeightLoader(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
+                           int64_t shard)
+    : config_(config), g_(g), weights_(weights), be_(backend), shard_(shard),
+      matrix_dtype_(backend.weight_dtype(g.t)), act_(backend.compute_dtype(g.t)) {
+  for (auto& p : parameter_specs(config, g)) specs_.emplace(p.card_name, p);
+}
+
+const ParamSpec& WeightLoader::spec(const std::string& card_name) const {
+  auto it = specs_.find(card_name);
+  LINNET_CHECK(it != specs_.end(), "no parameter ", card_name, " in the model's table");
+  return it->second;
+}
+
+Tensor WeightLoader::host(const std::string& card_name) {
+  const ParamSpec& p = spec(card_name);
+  LINNET_CHECK(p.held_by(shard_), card_name, " is held by shard ", p.owner, ", not ", shard_);
+  Tensor t = converted(weights_.read(p, shard_), g_.t);  // rounded to T first
+  return converted(t, t.rank() == 2 ? matrix_dtype_ : act_);
+}
+
+Tensor WeightLoader::up(const Tensor& t) {
+  Tensor d = t.rank() == 2 ? be_.upload_matrix(t) : be_.upload(t);
+  if (d.data() != t.data()) t.drop_pages();
+  return d;
+}
+
+Tensor WeightLoader::param(const std::string& card_name) { return up(host(card_name)); }
+
+Tensor WeightLoader::stacked(const std::vector<std::string>& card_names) {
+  std::vector<Tensor> parts;
+  for (const auto& n : card_names) parts.push_back(host(n));
+  if (parts[0].rank() != 2) return be_.upload(stack_rows(parts));  // biases
+  Tensor d = be_.upload_matrix(parts);
+  for (const auto& p : parts) p.drop_pages();
+  return d;
+}
+
+RmsNorm WeightLoader::norm(const std::string& card_name) {
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  if (!config_.norm_plus_one) return RmsNorm{param(card_name), eps};
+  Tensor w = weights_.read(spec(card_name), shard_).to(g_.t).to(DType::f32);  // rounded to T first
+  for (int64_t i = 0; i < w.numel(); ++i) w.ptr<float>()[i] = 1.0f + w.ptr<float>()[i];
+  return RmsNorm{be_.upload(w), eps};
+}
+
+Tensor WeightLoader::matrix(const std::string& name, const std::vector<std::string>& parts, const Shape& shape) {
+  Tensor m;
+  if (g_.shards == 1 && !be_.packed_format().empty())
+    m = weights_.packed(name, be_.packed_format(), matrix_dtype_, shape);
+  m = m.defined() ? be_.upload_matrix(m) : parts.size() == 1 ? param(parts[0]) : stacked(parts);
+  matrices_.emplace_back(name, m);
+  return m;
+}
+
+}  // namespace linnet
