@@ -13,13 +13,13 @@ namespace linnet {
 struct ParamSpec;
 
 // The bytes a rank holds per value of parameter p: matrices in `weights`, Gemma's (1 + w) norm
-// weights in f32 on every backend (layers/model.cpp forms 1 + w in f32, as transformers does),
+// weights in f32 on every backend (layers/weight_loader.cpp forms 1 + w in f32, as transformers does),
 // the other vectors in `held`. The one rule rank_footprint and `linnet inspect` both count by.
 int64_t held_bytes_per_value(const ModelConfig& config, const ParamSpec& p, DType held, DType weights);
 
 struct Footprint {
   int64_t parameters = 0;     // bytes; a tied lm_head is a view of the embedding (0 bytes)
-  int64_t kv_cache = 0;       // bytes: 2 × Layers × [Batch, KvHeads/Shards, MaxSeq, D]
+  int64_t kv_cache = 0;       // bytes: each layer's state (layers/cache_layout.h) × Batch × MaxSeq
   int64_t kv_per_slot = 0;    // bytes per (row, position) of the cache
   int64_t total() const { return parameters + kv_cache; }
 };

@@ -8,6 +8,10 @@ KvCache::KvCache(Backend& backend, const std::vector<LayerCacheSpec>& specs, int
   for (size_t i = 0; i < specs.size(); ++i) {
     const LayerCacheSpec& s = specs[i];
     if (s.kind == LayerCacheSpec::Kind::none) continue;
+    if (s.kind == LayerCacheSpec::Kind::latent) {
+      layers_[i].k = backend.zeros({batch, max_seq, s.dim}, dtype);
+      continue;
+    }
     layers_[i].k = backend.zeros({batch, s.heads, max_seq, s.dim}, dtype);
     layers_[i].v = backend.zeros({batch, s.heads, max_seq, s.dim}, dtype);
   }
@@ -24,9 +28,8 @@ int64_t KvCache::bytes() const {
 std::vector<Tensor> KvCache::snapshot(Backend& backend) const {
   std::vector<Tensor> out;
   for (const auto& l : layers_) {
-    if (!l.k.defined()) continue;
-    out.push_back(backend.to_host(l.k).clone());
-    out.push_back(backend.to_host(l.v).clone());
+    for (const Tensor* t : {&l.k, &l.v})
+      if (t->defined()) out.push_back(backend.to_host(*t).clone());
   }
   return out;
 }

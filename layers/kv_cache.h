@@ -15,18 +15,24 @@ namespace linnet {
 // One layer's state.
 struct LayerCacheSpec {
   enum class Kind {
-    heads,  // keys and values: [Batch, heads, MaxSeq, dim] each
-    none,   // no state (a layer this rank does not run)
+    heads,   // keys and values: [Batch, heads, MaxSeq, dim] each
+    latent,  // one vector per position: [Batch, MaxSeq, dim] in k, no v (MLA's compressed KV)
+    none,    // no state (a layer this rank does not run)
   };
   Kind kind = Kind::heads;
-  int64_t heads = 0;     // on this shard: KvHeads/Shards, or 1 replicated when Shards > KvHeads
-  int64_t dim = 0;       // D
+  int64_t heads = 0;     // heads: on this shard (KvHeads/Shards, or 1 replicated when Shards > KvHeads)
+  int64_t dim = 0;       // heads: D; latent: the latent width
   bool sharded = true;   // split over the shards by head (false: every shard holds it whole)
+
+  // Values this layer keeps per (row, position).
+  int64_t values_per_slot() const {
+    return kind == Kind::heads ? 2 * heads * dim : kind == Kind::latent ? dim : 0;
+  }
 };
 
 // One layer's cache as the backend holds it.
 struct LayerCache {
-  Tensor k, v;  // [Batch, heads, MaxSeq, dim] (undefined: Kind::none)
+  Tensor k, v;  // heads: [Batch, heads, MaxSeq, dim] each; latent: k [Batch, MaxSeq, dim]; none: undefined
 };
 
 class KvCache {
@@ -41,7 +47,8 @@ class KvCache {
   size_t size() const { return layers_.size(); }
   // Bytes this rank holds (what footprint.h counts).
   int64_t bytes() const;
-  // Host copies of every layer's k and v in order, for tests of "state unchanged".
+  // Host copies of every layer's tensors in order (k, then v where held), for tests of
+  // "state unchanged".
   std::vector<Tensor> snapshot(Backend& backend) const;
 
  private:

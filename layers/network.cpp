@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "layers/cache_layout.h"
 #include "layers/weight_loader.h"
 
 namespace linnet {
@@ -120,12 +121,6 @@ DecoderLayer load_decoder_layer(WeightLoader& w, const ModelConfig& config, cons
   return L;
 }
 
-// What layer i keeps between calls: its KV heads on this shard (one replicated head when
-// Shards > KvHeads), D wide.
-LayerCacheSpec cache_spec(const Generics& g) {
-  return LayerCacheSpec{LayerCacheSpec::Kind::heads, g.kv_heads_per_shard(), g.head_dim(), g.kv_replicas() == 1};
-}
-
 }  // namespace
 
 Network::Network(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
@@ -156,13 +151,9 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
     t.threshold = rope_length_threshold(config, t.rope.scaling);
     ropes_.push_back(std::move(t));
   }
-  std::vector<LayerCacheSpec> state;
-  for (int64_t i = 0; i < g.layers; ++i) {
-    layers_.push_back(load_decoder_layer(w, config, g, i, shard));
-    state.push_back(cache_spec(g));
-  }
+  for (int64_t i = 0; i < g.layers; ++i) layers_.push_back(load_decoder_layer(w, config, g, i, shard));
   matrices_ = w.take_matrices();
-  cache_ = KvCache(be_, state, g.batch, g.max_seq, act_);
+  cache_ = KvCache(be_, layer_cache_specs(config, g), g.batch, g.max_seq, act_);
 
   std::vector<int32_t> table(static_cast<size_t>(g.num_pages()));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);  // row r, page j → r·PPR + j

@@ -1,0 +1,15 @@
+// What each layer of a model keeps between calls on this shard (layers/kv_cache.h): the one
+// rule the network allocates by and the footprint counts by.
+#pragma once
+#include <vector>
+
+#include "layers/generics.h"
+#include "layers/kv_cache.h"
+
+namespace linnet {
+
+// Per layer: today every layer keeps keys and values of its KV heads, D wide — KvHeads/Shards
+// heads, or one head replicated on Shards/KvHeads shards when Shards > KvHeads.
+std::vector<LayerCacheSpec> layer_cache_specs(const ModelConfig& config, const Generics& g);
+
+}  // namespace linnet
