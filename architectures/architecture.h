@@ -10,6 +10,9 @@
 #include <vector>
 
 #include "architectures/config_reader.h"
+#include "layers/card_blocks.h"
+#include "layers/model_definition.h"
+#include "layers/parameter_table.h"
 
 namespace linnet {
 
@@ -61,6 +64,10 @@ struct Architecture {
   void (*finish)(const ConfigReader&, ModelConfig&) = nullptr;
   // Keys of its own in config.json, written back.
   void (*write)(nlohmann::json&, const ModelConfig&) = nullptr;
+
+  // Its network: its parameter table and its card (layers/model_definition.h), composed of the
+  // shared pieces in layers/parameter_table.h and layers/card_blocks.h.
+  ModelDefinition definition;
 };
 
 // The architectures in the registry's order; the one of a model_type (nullptr: none).
@@ -73,5 +80,9 @@ const Architecture* find_architecture(const std::string& model_type);
 void window_not_applied(const ConfigReader& r, ModelConfig& c, LayerParse& l);
 // Every layer attends within the window when one is set (Mistral, Phi-3, Mixtral).
 void every_layer_slides(const ConfigReader& r, ModelConfig& c, LayerParse& l);
+
+// OLMo 2's layer (OLMo 3's too): norms after attention and the MLP only, q/k norms over the
+// whole projection.
+void olmo2_layer_parameters(ParamTable& t, const ModelConfig& c, int64_t i);
 
 }  // namespace linnet

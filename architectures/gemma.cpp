@@ -58,6 +58,19 @@ void gemma_write(nlohmann::json& j, const ModelConfig& c) {
   if (c.model_type == "gemma3_text") j.erase("attn_logit_softcapping");
 }
 
+// Norms around both blocks: transformers' post_attention_layernorm is the norm after attention.
+template <QkNorm kQkNorm>
+void gemma_layer_parameters(ParamTable& t, const ModelConfig&, int64_t) {
+  t.norm("input_layernorm", "attention_norm");
+  t.norm("post_attention_layernorm", "post_attention_norm");
+  t.attention(kQkNorm);
+  t.norm("pre_feedforward_layernorm", "mlp_norm");
+  t.norm("post_feedforward_layernorm", "post_mlp_norm");
+  t.dense_mlp();
+}
+
+const card::FamilyOptions kGemmaCard{.post_norms = true, .norm_plus_one = true, .gelu_tanh = true};
+
 }  // namespace
 
 extern const Architecture kGemma2{
@@ -72,6 +85,16 @@ extern const Architecture kGemma2{
     .layers = gemma_layers,
     .finish = gemma_finish,
     .write = gemma_write,
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, gemma_layer_parameters<QkNorm::none>);
+                       },
+                   .blocks =
+                       [](const ModelConfig& c) {
+                         card::FamilyOptions o = kGemmaCard;
+                         o.ns = "gemma2";
+                         return card::family_blocks(c, o);
+                       }},
 };
 
 extern const Architecture kGemma3Text{
@@ -89,6 +112,17 @@ extern const Architecture kGemma3Text{
     .layers = gemma_layers,
     .finish = gemma_finish,
     .write = gemma_write,
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, gemma_layer_parameters<QkNorm::per_head>);
+                       },
+                   .blocks =
+                       [](const ModelConfig& c) {
+                         card::FamilyOptions o = kGemmaCard;
+                         o.ns = "gemma3";
+                         o.qk_norm = QkNorm::per_head;
+                         return card::family_blocks(c, o);
+                       }},
 };
 
 }  // namespace linnet

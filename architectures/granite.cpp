@@ -34,6 +34,8 @@ extern const Architecture kGranite{
           j["attention_multiplier"] = c.attention_scale.value_or(1.0 / std::sqrt(static_cast<double>(c.head_dim())));
           j["logits_scaling"] = c.logits_scaling;
         },
+    .definition = {.parameters = llama_parameters,
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "granite"}); }},
 };
 
 }  // namespace linnet

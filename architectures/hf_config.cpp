@@ -216,7 +216,8 @@ void refuse_unsupported(const Reader& r, const Architecture& a) {
   if (given(j, "clip_qkv")) refuse("clip_qkv", "OLMo's clipping of q, k and v");
   for (const char* key : {"use_qk_norm", "qk_layernorm", "rope_interleaved"})
     if (given(j, key) && j[key] != false)
-      refuse(key, "linnet's q/k norms are those of qwen3, gemma3_text and olmo2; RoPE rotates halves, not pairs");
+      refuse(key, str("model_type '", type, "' has the q/k norms (or none) ", a.class_name,
+                      " has, whatever the config says; RoPE rotates halves, not pairs"));
   if (given(j, "query_pre_attn_scalar") && !a.soft_caps)
     refuse("query_pre_attn_scalar", "Gemma's attention scale (gemma2, gemma3_text); attention is scaled by 1/sqrt(head_dim)");
   if (!a.multipliers)
@@ -303,6 +304,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
   if (!fam->mlp_bias && r.boolean("mlp_bias", false))
     r.fail(str("'mlp_bias' = true is not supported for model_type '", type, "' (its MLP has no biases in transformers)"));
   if (fam->finish) fam->finish(r, c);
+  c.definition = &fam->definition;
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!given(j, key)) continue;
     const std::string t = r.string(key, "");

@@ -9,6 +9,7 @@ extern const Architecture kLlama{
     .class_name = "LlamaForCausalLM",
     .mlp_bias = true,
     .layers = window_not_applied,
+    .definition = {.parameters = llama_parameters, .blocks = llama_blocks},
 };
 
 extern const Architecture kMistral{
@@ -17,6 +18,8 @@ extern const Architecture kMistral{
     .sliding_window = 4096,
     .bias = Architecture::Bias::none,
     .layers = every_layer_slides,
+    .definition = {.parameters = llama_parameters,
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "mistral"}); }},
 };
 
 }  // namespace linnet

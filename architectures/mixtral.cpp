@@ -29,6 +29,14 @@ extern const Architecture kMixtral{
     .layers = every_layer_slides,
     .moe = [](const ConfigReader& r, ModelConfig& c) { parse_experts(r, c, kKeys); },
     .write = [](nlohmann::json& j, const ModelConfig& c) { write_experts(j, c, kKeys); },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
+                           pre_norm_layer(t, c, i, QkNorm::none,
+                                          {.block = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2"});
+                         });
+                       },
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "mixtral", .mixtral_expert_names = true}); }},
 };
 
 }  // namespace linnet

@@ -4,6 +4,14 @@
 
 namespace linnet {
 
+// transformers' post_attention_layernorm is OLMo 2's norm after attention.
+void olmo2_layer_parameters(ParamTable& t, const ModelConfig&, int64_t) {
+  t.norm("post_attention_layernorm", "post_attention_norm");
+  t.attention(QkNorm::whole);
+  t.norm("post_feedforward_layernorm", "post_mlp_norm");
+  t.dense_mlp();
+}
+
 extern const Architecture kOlmo2{
     .model_type = "olmo2",
     .class_name = "Olmo2ForCausalLM",
@@ -15,6 +23,17 @@ extern const Architecture kOlmo2{
           c.pre_norms = false;
           c.post_norms = true;
         },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, olmo2_layer_parameters);
+                       },
+                   .blocks =
+                       [](const ModelConfig& c) {
+                         return card::family_blocks(c, {.ns = "olmo2",
+                                                        .qk_norm = QkNorm::whole,
+                                                        .pre_norms = false,
+                                                        .post_norms = true});
+                       }},
 };
 
 }  // namespace linnet

@@ -39,6 +39,17 @@ extern const Architecture kOlmo3{
           c.pre_norms = false;
           c.post_norms = true;
         },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, olmo2_layer_parameters);
+                       },
+                   .blocks =
+                       [](const ModelConfig& c) {
+                         return card::family_blocks(c, {.ns = "olmo3",
+                                                        .qk_norm = QkNorm::whole,
+                                                        .pre_norms = false,
+                                                        .post_norms = true});
+                       }},
 };
 
 }  // namespace linnet

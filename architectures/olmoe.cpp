@@ -29,6 +29,13 @@ extern const Architecture kOlmoe{
                        ": OLMoE's q/k norms are sized by hidden_size"));
         },
     .write = [](nlohmann::json& j, const ModelConfig& c) { write_experts(j, c, kKeys); },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
+                           pre_norm_layer(t, c, i, QkNorm::whole);
+                         });
+                       },
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "olmoe", .qk_norm = QkNorm::whole}); }},
 };
 
 }  // namespace linnet

@@ -20,6 +20,19 @@ extern const Architecture kPhi3{
           // recomputed with the long factors. Only longrope changes the keys by it.
           if (c.rope.type == RopeScaling::Type::longrope) c.recompute_cache_at = c.rope.original_max_position;
         },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig&, int64_t) {
+                           t.norm("input_layernorm", "attention_norm");
+                           t.attention(QkNorm::none, /*fused_qkv=*/true);
+                           t.norm("post_attention_layernorm", "mlp_norm");
+                           t.dense_mlp(/*fused_gate_up=*/true);
+                         });
+                       },
+                   .blocks =
+                       [](const ModelConfig& c) {
+                         return card::family_blocks(c, {.ns = "phi3", .fused_qkv = true, .fused_gate_up = true});
+                       }},
 };
 
 }  // namespace linnet

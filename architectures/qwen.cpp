@@ -34,6 +34,8 @@ extern const Architecture kQwen2{
     .writes_layer_types = true,
     .writes_use_sliding_window = true,
     .layers = qwen_layers,
+    .definition = {.parameters = llama_parameters,
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen2"}); }},
 };
 
 extern const Architecture kQwen3{
@@ -45,6 +47,16 @@ extern const Architecture kQwen3{
     .writes_use_sliding_window = true,
     .layers = qwen_layers,
     .finish = [](const ConfigReader&, ModelConfig& c) { c.qk_norm = ModelConfig::QkNorm::per_head; },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
+                           pre_norm_layer(t, c, i, QkNorm::per_head);
+                         });
+                       },
+                   .blocks =
+                       [](const ModelConfig& c) {
+                         return card::family_blocks(c, {.ns = "qwen3", .qk_norm = QkNorm::per_head});
+                       }},
 };
 
 }  // namespace linnet

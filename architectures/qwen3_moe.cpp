@@ -40,6 +40,13 @@ extern const Architecture kQwen3Moe{
             if (!c.sparse_layer(i)) dense.push_back(i);
           j["mlp_only_layers"] = dense;
         },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
+                           pre_norm_layer(t, c, i, QkNorm::per_head);
+                         });
+                       },
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_moe", .qk_norm = QkNorm::per_head}); }},
 };
 
 }  // namespace linnet

@@ -51,6 +51,8 @@ extern const Architecture kSmolLm3{
           for (int64_t i = 0; i < c.layers; ++i) nope.push_back(c.layer_kind(i).rope < 0 ? 0 : 1);
           j["no_rope_layers"] = nope;
         },
+    .definition = {.parameters = llama_parameters,
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "smollm3"}); }},
 };
 
 }  // namespace linnet

@@ -40,9 +40,10 @@ const std::vector<Function>& entries();
 const Function& entry(std::string_view name);
 // Every block, in the card's (alphabetical) order.
 const std::vector<Block>& blocks();
-// The blocks as a checkpoint's family has them: the seed's for a Llama-shaped model, else
-// with the family's blocks (GeGlu, RmsNorm1p), members (q/k norms, pre/post norms, window,
-// scales, soft-caps, RoPEs per layer kind) and the head dim D as a generic of its own.
+// The blocks as a checkpoint's architecture has them (its ModelDefinition, built by
+// layers/card_blocks.h): the seed's for a Llama-shaped model, else with the family's blocks
+// (GeGlu, RmsNorm1p), members (q/k norms, pre/post norms, window, scales, soft-caps, RoPEs per
+// layer kind) and the head dim D as a generic of its own.
 std::vector<Block> blocks_for(const ModelConfig& config);
 // The generics a family adds to the seed's (name, value): D when head_dim ≠ H / Heads, Window.
 std::vector<std::pair<std::string, int64_t>> extra_generics(const ModelConfig& config);

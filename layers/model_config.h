@@ -12,6 +12,8 @@
 
 namespace linnet {
 
+struct ModelDefinition;  // layers/model_definition.h
+
 // One RoPE's frequencies (transformers' rope_type and its parameters).
 struct RopeScaling {
   enum class Type { none, linear, llama3, dynamic, yarn, longrope };
@@ -103,6 +105,9 @@ struct ModelConfig {
   // mlp.experts.E.gate_proj/up_proj/down_proj (Qwen3-MoE, OLMoE); the router is `gate` in both.
   enum class ExpertNames { mixtral, qwen };
   ExpertNames expert_names = ExpertNames::qwen;
+
+  // Its architecture's parameter table and card (set by the config's parsing; nullptr: Llama's).
+  const ModelDefinition* definition = nullptr;
 
   int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   // Columns of each head that RoPE rotates (even; head_dim × partial_rotary_factor).

@@ -1,7 +1,8 @@
 #include "layers/parameters.h"
 
 #include <algorithm>
-#include <tuple>
+
+#include "layers/model_definition.h"
 
 namespace linnet {
 
@@ -29,111 +30,9 @@ std::pair<int64_t, int64_t> ParamSpec::shard_range(int64_t shard) const {
   return {begin, std::min(begin + per_shard, extent)};
 }
 
+// Each architecture composes its own (layers/parameter_table.h); Llama's without one.
 std::vector<ParamSpec> parameter_specs(const ModelConfig& c, const Generics& g) {
-  const int64_t h = g.hidden, d = g.head_dim(), s = g.shards;
-  std::vector<ParamSpec> p;
-  auto add = [&](std::string hf, std::string card, Shape full, Split split, int64_t per_shard, bool bias = false) {
-    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias, Shape{}, 0, -1});
-  };
-  // A part of a fused tensor: rows [offset, offset + full[0]) of `stored`.
-  auto add_part = [&](std::string hf, std::string card, Shape full, Shape stored, int64_t offset, int64_t per_shard) {
-    p.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), Split::rows, per_shard, false,
-                          std::move(stored), offset, -1});
-  };
-  // k/v rows: KvHeads/Shards heads a shard, or one head on each of kv_replicas() shards.
-  const int64_t kv_rows = g.kv_heads_per_shard() * d;
-  auto replicate_kv = [&] { p.back().replicas = g.kv_replicas(); };
-  add("model.embed_tokens.weight", "embedding.weight", {g.vocab, h}, Split::mirrored, 0);
-  for (int64_t i = 0; i < g.layers; ++i) {
-    const std::string hf = "model.layers." + std::to_string(i) + ".";
-    const std::string card = "layers[" + std::to_string(i) + "].";
-    // Norms around the blocks. transformers' names: Llama's post_attention_layernorm is the
-    // norm before the MLP; Gemma's and OLMo 2's is the norm after attention.
-    if (c.pre_norms) add(hf + "input_layernorm.weight", card + "attention_norm.weight", {h}, Split::mirrored, 0);
-    if (c.post_norms)
-      add(hf + "post_attention_layernorm.weight", card + "post_attention_norm.weight", {h}, Split::mirrored, 0);
-    const std::pair<const char*, int64_t> qkv[] = {{"q_proj", g.heads}, {"k_proj", g.kv_heads}, {"v_proj", g.kv_heads}};
-    int64_t offset = 0;
-    const Shape fused = {(g.heads + 2 * g.kv_heads) * d, h};
-    for (auto [name, heads] : qkv) {
-      const std::string w = std::string("self_attn.") + name, cw = std::string("attention.") + name;
-      const bool kv = name[0] != 'q';  // k_proj, v_proj
-      const int64_t rows = kv ? kv_rows : heads / s * d;
-      if (c.fused_qkv)
-        add_part(hf + "self_attn.qkv_proj.weight", card + cw + ".weight", {heads * d, h}, fused, offset, rows);
-      else
-        add(hf + w + ".weight", card + cw + ".weight", {heads * d, h}, Split::rows, rows);
-      if (kv) replicate_kv();
-      if (c.qkv_bias) {
-        add(hf + w + ".bias", card + cw + ".bias", {heads * d}, Split::rows, rows, true);
-        if (kv) replicate_kv();
-      }
-      offset += heads * d;
-    }
-    if (c.qk_norm == ModelConfig::QkNorm::per_head) {
-      add(hf + "self_attn.q_norm.weight", card + "attention.q_norm.weight", {d}, Split::mirrored, 0);
-      add(hf + "self_attn.k_norm.weight", card + "attention.k_norm.weight", {d}, Split::mirrored, 0);
-    } else if (c.qk_norm == ModelConfig::QkNorm::whole) {
-      // OLMo 2: one norm over the whole projection, split with it (its sum of squares is
-      // all-reduced in the layer).
-      add(hf + "self_attn.q_norm.weight", card + "attention.q_norm.weight", {g.heads * d}, Split::rows, g.heads / s * d);
-      add(hf + "self_attn.k_norm.weight", card + "attention.k_norm.weight", {g.kv_heads * d}, Split::rows, kv_rows);
-      replicate_kv();
-    }
-    add(hf + "self_attn.o_proj.weight", card + "attention.o_proj.weight", {h, g.heads * d}, Split::columns,
-        g.heads / s * d);
-    if (c.o_bias) add(hf + "self_attn.o_proj.bias", card + "attention.o_proj.bias", {h}, Split::mirrored, 0, true);
-    if (c.pre_norms)
-      add(hf + (c.post_norms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight"),
-          card + "mlp_norm.weight", {h}, Split::mirrored, 0);
-    if (c.post_norms)
-      add(hf + "post_feedforward_layernorm.weight", card + "post_mlp_norm.weight", {h}, Split::mirrored, 0);
-    if (c.sparse_layer(i)) {
-      // A mixture of experts: the router whole on every rank; each expert's gate/up/down held
-      // whole by its owner (expert sharding) or sliced as the MLP is (tensor sharding).
-      const bool mixtral = c.expert_names == ModelConfig::ExpertNames::mixtral;
-      const std::string m = hf + (mixtral ? "block_sparse_moe." : "mlp.");
-      add(m + "gate.weight", card + "mlp.router.weight", {g.experts, h}, Split::mirrored, 0);
-      const int64_t ei = g.expert_inner;
-      for (int64_t e = 0; e < g.experts; ++e) {
-        const std::string he = m + "experts." + std::to_string(e) + ".";
-        const std::string ce = card + "mlp.experts[" + std::to_string(e) + "].";
-        const std::string gate = he + (mixtral ? "w1" : "gate_proj") + ".weight";
-        const std::string up = he + (mixtral ? "w3" : "up_proj") + ".weight";
-        const std::string down = he + (mixtral ? "w2" : "down_proj") + ".weight";
-        if (g.expert_parallel()) {
-          for (auto [hf_name, card_name, shape] : {std::tuple{gate, ce + "gate.weight", Shape{ei, h}},
-                                                   {up, ce + "up.weight", Shape{ei, h}},
-                                                   {down, ce + "down.weight", Shape{h, ei}}}) {
-            add(hf_name, card_name, shape, Split::expert, 0);
-            p.back().owner = g.expert_owner(e);
-          }
-        } else {
-          add(gate, ce + "gate.weight", {ei, h}, Split::rows, ei / s);
-          add(up, ce + "up.weight", {ei, h}, Split::rows, ei / s);
-          add(down, ce + "down.weight", {h, ei}, Split::columns, ei / s);
-        }
-      }
-      continue;
-    }
-    offset = 0;
-    for (const char* name : {"gate", "up"}) {
-      const std::string w = std::string("mlp.") + name + "_proj", cw = std::string("mlp.") + name;
-      if (c.fused_gate_up)
-        add_part(hf + "mlp.gate_up_proj.weight", card + cw + ".weight", {g.inner, h}, {2 * g.inner, h}, offset,
-                 g.inner / s);
-      else
-        add(hf + w + ".weight", card + cw + ".weight", {g.inner, h}, Split::rows, g.inner / s);
-      if (c.mlp_bias) add(hf + w + ".bias", card + cw + ".bias", {g.inner}, Split::rows, g.inner / s, true);
-      offset += g.inner;
-    }
-    add(hf + "mlp.down_proj.weight", card + "mlp.down.weight", {h, g.inner}, Split::columns, g.inner / s);
-    if (c.mlp_bias) add(hf + "mlp.down_proj.bias", card + "mlp.down.bias", {h}, Split::mirrored, 0, true);
-  }
-  add("model.norm.weight", "norm.weight", {h}, Split::mirrored, 0);
-  add(c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", "lm_head.weight", {g.vocab, h},
-      Split::rows, g.vocab_per_shard());
-  return p;
+  return definition_of(c).parameters(c, g);
 }
 
 }  // namespace linnet

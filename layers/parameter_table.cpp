@@ -1,0 +1,141 @@
+#include "layers/parameter_table.h"
+
+#include <tuple>
+
+namespace linnet {
+
+void ParamTable::add(std::string hf, std::string card, Shape full, Split split, int64_t per_shard, bool bias) {
+  p_.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias, Shape{}, 0, -1});
+}
+
+void ParamTable::add_part(std::string hf, std::string card, Shape full, Shape stored, int64_t offset,
+                          int64_t per_shard) {
+  p_.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), Split::rows, per_shard, false,
+                         std::move(stored), offset, -1});
+}
+
+void ParamTable::embedding() {
+  add("model.embed_tokens.weight", "embedding.weight", {g_.vocab, g_.hidden}, Split::mirrored, 0);
+}
+
+void ParamTable::layer(int64_t i) {
+  hf_ = "model.layers." + std::to_string(i) + ".";
+  card_ = "layers[" + std::to_string(i) + "].";
+}
+
+void ParamTable::norm(const std::string& hf_name, const std::string& card_name) {
+  add(hf_ + hf_name + ".weight", card_ + card_name + ".weight", {g_.hidden}, Split::mirrored, 0);
+}
+
+void ParamTable::attention(QkNorm qk_norm, bool fused_qkv) {
+  const int64_t h = g_.hidden, d = g_.head_dim(), s = g_.shards;
+  // k/v rows: KvHeads/Shards heads a shard, or one head on each of kv_replicas() shards.
+  const int64_t kv_rows = g_.kv_heads_per_shard() * d;
+  auto replicate_kv = [&] { p_.back().replicas = g_.kv_replicas(); };
+  const std::pair<const char*, int64_t> qkv[] = {{"q_proj", g_.heads}, {"k_proj", g_.kv_heads}, {"v_proj", g_.kv_heads}};
+  int64_t offset = 0;
+  const Shape fused = {(g_.heads + 2 * g_.kv_heads) * d, h};
+  for (auto [name, heads] : qkv) {
+    const std::string w = std::string("self_attn.") + name, cw = std::string("attention.") + name;
+    const bool kv = name[0] != 'q';  // k_proj, v_proj
+    const int64_t rows = kv ? kv_rows : heads / s * d;
+    if (fused_qkv)
+      add_part(hf_ + "self_attn.qkv_proj.weight", card_ + cw + ".weight", {heads * d, h}, fused, offset, rows);
+    else
+      add(hf_ + w + ".weight", card_ + cw + ".weight", {heads * d, h}, Split::rows, rows);
+    if (kv) replicate_kv();
+    if (c_.qkv_bias) {
+      add(hf_ + w + ".bias", card_ + cw + ".bias", {heads * d}, Split::rows, rows, true);
+      if (kv) replicate_kv();
+    }
+    offset += heads * d;
+  }
+  if (qk_norm == QkNorm::per_head) {
+    add(hf_ + "self_attn.q_norm.weight", card_ + "attention.q_norm.weight", {d}, Split::mirrored, 0);
+    add(hf_ + "self_attn.k_norm.weight", card_ + "attention.k_norm.weight", {d}, Split::mirrored, 0);
+  } else if (qk_norm == QkNorm::whole) {
+    // One norm over the whole projection, split with it (its sum of squares is all-reduced in
+    // the layer).
+    add(hf_ + "self_attn.q_norm.weight", card_ + "attention.q_norm.weight", {g_.heads * d}, Split::rows,
+        g_.heads / s * d);
+    add(hf_ + "self_attn.k_norm.weight", card_ + "attention.k_norm.weight", {g_.kv_heads * d}, Split::rows, kv_rows);
+    replicate_kv();
+  }
+  add(hf_ + "self_attn.o_proj.weight", card_ + "attention.o_proj.weight", {h, g_.heads * d}, Split::columns,
+      g_.heads / s * d);
+  if (c_.o_bias) add(hf_ + "self_attn.o_proj.bias", card_ + "attention.o_proj.bias", {h}, Split::mirrored, 0, true);
+}
+
+void ParamTable::dense_mlp(bool fused_gate_up) {
+  const int64_t h = g_.hidden, inner = g_.inner, s = g_.shards;
+  int64_t offset = 0;
+  for (const char* name : {"gate", "up"}) {
+    const std::string w = std::string("mlp.") + name + "_proj", cw = std::string("mlp.") + name;
+    if (fused_gate_up)
+      add_part(hf_ + "mlp.gate_up_proj.weight", card_ + cw + ".weight", {inner, h}, {2 * inner, h}, offset, inner / s);
+    else
+      add(hf_ + w + ".weight", card_ + cw + ".weight", {inner, h}, Split::rows, inner / s);
+    if (c_.mlp_bias) add(hf_ + w + ".bias", card_ + cw + ".bias", {inner}, Split::rows, inner / s, true);
+    offset += inner;
+  }
+  add(hf_ + "mlp.down_proj.weight", card_ + "mlp.down.weight", {h, inner}, Split::columns, inner / s);
+  if (c_.mlp_bias) add(hf_ + "mlp.down_proj.bias", card_ + "mlp.down.bias", {h}, Split::mirrored, 0, true);
+}
+
+void ParamTable::experts(const ExpertTensorNames& names) {
+  const int64_t h = g_.hidden, ei = g_.expert_inner, s = g_.shards;
+  const std::string m = hf_ + names.block + ".";
+  add(m + "gate.weight", card_ + "mlp.router.weight", {g_.experts, h}, Split::mirrored, 0);
+  for (int64_t e = 0; e < g_.experts; ++e) {
+    const std::string he = m + "experts." + std::to_string(e) + ".";
+    const std::string ce = card_ + "mlp.experts[" + std::to_string(e) + "].";
+    const std::string gate = he + names.gate + ".weight", up = he + names.up + ".weight",
+                      down = he + names.down + ".weight";
+    if (g_.expert_parallel()) {
+      for (auto [hf_name, card_name, shape] : {std::tuple{gate, ce + "gate.weight", Shape{ei, h}},
+                                               {up, ce + "up.weight", Shape{ei, h}},
+                                               {down, ce + "down.weight", Shape{h, ei}}}) {
+        add(hf_name, card_name, shape, Split::expert, 0);
+        p_.back().owner = g_.expert_owner(e);
+      }
+    } else {
+      add(gate, ce + "gate.weight", {ei, h}, Split::rows, ei / s);
+      add(up, ce + "up.weight", {ei, h}, Split::rows, ei / s);
+      add(down, ce + "down.weight", {h, ei}, Split::columns, ei / s);
+    }
+  }
+}
+
+void ParamTable::final_norm_and_head() {
+  add("model.norm.weight", "norm.weight", {g_.hidden}, Split::mirrored, 0);
+  add(c_.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", "lm_head.weight",
+      {g_.vocab, g_.hidden}, Split::rows, g_.vocab_per_shard());
+}
+
+std::vector<ParamSpec> decoder_parameters(const ModelConfig& c, const Generics& g, LayerParameters layer) {
+  ParamTable t(c, g);
+  t.embedding();
+  for (int64_t i = 0; i < g.layers; ++i) {
+    t.layer(i);
+    layer(t, c, i);
+  }
+  t.final_norm_and_head();
+  return t.take();
+}
+
+void pre_norm_layer(ParamTable& t, const ModelConfig& c, int64_t i, QkNorm qk_norm, const ExpertTensorNames& experts) {
+  t.norm("input_layernorm", "attention_norm");
+  t.attention(qk_norm);
+  // transformers' post_attention_layernorm is Llama's norm before the MLP.
+  t.norm("post_attention_layernorm", "mlp_norm");
+  if (c.sparse_layer(i))
+    t.experts(experts);
+  else
+    t.dense_mlp();
+}
+
+std::vector<ParamSpec> llama_parameters(const ModelConfig& c, const Generics& g) {
+  return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) { pre_norm_layer(t, c, i); });
+}
+
+}  // namespace linnet
