@@ -1,5 +1,5 @@
-// What each layer of a model keeps between calls on this shard (layers/kv_cache.h): the one
-// rule the network allocates by and the footprint counts by.
+// What each layer of a Llama-shaped decoder keeps between calls on this shard (layers/kv_cache.h):
+// the default of an architecture's state (layers/model_definition.h layer_states).
 #pragma once
 #include <vector>
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "core/error.h"
-#include "layers/cache_layout.h"
+#include "layers/model_definition.h"
 #include "layers/parameters.h"
 
 namespace linnet {
@@ -49,7 +49,7 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DT
     for (int64_t d : s.dims()) n = mul(n, d);
     f.parameters = add(f.parameters, mul(n, held_bytes_per_value(c, p, held, weights)));
   }
-  for (const LayerCacheSpec& layer : layer_cache_specs(c, g)) f.kv_per_slot = add(f.kv_per_slot, mul(layer.values_per_slot(), e));
+  for (const LayerCacheSpec& layer : layer_states(c, g)) f.kv_per_slot = add(f.kv_per_slot, mul(layer.values_per_slot(), e));
   f.kv_cache = mul(f.kv_per_slot, mul(g.batch, g.max_seq));
   return f;
 }

@@ -1,5 +1,6 @@
 #include "layers/model_definition.h"
 
+#include "layers/cache_layout.h"
 #include "layers/card_blocks.h"
 #include "layers/parameter_table.h"
 
@@ -14,6 +15,11 @@ const ModelDefinition& llama_definition() {
 
 const ModelDefinition& definition_of(const ModelConfig& config) {
   return config.definition ? *config.definition : llama_definition();
+}
+
+std::vector<LayerCacheSpec> layer_states(const ModelConfig& config, const Generics& g) {
+  const ModelDefinition& def = definition_of(config);
+  return def.state ? def.state(config, g) : layer_cache_specs(config, g);
 }
 
 }  // namespace linnet

@@ -3,125 +3,11 @@
 #include <algorithm>
 #include <cstring>
 
-#include "layers/cache_layout.h"
+#include "layers/decoder_builder.h"
+#include "layers/model_definition.h"
 #include "layers/weight_loader.h"
 
 namespace linnet {
-
-namespace {
-
-// Layer i's attention: q/k/v as one column-parallel product over their stacked rows (the
-// card's q_proj/k_proj/v_proj are views of them), o_proj row-parallel, the options' q/k
-// norms, window, scale and soft-cap.
-GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i,
-                                     int64_t shard) {
-  const int64_t d = g.head_dim(), qh = g.heads_per_shard(), kvh = g.kv_heads_per_shard();
-  const std::string a = "layers[" + std::to_string(i) + "].attention.";
-  GroupedQueryAttention A;
-  const AttentionOptions ao = config.attention_options(i);
-  A.dims = AttentionDims{qh, kvh, d, g.max_seq, g.page_size};
-  A.dims.scale = ao.scale;
-  A.dims.softcap = ao.softcap;
-  if (ao.window) A.dims.window = *ao.window;
-  A.rope = config.layer_kind(i).rope;
-  A.qk_norm = ao.qk_norm;
-  if (ao.qk_norm != QkNorm::none) {
-    A.q_norm = w.norm(a + "q_norm.weight");
-    A.k_norm = w.norm(a + "k_norm.weight");
-    A.q_norm_width = g.heads * d;
-    A.k_norm_width = g.kv_heads * d;
-    A.k_squares_counted = shard % g.kv_replicas() == 0;
-  }
-  A.qkv_proj.weight = w.matrix(a + "qkv_proj.weight", {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-                               {(qh + 2 * kvh) * d, g.hidden});
-  if (config.qkv_bias) A.qkv_proj.bias = w.stacked({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"});
-  const int64_t rq = qh * d, rk = kvh * d;
-  A.q_proj.weight = A.qkv_proj.weight.rows(0, rq);
-  A.k_proj.weight = A.qkv_proj.weight.rows(rq, rq + rk);
-  A.v_proj.weight = A.qkv_proj.weight.rows(rq + rk, rq + 2 * rk);
-  if (config.qkv_bias) {
-    A.q_proj.bias = A.qkv_proj.bias.rows(0, rq);
-    A.k_proj.bias = A.qkv_proj.bias.rows(rq, rq + rk);
-    A.v_proj.bias = A.qkv_proj.bias.rows(rq + rk, rq + 2 * rk);
-  }
-  A.o_proj.weight = w.matrix(a + "o_proj.weight", {a + "o_proj.weight"}, w.spec(a + "o_proj.weight").shard_shape());
-  if (config.o_bias) A.o_proj.bias = w.param(a + "o_proj.bias");
-  return A;
-}
-
-// Layer i's experts: this rank's (expert sharding) or every expert's slices (tensor
-// sharding), each product over one stacked matrix with a group of rows per expert.
-SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard) {
-  SparseMoe E;
-  const std::string m = "layers[" + std::to_string(i) + "].mlp.";
-  E.router.gate.weight = w.matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
-  E.router.top_k = g.top_k;
-  E.router.normalize = config.norm_topk_prob;
-  E.num_experts = g.experts;
-  E.first_expert = g.expert_begin(shard);
-  E.inner = g.expert_inner_per_shard();
-  E.expert_parallel = g.expert_parallel();
-  const int64_t el = g.experts_per_shard(), ei = E.inner;
-  std::vector<std::string> gate_up, down;
-  for (int64_t e = E.first_expert; e < E.first_expert + el; ++e) {
-    const std::string x = m + "experts[" + std::to_string(e) + "].";
-    gate_up.push_back(x + "gate.weight");
-    gate_up.push_back(x + "up.weight");
-    down.push_back(x + "down.weight");
-  }
-  E.gate_up.weight = w.matrix(m + "experts.gate_up.weight", gate_up, {el * 2 * ei, g.hidden});
-  E.down.weight = w.matrix(m + "experts.down.weight", down, {el * g.hidden, ei});
-  E.experts.resize(static_cast<size_t>(el));
-  for (int64_t k = 0; k < el; ++k) {
-    Expert& X = E.experts[static_cast<size_t>(k)];
-    X.gate.weight = E.gate_up.weight.rows(2 * k * ei, (2 * k + 1) * ei);
-    X.up.weight = E.gate_up.weight.rows((2 * k + 1) * ei, (2 * k + 2) * ei);
-    X.down.weight = E.down.weight.rows(k * g.hidden, (k + 1) * g.hidden);
-  }
-  return E;
-}
-
-// Layer i's dense MLP: gate|up as one column-parallel product (the card's gate and up are
-// views of its rows), down row-parallel.
-SwiGlu load_mlp(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i) {
-  const int64_t inner = g.inner_per_shard();
-  const std::string m = "layers[" + std::to_string(i) + "].mlp.";
-  SwiGlu M;
-  M.options = config.mlp_options();
-  M.gate_up.weight = w.matrix(m + "gate_up.weight", {m + "gate.weight", m + "up.weight"}, {2 * inner, g.hidden});
-  if (config.mlp_bias) M.gate_up.bias = w.stacked({m + "gate.bias", m + "up.bias"});
-  M.gate.weight = M.gate_up.weight.rows(0, inner);
-  M.up.weight = M.gate_up.weight.rows(inner, 2 * inner);
-  if (config.mlp_bias) {
-    M.gate.bias = M.gate_up.bias.rows(0, inner);
-    M.up.bias = M.gate_up.bias.rows(inner, 2 * inner);
-  }
-  M.down.weight = w.matrix(m + "down.weight", {m + "down.weight"}, w.spec(m + "down.weight").shard_shape());
-  if (config.mlp_bias) M.down.bias = w.param(m + "down.bias");
-  return M;
-}
-
-// Layer i: its norms around the blocks, attention, and the dense MLP or the experts.
-DecoderLayer load_decoder_layer(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i,
-                                int64_t shard) {
-  const std::string p = "layers[" + std::to_string(i) + "].";
-  DecoderLayer L;
-  if (config.pre_norms) {
-    L.attention_norm = w.norm(p + "attention_norm.weight");
-    L.mlp_norm = w.norm(p + "mlp_norm.weight");
-  }
-  if (config.post_norms) {
-    L.post_attention_norm = w.norm(p + "post_attention_norm.weight");
-    L.post_mlp_norm = w.norm(p + "post_mlp_norm.weight");
-  }
-  L.residual_multiplier = static_cast<float>(config.residual_multiplier);
-  L.attention = load_attention(w, config, g, i, shard);
-  if (config.sparse_layer(i)) L.moe = load_experts(w, config, g, i, shard);
-  else L.mlp = load_mlp(w, config, g, i);
-  return L;
-}
-
-}  // namespace
 
 Network::Network(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
                  Communicator& comm)
@@ -151,9 +37,12 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
     t.threshold = rope_length_threshold(config, t.rope.scaling);
     ropes_.push_back(std::move(t));
   }
-  for (int64_t i = 0; i < g.layers; ++i) layers_.push_back(load_decoder_layer(w, config, g, i, shard));
+  // Each layer as the architecture builds it, and what it keeps (layers/model_definition.h).
+  const ModelDefinition& def = definition_of(config);
+  for (int64_t i = 0; i < g.layers; ++i)
+    layers_.push_back(def.layer ? def.layer(w, config, g, i, shard) : decoder_layer(w, config, g, i, shard));
   matrices_ = w.take_matrices();
-  cache_ = KvCache(be_, layer_cache_specs(config, g), g.batch, g.max_seq, act_);
+  cache_ = KvCache(be_, layer_states(config, g), g.batch, g.max_seq, act_);
 
   std::vector<int32_t> table(static_cast<size_t>(g.num_pages()));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);  // row r, page j → r·PPR + j

@@ -3,7 +3,7 @@
 // holds is the one its entries write.
 #include <gtest/gtest.h>
 
-#include "layers/cache_layout.h"
+#include "layers/model_definition.h"
 #include "layers/footprint.h"
 #include "model_fixtures.h"
 
@@ -36,7 +36,7 @@ TEST(KvCache, TheFootprintCountsWhatTheNetworkHolds) {
   for (int64_t shards : {1, 2, 4}) {
     const ModelConfig c = tiny_config();
     const Generics g = bind_generics(c, RunOptions{4, 32, shards, 8, std::nullopt});
-    const auto specs = layer_cache_specs(c, g);
+    const auto specs = layer_states(c, g);
     ASSERT_EQ(static_cast<int64_t>(specs.size()), g.layers);
     for (const auto& s : specs) {
       EXPECT_EQ(s.heads, shards == 4 ? 1 : 2 / shards);
