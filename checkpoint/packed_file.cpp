@@ -12,6 +12,7 @@
 
 #include "core/checksum.h"
 #include "core/files.h"
+#include "core/weight_layout.h"
 
 namespace linnet {
 
@@ -78,7 +79,8 @@ void write_packed_file(const std::string& dir, const std::vector<std::pair<std::
     LINNET_CHECK(m.packed() && m.data() == m.storage()->data, "linnet pack: ", name, " is not a whole packed matrix");
     w.set_metadata("linnet.rows." + name, std::to_string(m.dim(0)));
     w.set_metadata(checksum_key(name), checksum_hex(content_checksum(m.storage()->data, m.storage()->bytes)));
-    const int64_t padded = static_cast<int64_t>(m.storage()->bytes / (static_cast<size_t>(m.dim(1)) * dtype_size(m.dtype())));
+    // Rows as the layout counts bytes (packed files hold dense matrices: a row is cols values).
+    const int64_t padded = static_cast<int64_t>(m.storage()->bytes) / WeightLayout{}.data_bytes({1, m.dim(1)}, m.dtype());
     w.declare(name, m.dtype(), {padded, m.dim(1)});
   }
   for (const auto& [name, m] : matrices) w.write(name, m.storage()->data, m.storage()->bytes);

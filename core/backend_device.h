@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "core/weight_layout.h"
 
 namespace linnet {
 
@@ -32,6 +33,9 @@ class BackendDevice {
   // Dtype the matrix weights (embedding, Linear) are kept in when the run's T is `t`; the
   // 1-D ones (norms, biases) are kept in compute_dtype(t).
   virtual DType weight_dtype(DType t) const { return compute_dtype(t); }
+  // Whether its products take matrices stored in format f (core/weight_layout.h); the loader
+  // refuses a checkpoint whose format it does not (check_weight_layouts).
+  virtual bool supports(WeightFormat f) const { return f == WeightFormat::dense; }
 
   // ---- memory ----
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;

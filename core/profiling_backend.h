@@ -31,6 +31,7 @@ class ProfilingBackend final : public Backend {
   Device device() const override { return inner_.device(); }
   DType compute_dtype(DType weights) const override { return inner_.compute_dtype(weights); }
   DType weight_dtype(DType t) const override { return inner_.weight_dtype(t); }
+  bool supports(WeightFormat f) const override { return inner_.supports(f); }
   Tensor empty(const Shape& shape, DType dtype) override { return inner_.empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return inner_.upload(host); }
   Tensor to_host(const Tensor& t) override { return inner_.to_host(t); }

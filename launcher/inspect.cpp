@@ -80,7 +80,7 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
       o << "0 (a view of embedding.weight: tied)\n";
       continue;
     }
-    o << p.shard_shape().numel() * held_bytes_per_value(c, p, held, weights);
+    o << held_bytes(c, p, held, weights);
     if (times > 1 || layer >= 0) o << " ×" << times;
     o << "\n";
   }

@@ -36,6 +36,14 @@ int64_t held_bytes_per_value(const ModelConfig& c, const ParamSpec& p, DType hel
   return static_cast<int64_t>(dtype_size(held));
 }
 
+int64_t held_bytes(const ModelConfig& c, const ParamSpec& p, DType held, DType weights) {
+  const Shape s = p.shard_shape();
+  if (s.rank() == 2 && !p.layout.dense()) return p.layout.bytes(s, weights);
+  int64_t n = 1;
+  for (int64_t d : s.dims()) n = mul(n, d);
+  return mul(n, held_bytes_per_value(c, p, held, weights));
+}
+
 Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) { return rank_footprint(c, g, held, held); }
 
 Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DType weights) {
@@ -44,10 +52,7 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DT
   for (const auto& p : parameter_specs(c, g)) {
     if (p.card_name == "lm_head.weight" && c.tie_word_embeddings) continue;  // shares the embedding
     if (!p.held_by(0)) continue;  // another rank's expert (every rank holds Experts/Shards of them)
-    const Shape s = p.shard_shape();
-    int64_t n = 1;
-    for (int64_t d : s.dims()) n = mul(n, d);
-    f.parameters = add(f.parameters, mul(n, held_bytes_per_value(c, p, held, weights)));
+    f.parameters = add(f.parameters, held_bytes(c, p, held, weights));
   }
   for (const LayerCacheSpec& layer : layer_states(c, g)) f.kv_per_slot = add(f.kv_per_slot, mul(layer.values_per_slot(), e));
   f.kv_cache = mul(f.kv_per_slot, mul(g.batch, g.max_seq));

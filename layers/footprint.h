@@ -16,6 +16,10 @@ struct ParamSpec;
 // weights in f32 on every backend (layers/weight_loader.cpp forms 1 + w in f32, as transformers does),
 // the other vectors in `held`. The one rule rank_footprint and `linnet inspect` both count by.
 int64_t held_bytes_per_value(const ModelConfig& config, const ParamSpec& p, DType held, DType weights);
+// The bytes a rank holds of p (its shard shape): a matrix's from its layout (the stored values
+// and the companions: scales, zero points, g_idx), numel × held_bytes_per_value otherwise
+// (dense: the same). What rank_footprint sums and `linnet inspect` prints.
+int64_t held_bytes(const ModelConfig& config, const ParamSpec& p, DType held, DType weights);
 
 struct Footprint {
   int64_t parameters = 0;     // bytes; a tied lm_head is a view of the embedding (0 bytes)

@@ -4,6 +4,8 @@
 
 #include "layers/model_definition.h"
 
+#include "core/error.h"
+
 namespace linnet {
 
 const char* split_name(Split s) {
@@ -28,6 +30,55 @@ std::pair<int64_t, int64_t> ParamSpec::shard_range(int64_t shard) const {
   const int64_t extent = split == Split::rows ? full[0] : full[1];
   const int64_t begin = std::min(shard / replicas * per_shard, extent);
   return {begin, std::min(begin + per_shard, extent)};
+}
+
+std::vector<ParamSpec> ParamSpec::companions() const {
+  std::vector<ParamSpec> out;
+  const std::vector<WeightCompanion> stored_parts = layout.companions_of(stored_shape());
+  const std::vector<WeightCompanion> parts = layout.companions_of(full);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    ParamSpec c = *this;
+    c.hf_name += parts[i].suffix;
+    c.card_name += parts[i].suffix;
+    c.full = parts[i].shape;
+    c.layout = WeightLayout{};
+    c.dtype = parts[i].dtype;
+    c.optional_bias = false;
+    if (c.full.rank() == 1) {  // g_idx: one per input column, the stored tensor's
+      c.stored = Shape{};
+      c.row_offset = 0;
+      if (split == Split::columns) c.split = Split::rows;  // its dimension 0 is the columns
+      if (split == Split::rows) c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
+    } else {
+      const int64_t b = layout.block(split == Split::columns ? 1 : 0);
+      // Not whole blocks only where one shard holds it all (check_blocks refuses the rest).
+      if (split == Split::rows || split == Split::columns) c.per_shard = (per_shard + b - 1) / b;
+      if (stored.rank()) c.stored = stored_parts[i].shape, c.row_offset = row_offset / layout.block_rows;
+    }
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+void ParamSpec::check_blocks(int64_t shards) const {
+  if (full.rank() != 2 || (layout.block_rows == 1 && layout.block_cols == 1)) return;
+  if (stored.rank()) check_block_boundaries(hf_name, layout, 0, row_offset, row_offset + full[0], stored[0]);
+  if (split != Split::rows && split != Split::columns) return;
+  const int dim = split == Split::columns ? 1 : 0;
+  for (int64_t s = 0; s < shards; ++s) {
+    const auto [begin, end] = shard_range(s);
+    check_block_boundaries(hf_name, layout, dim, begin, end, full[dim]);
+  }
+}
+
+void check_weight_layouts(const std::vector<ParamSpec>& specs, int64_t shards,
+                          const std::function<bool(WeightFormat)>& supported, const std::string& backend) {
+  for (const auto& p : specs) {
+    if (!supported(p.layout.format))
+      throw Error(str(p.hf_name, " is stored as ", weight_format_name(p.layout.format), ", which the ", backend,
+                      " backend does not support"));
+    p.check_blocks(shards);
+  }
 }
 
 // Each architecture composes its own (layers/parameter_table.h); Llama's without one.

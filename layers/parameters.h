@@ -2,10 +2,13 @@
 // shape and how it is split across shards (docs/entries.md "Weights and shards"). The loader reads
 // each rank's slice from it and `linnet inspect` prints per-rank sizes from it.
 #pragma once
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/shape.h"
+#include "core/weight_layout.h"
 #include "layers/generics.h"
 
 namespace linnet {
@@ -34,6 +37,11 @@ struct ParamSpec {
   // Split::rows: how many consecutive shards hold the same slice (KV heads replicated when
   // Shards > KvHeads: Generics::kv_replicas); 1 otherwise.
   int64_t replicas = 1;
+  // How a matrix is stored (core/weight_layout.h): dense unless a format says otherwise.
+  WeightLayout layout{};
+  // The dtype it is stored in; none: the checkpoint's (config.json's torch_dtype). Companions
+  // (scales, zero points, g_idx) carry theirs.
+  std::optional<DType> dtype{};
 
   const Shape& stored_shape() const { return stored.rank() ? stored : full; }
 
@@ -42,7 +50,23 @@ struct ParamSpec {
   // Shape on a shard that holds it, and the range [begin, end) of the split dimension it reads.
   Shape shard_shape() const;
   std::pair<int64_t, int64_t> shard_range(int64_t shard) const;
+
+  // The companion tensors its layout asks for (none for dense), each a ParamSpec of its own
+  // whose split is derived from this one's: a [rows/br, cols/bc] scale is split along the same
+  // dimension, per_shard divided by the block, so shard s reads blocks [begin/b, ⌈end/b⌉) of the
+  // range shard_range(s) gives the matrix; g_idx ([cols]) follows a column split and is
+  // mirrored under a row split. Names: the matrix's + "_scale", "_zero_point", "_g_idx".
+  std::vector<ParamSpec> companions() const;
+  // Throws unless every shard's slice (and a fused part's rows) falls on block boundaries,
+  // naming the tensor, dimension and block size.
+  void check_blocks(int64_t shards) const;
 };
+
+// Before anything is read: every parameter's format is one `supported` says the backend
+// (named `backend`) has kernels for, and every slice falls on block boundaries. The error
+// names the tensor and the format.
+void check_weight_layouts(const std::vector<ParamSpec>& specs, int64_t shards,
+                          const std::function<bool(WeightFormat)>& supported, const std::string& backend);
 
 std::vector<ParamSpec> parameter_specs(const ModelConfig& config, const Generics& g);
 

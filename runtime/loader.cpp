@@ -6,6 +6,7 @@
 #include "architectures/hf_config.h"
 #include "checkpoint/random_weights.h"
 #include "layers/footprint.h"
+#include "layers/parameters.h"
 
 namespace linnet {
 
@@ -28,6 +29,9 @@ LoadedModel bound(const ModelConfig& config, RunOptions options, Backend& backen
   LoadedModel m;
   m.config = config;
   m.generics = bind_generics(m.config, with_shards(options, comm));
+  // Formats the backend has kernels for, sliced on block boundaries: refused before any read.
+  check_weight_layouts(parameter_specs(m.config, m.generics), m.generics.shards,
+                       [&](WeightFormat f) { return backend.supports(f); }, backend.name());
   check_fits(m.config, m.generics, backend.compute_dtype(m.generics.t), backend.weight_dtype(m.generics.t),
              backend.memory_available(), ranks_sharing,
              options.max_seq == 0, str(backend.name(), " backend"));

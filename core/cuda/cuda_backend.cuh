@@ -113,6 +113,8 @@ class CudaBackend final : public Backend {
   std::string name() const override;
   Device device() const override { return Device::cuda; }
   DType compute_dtype(DType weights) const override;
+  // Dense only: its products are cuBLAS's and matmul_tc's over float matrices.
+  bool supports(WeightFormat f) const override { return f == WeightFormat::dense; }
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;

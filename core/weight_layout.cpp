@@ -1,0 +1,61 @@
+#include "core/weight_layout.h"
+
+#include <iterator>
+
+#include "core/error.h"
+
+namespace linnet {
+
+namespace {
+// The traits table, indexed by WeightFormat.
+const WeightFormatTraits kTraits[] = {
+    {"dense", 1, 1, 0, std::nullopt, std::nullopt, false},
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+const WeightFormatTraits& weight_format_traits(WeightFormat f) {
+  const auto i = static_cast<size_t>(f);
+  LINNET_CHECK(i < std::size(kTraits), "weight format ", int(i), " has no traits");
+  return kTraits[i];
+}
+
+const char* weight_format_name(WeightFormat f) { return weight_format_traits(f).name; }
+
+WeightLayout WeightLayout::of(WeightFormat f) {
+  const WeightFormatTraits& t = weight_format_traits(f);
+  return WeightLayout{f, t.block_rows, t.block_cols, t.data_bits, t.scale_dtype, t.zero_point_dtype, t.group_index};
+}
+
+std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
+  std::vector<WeightCompanion> out;
+  if (m.rank() != 2) return out;
+  const Shape blocks = {ceil_div(m[0], block_rows), ceil_div(m[1], block_cols)};
+  if (scale_dtype) out.push_back({"_scale", blocks, *scale_dtype});
+  if (zero_point_dtype) out.push_back({"_zero_point", blocks, *zero_point_dtype});
+  if (group_index) out.push_back({"_g_idx", Shape{m[1]}, DType::i32});
+  return out;
+}
+
+int64_t WeightLayout::data_bytes(const Shape& m, DType dtype) const {
+  if (data_bits == 0 || m.rank() != 2) return m.numel() * static_cast<int64_t>(dtype_size(dtype));
+  return m[0] * ceil_div(m[1] * data_bits, 8);
+}
+
+int64_t WeightLayout::bytes(const Shape& m, DType dtype) const {
+  int64_t n = data_bytes(m, dtype);
+  for (const auto& c : companions_of(m)) n += c.shape.numel() * static_cast<int64_t>(dtype_size(c.dtype));
+  return n;
+}
+
+void check_block_boundaries(const std::string& tensor, const WeightLayout& layout, int dim, int64_t begin, int64_t end,
+                            int64_t extent) {
+  const int64_t b = layout.block(dim);
+  if (begin % b == 0 && (end % b == 0 || end == extent)) return;
+  throw Error(str(tensor, ": the slice [", begin, ", ", end, ") of dimension ", dim, dim == 0 ? " (rows)" : " (columns)",
+                  " of ", extent, " cuts a block of ", b, " (", weight_format_name(layout.format), " ", layout.block_rows,
+                  "×", layout.block_cols, " blocks): choose Shards so that each shard's slice is whole blocks"));
+}
+
+}  // namespace linnet

@@ -1,0 +1,82 @@
+// How a matrix weight is stored: its format (dense today; block-scaled and group-quantized ones
+// to come) and what that implies — the block a scale covers, the companion tensors (scales,
+// zero points, a group index) and the bytes it all takes. One table of per-format traits, as
+// ggml's type traits and TensorRT-LLM's QuantMode: a new format is a row there plus its kernels
+// (docs/design.md "How to add a weight format").
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+
+namespace linnet {
+
+// The formats a matrix can be stored in. dense: one value of the tensor's dtype per element.
+enum class WeightFormat : uint8_t { dense };
+
+// One row of the traits table: what a format stores. A block is block_rows × block_cols
+// elements sharing one scale (and zero point); data_bits: bits per stored element (0: the
+// tensor's dtype's, as dense). Examples of what fits: FP8 block-scaled 128×128, 8 bits, f32
+// scales; int4 group-quantized 1×128, 4 bits, scales, zero points, g_idx; MXFP4 1×32, 4 bits,
+// e8m0 scales.
+struct WeightFormatTraits {
+  const char* name;
+  int64_t block_rows = 1;
+  int64_t block_cols = 1;
+  int64_t data_bits = 0;
+  std::optional<DType> scale_dtype;       // none: no scales
+  std::optional<DType> zero_point_dtype;  // none: symmetric (no zero points)
+  bool group_index = false;               // g_idx: one i32 per input column naming its group
+};
+
+const WeightFormatTraits& weight_format_traits(WeightFormat f);
+const char* weight_format_name(WeightFormat f);
+
+// A companion tensor of a matrix: its name suffix after the matrix's name ("model…q_proj.weight"
+// + "_scale"), its shape for a matrix of a given shape, and its dtype.
+struct WeightCompanion {
+  std::string suffix;  // "_scale", "_zero_point", "_g_idx"
+  Shape shape;
+  DType dtype;
+};
+
+// The descriptor a matrix parameter carries (ParamSpec::layout): the format's traits, copied,
+// so a test (or a checkpoint's config) can describe a block layout of its own.
+struct WeightLayout {
+  WeightFormat format = WeightFormat::dense;
+  int64_t block_rows = 1;
+  int64_t block_cols = 1;
+  int64_t data_bits = 0;
+  std::optional<DType> scale_dtype;
+  std::optional<DType> zero_point_dtype;
+  bool group_index = false;
+
+  static WeightLayout of(WeightFormat f);
+  // One value of the tensor's dtype per element and nothing beside it.
+  bool dense() const {
+    return format == WeightFormat::dense && block_rows == 1 && block_cols == 1 && data_bits == 0 && !scale_dtype &&
+           !zero_point_dtype && !group_index;
+  }
+
+  // Scales, zero points and g_idx of a [rows, cols] matrix (shape: ⌈rows/block_rows⌉ ×
+  // ⌈cols/block_cols⌉ for the first two, [cols] for g_idx); none for dense.
+  std::vector<WeightCompanion> companions_of(const Shape& matrix) const;
+  // Bytes of the stored values of a matrix of this shape in `dtype` (data_bits when set),
+  // rounded up to whole bytes per row.
+  int64_t data_bytes(const Shape& matrix, DType dtype) const;
+  // data_bytes plus every companion's: what a shard of this shape holds. Dense: numel × size.
+  int64_t bytes(const Shape& matrix, DType dtype) const;
+  // The block along dimension `dim` of the matrix (0: rows, 1: columns).
+  int64_t block(int dim) const { return dim == 0 ? block_rows : block_cols; }
+};
+
+// Throws linnet::Error unless [begin, end) of dimension `dim` (extent `extent`) starts on a block
+// boundary and ends on one or at the extent: a slice must not cut a block (its scale would be
+// shared by two shards). The message names the tensor, the dimension and the block size.
+void check_block_boundaries(const std::string& tensor, const WeightLayout& layout, int dim, int64_t begin, int64_t end,
+                            int64_t extent);
+
+}  // namespace linnet
