@@ -21,13 +21,13 @@ Steps of the first run, each cut to what is left of GPU_CHECK_SECONDS (400):
               nvidia-smi lists a GPU or the CUDA driver counts one: else the preflight fails
               at once, naming what it saw, and nothing is built)
   preflight   linnet devices; without a usable GPU nothing else runs and the exit is 1
-  bench       linnet bench-sweep over scripts/gpu-bench-plan.json: one process, one model's
-              weights made once on the GPU, every configuration (GPU_CHECK_BENCH_SECONDS, 180)
   gpu-tests   one process per test suite, GPU_CHECK_SUITE_SECONDS (60) each; a process that
               dies or hangs: the tests it did not finish again in a fresh one
+  conformance the transformers fixtures on the CUDA backend (120 s)
+  bench       linnet bench-sweep over scripts/gpu-bench-plan.json: one process, one model's
+              weights made once on the GPU, every configuration (GPU_CHECK_BENCH_SECONDS, 180)
   reruns      each failed test alone: as it was, on the SIMT matmul, with every earlier path
               (LINNET_CUDA_LEGACY=1)
-  conformance the transformers fixtures on the CUDA backend (120 s)
   sanitizer   compute-sanitizer memcheck on the failed tests first, then on the kernels'
               tests; racecheck on the shared-memory kernels
 
@@ -52,9 +52,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-GPU_FILTER = ":".join([
-    "BackendOps.*", "Cuda.*", "CudaModel.*", "CudaEntries.*", "CudaBatchInvariance.*", "CudaPaths.*",
-    "NcclOneRank.*", "Backends/BatchInvariance.*/cuda_*", "Backends/NonFinite.*/cuda*"])
+# In order of dependence (issue 43): the ops, the backend, its paths, the dense model, its entries,
+# the batch-invariance and non-finite cases, the one-rank NCCL group. The suites run in this order.
+GPU_SUITES = ["BackendOps.*", "Cuda.*", "CudaBatchInvariance.*", "CudaPaths.*", "CudaModel.*", "CudaEntries.*",
+              "Backends/BatchInvariance.*/cuda_*", "Backends/NonFinite.*/cuda*", "NcclOneRank.*"]
+GPU_FILTER = ":".join(GPU_SUITES)
 CONFORMANCE_FILTER = "Golden/Conformance.*"
 MEMCHECK_TESTS = ["BackendOps.Matmul", "BackendOps.AttentionPacked", "BackendOps.AttentionCache", "BackendOps.KvWrite",
                   "BackendOps.GatherRows", "BackendOps.Argmax", "BackendOps.GumbelMax", "BackendOps.LogitStats",
@@ -686,6 +688,10 @@ class Check:
                 if n.startswith(("Golden/", "CudaModule")) or n.endswith(" (process)"):
                     continue
                 self.record(n, "not run", "", 0, note="not among this build's GPU tests")
+        def rank(suite):  # the suite's place in GPU_SUITES ("Backends/BatchInvariance.*/cuda_*" → its suite)
+            heads = [pattern.split(".")[0] for pattern in GPU_SUITES]
+            return heads.index(suite) if suite in heads else len(heads)
+        listed = dict(sorted(listed.items(), key=lambda kv: rank(kv[0])))
         if not listed:
             self.step("gpu-tests", "FAILED: no GPU tests listed by linnet_tests", 0)
             return
@@ -864,11 +870,13 @@ def main(argv):
     try:
         if c.environment() and c.preflight():
             if rerun is None:
+                # The proof first (issue 43: the dense path, then the figures): the GPU tests in
+                # order of dependence, the transformers fixtures, then the bench on what is left.
+                c.gpu_tests()
+                c.conformance()
                 c.bench_sweep(os.environ.get("GPU_CHECK_PLAN", os.path.join(ROOT, "scripts", "gpu-bench-plan.json")),
                               env_seconds("GPU_CHECK_BENCH_SECONDS", 180))
-                c.gpu_tests()
                 c.reruns()
-                c.conformance()
                 c.sanitize()
             else:
                 wanted = [t["name"] for t in previous.get("tests", []) if t.get("verdict") in NOT_PASSED]
