@@ -6,6 +6,7 @@
 // changes the bits. Written and compiled without a GPU: they skip without one.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -174,6 +175,59 @@ TEST(CudaPaths, AttentionCachePrefetchEqualsTheEarlierKernel) {
         EXPECT_TRUE(same_bytes(run(*pf), run(*v1))) << dtype_name(dt) << " D " << D << " row_run " << row_run;
       }
     }
+}
+
+// LINNET_CUDA_CACHE_SPLIT: smaller pieces of a token's keys (more blocks for a decode step).
+// Each value keeps batch invariance — a token among others, alone, and grouped as a row's run
+// are the same bytes — and agrees with the default 256 within bf16's bound.
+TEST(CudaPaths, CacheSplitKeepsBatchInvariance) {
+  NEED_GPU();
+  auto base = cuda_with({{"LINNET_CUDA_CACHE_SPLIT", "256"}});
+  const int64_t rows = 3, max_seq = 8192, page = 16, D = 128;
+  AttentionDims d{32, 8, D, max_seq, page};
+  const Tensor hk = random_tensor({rows, d.kv_heads, max_seq, D}, DType::bf16, 21);
+  const Tensor hv = random_tensor({rows, d.kv_heads, max_seq, D}, DType::bf16, 22);
+  const int64_t ppr = max_seq / page;
+  std::vector<int64_t> table(static_cast<size_t>(rows * ppr));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>(i);
+  std::shuffle(table.begin(), table.end(), std::mt19937(23));
+  const Tensor htab = Tensor::from_ints({rows, ppr}, table);
+  const std::vector<int64_t> pos = {0, 63, 64, 2047, 2100, 4095, 4096, 8191, 3000, 3001, 3002, 3003};
+  std::vector<int64_t> row(pos.size());
+  for (size_t i = 0; i < pos.size(); ++i) row[i] = i < 8 ? static_cast<int64_t>(i % rows) : 2;  // last 4: one row's run
+  const Tensor hq = random_tensor({static_cast<int64_t>(pos.size()), d.qkv_width()}, DType::bf16, 24);
+  auto run = [&](Backend& be, size_t first, size_t count, int64_t row_run) {
+    AttentionDims dd = d;
+    dd.span = max_seq;
+    dd.row_run = row_run;
+    const int64_t n = static_cast<int64_t>(count);
+    std::vector<int64_t> p(pos.begin() + first, pos.begin() + first + count), r(row.begin() + first, row.begin() + first + count);
+    Tensor out = be.empty({n, d.q_heads * D}, DType::bf16);
+    be.attention_cache(be.upload(hq.rows(static_cast<int64_t>(first), static_cast<int64_t>(first + count))), dd,
+                       be.upload(Tensor::from_ints({n}, r)), be.upload(Tensor::from_ints({n}, p)), be.upload(htab),
+                       be.upload(hk), be.upload(hv), out);
+    return be.to_host(out);
+  };
+  const Tensor want = run(*base, 0, pos.size(), 0);
+  for (const char* split : {"128", "64", "32"}) {
+    auto be = cuda_with({{"LINNET_CUDA_CACHE_SPLIT", split}});
+    const Tensor all = run(*be, 0, pos.size(), 0), grouped = run(*be, 8, 4, 4);
+    for (size_t i = 0; i < pos.size(); ++i) {
+      const auto t = static_cast<int64_t>(i);
+      EXPECT_TRUE(same_bytes(all.rows(t, t + 1), run(*be, i, 1, 0))) << "split " << split << " token " << i;
+      if (i >= 8) {
+        EXPECT_TRUE(same_bytes(all.rows(t, t + 1), grouped.rows(t - 8, t - 7))) << "split " << split << " run token " << i;
+      }
+    }
+    const auto a = all.to_floats(), w = want.to_floats();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      num += (a[i] - w[i]) * (a[i] - w[i]);
+      den += w[i] * w[i];
+    }
+    EXPECT_LE(std::sqrt(num / den), 1e-2) << "split " << split << " against 256";
+  }
+  EXPECT_THROW(cuda_with({{"LINNET_CUDA_CACHE_SPLIT", "100"}}), Error);
 }
 
 // Split rows: argmax and Gumbel-max give the one-block kernel's (value, index) — ties to the

@@ -22,13 +22,13 @@ constexpr int kBQ = 16;     // queries per block in attention_packed
 constexpr int kWarps = 4;   // warps per block in attention_packed
 constexpr int kRowsPerWarp = kBQ / kWarps;
 
-// attention_cache's piece of a token's keys: 256 positions up to 64 pieces (16K keys), then
-// 1/64 of its length in whole tiles — from its own length only, so its sum is the same
-// whatever the call holds. At most kMaxCacheSplits pieces.
-constexpr int64_t kCacheSplit = 256;
+// attention_cache's piece of a token's keys: `base` positions (LINNET_CUDA_CACHE_SPLIT, 256 by
+// default) up to 64 pieces (16K keys at 256), then 1/64 of its length in whole tiles — from
+// its own length only, so its sum is the same whatever the call holds. At most
+// kMaxCacheSplits pieces.
 constexpr int kMaxCacheSplits = 64;
-__host__ __device__ inline int64_t cache_split_len(int64_t len) {
-  if (len <= kCacheSplit * kMaxCacheSplits) return kCacheSplit;
+__host__ __device__ inline int64_t cache_split_len(int64_t len, int64_t base) {
+  if (len <= base * kMaxCacheSplits) return base;
   const int64_t piece = (len + kMaxCacheSplits - 1) / kMaxCacheSplits;
   return (piece + kBK - 1) / kBK * kBK;
 }
@@ -176,7 +176,7 @@ __global__ void __launch_bounds__(512, 2)
                            const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
                            const int32_t* __restrict__ table, int64_t R, int64_t pages,
                            const T* __restrict__ cache_k, const T* __restrict__ cache_v,
-                           float* __restrict__ part) {
+                           float* __restrict__ part, int split_base) {
   extern __shared__ float smem[];
   const int warps = blockDim.x >> 5, G = warps / Q;
   float* q_sh = smem;                      // [warps][D]
@@ -202,7 +202,7 @@ __global__ void __launch_bounds__(512, 2)
       return;
     }
     const int64_t len = static_cast<int64_t>(positions[n]) + 1;
-    const int64_t split_len = cache_split_len(len);
+    const int64_t split_len = cache_split_len(len, split_base);
     t_begin = static_cast<int64_t>(split) * split_len;
     t_end = split == splits - 1 ? len : min(len, t_begin + split_len);
     // A sliding window: the tiles wholly before len − window are not walked (the splits stay
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(512, 2)
                                     const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
                                     const int32_t* __restrict__ table, int64_t R, int64_t pages,
                                     const T* __restrict__ cache_k, const T* __restrict__ cache_v,
-                                    float* __restrict__ part, int ldk, int ldv) {
+                                    float* __restrict__ part, int ldk, int ldv, int split_base) {
   extern __shared__ __align__(16) float smem_pf[];
   const int warps = blockDim.x >> 5, G = warps / Q;
   float* q_sh = smem_pf;              // [warps][D]
@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(512, 2)
       return;
     }
     const int64_t len = static_cast<int64_t>(positions[n]) + 1;
-    const int64_t split_len = cache_split_len(len);
+    const int64_t split_len = cache_split_len(len, split_base);
     t_begin = static_cast<int64_t>(split) * split_len;
     t_end = split == splits - 1 ? len : min(len, t_begin + split_len);
   };
@@ -594,10 +594,10 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
-int attention_cache_splits(int64_t span) {
-  // Enough for every length up to span: ⌈len / 256⌉ up to 16K keys, never more than 64.
+int attention_cache_splits(int64_t span, int split_base) {
+  // Enough for every length up to span: ⌈len / base⌉ up to 64·base keys, never more than 64.
   span = std::max<int64_t>(1, span);
-  return static_cast<int>(std::min<int64_t>(kMaxCacheSplits, (span + kCacheSplit - 1) / kCacheSplit));
+  return static_cast<int>(std::min<int64_t>(kMaxCacheSplits, (span + split_base - 1) / split_base));
 }
 
 int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits) {
@@ -607,7 +607,8 @@ int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits) {
 void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                             const int32_t* rows, const int32_t* positions, const int32_t* table,
                             int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
-                            void* out, float* workspace, int splits, bool prefetch, cudaStream_t s) {
+                            void* out, float* workspace, int splits, bool prefetch, int split_base,
+                            cudaStream_t s) {
   check_geom(g);
   if (N == 0) return;
   const int D = g.head_dim;
@@ -631,7 +632,7 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
         attention_cache_prefetch_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
             static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.max_seq, g.page_size, g.cache_rows,
             rows, positions, table, R, pages, static_cast<const T*>(cache_k), static_cast<const T*>(cache_v),
-            workspace, ldk, ldv);
+            workspace, ldk, ldv, split_base);
         LINNET_CUDA_LAUNCH_CHECK();
         attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)), 128, 0, s>>>(
             workspace, splits, g.q_heads, D, rows, R, static_cast<T*>(out));
@@ -647,7 +648,7 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
         static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, g.max_seq,
         g.page_size,
         g.cache_rows, rows, positions, table, R, pages, static_cast<const T*>(cache_k),
-        static_cast<const T*>(cache_v), workspace);
+        static_cast<const T*>(cache_v), workspace, split_base);
     LINNET_CUDA_LAUNCH_CHECK();
     attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)),
                                   128, 0, s>>>(workspace, splits, g.q_heads, D, rows, R,

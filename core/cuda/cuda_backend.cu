@@ -288,13 +288,20 @@ CudaOptions CudaOptions::from_environment() {
   o.attention_prefetch =
       choice("LINNET_CUDA_ATTENTION", {"prefetch", "v1"}, o.attention_prefetch ? "prefetch" : "v1") == "prefetch";
   o.split_rows = choice("LINNET_CUDA_ROWS", {"split", "block"}, o.split_rows ? "split" : "block") == "split";
+  // The piece of a token's keys one attention_cache block walks. Smaller pieces give a decode
+  // step more blocks (Llama-3-8B at 2K keys: 8 head groups × 8 pieces of 256 = 64 blocks on 132
+  // SMs); any value is batch invariant (a token's pieces come from its own length), but the bits
+  // differ between values (another association of the combine).
+  o.cache_split = std::stoi(choice("LINNET_CUDA_CACHE_SPLIT", {"256", "128", "64", "32"},
+                                   std::to_string(o.cache_split)));
   return o;
 }
 
 std::string CudaOptions::describe() const {
   return str("matmul ", matmul == Matmul::simt ? "simt" : matmul == Matmul::tc4 ? "tc4" : "auto", ", raster ",
              panel_raster ? "panel" : "columns", ", graphs ", graphs ? "on" : "off", ", attention ",
-             attention_prefetch ? "prefetch" : "v1", ", rows ", split_rows ? "split" : "block");
+             attention_prefetch ? "prefetch" : "v1", ", rows ", split_rows ? "split" : "block", ", cache split ",
+             cache_split);
 }
 
 // ---- graphs of recorded launches ------------------------------------------------------------
@@ -934,7 +941,7 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
   // else every position the table reaches (0 … Pages·page_size − 1): at batch 1, context 8K
   // and MaxSeq 131072, splits sized by MaxSeq would leave all but a few blocks idle.
   const int64_t span = dims.span > 0 ? dims.span : std::max(dims.max_seq, table.dim(1) * dims.page_size);
-  const int splits = cuda::attention_cache_splits(span);
+  const int splits = cuda::attention_cache_splits(span, options_.cache_split);
   // The partials take N · q_heads · splits · (D + 2) floats: 17 GB for a 16K-token prefill of
   // Llama-3-8B at once. Tokens go in chunks whose workspace stays under 256 MiB (a token's
   // arithmetic does not depend on its chunk), the one buffer reused in stream order.
@@ -948,7 +955,7 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
     submit(launch::AttentionCache{q + n0 * q_row, rows.ptr<int32_t>() + n0, positions.ptr<int32_t>() + n0,
                                   table.ptr<int32_t>(), cache_k.data(), cache_v.data(), o + n0 * o_row, ws.ptr<float>(),
                                   std::min(chunk, N - n0), table.dim(0), table.dim(1), g, dt(qkv), splits,
-                                  options_.attention_prefetch, 0});
+                                  options_.attention_prefetch, options_.cache_split});
   }
 }
 
@@ -1188,7 +1195,7 @@ void KvWrite::run(cudaStream_t s) const { launch_kv_write(dt, qkv, rows, geom, s
 void AttentionPacked::run(cudaStream_t s) const { launch_attention_packed(dt, qkv, rows, geom, run_start, out, s); }
 void AttentionCache::run(cudaStream_t s) const {
   launch_attention_cache(dt, qkv, n, geom, rows, positions, table, table_rows, table_pages, cache_k, cache_v, out,
-                         workspace, splits, prefetch != 0, s);
+                         workspace, splits, prefetch != 0, split_base, s);
 }
 void GatherRows::run(cudaStream_t s) const { launch_gather_rows(src, src_rows, index, out, out_rows, row_bytes, s); }
 void Copy2D::run(cudaStream_t s) const {

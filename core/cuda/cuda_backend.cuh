@@ -27,6 +27,7 @@ struct CudaOptions {
   bool graphs = true;                    // LINNET_CUDA_GRAPHS=1|0
   bool attention_prefetch = true;        // LINNET_CUDA_ATTENTION=prefetch|v1
   bool split_rows = true;                // LINNET_CUDA_ROWS=split|block
+  int cache_split = 256;                 // LINNET_CUDA_CACHE_SPLIT=256|128|64|32: attention_cache's piece
   static CudaOptions from_environment();
   std::string describe() const;  // "matmul auto, raster panel, graphs on, …"
 };

@@ -82,8 +82,9 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
 // attention_cache splits each token's keys [0, len) into pieces of cache_split_len(len)
 // positions — a length that depends on the token's own context only (batch invariance,
 // docs/numerics.md) — and combines the pieces in order. The most pieces any token of a call
-// reaching positions [0, span) has, and the f32 workspace that needs (elements).
-int attention_cache_splits(int64_t span);
+// reaching positions [0, span) has, and the f32 workspace that needs (elements). split_base:
+// the piece's length up to 64 pieces (LINNET_CUDA_CACHE_SPLIT; each value batch invariant).
+int attention_cache_splits(int64_t span, int split_base);
 int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits);
 // prefetch: the kernel that stages K/V tiles as stored (cp.async, two tiles deep: the next
 // tile loads while this one is folded) and reads them without shared-memory bank conflicts —
@@ -92,7 +93,8 @@ int64_t attention_cache_workspace(int64_t N, const AttnGeom& g, int splits);
 void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& g,
                             const int32_t* rows, const int32_t* positions, const int32_t* table,
                             int64_t R, int64_t pages, const void* cache_k, const void* cache_v,
-                            void* out, float* workspace, int splits, bool prefetch, cudaStream_t s);
+                            void* out, float* workspace, int splits, bool prefetch, int split_base,
+                            cudaStream_t s);
 
 // ---- logits.cu ----
 // split: each row's valid columns in row_segments(valid) pieces, one block each, then a

@@ -136,7 +136,7 @@ struct AttentionCache {
   float* workspace;
   int64_t n, table_rows, table_pages;
   AttnGeom geom;
-  int32_t dt, splits, prefetch, unused;
+  int32_t dt, splits, prefetch, split_base;
   void run(cudaStream_t s) const;
 };
 // out[m] ← src[index[m]] (row_bytes each), or zeros where index[m] < 0.
