@@ -7,7 +7,7 @@
 // the same mma steps in the same order and are summed in the same order. Two families:
 //
 // current (LINNET_CUDA_MATMUL=auto, the default): C = 8 chains.
-//   split-K (N ≤ kNarrowRows): a block is 16 rows × 64 columns × one chain; its weight
+//   split-K (N ≤ kNarrowRows): a block is 16·RT rows (RT = 1, 2 or 4 by N) × 64 columns × one chain; its weight
 //           tiles stream through a 4-stage cp.async pipeline (three stages of loads in
 //           flight); each chain's f32 partial goes to a workspace and a second kernel adds the
 //           C partials in chain order (+ bias). A decode step gets C × O/64 blocks (768 for
@@ -25,6 +25,8 @@
 // before) streamed the whole weight matrix again for every 64 rows. The order changes no bit.
 // Rows past N and k past K are zeros that are loaded as zeros and never stored.
 #include <mma.h>
+
+#include <atomic>
 
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/kernels.cuh"
@@ -243,56 +245,74 @@ __global__ void __launch_bounds__(128)
   }
 }
 
-// ---- split-K: 16 rows × 64 columns × one chain a block; the chains summed by a second kernel ----
+// ---- split-K: 16·RT rows × 64 columns × one chain a block; the chains summed by a second kernel ----
 constexpr int kSKS = 64, kSLD = kSKS + 8;  // k a stage; row stride in shared memory (16-byte pad)
 constexpr int kSStages = 4;                // stages in shared memory: three in flight while one multiplies
 constexpr int kSCols = 64;                 // columns a block: four warps of 16
+constexpr int kSCLD = 20;                  // the result tiles' row stride (floats) in shared memory
 
-// grid (⌈N/16⌉, C, ⌈O/64⌉). Block (z, q, g): rows 16z …, chain q, columns 64g …; warp j takes
-// columns 64g + 16j … . The row tiles are the fast index: the (at most four) blocks that read
-// one weight tile run together and share it through L2. part[q][r][c] = chain q of element
-// (r, c), f32 (rows < N, columns < O).
-template <class T, bool kVec>
+// Shared memory of a block of RT row tiles: the x and w stages, reused for the results.
+template <class T, int RT>
+constexpr size_t splitk_smem() {
+  return sizeof(T) * kSStages * (16 * RT + kSCols) * kSLD;
+}
+
+// grid (⌈N/(16·RT)⌉, C, ⌈O/64⌉). Block (z, q, g): rows 16·RT·z …, chain q, columns 64g …; warp j
+// takes columns 64g + 16j … of all RT row tiles, its weight fragment loaded once for the RT
+// mma steps (RT = 4 at 33 … 64 rows: the block's weight tile read once from L2 for 64 rows,
+// where four 16-row blocks each read it; Nsight Compute showed the Batch 64 step bound by those
+// shared-memory loads). Each accumulator still runs its chain's mma steps in order from zero, so
+// RT changes no bit. part[q][r][c] = chain q of element (r, c), f32 (rows < N, columns < O).
+template <class T, bool kVec, int RT>
 __global__ void __launch_bounds__(128)
     matmul_tc_splitk(const T* __restrict__ x, const T* __restrict__ w, float* __restrict__ part, int64_t N,
                      int64_t K, int64_t O) {
-  __shared__ __align__(128) T xs[kSStages][16 * kSLD];
-  __shared__ __align__(128) T ws[kSStages][kSCols * kSLD];
+  constexpr int kRows = 16 * RT;
+  extern __shared__ __align__(128) unsigned char splitk_sh[];
+  T* xs0 = reinterpret_cast<T*>(splitk_sh);           // [kSStages][kRows × kSLD]
+  T* ws0 = xs0 + kSStages * kRows * kSLD;              // [kSStages][kSCols × kSLD]
+  auto xs = [&](int b) { return xs0 + b * kRows * kSLD; };
+  auto ws = [&](int b) { return ws0 + b * kSCols * kSLD; };
   const int t = threadIdx.x, warp = t / 32, lane = t % 32;
-  const int64_t c0 = static_cast<int64_t>(blockIdx.z) * kSCols, m0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const int64_t c0 = static_cast<int64_t>(blockIdx.z) * kSCols, m0 = static_cast<int64_t>(blockIdx.x) * kRows;
   const int q = blockIdx.y;
   const int64_t kb = chain_begin<kChains8>(K, q), ke = chain_begin<kChains8>(K, q + 1);
   const int steps = static_cast<int>((ke - kb + kSKS - 1) / kSKS);
-  FragC acc;
-  wmma::fill_fragment(acc, 0.f);
+  FragC acc[RT];
+#pragma unroll
+  for (int i = 0; i < RT; ++i) wmma::fill_fragment(acc[i], 0.f);
   // The stage's mma steps: those of the chain (k < ke), in order — the steps the wide kernel
   // runs for this chain. Values loaded past ke belong to the next chain and are not used.
   auto multiply = [&](int buf, int64_t k0) {
     for (int kk = 0; kk < kSKS && k0 + kk < ke; kk += 16) {
-      FragA<T> a;
       FragB<T> b;
-      wmma::load_matrix_sync(a, xs[buf] + kk, kSLD);
-      wmma::load_matrix_sync(b, ws[buf] + warp * 16 * kSLD + kk, kSLD);
-      wmma::mma_sync(acc, a, b, acc);
+      wmma::load_matrix_sync(b, ws(buf) + warp * 16 * kSLD + kk, kSLD);
+#pragma unroll
+      for (int i = 0; i < RT; ++i) {
+        FragA<T> a;
+        wmma::load_matrix_sync(a, xs(buf) + i * 16 * kSLD + kk, kSLD);
+        wmma::mma_sync(acc[i], a, b, acc[i]);
+      }
     }
   };
   if constexpr (kVec) {
-    // Stage s: x rows m0 … m0+15 and w rows c0 … c0+63 at k kb + 64s …, as 16-byte cp.async
+    // Stage s: x rows m0 … m0+16·RT−1 and w rows c0 … c0+63 at k kb + 64s …, as 16-byte cp.async
     // (zeros past N, O and K: a vector is wholly inside or past K, K being a multiple of 8).
     auto issue = [&](int s, int buf) {
       const int64_t k0 = kb + static_cast<int64_t>(s) * kSKS;
-      {
-        const int r = t / 8, k = t % 8 * 8;
+#pragma unroll
+      for (int i = 0; i < kRows * kSKS / 8 / 128; ++i) {
+        const int e = t + i * 128, r = e / 8, k = e % 8 * 8;
         const int64_t gr = m0 + r, gk = k0 + k;
         const bool ok = gr < N && gk < K;
-        cp_async16(&xs[buf][r * kSLD + k], ok ? x + gr * K + gk : x, ok);
+        cp_async16(&xs(buf)[r * kSLD + k], ok ? x + gr * K + gk : x, ok);
       }
 #pragma unroll
       for (int i = 0; i < kSCols * kSKS / 8 / 128; ++i) {
         const int e = t + i * 128, r = e / 8, k = e % 8 * 8;
         const int64_t gr = c0 + r, gk = k0 + k;
         const bool ok = gr < O && gk < K;
-        cp_async16(&ws[buf][r * kSLD + k], ok ? w + gr * K + gk : w, ok);
+        cp_async16(&ws(buf)[r * kSLD + k], ok ? w + gr * K + gk : w, ok);
       }
     };
 #pragma unroll
@@ -312,21 +332,48 @@ __global__ void __launch_bounds__(128)
     for (int s = 0; s < steps; ++s) {
       const int64_t k0 = kb + static_cast<int64_t>(s) * kSKS;
       __syncthreads();
-      load_tile_by_element<T, 16, kSKS, kSLD, 128>(xs[0], x, m0, N, k0, K, t);
-      load_tile_by_element<T, kSCols, kSKS, kSLD, 128>(ws[0], w, c0, O, k0, K, t);
+      load_tile_by_element<T, kRows, kSKS, kSLD, 128>(xs(0), x, m0, N, k0, K, t);
+      load_tile_by_element<T, kSCols, kSKS, kSLD, 128>(ws(0), w, c0, O, k0, K, t);
       __syncthreads();
       multiply(0, k0);
     }
   }
-  __syncthreads();  // the stages are free: stage 0's weight tile holds each warp's 16 × 16 result
-  float* cs = reinterpret_cast<float*>(ws[0]) + warp * 16 * 20;
-  wmma::store_matrix_sync(cs, acc, 20, wmma::mem_row_major);
+  __syncthreads();  // the stages are free: they hold each warp's RT result tiles of 16 × 16
+  float* cs = reinterpret_cast<float*>(splitk_sh) + warp * RT * 16 * kSCLD;
+#pragma unroll
+  for (int i = 0; i < RT; ++i) wmma::store_matrix_sync(cs + i * 16 * kSCLD, acc[i], kSCLD, wmma::mem_row_major);
   __syncwarp();
-  for (int e = lane; e < 256; e += 32) {
+  for (int e = lane; e < RT * 256; e += 32) {
     const int r = e / 16, c = e % 16;
     const int64_t gr = m0 + r, gc = c0 + warp * 16 + c;
-    if (gr < N && gc < O) part[(static_cast<int64_t>(q) * N + gr) * O + gc] = cs[r * 20 + c];
+    if (gr < N && gc < O) part[(static_cast<int64_t>(q) * N + gr) * O + gc] = cs[r * kSCLD + c];
   }
+}
+
+// The results' staging (4 warps × RT tiles × 16 × kSCLD floats) fits in the stages.
+static_assert(4 * 1 * 16 * kSCLD * sizeof(float) <= splitk_smem<__half, 1>());
+static_assert(4 * 4 * 16 * kSCLD * sizeof(float) <= splitk_smem<__half, 4>());
+
+template <class T, int RT>
+void launch_splitk(bool vec, const T* x, const T* w, float* part, int64_t N, int64_t K, int64_t O, int64_t groups,
+                   cudaStream_t s) {
+  constexpr size_t smem = splitk_smem<T, RT>();
+  const dim3 grid(static_cast<unsigned>((N + 16 * RT - 1) / (16 * RT)), kChains8, static_cast<unsigned>(groups));
+  auto kernel = vec ? matmul_tc_splitk<T, true, RT> : matmul_tc_splitk<T, false, RT>;
+  if constexpr (smem > 48 * 1024) {
+    // Past 48 KiB the kernel must be allowed, once per device: the first launch of a step is
+    // never inside a graph capture (a sequence is captured the second time it is seen).
+    static std::atomic<uint64_t> allowed{0};
+    int dev = 0;
+    LINNET_CUDA_CHECK(cudaGetDevice(&dev));
+    const uint64_t bit = uint64_t{1} << (dev & 63);
+    if (!(allowed.load() & bit)) {
+      for (auto* k : {matmul_tc_splitk<T, true, RT>, matmul_tc_splitk<T, false, RT>})
+        LINNET_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      allowed.fetch_or(bit);
+    }
+  }
+  kernel<<<grid, 128, smem, s>>>(x, w, part, N, K, O);
 }
 
 // out[r][c] = ((part[0][r][c] + part[1][r][c]) + …) + part[C−1][r][c] (+ bias[c]): the order the
@@ -352,11 +399,14 @@ void launch_typed(const void* x, const void* w, const void* bias, int bdt, void*
     if (!workspace) throw Error("cuda matmul: the split-K product needs its workspace");
     const int64_t groups = (O + kSCols - 1) / kSCols;
     if (groups > 65535) throw Error(str("cuda matmul: ", O, " output columns exceed the grid (", 65535 * kSCols, ")"));
-    const dim3 grid(static_cast<unsigned>((N + 15) / 16), kChains8, static_cast<unsigned>(groups));
-    if (vec)
-      matmul_tc_splitk<T, true><<<grid, 128, 0, s>>>(xt, wt, workspace, N, K, O);
+    // Row tiles a block: 1 up to 16 rows (a decode step at Batch 1: more blocks), 2 up to 32,
+    // else 4 (one weight tile in shared memory for all 64 rows). Speed only: the same bits.
+    if (N <= 16)
+      launch_splitk<T, 1>(vec, xt, wt, workspace, N, K, O, groups, s);
+    else if (N <= 32)
+      launch_splitk<T, 2>(vec, xt, wt, workspace, N, K, O, groups, s);
     else
-      matmul_tc_splitk<T, false><<<grid, 128, 0, s>>>(xt, wt, workspace, N, K, O);
+      launch_splitk<T, 4>(vec, xt, wt, workspace, N, K, O, groups, s);
     LINNET_CUDA_LAUNCH_CHECK();
     matmul_tc_chain_sum<<<blocks_for(N * O, 256), 256, 0, s>>>(workspace, kChains8, bias, bdt, out, odt, N, O);
   } else if (N <= kNarrowRows) {
