@@ -59,17 +59,15 @@ void gemma_write(nlohmann::json& j, const ModelConfig& c) {
 }
 
 // Norms around both blocks: transformers' post_attention_layernorm is the norm after attention.
-template <QkNorm kQkNorm>
 void gemma_layer_parameters(ParamTable& t, const ModelConfig&, int64_t) {
   t.norm("input_layernorm", "attention_norm");
   t.norm("post_attention_layernorm", "post_attention_norm");
-  t.attention(kQkNorm);
+  t.attention();
   t.norm("pre_feedforward_layernorm", "mlp_norm");
   t.norm("post_feedforward_layernorm", "post_mlp_norm");
   t.dense_mlp();
 }
 
-const card::FamilyOptions kGemmaCard{.post_norms = true, .norm_plus_one = true, .gelu_tanh = true};
 
 }  // namespace
 
@@ -87,14 +85,10 @@ extern const Architecture kGemma2{
     .write = gemma_write,
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
-                         return decoder_parameters(c, g, gemma_layer_parameters<QkNorm::none>);
+                         return decoder_parameters(c, g, gemma_layer_parameters);
                        },
                    .blocks =
-                       [](const ModelConfig& c) {
-                         card::FamilyOptions o = kGemmaCard;
-                         o.ns = "gemma2";
-                         return card::family_blocks(c, o);
-                       }},
+                       [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "gemma2"}); }},
 };
 
 extern const Architecture kGemma3Text{
@@ -114,15 +108,10 @@ extern const Architecture kGemma3Text{
     .write = gemma_write,
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
-                         return decoder_parameters(c, g, gemma_layer_parameters<QkNorm::per_head>);
+                         return decoder_parameters(c, g, gemma_layer_parameters);
                        },
                    .blocks =
-                       [](const ModelConfig& c) {
-                         card::FamilyOptions o = kGemmaCard;
-                         o.ns = "gemma3";
-                         o.qk_norm = QkNorm::per_head;
-                         return card::family_blocks(c, o);
-                       }},
+                       [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "gemma3"}); }},
 };
 
 }  // namespace linnet

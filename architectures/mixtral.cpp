@@ -32,7 +32,7 @@ extern const Architecture kMixtral{
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
                          return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
-                           pre_norm_layer(t, c, i, QkNorm::none,
+                           pre_norm_layer(t, c, i,
                                           {.block = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2"});
                          });
                        },

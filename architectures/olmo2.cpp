@@ -7,7 +7,7 @@ namespace linnet {
 // transformers' post_attention_layernorm is OLMo 2's norm after attention.
 void olmo2_layer_parameters(ParamTable& t, const ModelConfig&, int64_t) {
   t.norm("post_attention_layernorm", "post_attention_norm");
-  t.attention(QkNorm::whole);
+  t.attention();
   t.norm("post_feedforward_layernorm", "post_mlp_norm");
   t.dense_mlp();
 }
@@ -29,10 +29,7 @@ extern const Architecture kOlmo2{
                        },
                    .blocks =
                        [](const ModelConfig& c) {
-                         return card::family_blocks(c, {.ns = "olmo2",
-                                                        .qk_norm = QkNorm::whole,
-                                                        .pre_norms = false,
-                                                        .post_norms = true});
+                         return card::family_blocks(c, {.ns = "olmo2"});
                        }},
 };
 

@@ -45,10 +45,7 @@ extern const Architecture kOlmo3{
                        },
                    .blocks =
                        [](const ModelConfig& c) {
-                         return card::family_blocks(c, {.ns = "olmo3",
-                                                        .qk_norm = QkNorm::whole,
-                                                        .pre_norms = false,
-                                                        .post_norms = true});
+                         return card::family_blocks(c, {.ns = "olmo3"});
                        }},
 };
 

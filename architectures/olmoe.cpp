@@ -32,10 +32,10 @@ extern const Architecture kOlmoe{
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
                          return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
-                           pre_norm_layer(t, c, i, QkNorm::whole);
+                           pre_norm_layer(t, c, i);
                          });
                        },
-                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "olmoe", .qk_norm = QkNorm::whole}); }},
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "olmoe"}); }},
 };
 
 }  // namespace linnet

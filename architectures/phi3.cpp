@@ -24,7 +24,7 @@ extern const Architecture kPhi3{
                        [](const ModelConfig& c, const Generics& g) {
                          return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig&, int64_t) {
                            t.norm("input_layernorm", "attention_norm");
-                           t.attention(QkNorm::none, /*fused_qkv=*/true);
+                           t.attention(/*fused_qkv=*/true);
                            t.norm("post_attention_layernorm", "mlp_norm");
                            t.dense_mlp(/*fused_gate_up=*/true);
                          });

@@ -50,12 +50,12 @@ extern const Architecture kQwen3{
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
                          return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
-                           pre_norm_layer(t, c, i, QkNorm::per_head);
+                           pre_norm_layer(t, c, i);
                          });
                        },
                    .blocks =
                        [](const ModelConfig& c) {
-                         return card::family_blocks(c, {.ns = "qwen3", .qk_norm = QkNorm::per_head});
+                         return card::family_blocks(c, {.ns = "qwen3"});
                        }},
 };
 

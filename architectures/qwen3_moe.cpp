@@ -43,10 +43,10 @@ extern const Architecture kQwen3Moe{
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
                          return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
-                           pre_norm_layer(t, c, i, QkNorm::per_head);
+                           pre_norm_layer(t, c, i);
                          });
                        },
-                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_moe", .qk_norm = QkNorm::per_head}); }},
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_moe"}); }},
 };
 
 }  // namespace linnet

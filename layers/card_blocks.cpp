@@ -13,14 +13,16 @@ namespace linnet::card {
 
 namespace {
 
+bool gelu_tanh(const ModelConfig& c) { return c.activation == ModelConfig::Activation::gelu_tanh; }
+
 // What the three family blocks share: the options and what the config decides.
 struct Family {
   const ModelConfig& c;
   const FamilyOptions& o;
   bool own_d;   // D a generic of its own (the seed writes H / Heads)
   bool window;  // sliding layers with a window
-  std::string norm() const { return o.norm_plus_one ? "RmsNorm1p" : "RmsNorm"; }
-  std::string mlp() const { return o.gelu_tanh ? "GeGlu" : "SwiGlu"; }
+  std::string norm() const { return c.norm_plus_one ? "RmsNorm1p" : "RmsNorm"; }
+  std::string mlp() const { return gelu_tanh(c) ? "GeGlu" : "SwiGlu"; }
   // The generics DecoderLayer, GroupedQueryAttention and Model add to the seed's: declared
   // (", D: Dim, Window: Dim") or passed on (", D, Window").
   std::string d_generics(bool declared) const {
@@ -118,11 +120,11 @@ Block decoder_layer(const Family& f) {
   const std::string n = f.norm() + "<H, T>";
   const std::string dense = f.mlp() + "<H, Inner / Shards, T>";
   std::vector<std::string> m;
-  if (f.o.pre_norms) m.push_back("sub attention_norm: " + n);
+  if (f.c.pre_norms) m.push_back("sub attention_norm: " + n);
   m.push_back("sub attention: GroupedQueryAttention<H, Heads, KvHeads, Batch, MaxSeq, T, Shards, PageSize" +
               f.d_generics(false) + ">");
-  if (f.o.post_norms) m.push_back("sub post_attention_norm: " + n);
-  if (f.o.pre_norms) m.push_back("sub mlp_norm: " + n);
+  if (f.c.post_norms) m.push_back("sub post_attention_norm: " + n);
+  if (f.c.pre_norms) m.push_back("sub mlp_norm: " + n);
   const std::string moe = "SparseMoe<H, Experts, TopK, ExpertInner, T, Shards>";
   if (!c.moe())
     m.push_back("sub mlp: " + dense);
@@ -130,7 +132,7 @@ Block decoder_layer(const Family& f) {
     m.push_back("sub mlp: " + moe);
   else
     m.push_back("sub mlp: " + moe + "  (sparse_layers; the others " + dense + ")");
-  if (f.o.post_norms) m.push_back("sub post_mlp_norm: " + n);
+  if (f.c.post_norms) m.push_back("sub post_mlp_norm: " + n);
   if (c.residual_multiplier != 1.0) m.push_back("const residual_multiplier: f32 = " + num(c.residual_multiplier));
   return {"DecoderLayer",
           f.o.ns + "::DecoderLayer<" + kLayerGenerics + f.d_generics(true) + f.expert_generics(true) + ">", m,
@@ -147,10 +149,10 @@ Block attention(const Family& f) {
                                 "state cache_k: Tensor[Batch, KvHeads / Shards, MaxSeq, " + d + "; T]",
                                 "state cache_v: Tensor[Batch, KvHeads / Shards, MaxSeq, " + d + "; T]"};
   const std::string norm = f.norm();
-  if (f.o.qk_norm == QkNorm::per_head) {
+  if (f.c.qk_norm == QkNorm::per_head) {
     m.push_back("sub q_norm: " + norm + "<D, T>  (each head)");
     m.push_back("sub k_norm: " + norm + "<D, T>  (each head)");
-  } else if (f.o.qk_norm == QkNorm::whole) {
+  } else if (f.c.qk_norm == QkNorm::whole) {
     m.push_back("sub q_norm: " + norm + "<(Heads / Shards) * D, T>  (over Heads * D: sum of squares all-reduced)");
     m.push_back("sub k_norm: " + norm + "<(KvHeads / Shards) * D, T>  (over KvHeads * D: sum of squares all-reduced)");
   }
@@ -297,8 +299,8 @@ std::vector<Block> family_blocks(const ModelConfig& c, const FamilyOptions& o) {
   if (c.llama_shaped()) return blocks();
   const Family f{c, o, true, c.sliding_window && c.any_sliding()};
   std::vector<Block> out = {decoder_layer(f), embedding(), attention(f), linear(), model(f),
-                            o.norm_plus_one ? rms_norm_1p() : rms_norm()};
-  if (!c.moe() || c.any_dense_mlp()) out.push_back(gated_mlp(o.gelu_tanh, o.fused_gate_up));
+                            c.norm_plus_one ? rms_norm_1p() : rms_norm()};
+  if (!c.moe() || c.any_dense_mlp()) out.push_back(gated_mlp(gelu_tanh(c), o.fused_gate_up));
   if (c.moe()) {
     out.push_back(sparse_moe(o.ns));
     out.push_back(router(c.norm_topk_prob));

@@ -27,7 +27,8 @@ void ParamTable::norm(const std::string& hf_name, const std::string& card_name) 
   add(hf_ + hf_name + ".weight", card_ + card_name + ".weight", {g_.hidden}, Split::mirrored, 0);
 }
 
-void ParamTable::attention(QkNorm qk_norm, bool fused_qkv) {
+void ParamTable::attention(bool fused_qkv) {
+  const QkNorm qk_norm = c_.qk_norm;
   const int64_t h = g_.hidden, d = g_.head_dim(), s = g_.shards;
   // k/v rows: KvHeads/Shards heads a shard, or one head on each of kv_replicas() shards.
   const int64_t kv_rows = g_.kv_heads_per_shard() * d;
@@ -123,9 +124,9 @@ std::vector<ParamSpec> decoder_parameters(const ModelConfig& c, const Generics& 
   return t.take();
 }
 
-void pre_norm_layer(ParamTable& t, const ModelConfig& c, int64_t i, QkNorm qk_norm, const ExpertTensorNames& experts) {
+void pre_norm_layer(ParamTable& t, const ModelConfig& c, int64_t i, const ExpertTensorNames& experts) {
   t.norm("input_layernorm", "attention_norm");
-  t.attention(qk_norm);
+  t.attention();
   // transformers' post_attention_layernorm is Llama's norm before the MLP.
   t.norm("post_attention_layernorm", "mlp_norm");
   if (c.sparse_layer(i))

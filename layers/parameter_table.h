@@ -31,8 +31,9 @@ class ParamTable {
   void norm(const std::string& hf_name, const std::string& card_name);
   // q/k/v_proj (rows: Heads·D, KvHeads·D; k/v replicated when Shards > KvHeads), their biases
   // where the config has them (qkv_bias); the q/k norms; o_proj (columns) and its bias (o_bias).
-  // fused_qkv: q/k/v are row ranges of one qkv_proj tensor (Phi-3).
-  void attention(QkNorm qk_norm = QkNorm::none, bool fused_qkv = false);
+  // fused_qkv: q/k/v are row ranges of one qkv_proj tensor (Phi-3). The q/k norms are the
+  // config's (ModelConfig::qk_norm: the architecture states them once, when it parses).
+  void attention(bool fused_qkv = false);
   // gate/up_proj [Inner, H] by rows, down_proj [H, Inner] by columns, biases where mlp_bias.
   // fused_gate_up: gate and up are row ranges of one gate_up_proj tensor (Phi-3).
   void dense_mlp(bool fused_gate_up = false);
@@ -60,9 +61,8 @@ using LayerParameters = void (*)(ParamTable&, const ModelConfig&, int64_t layer)
 std::vector<ParamSpec> decoder_parameters(const ModelConfig& config, const Generics& g, LayerParameters layer);
 
 // Llama's layer (norms before attention and the MLP), the one most architectures share, with
-// its q/k norms and the MLP a mixture of experts on sparse layers (names: `experts`).
-void pre_norm_layer(ParamTable& t, const ModelConfig& c, int64_t i, QkNorm qk_norm = QkNorm::none,
-                    const ExpertTensorNames& experts = {});
+// the config's q/k norms and the MLP a mixture of experts on sparse layers (names: `experts`).
+void pre_norm_layer(ParamTable& t, const ModelConfig& c, int64_t i, const ExpertTensorNames& experts = {});
 // The plain Llama decoder's table (the fallback for a ModelConfig made without parsing).
 std::vector<ParamSpec> llama_parameters(const ModelConfig& config, const Generics& g);
 
