@@ -22,13 +22,10 @@ CacheAddress slot_address(int64_t slot, const AttentionDims& d) {
   return {page / ppr, (page % ppr) * d.page_size + slot % d.page_size};
 }
 
-void check_dims(const Tensor& qkv, const AttentionDims& d, const Tensor& out, const char* op) {
+// Shapes are checked before (core/op_checks.h); the CPU computes in f32.
+void check_dims(const Tensor& qkv, const AttentionDims&, const Tensor& out, const char* op) {
   cpu_expect_f32(qkv, op, "qkv");
   cpu_expect_f32(out, op, "out");
-  cpu_expect(d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, op, "q_heads must divide by kv_heads");
-  cpu_expect(qkv.dim(1) == d.qkv_width() && out.dim(0) == qkv.dim(0) &&
-                 out.dim(1) == d.q_heads * d.head_dim,
-             op, qkv.describe() + " → " + out.describe());
 }
 
 // Gemma 2's soft-capping of the scaled scores, as transformers: (s / cap) → tanh → × cap, in f32.
@@ -39,7 +36,7 @@ void softcap_scores(float* s, int64_t count, float cap) {
 
 }  // namespace
 
-void CpuBackend::kv_write(const Tensor& qkv, const AttentionDims& d, const Tensor& slots,
+void CpuBackend::kv_write_op(const Tensor& qkv, const AttentionDims& d, const Tensor& slots,
                           Tensor& cache_k, Tensor& cache_v) {
   cpu_expect_f32(qkv, "kv_write", "qkv");
   cpu_expect_f32(cache_k, "kv_write", "cache_k");
@@ -61,7 +58,7 @@ void CpuBackend::kv_write(const Tensor& qkv, const AttentionDims& d, const Tenso
   }
 }
 
-void CpuBackend::attention_packed(const Tensor& qkv, const AttentionDims& d, const Tensor& run_start,
+void CpuBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& d, const Tensor& run_start,
                                   Tensor& out) {
   check_dims(qkv, d, out, "attention_packed");
   const int64_t n = qkv.dim(0), w = d.qkv_width(), dh = d.head_dim, group = d.q_heads / d.kv_heads;
@@ -93,7 +90,7 @@ void CpuBackend::attention_packed(const Tensor& qkv, const AttentionDims& d, con
   }
 }
 
-void CpuBackend::attention_cache(const Tensor& qkv, const AttentionDims& d, const Tensor& rows,
+void CpuBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& d, const Tensor& rows,
                                  const Tensor& positions, const Tensor& table, const Tensor& cache_k,
                                  const Tensor& cache_v, Tensor& out) {
   check_dims(qkv, d, out, "attention_cache");

@@ -1,6 +1,7 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_threads.h"
 #include "core/cpu/packed_matmul.h"
+#include "core/op_checks.h"
 
 #include <sys/mman.h>
 
@@ -18,6 +19,17 @@ void cpu_expect_f32(const Tensor& t, const char* op, const char* arg) {
 
 std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
 
+// ---- the ops of core/backend_op_list.h: the shared checks, then each op's own ---------------
+#define LINNET_ARGS(...) __VA_ARGS__
+#define LINNET_OP(name, label, params, args)        \
+  void CpuBackend::name params {                     \
+    op_checks::name("cpu backend", LINNET_ARGS args); \
+    name##_op args;                                  \
+  }
+#include "core/backend_op_list.h"
+#undef LINNET_OP
+#undef LINNET_ARGS
+
 void CpuBackend::fill_zero(Tensor& t) { std::memset(t.data(), 0, t.nbytes()); }
 
 int64_t CpuBackend::memory_available() const { return host_memory_available(); }
@@ -28,7 +40,7 @@ void CpuBackend::copy_from_host(const Tensor& host, Tensor& dst) {
   if (host.data() != dst.data()) std::memcpy(dst.data(), host.data(), host.nbytes());
 }
 
-void CpuBackend::convert(const Tensor& src, Tensor& dst) {
+void CpuBackend::convert_op(const Tensor& src, Tensor& dst) {
   cpu_expect(src.numel() == dst.numel(), "convert", src.describe() + " → " + dst.describe());
   linnet::convert(src.data(), src.dtype(), dst.data(), dst.dtype(), static_cast<size_t>(src.numel()));
 }
@@ -107,11 +119,10 @@ int64_t packed_row0(const Tensor& w) {
   return static_cast<int64_t>(off / row_bytes);
 }
 
-void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out) {
+void CpuBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& out) {
   follow_free_cores();  // every model call starts here
   cpu_expect_f32(out, "embedding", "out");
   const int64_t n = ids.numel(), w = weight.dim(1), v = weight.dim(0);
-  cpu_expect(out.numel() == n * w, "embedding", "out " + out.describe());
   const int32_t* id = ids.ptr<int32_t>();
   const size_t row_bytes = static_cast<size_t>(w) * dtype_size(weight.dtype());
   for (int64_t i = 0; i < n; ++i) {
@@ -124,14 +135,12 @@ void CpuBackend::embedding(const Tensor& weight, const Tensor& ids, Tensor& out)
   }
 }
 
-void CpuBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   cpu_expect_f32(x, "matmul", "x");
   cpu_expect(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16, "matmul",
              str("w must be f32, bf16 or f16, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
   const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
-  cpu_expect(w.rank() == 2 && w.dim(1) == in && out.dim(0) == n && out.dim(1) == o, "matmul",
-             str(x.describe(), " · ", w.describe(), "ᵀ → ", out.describe()));
   if (n == 0) return;
   // A weight not uploaded with upload_matrix (a test's, an op's operand) is packed for the
   // call: the same kernel, so the same bits.
@@ -139,7 +148,6 @@ void CpuBackend::matmul(const Tensor& x, const Tensor& w, const Tensor* bias, Te
   cpu::packed_matmul(x.ptr<float>(), n, in, packed.storage()->data, w.dtype(), packed_row0(packed), o, out.ptr<float>());
   if (bias) {
     cpu_expect_f32(*bias, "matmul", "bias");
-    cpu_expect(bias->numel() == o, "matmul", "bias " + bias->describe());
     const float* b = bias->ptr<float>();
     float* y = out.ptr<float>();
     for (int64_t r = 0; r < n; ++r)
@@ -158,41 +166,35 @@ void norm_row(const float* x, const float* w, float eps, int64_t n, float* out) 
 }
 }  // namespace
 
-void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
+void CpuBackend::rms_norm_op(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   cpu_expect_f32(x, "rms_norm", "x");
   cpu_expect_f32(w, "rms_norm", "w");
   cpu_expect_f32(out, "rms_norm", "out");
   const int64_t n = x.dim(0), h = x.dim(1);
-  cpu_expect(w.numel() == h && out.numel() == x.numel(), "rms_norm", x.describe());
   for (int64_t r = 0; r < n; ++r) norm_row(x.ptr<float>() + r * h, w.ptr<float>(), eps, h, out.ptr<float>() + r * h);
 }
 
-void CpuBackend::add_rms_norm(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
+void CpuBackend::add_rms_norm_op(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
                               Tensor& out) {
   add(residual, delta);
   rms_norm(residual, w, eps, out);
 }
 
-void CpuBackend::add(Tensor& x, const Tensor& y) {
+void CpuBackend::add_op(Tensor& x, const Tensor& y) {
   cpu_expect_f32(x, "add", "x");
   cpu_expect_f32(y, "add", "y");
-  cpu_expect(x.numel() == y.numel(), "add", x.describe() + " + " + y.describe());
   float* a = x.ptr<float>();
   const float* b = y.ptr<float>();
   const int64_t n = x.numel();
   for (int64_t i = 0; i < n; ++i) a[i] += b[i];
 }
 
-void CpuBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
+void CpuBackend::rope_heads_op(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim, const Tensor& positions,
                             const Tensor& inv_freq, float scale) {
   cpu_expect_f32(x, "rope", "x");
   cpu_expect_f32(inv_freq, "rope", "inv_freq");
   const int64_t n = x.dim(0), width = x.dim(1), half = inv_freq.dim(inv_freq.rank() - 1), d = head_dim;
   const bool per_token = inv_freq.rank() == 2;
-  cpu_expect(2 * half <= d && (head_begin + heads) * d <= width && positions.numel() == n &&
-                 (!per_token || inv_freq.dim(0) == n),
-             "rope", str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", d, " (rotary ", 2 * half, ") of ",
-                         x.describe(), ", inv_freq ", inv_freq.describe()));
   const int32_t* pos = positions.ptr<int32_t>();
   float* base = x.ptr<float>();
 #pragma omp parallel for if (n > 16)
@@ -215,12 +217,10 @@ void CpuBackend::rope_heads(Tensor& x, int64_t head_begin, int64_t heads, int64_
   }
 }
 
-void CpuBackend::swiglu(const Tensor& gate_up, Tensor& out) {
+void CpuBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
   cpu_expect_f32(gate_up, "swiglu", "gate_up");
   cpu_expect_f32(out, "swiglu", "out");
   const int64_t n = gate_up.dim(0), inner = out.dim(1);
-  cpu_expect(gate_up.dim(1) == 2 * inner && out.dim(0) == n, "swiglu",
-             gate_up.describe() + " → " + out.describe());
   const float* g = gate_up.ptr<float>();
   float* o = out.ptr<float>();
   for (int64_t r = 0; r < n; ++r)
@@ -230,11 +230,10 @@ void CpuBackend::swiglu(const Tensor& gate_up, Tensor& out) {
     }
 }
 
-void CpuBackend::geglu(const Tensor& gate_up, Tensor& out) {
+void CpuBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
   cpu_expect_f32(gate_up, "geglu", "gate_up");
   cpu_expect_f32(out, "geglu", "out");
   const int64_t n = gate_up.dim(0), inner = out.dim(1);
-  cpu_expect(gate_up.dim(1) == 2 * inner && out.dim(0) == n, "geglu", gate_up.describe() + " → " + out.describe());
   const float* g = gate_up.ptr<float>();
   float* o = out.ptr<float>();
   // PyTorch's gelu(approximate="tanh"): 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), in f32.
@@ -247,7 +246,7 @@ void CpuBackend::geglu(const Tensor& gate_up, Tensor& out) {
     }
 }
 
-void CpuBackend::pointwise(Tensor& x, Pointwise op, float value) {
+void CpuBackend::pointwise_op(Tensor& x, Pointwise op, float value) {
   cpu_expect_f32(x, "pointwise", "x");
   float* a = x.ptr<float>();
   const int64_t n = x.numel();
@@ -264,12 +263,10 @@ void CpuBackend::pointwise(Tensor& x, Pointwise op, float value) {
   }
 }
 
-void CpuBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
+void CpuBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
   cpu_expect_f32(x, "sum_squares", "x");
   cpu_expect_f32(out, "sum_squares", "out");
   const int64_t n = x.dim(0), w = x.dim(1);
-  cpu_expect(col_begin >= 0 && col_begin + cols <= w && out.numel() == n, "sum_squares",
-             str("columns [", col_begin, ", ", col_begin + cols, ") of ", x.describe(), " → ", out.describe()));
   for (int64_t r = 0; r < n; ++r) {
     const float* v = x.ptr<float>() + r * w + col_begin;
     double ss = 0;
@@ -278,15 +275,11 @@ void CpuBackend::sum_squares(const Tensor& x, int64_t col_begin, int64_t cols, T
   }
 }
 
-void CpuBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
+void CpuBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w, float eps,
                                const Tensor* sum_sq, int64_t count) {
   cpu_expect_f32(x, "rms_norm_cols", "x");
   cpu_expect_f32(w, "rms_norm_cols", "w");
   const int64_t n = x.dim(0), xw = x.dim(1);
-  cpu_expect(col_begin >= 0 && col_begin + groups * width <= xw && w.numel() == width &&
-                 (!sum_sq || (sum_sq->dtype() == DType::f32 && sum_sq->numel() == n * groups)),
-             "rms_norm_cols", str(groups, " groups of ", width, " columns from ", col_begin, " of ", x.describe(),
-                                  ", w ", w.describe()));
   const float* wt = w.ptr<float>();
   for (int64_t r = 0; r < n; ++r)
     for (int64_t g = 0; g < groups; ++g) {
@@ -303,10 +296,10 @@ void CpuBackend::rms_norm_cols(Tensor& x, int64_t col_begin, int64_t groups, int
     }
 }
 
-void CpuBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out) {
-  const int64_t m = index.numel(), w = src.rank() == 2 ? src.dim(1) : 0;
-  cpu_expect(src.rank() == 2 && src.dtype() == out.dtype() && out.numel() == m * w, "gather_rows",
-             src.describe() + " → " + out.describe());
+void CpuBackend::gather_rows_op(const Tensor& src, const Tensor& index, Tensor& out) {
+  // Rows of a matrix only (the shared checks allow any rank).
+  cpu_expect(src.rank() == 2, "gather_rows", "src " + src.describe() + " should have rank 2");
+  const int64_t m = index.numel(), w = src.dim(1);
   const int32_t* idx = index.ptr<int32_t>();
   const size_t row = static_cast<size_t>(w) * dtype_size(src.dtype());
   for (int64_t i = 0; i < m; ++i) {
@@ -320,10 +313,9 @@ void CpuBackend::gather_rows(const Tensor& src, const Tensor& index, Tensor& out
   }
 }
 
-void CpuBackend::copy_columns(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
+void CpuBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
   const int64_t r = src.dim(0), ws = src.dim(1), w = dst.dim(1);
-  cpu_expect(src.dtype() == dst.dtype() && dst.dim(0) == r && cols <= ws && col_begin + cols <= w,
-             "copy_columns", src.describe() + " → " + dst.describe());
+  cpu_expect(src.dtype() == dst.dtype(), "copy_columns", src.describe() + " → " + dst.describe());
   const size_t e = dtype_size(src.dtype());
   for (int64_t i = 0; i < r; ++i)
     std::memcpy(static_cast<char*>(dst.data()) + (i * w + col_begin) * e,

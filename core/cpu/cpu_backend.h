@@ -36,12 +36,17 @@ class CpuBackend : public Backend {  // not final: tests count its transfers
     return {{"grouped_matmul_weight_bytes", grouped_weight_bytes_}};
   }
 
-  // The ops of core/backend_op_list.h.
+  // The ops of core/backend_op_list.h: each checks its arguments (core/op_checks.h, then
+  // that it computes in f32) and runs its *_op.
 #define LINNET_OP(name, label, params, args) void name params override;
 #include "core/backend_op_list.h"
 #undef LINNET_OP
 
  private:
+#define LINNET_OP(name, label, params, args) void name##_op params;
+#include "core/backend_op_list.h"
+#undef LINNET_OP
+
   std::shared_ptr<HostPool> pool_ = std::make_shared<HostPool>();
   int64_t grouped_weight_bytes_ = 0;
 };

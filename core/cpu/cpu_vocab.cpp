@@ -20,15 +20,10 @@ const float* row_f32(const Tensor& logits, int64_t r, std::vector<float>& buf) {
   return buf.data();
 }
 
-void check_rows(const Tensor& logits, int64_t valid, const Tensor& a, const Tensor& b, const char* op) {
-  cpu_expect(logits.rank() == 2 && valid <= logits.dim(1), op, logits.describe());
-  cpu_expect(a.numel() == logits.dim(0) && b.numel() == logits.dim(0), op, "one result per row");
-}
 }  // namespace
 
-void CpuBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_offset,
+void CpuBackend::logit_stats_op(const Tensor& logits, int64_t valid, int64_t vocab_offset,
                              const Tensor& targets, Tensor& max, Tensor& sumexp, Tensor& target_logit) {
-  check_rows(logits, valid, max, sumexp, "logit_stats");
   const int64_t n = logits.dim(0);
   const int32_t* tgt = targets.ptr<int32_t>();
 #pragma omp parallel
@@ -49,9 +44,8 @@ void CpuBackend::logit_stats(const Tensor& logits, int64_t valid, int64_t vocab_
   }
 }
 
-void CpuBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
+void CpuBackend::argmax_op(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
                         Tensor& index) {
-  check_rows(logits, valid, value, index, "argmax");
   const int64_t n = logits.dim(0);
 #pragma omp parallel if (n > 1)
   {
@@ -68,11 +62,9 @@ void CpuBackend::argmax(const Tensor& logits, int64_t valid, int64_t vocab_offse
   }
 }
 
-void CpuBackend::gumbel_max(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
+void CpuBackend::gumbel_max_op(const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0,
                             uint64_t key1, int32_t step, float temperature, Tensor& value,
                             Tensor& index) {
-  check_rows(logits, valid, value, index, "gumbel_max");
-  cpu_expect(temperature > 0, "gumbel_max", "temperature must be positive");
   const int64_t n = logits.dim(0);
 #pragma omp parallel
   {

@@ -19,6 +19,7 @@
 
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/kernels.cuh"
+#include "core/op_checks.h"
 
 namespace linnet {
 namespace cuda {
@@ -193,10 +194,6 @@ void rank_is(const char* op, const char* name, const Tensor& t, size_t r) {
   need(t.rank() == r, op, str(name, " ", t.describe(), " should have rank ", r));
 }
 
-void dtype_is(const char* op, const char* name, const Tensor& t, DType d) {
-  need(t.dtype() == d, op, str(name, " ", t.describe(), " should be ", dtype_name(d)));
-}
-
 void float_type(const char* op, const char* name, const Tensor& t) {
   need(is_float(t.dtype()), op, str(name, " ", t.describe(), " should have a float dtype"));
 }
@@ -204,36 +201,6 @@ void float_type(const char* op, const char* name, const Tensor& t) {
 void act_type(const char* op, const char* name, const Tensor& t) {
   need(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16, op,
        str(name, " ", t.describe(), " should be f32, bf16 or f16"));
-}
-
-// An i32 index vector of n entries.
-void index_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
-  on_device(op, name, t);
-  dtype_is(op, name, t, DType::i32);
-  need(t.numel() == n, op, str(name, " ", t.describe(), " should hold ", n, " entries"));
-}
-
-void check_dims(const char* op, const AttentionDims& d) {
-  need(d.q_heads > 0 && d.kv_heads > 0 && d.q_heads % d.kv_heads == 0, op,
-       str("q_heads ", d.q_heads, " should be a positive multiple of kv_heads ", d.kv_heads));
-  need(d.head_dim > 0 && d.head_dim <= 256, op,
-       str("head_dim ", d.head_dim, " is not supported (1 … 256)"));
-  need(d.window >= 0 && d.softcap >= 0, op, str("window ", d.window, " and softcap ", d.softcap, " must be ≥ 0"));
-}
-
-void check_cache(const char* op, const AttentionDims& d, const Tensor& qkv, const Tensor& ck,
-                 const Tensor& cv) {
-  need(d.page_size > 0 && d.max_seq > 0 && d.max_seq % d.page_size == 0, op,
-       str("max_seq ", d.max_seq, " should be a positive multiple of page_size ", d.page_size));
-  rank_is(op, "cache_k", ck, 4);
-  rank_is(op, "cache_v", cv, 4);
-  need(ck.shape() == cv.shape(), op, str("cache_k ", ck.describe(), " and cache_v ",
-                                         cv.describe(), " differ"));
-  need(ck.dim(1) == d.kv_heads && ck.dim(2) == d.max_seq && ck.dim(3) == d.head_dim, op,
-       str("cache ", ck.describe(), " should be [rows, ", d.kv_heads, ", ", d.max_seq, ", ",
-           d.head_dim, "]"));
-  need(ck.dtype() == qkv.dtype() && cv.dtype() == qkv.dtype(), op,
-       str("cache dtype ", dtype_name(ck.dtype()), " should match qkv ", qkv.describe()));
 }
 
 cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
@@ -251,7 +218,6 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
   return g;
 }
 
-int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.dim(0); }
 
 }  // namespace
 
@@ -683,10 +649,6 @@ void CudaBackend::synchronize() {
 }
 
 void CudaBackend::convert_op(const Tensor& src, Tensor& dst) {
-  on_device("convert", "src", src);
-  on_device("convert", "dst", dst);
-  need(src.numel() == dst.numel(), "convert",
-       str("src ", src.describe(), " and dst ", dst.describe(), " differ in size"));
   activate();
   if (src.numel() == 0) return;
   if (src.dtype() == dst.dtype()) {
@@ -699,13 +661,8 @@ void CudaBackend::convert_op(const Tensor& src, Tensor& dst) {
 
 void CudaBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& out) {
   const char* op = "embedding";
-  rank_is(op, "weight", weight, 2);
   float_type(op, "weight", weight);
-  rank_is(op, "out", out, 2);
   float_type(op, "out", out);
-  index_vec(op, "ids", ids, out.dim(0));
-  need(out.dim(1) == weight.dim(1), op,
-       str("out ", out.describe(), " and weight ", weight.describe(), " differ in width"));
   activate();
   submit(launch::Embedding{weight.data(), ids.ptr<int32_t>(), out.data(), weight.dim(0), out.dim(0), out.dim(1),
                            dt(weight), dt(out)});
@@ -713,20 +670,12 @@ void CudaBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& 
 
 void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const char* op = "matmul";
-  rank_is(op, "x", x, 2);
-  rank_is(op, "w", w, 2);
-  rank_is(op, "out", out, 2);
   float_type(op, "x", x);
   float_type(op, "w", w);
   float_type(op, "out", out);
   const int64_t N = x.dim(0), In = x.dim(1), Out = w.dim(0);
-  need(w.dim(1) == In, op, str("x ", x.describe(), " and w ", w.describe(), " differ in In"));
-  need(out.dim(0) == N && out.dim(1) == Out, op,
-       str("out ", out.describe(), " should be [", N, ", ", Out, "]"));
   if (bias) {
-    on_device(op, "bias", *bias);
     float_type(op, "bias", *bias);
-    need(bias->numel() == Out, op, str("bias ", bias->describe(), " should hold ", Out, " entries"));
   }
   activate();
   if (N == 0 || Out == 0) return;
@@ -749,14 +698,8 @@ void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias
 
 void CudaBackend::rms_norm_op(const Tensor& x, const Tensor& w, float eps, Tensor& out) {
   const char* op = "rms_norm";
-  rank_is(op, "x", x, 2);
   act_type(op, "x", x);
-  rank_is(op, "out", out, 2);
-  on_device(op, "w", w);
   float_type(op, "w", w);
-  need(out.shape() == x.shape() && out.dtype() == x.dtype(), op,
-       str("out ", out.describe(), " should match x ", x.describe()));
-  need(w.numel() == x.dim(1), op, str("w ", w.describe(), " should hold ", x.dim(1), " entries"));
   activate();
   // Without delta the kernel only reads x (rms_norm_kernel stores x only after adding delta).
   submit(launch::RmsNorm{const_cast<void*>(x.data()), nullptr, w.data(), out.data(), x.dim(0), x.dim(1), dt(x), dt(w),
@@ -766,18 +709,8 @@ void CudaBackend::rms_norm_op(const Tensor& x, const Tensor& w, float eps, Tenso
 void CudaBackend::add_rms_norm_op(Tensor& residual, const Tensor& delta, const Tensor& w, float eps,
                                Tensor& out) {
   const char* op = "add_rms_norm";
-  rank_is(op, "residual", residual, 2);
   act_type(op, "residual", residual);
-  on_device(op, "delta", delta);
-  rank_is(op, "out", out, 2);
-  on_device(op, "w", w);
   float_type(op, "w", w);
-  need(delta.shape() == residual.shape() && delta.dtype() == residual.dtype(), op,
-       str("delta ", delta.describe(), " should match residual ", residual.describe()));
-  need(out.shape() == residual.shape() && out.dtype() == residual.dtype(), op,
-       str("out ", out.describe(), " should match residual ", residual.describe()));
-  need(w.numel() == residual.dim(1), op,
-       str("w ", w.describe(), " should hold ", residual.dim(1), " entries"));
   activate();
   submit(launch::RmsNorm{residual.data(), delta.data(), w.data(), out.data(), residual.dim(0), residual.dim(1),
                          dt(residual), dt(w), eps, 0});
@@ -785,11 +718,7 @@ void CudaBackend::add_rms_norm_op(Tensor& residual, const Tensor& delta, const T
 
 void CudaBackend::add_op(Tensor& x, const Tensor& y) {
   const char* op = "add";
-  on_device(op, "x", x);
-  on_device(op, "y", y);
   act_type(op, "x", x);
-  need(x.numel() == y.numel() && x.dtype() == y.dtype(), op,
-       str("y ", y.describe(), " should match x ", x.describe()));
   activate();
   submit(launch::Add{x.data(), y.data(), x.numel(), dt(x), 0});
 }
@@ -797,18 +726,10 @@ void CudaBackend::add_op(Tensor& x, const Tensor& y) {
 void CudaBackend::rope_heads_op(Tensor& x, int64_t head_begin, int64_t heads, int64_t head_dim,
                              const Tensor& positions, const Tensor& inv_freq, float scale) {
   const char* op = "rope";
-  rank_is(op, "x", x, 2);
   act_type(op, "x", x);
-  on_device(op, "inv_freq", inv_freq);
   float_type(op, "inv_freq", inv_freq);
-  index_vec(op, "positions", positions, x.dim(0));
   const bool per_token = inv_freq.rank() == 2;
-  need(inv_freq.rank() == 1 || (per_token && inv_freq.dim(0) == x.dim(0)), op,
-       str("inv_freq ", inv_freq.describe(), " should be [R/2] or [", x.dim(0), ", R/2]"));
   const int64_t half = inv_freq.dim(inv_freq.rank() - 1), D = head_dim;
-  need(half > 0 && 2 * half <= D && head_begin >= 0 && heads >= 0 && (head_begin + heads) * D <= x.dim(1), op,
-       str("heads [", head_begin, ", ", head_begin + heads, ") of dim ", D, " (rotary ", 2 * half,
-           ") do not fit x ", x.describe()));
   activate();
   submit(launch::Rope{x.data(), positions.ptr<int32_t>(), inv_freq.data(), x.dim(0), x.dim(1), head_begin, heads, D,
                       half, dt(x), dt(inv_freq), per_token, scale});
@@ -816,23 +737,14 @@ void CudaBackend::rope_heads_op(Tensor& x, int64_t head_begin, int64_t heads, in
 
 void CudaBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
   const char* op = "swiglu";
-  rank_is(op, "gate_up", gate_up, 2);
-  rank_is(op, "out", out, 2);
   act_type(op, "gate_up", gate_up);
-  need(out.dtype() == gate_up.dtype() && out.dim(0) == gate_up.dim(0) &&
-           gate_up.dim(1) == 2 * out.dim(1),
-       op, str("gate_up ", gate_up.describe(), " and out ", out.describe(), " disagree"));
   activate();
   submit(launch::Swiglu{gate_up.data(), out.data(), out.dim(0), out.dim(1), dt(out), 0});
 }
 
 void CudaBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
   const char* op = "geglu";
-  rank_is(op, "gate_up", gate_up, 2);
-  rank_is(op, "out", out, 2);
   act_type(op, "gate_up", gate_up);
-  need(out.dtype() == gate_up.dtype() && out.dim(0) == gate_up.dim(0) && gate_up.dim(1) == 2 * out.dim(1), op,
-       str("gate_up ", gate_up.describe(), " and out ", out.describe(), " disagree"));
   activate();
   flush();  // launched directly (not a recorded Launch): after what is recorded before it
   cuda::launch_geglu(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), stream_);
@@ -840,7 +752,6 @@ void CudaBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
 
 void CudaBackend::pointwise_op(Tensor& x, Pointwise p, float value) {
   const char* op = "pointwise";
-  on_device(op, "x", x);
   act_type(op, "x", x);
   activate();
   flush();  // launched directly (not a recorded Launch): after what is recorded before it
@@ -849,12 +760,7 @@ void CudaBackend::pointwise_op(Tensor& x, Pointwise p, float value) {
 
 void CudaBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
   const char* op = "sum_squares";
-  rank_is(op, "x", x, 2);
   act_type(op, "x", x);
-  on_device(op, "out", out);
-  dtype_is(op, "out", out, DType::f32);
-  need(col_begin >= 0 && cols >= 0 && col_begin + cols <= x.dim(1) && out.numel() == x.dim(0), op,
-       str("columns [", col_begin, ", ", col_begin + cols, ") of x ", x.describe(), " into ", out.describe()));
   activate();
   flush();  // launched directly (not a recorded Launch): after what is recorded before it
   cuda::launch_sum_squares(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, cols, out.ptr<float>(), stream_);
@@ -863,18 +769,8 @@ void CudaBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t col
 void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
                                 float eps, const Tensor* sum_sq, int64_t count) {
   const char* op = "rms_norm_cols";
-  rank_is(op, "x", x, 2);
   act_type(op, "x", x);
-  on_device(op, "w", w);
   float_type(op, "w", w);
-  need(col_begin >= 0 && groups >= 0 && width > 0 && col_begin + groups * width <= x.dim(1) && w.numel() == width,
-       op, str(groups, " groups of ", width, " columns from ", col_begin, " of x ", x.describe(), ", w ", w.describe()));
-  if (sum_sq) {
-    on_device(op, "sum_sq", *sum_sq);
-    dtype_is(op, "sum_sq", *sum_sq, DType::f32);
-    need(sum_sq->numel() == x.dim(0) * groups && count > 0, op,
-         str("sum_sq ", sum_sq->describe(), " should hold ", x.dim(0) * groups, " entries"));
-  }
   activate();
   flush();  // launched directly (not a recorded Launch): after what is recorded before it
   cuda::launch_rms_norm_cols(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, groups, width, w.data(), dt(w), eps,
@@ -884,13 +780,8 @@ void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups,
 void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
                            Tensor& cache_k, Tensor& cache_v) {
   const char* op = "kv_write";
-  check_dims(op, dims);
-  rank_is(op, "qkv", qkv, 2);
+  need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
-  need(qkv.dim(1) == dims.qkv_width(), op,
-       str("qkv ", qkv.describe(), " should have width ", dims.qkv_width()));
-  index_vec(op, "slots", slots, qkv.dim(0));
-  check_cache(op, dims, qkv, cache_k, cache_v);
   activate();
   submit(launch::KvWrite{qkv.data(), slots.ptr<int32_t>(), cache_k.data(), cache_v.data(), qkv.dim(0),
                          geom(dims, cache_k.dim(0)), dt(qkv), 0});
@@ -899,17 +790,8 @@ void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, cons
 void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& dims,
                                    const Tensor& run_start, Tensor& out) {
   const char* op = "attention_packed";
-  check_dims(op, dims);
-  rank_is(op, "qkv", qkv, 2);
+  need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
-  need(qkv.dim(1) == dims.qkv_width(), op,
-       str("qkv ", qkv.describe(), " should have width ", dims.qkv_width()));
-  index_vec(op, "run_start", run_start, qkv.dim(0));
-  rank_is(op, "out", out, 2);
-  need(out.dtype() == qkv.dtype() && out.dim(0) == qkv.dim(0) &&
-           out.dim(1) == dims.q_heads * dims.head_dim,
-       op, str("out ", out.describe(), " should be [", qkv.dim(0), ", ",
-               dims.q_heads * dims.head_dim, "; ", dtype_name(qkv.dtype()), "]"));
   activate();
   submit(launch::AttentionPacked{qkv.data(), run_start.ptr<int32_t>(), out.data(), qkv.dim(0), geom(dims, 0), dt(qkv),
                                  0});
@@ -919,21 +801,9 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
                                   const Tensor& positions, const Tensor& table,
                                   const Tensor& cache_k, const Tensor& cache_v, Tensor& out) {
   const char* op = "attention_cache";
-  check_dims(op, dims);
-  rank_is(op, "qkv", qkv, 2);
+  need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
-  need(qkv.dim(1) == dims.qkv_width(), op,
-       str("qkv ", qkv.describe(), " should have width ", dims.qkv_width()));
   const int64_t N = qkv.dim(0);
-  index_vec(op, "rows", rows, N);
-  index_vec(op, "positions", positions, N);
-  rank_is(op, "table", table, 2);
-  dtype_is(op, "table", table, DType::i32);
-  check_cache(op, dims, qkv, cache_k, cache_v);
-  rank_is(op, "out", out, 2);
-  need(out.dtype() == qkv.dtype() && out.dim(0) == N && out.dim(1) == dims.q_heads * dims.head_dim,
-       op, str("out ", out.describe(), " should be [", N, ", ", dims.q_heads * dims.head_dim, "; ",
-               dtype_name(qkv.dtype()), "]"));
   activate();
   if (N == 0) return;
   const cuda::AttnGeom g = geom(dims, cache_k.dim(0));
@@ -960,15 +830,6 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
 }
 
 void CudaBackend::gather_rows_op(const Tensor& src, const Tensor& index, Tensor& out) {
-  const char* op = "gather_rows";
-  on_device(op, "src", src);
-  on_device(op, "out", out);
-  need(src.rank() >= 1 && out.rank() == src.rank() && out.dtype() == src.dtype(), op,
-       str("out ", out.describe(), " and src ", src.describe(), " disagree"));
-  for (size_t i = 1; i < src.rank(); ++i)
-    need(out.dim(i) == src.dim(i), op,
-         str("out ", out.describe(), " and src ", src.describe(), " differ in row shape"));
-  index_vec(op, "index", index, rows_of(out));
   activate();
   const int64_t row_bytes = src.dim(0) ? static_cast<int64_t>(src.nbytes()) / src.dim(0)
                                        : (out.dim(0) ? static_cast<int64_t>(out.nbytes()) / out.dim(0) : 0);
@@ -979,27 +840,14 @@ void CudaBackend::gather_rows_op(const Tensor& src, const Tensor& index, Tensor&
 
 void CudaBackend::router_softmax_op(const Tensor& logits, Tensor& probs) {
   const char* op = "router_softmax";
-  rank_is(op, "logits", logits, 2);
-  rank_is(op, "probs", probs, 2);
   float_type(op, "logits", logits);
-  dtype_is(op, "probs", probs, DType::f32);
-  need(probs.dim(0) == logits.dim(0) && probs.dim(1) == logits.dim(1), op,
-       str("logits ", logits.describe(), " and probs ", probs.describe(), " disagree"));
   activate();
   flush();
   cuda::launch_router_softmax(logits.data(), dt(logits), probs.ptr<float>(), logits.dim(0), logits.dim(1), stream_);
 }
 
 void CudaBackend::top_k_op(const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts) {
-  const char* op = "top_k";
-  rank_is(op, "probs", probs, 2);
-  dtype_is(op, "probs", probs, DType::f32);
   const int64_t n = probs.dim(0), e = probs.dim(1);
-  need(k >= 1 && k <= e, op, str("k ", k, " of ", e, " columns"));
-  on_device(op, "weights", weights);
-  dtype_is(op, "weights", weights, DType::f32);
-  need(weights.numel() == n * k, op, str("weights ", weights.describe(), " should hold ", n * k, " entries"));
-  index_vec(op, "experts", experts.reshape({experts.numel()}), n * k);
   activate();
   flush();
   cuda::launch_top_k(probs.ptr<float>(), n, e, k, normalize, weights.ptr<float>(), experts.ptr<int32_t>(), stream_);
@@ -1007,16 +855,10 @@ void CudaBackend::top_k_op(const Tensor& probs, int64_t k, bool normalize, Tenso
 
 void CudaBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
   const char* op = "grouped_matmul";
-  rank_is(op, "x", x, 2);
-  rank_is(op, "w", w, 2);
-  rank_is(op, "out", out, 2);
   float_type(op, "x", x);
   float_type(op, "w", w);
   float_type(op, "out", out);
   const int64_t groups = static_cast<int64_t>(offsets.size()) - 1, M = x.dim(0), K = x.dim(1), O = out.dim(1);
-  need(groups >= 1 && w.dim(1) == K && w.dim(0) == groups * O && out.dim(0) == M && offsets.front() == 0 &&
-           offsets.back() == M,
-       op, str(groups, " groups: ", x.describe(), " · ", w.describe(), "ᵀ → ", out.describe()));
   activate();
   flush();
   const int tile = cuda::grouped_matmul_rows_per_tile();
@@ -1042,17 +884,9 @@ void CudaBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std:
 void CudaBackend::moe_combine_op(const Tensor& y, const Tensor& rows, const Tensor& experts, const Tensor& weights,
                               Tensor& out) {
   const char* op = "moe_combine";
-  rank_is(op, "y", y, 2);
-  rank_is(op, "out", out, 2);
   act_type(op, "y", y);
   act_type(op, "out", out);
   const int64_t n = out.dim(0), h = out.dim(1), k = n > 0 ? rows.numel() / n : 0;
-  need(y.dim(1) == h, op, str("y ", y.describe(), " and out ", out.describe(), " differ in width"));
-  index_vec(op, "rows", rows.reshape({rows.numel()}), n * k);
-  index_vec(op, "experts", experts.reshape({experts.numel()}), n * k);
-  on_device(op, "weights", weights);
-  dtype_is(op, "weights", weights, DType::f32);
-  need(weights.numel() == n * k, op, str("weights ", weights.describe(), " should hold ", n * k, " entries"));
   activate();
   flush();
   cuda::launch_moe_combine(y.data(), dt(y), rows.ptr<int32_t>(), experts.ptr<int32_t>(), weights.ptr<float>(),
@@ -1060,14 +894,6 @@ void CudaBackend::moe_combine_op(const Tensor& y, const Tensor& rows, const Tens
 }
 
 void CudaBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
-  const char* op = "copy_columns";
-  rank_is(op, "src", src, 2);
-  rank_is(op, "dst", dst, 2);
-  need(src.dim(0) == dst.dim(0), op, str("src ", src.describe(), " and dst ", dst.describe(),
-                                         " differ in rows"));
-  need(cols >= 0 && cols <= src.dim(1) && col_begin >= 0 && col_begin + cols <= dst.dim(1), op,
-       str("columns [", col_begin, ", ", col_begin + cols, ") from ", src.describe(), " into ",
-           dst.describe()));
   activate();
   const int64_t R = src.dim(0);
   if (R == 0 || cols == 0) return;
@@ -1081,31 +907,14 @@ void CudaBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_be
 }
 
 namespace {
-void check_logits(const char* op, const Tensor& logits, int64_t valid, int64_t vocab_offset) {
-  rank_is(op, "logits", logits, 2);
-  float_type(op, "logits", logits);
-  need(valid >= 0 && valid <= logits.dim(1), op,
-       str("valid ", valid, " is outside [0, ", logits.dim(1), "]"));
-  need(vocab_offset >= 0 && vocab_offset + valid <= INT_MAX, op,
-       str("vocab_offset ", vocab_offset, " is out of range"));
-}
-void f32_vec(const char* op, const char* name, const Tensor& t, int64_t n) {
-  on_device(op, name, t);
-  dtype_is(op, name, t, DType::f32);
-  need(t.numel() == n, op, str(name, " ", t.describe(), " should hold ", n, " entries"));
-}
 }  // namespace
 
 void CudaBackend::logit_stats_op(const Tensor& logits, int64_t valid, int64_t vocab_offset,
                               const Tensor& targets, Tensor& max, Tensor& sumexp,
                               Tensor& target_logit) {
   const char* op = "logit_stats";
-  check_logits(op, logits, valid, vocab_offset);
+  float_type(op, "logits", logits);
   const int64_t N = logits.dim(0);
-  index_vec(op, "targets", targets, N);
-  f32_vec(op, "max", max, N);
-  f32_vec(op, "sumexp", sumexp, N);
-  f32_vec(op, "target_logit", target_logit, N);
   activate();
   Tensor ws;
   const bool split = options_.split_rows && N > 0;
@@ -1118,10 +927,8 @@ void CudaBackend::logit_stats_op(const Tensor& logits, int64_t valid, int64_t vo
 void CudaBackend::argmax_op(const Tensor& logits, int64_t valid, int64_t vocab_offset, Tensor& value,
                          Tensor& index) {
   const char* op = "argmax";
-  check_logits(op, logits, valid, vocab_offset);
+  float_type(op, "logits", logits);
   const int64_t N = logits.dim(0);
-  f32_vec(op, "value", value, N);
-  index_vec(op, "index", index, N);
   activate();
   submit_argmax(logits, valid, vocab_offset, false, 0, 0, 0, 1.f, value, index);
 }
@@ -1130,11 +937,8 @@ void CudaBackend::gumbel_max_op(const Tensor& logits, int64_t valid, int64_t voc
                              uint64_t key0, uint64_t key1, int32_t step, float temperature,
                              Tensor& value, Tensor& index) {
   const char* op = "gumbel_max";
-  check_logits(op, logits, valid, vocab_offset);
-  need(temperature > 0.f, op, str("temperature ", temperature, " should be > 0"));
+  float_type(op, "logits", logits);
   const int64_t N = logits.dim(0);
-  f32_vec(op, "value", value, N);
-  index_vec(op, "index", index, N);
   activate();
   submit_argmax(logits, valid, vocab_offset, true, key0, key1, step, temperature, value, index);
 }
@@ -1159,6 +963,7 @@ void CudaBackend::submit_argmax(const Tensor& logits, int64_t valid, int64_t voc
 #define LINNET_OP(name, label, params, args)      \
   void CudaBackend::name params {                  \
     check_args(label, #args, LINNET_ARGS args);    \
+    op_checks::name("cuda", LINNET_ARGS args);     \
     name##_op args;                                \
   }
 #include "core/backend_op_list.h"
