@@ -36,7 +36,7 @@ extern const Architecture kMixtral{
                                           {.block = "block_sparse_moe", .gate = "w1", .up = "w3", .down = "w2"});
                          });
                        },
-                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "mixtral", .mixtral_expert_names = true}); }},
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "mixtral"}); }},
 };
 
 }  // namespace linnet

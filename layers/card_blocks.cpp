@@ -304,7 +304,7 @@ std::vector<Block> family_blocks(const ModelConfig& c, const FamilyOptions& o) {
   if (c.moe()) {
     out.push_back(sparse_moe(o.ns));
     out.push_back(router(c.norm_topk_prob));
-    out.push_back(expert(o.mixtral_expert_names));
+    out.push_back(expert(c.expert_names == ModelConfig::ExpertNames::mixtral));
   }
   std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.name < b.name; });
   return out;

@@ -12,12 +12,11 @@ namespace linnet::card {
 // one config decides (a window, the scales, RoPEs, NoPE layers, which layers are sparse) the
 // builders read from ModelConfig.
 struct FamilyOptions {
-  // What the config does not say. The q/k norms, the norms' placement, RmsNorm1p and GeGlu
-  // are read from the config (its architecture's finish states them once).
+  // What the config does not say. The q/k norms, the norms' placement, RmsNorm1p, GeGlu and
+  // the experts' tensor names are read from the config (its architecture states them once).
   std::string ns = "llama";    // its blocks' namespace: gemma3::DecoderLayer, gemma3.attention::…
   bool fused_qkv = false;      // q/k/v read from one qkv_proj tensor (Phi-3)
   bool fused_gate_up = false;  // gate/up read from one gate_up_proj tensor (Phi-3)
-  bool mixtral_expert_names = false;  // experts under block_sparse_moe, w1/w3/w2
 };
 
 // The seed's blocks for a Llama-shaped config (ModelConfig::llama_shaped), else the family's:
