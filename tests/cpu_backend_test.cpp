@@ -222,6 +222,45 @@ TEST(CpuPackedMatmul, EveryKernelGivesTheSameBitsWhateverTheRows) {
   }
 }
 
+// LINNET_CPU_DOT=bf16 (core/cpu/packed_matmul.h): bf16 weights by AVX512_BF16's dot product, x
+// rounded to bf16. Its own family of bits: a row's result is the same alone or among others and in
+// a view that starts inside a panel, for odd and even k; and it is the exact product of the
+// rounded x and the weights to f32's accumulation (the products are exact in f32).
+TEST(CpuPackedMatmul, Bf16DotIsBatchInvariantAndExactOnRoundedActivations) {
+  if (!cpu::has_bf16_dot()) GTEST_SKIP() << "this CPU has no AVX512_BF16";
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd;
+  auto be = make_cpu_backend();
+  for (int64_t in : {1, 2, 15, 16, 37, 128, 4097}) {
+    const int64_t o = 45, row0 = 7, rows = 29;
+    std::vector<float> wf(static_cast<size_t>(o * in));
+    for (auto& v : wf) v = nd(rng);
+    const Tensor w = Tensor::from_floats({o, in}, wf).to(DType::bf16), wide = w.to(DType::f32);
+    const Tensor packed = be->upload_matrix(w);
+    const int64_t n_max = 40;
+    std::vector<float> xf(static_cast<size_t>(n_max * in));
+    for (auto& v : xf) v = nd(rng);
+    std::vector<float> alone(static_cast<size_t>(rows));
+    cpu::packed_matmul_bf16_dot(xf.data(), 1, in, packed.storage()->data, row0, rows, alone.data());
+    for (int64_t n : {1, 3, 12, 13, 40}) {
+      std::vector<float> got(static_cast<size_t>(n * rows));
+      cpu::packed_matmul_bf16_dot(xf.data(), n, in, packed.storage()->data, row0, rows, got.data());
+      for (int64_t c = 0; c < rows; ++c) ASSERT_EQ(got[c], alone[c]) << "in " << in << " n " << n;
+      for (int64_t i = 0; i < n * rows; ++i) {
+        const int64_t r = i / rows, c = i % rows;
+        double want = 0, scale = 0;
+        for (int64_t t = 0; t < in; ++t) {
+          const double xr = bf16_to_f32(f32_to_bf16(xf[r * in + t]));
+          const double p = xr * wide.ptr<float>()[(row0 + c) * in + t];
+          want += p;
+          scale += std::abs(p);
+        }
+        ASSERT_NEAR(got[i], want, 2e-6 * scale + 1e-30) << "in " << in << " n " << n << " at " << i;
+      }
+    }
+  }
+}
+
 // The attention loops (core/cpu/attention_kernels.h): every kernel this CPU has against the
 // portable one, over head dims with and without a tail and runs of keys with and without one.
 TEST(CpuAttentionKernels, EveryKernelAgreesWithThePortableOne) {

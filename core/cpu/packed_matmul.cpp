@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -169,6 +170,62 @@ __attribute__((target("avx2,fma,f16c"))) void micro_avx2(const float* x, int64_t
   }
 }
 
+// ---- AVX512_BF16 (LINNET_CPU_DOT=bf16): x rounded to bf16, two k steps a dot-product instruction ----
+// Another family of bits, batch invariant of its own: each output element is ((c0 + c1) + c2) +
+// c3, chain q a run of vdpbf16ps steps over its fixed quarter of the k *pairs* (t, t + 1) in
+// order from 0 — whatever the rows, the tile or the thread. Each step adds x[t]·w[t] + x[t+1]·w[t+1]
+// (bf16 products, exact in f32) into the f32 lane. xp: each row's pairs (bf16(x[t]) in the low half,
+// bf16(x[t+1]) in the high; 0 past k), ldp pairs a row.
+// Chain q's first pair of P.
+inline int64_t pair_chain_begin(int64_t pairs, int q) { return pairs * q / kChains; }
+
+template <int R>
+__attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline void dot_step(
+    const uint32_t* xp, int64_t ldp, const void* panel, int64_t k, int64_t i, __m512 (&a)[R][2]) {
+  const int64_t t = 2 * i;
+  const uint16_t* p = static_cast<const uint16_t*>(panel) + t * kPanel;
+  _mm_prefetch(reinterpret_cast<const char*>(p + 2 * 2048), _MM_HINT_T0);
+  // Word j of step t holds columns (j, j + 16); the pairs (t, t + 1) of column j and of j + 16.
+  const __m512i v0 = _mm512_loadu_si512(p);
+  const __m512i v1 = t + 1 < k ? _mm512_loadu_si512(p + kPanel) : _mm512_setzero_si512();
+  const __m512i low = _mm512_set1_epi32(0xFFFF), high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m512i lo = _mm512_or_si512(_mm512_and_si512(v0, low), _mm512_slli_epi32(v1, 16));
+  const __m512i hi = _mm512_or_si512(_mm512_srli_epi32(v0, 16), _mm512_and_si512(v1, high));
+  for (int r = 0; r < R; ++r) {
+    const __m512i xv = _mm512_set1_epi32(static_cast<int>(xp[r * ldp + i]));
+    a[r][0] = _mm512_dpbf16_ps(a[r][0], (__m512bh)xv, (__m512bh)lo);
+    a[r][1] = _mm512_dpbf16_ps(a[r][1], (__m512bh)xv, (__m512bh)hi);
+  }
+}
+
+template <int R, int G>
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) void micro_dot(const uint32_t* xp, int64_t ldp, int64_t k,
+                                                                      const void* panel, float* tile) {
+  const int64_t pairs = (k + 1) / 2;
+  for (int q0 = 0; q0 < kChains; q0 += G) {
+    __m512 a[G][R][2];
+    int64_t begin[G], len[G], common = pairs;
+    for (int g = 0; g < G; ++g) {
+      begin[g] = pair_chain_begin(pairs, q0 + g);
+      len[g] = pair_chain_begin(pairs, q0 + g + 1) - begin[g];
+      common = std::min(common, len[g]);
+      for (int r = 0; r < R; ++r) a[g][r][0] = a[g][r][1] = _mm512_setzero_ps();
+    }
+    for (int64_t i = 0; i < common; ++i)
+      for (int g = 0; g < G; ++g) dot_step<R>(xp, ldp, panel, k, begin[g] + i, a[g]);
+    for (int g = 0; g < G; ++g)
+      for (int64_t i = common; i < len[g]; ++i) dot_step<R>(xp, ldp, panel, k, begin[g] + i, a[g]);
+    for (int g = 0; g < G; ++g)
+      for (int r = 0; r < R; ++r)
+        for (int h = 0; h < 2; ++h) {
+          float* o = tile + r * kPanel + 16 * h;
+          _mm512_storeu_ps(o, q0 + g == 0 ? a[g][r][h] : _mm512_add_ps(_mm512_loadu_ps(o), a[g][r][h]));
+        }
+  }
+}
+
+using MicroDot = void (*)(const uint32_t* xp, int64_t ldp, int64_t k, const void* panel, float* tile);
+
 constexpr int kRows512 = 12;  // 24 accumulators + 2 weight vectors of the 32 registers
 constexpr int kRows2 = 3;     // 12 + 4 of 16
 
@@ -181,6 +238,11 @@ constexpr std::array<Micro, sizeof...(R)> table512(std::integer_sequence<int, R.
 template <Kind K, int... R>
 constexpr std::array<Micro, sizeof...(R)> table2(std::integer_sequence<int, R...>) {
   return {micro_avx2<K, R + 1>...};
+}
+
+template <int... R>
+constexpr std::array<MicroDot, sizeof...(R)> table_dot(std::integer_sequence<int, R...>) {
+  return {micro_dot<R + 1, chains_at_once(R + 1)>...};
 }
 
 struct Kernel {
@@ -278,9 +340,67 @@ void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, i
   }
 }
 
+bool has_bf16_dot() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+}
+
+CpuDot cpu_dot() {
+  static const CpuDot dot = [] {
+    const char* v = std::getenv("LINNET_CPU_DOT");
+    if (!v || std::string(v) == "f32") return CpuDot::f32;
+    if (std::string(v) == "bf16") return CpuDot::bf16;
+    throw Error(str("LINNET_CPU_DOT=", v, ": expected f32 or bf16"));
+  }();
+  return dot;
+}
+
+void packed_matmul_bf16_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t row0, int64_t o, float* out) {
+  if (!has_bf16_dot()) throw Error("packed_matmul: this CPU has no AVX512_BF16 dot product (LINNET_CPU_DOT=bf16)");
+  static const std::vector<MicroDot> kDot = [] {
+    const auto t = table_dot(std::make_integer_sequence<int, kRows512>{});
+    return std::vector<MicroDot>(t.begin(), t.end());
+  }();
+  const int64_t pairs = (k + 1) / 2;
+  // Each row's activations as bf16 pairs, once a call (round to nearest even, as transformers'
+  // bf16 activations are).
+  std::vector<uint32_t> xp(static_cast<size_t>(n * pairs));
+#pragma omp parallel for if (n * k > 65536)
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < pairs; ++i) {
+      const uint32_t a = f32_to_bf16(x[r * k + 2 * i]), b = 2 * i + 1 < k ? f32_to_bf16(x[r * k + 2 * i + 1]) : 0;
+      xp[static_cast<size_t>(r * pairs + i)] = a | (b << 16);
+    }
+  const size_t panel_bytes = static_cast<size_t>(kPanel * k) * sizeof(uint16_t);
+  const int64_t p_begin = row0 / kPanel, p_end = (row0 + o + kPanel - 1) / kPanel;
+  const int64_t tile_rows = kRows512;
+  const int64_t block = std::max<int64_t>(tile_rows, ((int64_t{1} << 18) / std::max<int64_t>(pairs, 1)) / tile_rows * tile_rows);
+  for (int64_t m0 = 0; m0 < n; m0 += block) {
+    const int64_t m1 = std::min(n, m0 + block);
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      alignas(64) float tile[kRows512 * kPanel];
+      const void* panel = static_cast<const char*>(w) + static_cast<size_t>(p) * panel_bytes;
+      const int64_t c0 = std::max(row0, p * kPanel) - p * kPanel, c1 = std::min(row0 + o, (p + 1) * kPanel) - p * kPanel;
+      const int64_t tiles = (m1 - m0 + tile_rows - 1) / tile_rows, even = (m1 - m0 + tiles - 1) / tiles;
+      for (int64_t r0 = m0; r0 < m1; r0 += even) {
+        const int rows = static_cast<int>(std::min(even, m1 - r0));
+        kDot[static_cast<size_t>(rows - 1)](xp.data() + r0 * pairs, pairs, k, panel, tile);
+        for (int r = 0; r < rows; ++r)
+          std::memcpy(out + (r0 + r) * o + (p * kPanel + c0 - row0), tile + r * kPanel + c0,
+                      static_cast<size_t>(c1 - c0) * sizeof(float));
+      }
+    }
+  }
+}
+
 void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt, int64_t row0, int64_t o,
                    float* out, const char* kernel) {
   const Kind kind = kind_of(dt);
+  if (!kernel && kind == kBf16 && cpu_dot() == CpuDot::bf16) {
+    packed_matmul_bf16_dot(x, n, k, w, row0, o, out);
+    return;
+  }
   const Kernel& kern = find_kernel(kernel);
   const size_t panel_bytes = static_cast<size_t>(kPanel * k) * dtype_size(dt);
   const int64_t p_begin = row0 / kPanel, p_end = (row0 + o + kPanel - 1) / kPanel;

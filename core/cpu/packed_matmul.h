@@ -35,6 +35,16 @@ void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, i
 void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt, int64_t row0, int64_t o,
                    float* out, const char* kernel = nullptr);
 
+// The dot product bf16 weights take (LINNET_CPU_DOT, read once): f32 (the default: x in f32,
+// each weight widened, one f32 multiply-add a product — every kernel below, the same bits) or
+// bf16 (x rounded to bf16 and two products a vdpbf16ps step, on a CPU with AVX512_BF16: another
+// family of bits, batch invariant of its own, within bf16's rounding of x of the f32 one).
+enum class CpuDot { f32, bf16 };
+CpuDot cpu_dot();
+bool has_bf16_dot();
+// packed_matmul of bf16 weights by the bf16 dot product (throws where the CPU has none).
+void packed_matmul_bf16_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t row0, int64_t o, float* out);
+
 // The kernel packed_matmul runs here: "avx512f", "avx2+fma" or "scalar"; all of them, best first.
 const char* packed_matmul_kernel();
 std::vector<const char*> packed_matmul_kernels();
