@@ -184,7 +184,9 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline voi
     const uint32_t* xp, int64_t ldp, const void* panel, int64_t k, int64_t i, __m512 (&a)[R][2]) {
   const int64_t t = 2 * i;
   const uint16_t* p = static_cast<const uint16_t*>(panel) + t * kPanel;
-  _mm_prefetch(reinterpret_cast<const char*>(p + 2 * 2048), _MM_HINT_T0);
+  // 4 KiB ahead, as the f32 path: both 64-byte lines of this step's pair.
+  _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(p + 2048 + kPanel), _MM_HINT_T0);
   // Word j of step t holds columns (j, j + 16); the pairs (t, t + 1) of column j and of j + 16.
   const __m512i v0 = _mm512_loadu_si512(p);
   const __m512i v1 = t + 1 < k ? _mm512_loadu_si512(p + kPanel) : _mm512_setzero_si512();
