@@ -97,6 +97,15 @@ TEST(Cli, InlineValuesMustFitTheirArgumentsDtype) {
   }
 }
 
+// LINNET_CPU_DOT: a value not listed is refused by name when the CPU backend is made.
+TEST(Cli, CpuDotSwitchIsCheckedByName) {
+  setenv("LINNET_CPU_DOT", "bf32", 1);
+  const auto r = run_linnet({"bench", "--checkpoint", tiny().string(), "--backend", "cpu", "--prompt", "2", "--gen",
+                             "1", "--warmup", "0", "--repeats", "1"});
+  unsetenv("LINNET_CPU_DOT");
+  EXPECT_ERROR(r, 1, "LINNET_CPU_DOT=bf32: expected f32 or bf16");
+}
+
 TEST(Cli, DetokenizeRangeChecksIds) {
   const fs::path tok = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/tokenizers/hf_bytelevel";
   auto r = run_linnet({"detokenize", "--checkpoint", tok.string(), "--ids", "4294967396"});

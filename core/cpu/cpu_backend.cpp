@@ -17,7 +17,12 @@ void cpu_expect_f32(const Tensor& t, const char* op, const char* arg) {
   cpu_expect(t.dtype() == DType::f32, op, str(arg, " must be f32, got ", t.describe()));
 }
 
-std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> make_cpu_backend() {
+  // LINNET_CPU_DOT is checked when a backend is made, not at its first product.
+  if (cpu::cpu_dot() == cpu::CpuDot::bf16 && !cpu::has_bf16_dot())
+    throw Error("LINNET_CPU_DOT=bf16: this CPU has no AVX512_BF16 dot product (unset it, or f32)");
+  return std::make_unique<CpuBackend>();
+}
 
 // ---- the ops of core/backend_op_list.h: the shared checks, then each op's own ---------------
 #define LINNET_ARGS(...) __VA_ARGS__

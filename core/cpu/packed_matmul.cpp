@@ -342,6 +342,39 @@ void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, i
   }
 }
 
+namespace {
+// The one walk over a packed product, whatever the kernel: blocks of rows of x that stay in a
+// core's L2 (≈ 1 MiB; row_len: a row's 4-byte words) while every panel passes over them, a
+// block a whole number of tiles; panels handed out 4 at a time (threads stream at uneven
+// speeds); tiles of even size (16 rows: 8 + 8, not 12 + 4: a small tile runs below the
+// multiply-add rate). Blocking over rows and panels only: it never changes an element's chain
+// over k. tile(r0, rows, panel, t) fills t[rows × 32]; the wanted columns go to out.
+template <class Tile>
+void for_each_tile(int64_t n, int64_t row_len, const void* w, size_t panel_bytes, int64_t row0, int64_t o,
+                   int64_t tile_rows, float* out, Tile&& tile) {
+  const int64_t p_begin = row0 / kPanel, p_end = (row0 + o + kPanel - 1) / kPanel;
+  const int64_t block =
+      std::max<int64_t>(tile_rows, ((int64_t{1} << 18) / std::max<int64_t>(row_len, 1)) / tile_rows * tile_rows);
+  for (int64_t m0 = 0; m0 < n; m0 += block) {
+    const int64_t m1 = std::min(n, m0 + block);
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t p = p_begin; p < p_end; ++p) {
+      alignas(64) float t[kRows512 * kPanel];
+      const void* panel = static_cast<const char*>(w) + static_cast<size_t>(p) * panel_bytes;
+      const int64_t c0 = std::max(row0, p * kPanel) - p * kPanel, c1 = std::min(row0 + o, (p + 1) * kPanel) - p * kPanel;
+      const int64_t tiles = (m1 - m0 + tile_rows - 1) / tile_rows, even = (m1 - m0 + tiles - 1) / tiles;
+      for (int64_t r0 = m0; r0 < m1; r0 += even) {
+        const int rows = static_cast<int>(std::min(even, m1 - r0));
+        tile(r0, rows, panel, t);
+        for (int r = 0; r < rows; ++r)
+          std::memcpy(out + (r0 + r) * o + (p * kPanel + c0 - row0), t + r * kPanel + c0,
+                      static_cast<size_t>(c1 - c0) * sizeof(float));
+      }
+    }
+  }
+}
+}  // namespace
+
 bool has_bf16_dot() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
@@ -373,27 +406,10 @@ void packed_matmul_bf16_dot(const float* x, int64_t n, int64_t k, const void* w,
       const uint32_t a = f32_to_bf16(x[r * k + 2 * i]), b = 2 * i + 1 < k ? f32_to_bf16(x[r * k + 2 * i + 1]) : 0;
       xp[static_cast<size_t>(r * pairs + i)] = a | (b << 16);
     }
-  const size_t panel_bytes = static_cast<size_t>(kPanel * k) * sizeof(uint16_t);
-  const int64_t p_begin = row0 / kPanel, p_end = (row0 + o + kPanel - 1) / kPanel;
-  const int64_t tile_rows = kRows512;
-  const int64_t block = std::max<int64_t>(tile_rows, ((int64_t{1} << 18) / std::max<int64_t>(pairs, 1)) / tile_rows * tile_rows);
-  for (int64_t m0 = 0; m0 < n; m0 += block) {
-    const int64_t m1 = std::min(n, m0 + block);
-#pragma omp parallel for schedule(dynamic, 4)
-    for (int64_t p = p_begin; p < p_end; ++p) {
-      alignas(64) float tile[kRows512 * kPanel];
-      const void* panel = static_cast<const char*>(w) + static_cast<size_t>(p) * panel_bytes;
-      const int64_t c0 = std::max(row0, p * kPanel) - p * kPanel, c1 = std::min(row0 + o, (p + 1) * kPanel) - p * kPanel;
-      const int64_t tiles = (m1 - m0 + tile_rows - 1) / tile_rows, even = (m1 - m0 + tiles - 1) / tiles;
-      for (int64_t r0 = m0; r0 < m1; r0 += even) {
-        const int rows = static_cast<int>(std::min(even, m1 - r0));
-        kDot[static_cast<size_t>(rows - 1)](xp.data() + r0 * pairs, pairs, k, panel, tile);
-        for (int r = 0; r < rows; ++r)
-          std::memcpy(out + (r0 + r) * o + (p * kPanel + c0 - row0), tile + r * kPanel + c0,
-                      static_cast<size_t>(c1 - c0) * sizeof(float));
-      }
-    }
-  }
+  for_each_tile(n, pairs, w, static_cast<size_t>(kPanel * k) * sizeof(uint16_t), row0, o, kRows512, out,
+                [&](int64_t r0, int rows, const void* panel, float* tile) {
+                  kDot[static_cast<size_t>(rows - 1)](xp.data() + r0 * pairs, pairs, k, panel, tile);
+                });
 }
 
 void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt, int64_t row0, int64_t o,
@@ -404,33 +420,10 @@ void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt
     return;
   }
   const Kernel& kern = find_kernel(kernel);
-  const size_t panel_bytes = static_cast<size_t>(kPanel * k) * dtype_size(dt);
-  const int64_t p_begin = row0 / kPanel, p_end = (row0 + o + kPanel - 1) / kPanel;
-  // Blocks of rows of x that stay in a core's L2 (≈ 1 MiB) while every panel passes over
-  // them; a block is a whole number of tiles. Blocking over rows only: it never changes
-  // an element's chain over k.
-  const int64_t tile_rows = kern.max_rows;
-  const int64_t block = std::max<int64_t>(tile_rows, ((int64_t{1} << 18) / std::max<int64_t>(k, 1)) / tile_rows * tile_rows);
-  for (int64_t m0 = 0; m0 < n; m0 += block) {
-    const int64_t m1 = std::min(n, m0 + block);
-    // Panels are handed out 4 at a time (threads stream at uneven speeds); the split never
-    // touches an element's arithmetic.
-#pragma omp parallel for schedule(dynamic, 4)
-    for (int64_t p = p_begin; p < p_end; ++p) {
-      alignas(64) float tile[kRows512 * kPanel];
-      const void* panel = static_cast<const char*>(w) + static_cast<size_t>(p) * panel_bytes;
-      const int64_t c0 = std::max(row0, p * kPanel) - p * kPanel, c1 = std::min(row0 + o, (p + 1) * kPanel) - p * kPanel;
-      // Tiles of even size (16 rows: 8 + 8, not 12 + 4): a small tile runs below the FMA rate.
-      const int64_t tiles = (m1 - m0 + tile_rows - 1) / tile_rows, even = (m1 - m0 + tiles - 1) / tiles;
-      for (int64_t r0 = m0; r0 < m1; r0 += even) {
-        const int rows = static_cast<int>(std::min(even, m1 - r0));
-        kern.by_rows[kind][kern.max_rows == 1 ? 0 : rows - 1](x + r0 * k, k, k, panel, rows, tile);
-        for (int r = 0; r < rows; ++r)
-          std::memcpy(out + (r0 + r) * o + (p * kPanel + c0 - row0), tile + r * kPanel + c0,
-                      static_cast<size_t>(c1 - c0) * sizeof(float));
-      }
-    }
-  }
+  for_each_tile(n, k, w, static_cast<size_t>(kPanel * k) * dtype_size(dt), row0, o, kern.max_rows, out,
+                [&](int64_t r0, int rows, const void* panel, float* tile) {
+                  kern.by_rows[kind][kern.max_rows == 1 ? 0 : rows - 1](x + r0 * k, k, k, panel, rows, tile);
+                });
 }
 
 const char* packed_matmul_kernel() { return kKernels.front().name; }
