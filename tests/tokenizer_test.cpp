@@ -336,6 +336,11 @@ TEST(TokenizerLoad, Errors) {
   write(d + "/tokenizer.model", "IQ== 0\nIg== x\n");
   msg = error_of([&] { load_tokenizer(d); });
   EXPECT_NE(msg.find("tokenizer.model:2"), std::string::npos) << msg;
+  // A rank past the file's lines is refused by line before it sizes the table (found by
+  // fuzz_tokenizer: a corrupt rank asked for 700 TB).
+  write(d + "/tokenizer.model", "IQ== 0\nIg== 711111111111111\n");
+  msg = error_of([&] { load_tokenizer(d); });
+  EXPECT_NE(msg.find("tokenizer.model:2: rank 711111111111111 is past"), std::string::npos) << msg;
   fs::remove(d + "/tokenizer.model");
   write(d + "/tokenizer.bin", std::string("\x10\0\0\0\0\0", 6));
   EXPECT_NE(error_of([&] { load_tokenizer(d); }).find("truncated"), std::string::npos);

@@ -1,6 +1,7 @@
 // tiktoken rank files (Llama 3's original tokenizer.model): one "<base64 bytes> <rank>"
 // per line; encoding splits with Llama 3's pattern and merges byte pairs by the rank of
 // their concatenation. Llama 3's 256 special tokens follow the base vocabulary.
+#include <algorithm>
 #include <charconv>
 
 #include "core/error.h"
@@ -26,6 +27,9 @@ class TiktokenTokenizer final : public Tokenizer {
  public:
   explicit TiktokenTokenizer(const std::string& path) : path_(path), split_(kLlama3Pattern) {
     const std::string data = tok::read_file(path);
+    // Ranks run 0..n-1 over the file's n lines; a larger one is refused before it sizes
+    // the table (a corrupt rank must not ask for terabytes).
+    const std::size_t max_lines = std::size_t(std::count(data.begin(), data.end(), '\n')) + 1;
     std::size_t line_no = 0;
     for (std::size_t pos = 0; pos < data.size();) {
       std::size_t eol = data.find('\n', pos);
@@ -41,6 +45,9 @@ class TiktokenTokenizer final : public Tokenizer {
         std::from_chars(line.data() + sp + 1, line.data() + line.size(), rank);
       if (sp == std::string_view::npos || rank < 0)
         throw Error(str(path, ":", line_no, ": expected '<base64 token> <rank>'"));
+      if (std::size_t(rank) >= max_lines)
+        throw Error(str(path, ":", line_no, ": rank ", rank, " is past the file's ", max_lines,
+                        " lines (ranks are 0..n-1)"));
       std::string bytes = tok::base64_decode(line.substr(0, sp), str(path, ":", line_no));
       if (std::size_t(rank) >= bytes_.size()) bytes_.resize(std::size_t(rank) + 1);
       bytes_[std::size_t(rank)] = bytes;
