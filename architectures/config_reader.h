@@ -48,4 +48,8 @@ std::vector<std::string> layer_types(const ConfigReader& r, const ModelConfig& c
 // `sliding_window`: absent takes `fallback` (the config class's default), null none.
 std::optional<int64_t> window_key(const ConfigReader& r, std::optional<int64_t> fallback);
 
+// config.json's quantization_config (architectures/quantization_config.cpp): none when absent;
+// an error naming the key for a method or setting linnet does not read.
+std::optional<Quantization> parse_quantization_config(const ConfigReader& r, const ModelConfig& c);
+
 }  // namespace linnet

@@ -224,7 +224,6 @@ void refuse_unsupported(const Reader& r, const Architecture& a) {
     for (const char* key : {"embedding_multiplier", "logits_scaling", "residual_multiplier", "attention_multiplier"})
       if (given(j, key) && !(j[key].is_number() && j[key].get<double>() == 1.0))
         refuse(key, "scaling multipliers are Granite's (model_type granite)");
-  if (given(j, "quantization_config")) refuse("quantization_config", "quantized weights; linnet reads bf16, f16, f32");
 }
 
 }  // namespace
@@ -305,6 +304,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     r.fail(str("'mlp_bias' = true is not supported for model_type '", type, "' (its MLP has no biases in transformers)"));
   if (fam->finish) fam->finish(r, c);
   c.definition = &fam->definition;
+  c.quantization = parse_quantization_config(r, c);
   for (const char* key : {"torch_dtype", "dtype"}) {
     if (!given(j, key)) continue;
     const std::string t = r.string(key, "");

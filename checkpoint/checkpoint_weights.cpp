@@ -35,12 +35,20 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   used_.insert(p.hf_name);
   dir_.expect(p.hf_name, p.stored_shape());
   const DType stored = dir_.info(p.hf_name).dtype;
-  if (!is_float(stored))
-    throw Error(str(dir_.file_of(p.hf_name).path(), ": tensor '", p.hf_name, "' has dtype ", dtype_name(stored),
+  const std::string& path = dir_.file_of(p.hf_name).path();
+  if (p.dtype && !is_float(*p.dtype)) {
+    // A quantized matrix's stored values: the dtype its format names.
+    if (stored != *p.dtype)
+      throw Error(str(path, ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored), ", but quantization_config (",
+                      p.layout.describe(), ") stores it as ", dtype_name(*p.dtype)));
+  } else if (!is_float(stored)) {
+    throw Error(str(path, ": tensor '", p.hf_name, "' has dtype ", dtype_name(stored),
                     ", expected a float dtype (bf16, f16 or f32)"));
-  if (stored != declared_)
-    throw Error(str(dir_.file_of(p.hf_name).path(), ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored),
+  } else if (!p.dtype && stored != declared_) {
+    // (A scale, p.dtype f32, may be stored in any float dtype: widened exactly.)
+    throw Error(str(path, ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored),
                     ", but config.json's torch_dtype says ", dtype_name(declared_)));
+  }
   const auto [part_begin, part_end] = p.shard_range(shard);
   // A part of a fused tensor (Phi-3's qkv_proj, gate_up_proj) reads its rows from the part's offset.
   const int64_t begin = part_begin + p.row_offset, end = part_end + p.row_offset;

@@ -1,5 +1,7 @@
 #include "core/backend.h"
 
+#include "core/error.h"
+
 #include "core/cuda_module.h"
 
 #include <algorithm>
@@ -11,6 +13,10 @@
 namespace linnet {
 
 Tensor BackendDevice::upload_matrix(const std::vector<Tensor>& parts) { return upload_matrix(stack_rows(parts)); }
+
+Tensor BackendDevice::upload_quantized_matrix(const std::vector<QuantizedPart>&, const WeightLayout& layout) {
+  throw Error(str("the ", name(), " backend has no kernels for ", weight_format_name(layout.format), " weights"));
+}
 
 namespace {
 // The first number in a file (memory.max holds "max" when there is no limit).

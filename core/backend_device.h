@@ -46,6 +46,15 @@ class BackendDevice {
   virtual Tensor upload_matrix(const Tensor& host) { return upload(host); }
   // The parts' rows stacked into one matrix (q|k|v, gate|up), laid out as upload_matrix does.
   virtual Tensor upload_matrix(const std::vector<Tensor>& parts);
+  // A quantized matrix (layout.format not dense; see supports) from its parts as stored, each
+  // its values (FP8: f8_e4m3 [rows, cols]) and scales (f32 [⌈rows/br⌉, ⌈cols/bc⌉] for the
+  // layout's br × bc blocks), stacked by rows and laid out for this backend's product: matmul
+  // takes it as w. Backends without quantized kernels refuse it.
+  struct QuantizedPart {
+    Tensor data;
+    Tensor scales;
+  };
+  virtual Tensor upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout);
   // The name of the layout upload_matrix gives (a packed file saved in it is taken as it is:
   // upload_matrix of a tensor already in it returns that tensor); "" where it is row-major.
   virtual std::string packed_format() const { return ""; }

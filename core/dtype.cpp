@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <limits>
 
 #include "core/error.h"
 
@@ -12,6 +13,7 @@ size_t dtype_size(DType t) {
   switch (t) {
     case DType::bf16:
     case DType::f16: return 2;
+    case DType::f8_e4m3: return 1;
     case DType::f32:
     case DType::i32: return 4;
     case DType::i64: return 8;
@@ -26,6 +28,7 @@ const char* dtype_name(DType t) {
     case DType::f32: return "f32";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::f8_e4m3: return "f8_e4m3";
   }
   return "?";
 }
@@ -36,7 +39,8 @@ DType parse_dtype(std::string_view s) {
   if (s == "f32" || s == "F32" || s == "float32") return DType::f32;
   if (s == "i32" || s == "I32" || s == "int32") return DType::i32;
   if (s == "i64" || s == "I64" || s == "int64") return DType::i64;
-  throw Error(str("unknown dtype '", s, "' (expected bf16, f16, f32, i32 or i64)"));
+  if (s == "f8_e4m3" || s == "F8_E4M3" || s == "float8_e4m3fn") return DType::f8_e4m3;
+  throw Error(str("unknown dtype '", s, "' (expected bf16, f16, f32, i32, i64 or f8_e4m3)"));
 }
 
 bool is_float(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
@@ -87,6 +91,30 @@ float f16_to_f32(uint16_t h) {
   return f;
 }
 
+float f8_e4m3_to_f32(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xfu, m = b & 0x7u;
+  if (e == 0xf && m == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  // Normal: 2^(e−7)·(1 + m/8); subnormal (e = 0): 2^−6·m/8.
+  const float mag = e == 0 ? std::ldexp(static_cast<float>(m), -9) : std::ldexp(static_cast<float>(8 + m), static_cast<int>(e) - 10);
+  return (b & 0x80) ? -mag : mag;
+}
+
+uint8_t f32_to_f8_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0;
+  const float a = std::min(std::fabs(f), 448.0f);
+  // The nearest of the 127 non-negative finite values, ties to the even code: a code's
+  // values grow with it, so a binary search over codes finds the pair around a.
+  int lo = 0, hi = 0x7e;
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    (f8_e4m3_to_f32(static_cast<uint8_t>(mid)) <= a ? lo : hi) = mid;
+  }
+  const float dl = a - f8_e4m3_to_f32(static_cast<uint8_t>(lo)), dh = f8_e4m3_to_f32(static_cast<uint8_t>(hi)) - a;
+  const int code = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
+  return static_cast<uint8_t>(sign | code);
+}
+
 float round_to(DType t, float x) {
   switch (t) {
     case DType::bf16: return bf16_to_f32(f32_to_bf16(x));
@@ -107,6 +135,7 @@ double load(const void* p, DType t, size_t i) {
     case DType::f32: return static_cast<const float*>(p)[i];
     case DType::i32: return static_cast<const int32_t*>(p)[i];
     case DType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DType::f8_e4m3: return f8_e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
   }
   return 0;
 }
@@ -117,6 +146,7 @@ void store(void* p, DType t, size_t i, double v) {
     case DType::f32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+    case DType::f8_e4m3: static_cast<uint8_t*>(p)[i] = f32_to_f8_e4m3(static_cast<float>(v)); break;
   }
 }
 }  // namespace
@@ -177,6 +207,8 @@ int64_t first_non_finite(const void* data, DType t, int64_t count) {
     case DType::f32: return first_with_exponent(static_cast<const uint32_t*>(data), count, uint32_t{0x7f800000});
     case DType::bf16: return first_with_exponent(static_cast<const uint16_t*>(data), count, uint16_t{0x7f80});
     case DType::f16: return first_with_exponent(static_cast<const uint16_t*>(data), count, uint16_t{0x7c00});
+    // E4M3 has no infinities; its NaN is the one pattern with every exponent and mantissa bit.
+    case DType::f8_e4m3: return first_with_exponent(static_cast<const uint8_t*>(data), count, uint8_t{0x7f});
     default: return -1;
   }
 }

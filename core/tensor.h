@@ -23,6 +23,10 @@ struct Storage {
   // > 0: one matrix of this many columns packed for a backend's kernels (the CPU's panels,
   // core/cpu/packed_matmul.h), not row-major: only that backend's ops read it.
   int64_t packed_cols = 0;
+  // A packed quantized matrix (FP8: core/cpu/packed_matmul.h): the columns a scale covers
+  // and the rows held (whole panels); 0 for the others.
+  int64_t packed_block_cols = 0;
+  int64_t packed_rows = 0;
   // Non-empty: gives the pages of [p, p + bytes) back to the system, the data staying valid
   // (a read-only file mapping: touched again, they are read again). A loader that has copied
   // a tensor out of the file calls it as it goes, so the weights are not held twice.

@@ -9,7 +9,8 @@ namespace linnet {
 namespace {
 // The traits table, indexed by WeightFormat.
 const WeightFormatTraits kTraits[] = {
-    {"dense", 1, 1, 0, std::nullopt, std::nullopt, false},
+    {"dense", 1, 1, 0, std::nullopt, std::nullopt, false, "_scale"},
+    {"fp8", 128, 128, 8, DType::f32, std::nullopt, false, "_scale_inv"},
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -25,14 +26,31 @@ const char* weight_format_name(WeightFormat f) { return weight_format_traits(f).
 
 WeightLayout WeightLayout::of(WeightFormat f) {
   const WeightFormatTraits& t = weight_format_traits(f);
-  return WeightLayout{f, t.block_rows, t.block_cols, t.data_bits, t.scale_dtype, t.zero_point_dtype, t.group_index};
+  WeightLayout l{f, t.block_rows, t.block_cols, t.data_bits, t.scale_dtype, t.zero_point_dtype, t.group_index,
+                 t.scale_suffix, std::nullopt};
+  if (f == WeightFormat::fp8) l.data_dtype = DType::f8_e4m3;
+  return l;
+}
+
+WeightLayout WeightLayout::fp8_blocks(int64_t block_rows, int64_t block_cols, std::string scale_suffix) {
+  LINNET_CHECK(block_rows > 0 && block_cols > 0, "fp8 blocks of ", block_rows, "×", block_cols);
+  WeightLayout l = of(WeightFormat::fp8);
+  l.block_rows = block_rows;
+  l.block_cols = block_cols;
+  l.scale_suffix = std::move(scale_suffix);
+  return l;
+}
+
+std::string WeightLayout::describe() const {
+  if (dense()) return "dense";
+  return str(weight_format_name(format), " ", block_rows, "×", block_cols);
 }
 
 std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
   std::vector<WeightCompanion> out;
   if (m.rank() != 2) return out;
   const Shape blocks = {ceil_div(m[0], block_rows), ceil_div(m[1], block_cols)};
-  if (scale_dtype) out.push_back({"_scale", blocks, *scale_dtype});
+  if (scale_dtype) out.push_back({scale_suffix, blocks, *scale_dtype});
   if (zero_point_dtype) out.push_back({"_zero_point", blocks, *zero_point_dtype});
   if (group_index) out.push_back({"_g_idx", Shape{m[1]}, DType::i32});
   return out;

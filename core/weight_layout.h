@@ -15,7 +15,10 @@
 namespace linnet {
 
 // The formats a matrix can be stored in. dense: one value of the tensor's dtype per element.
-enum class WeightFormat : uint8_t { dense };
+// fp8: FP8 E4M3 values (DType::f8_e4m3), an f32 scale per block (Hugging Face's fine-grained
+// FP8, weight_scale_inv, 128×128 blocks in DeepSeek-V3 and Qwen3-FP8; compressed-tensors'
+// float-quantized weights: a tensor's, a channel's or a block's scale); weight = e4m3 · scale.
+enum class WeightFormat : uint8_t { dense, fp8 };
 
 // One row of the traits table: what a format stores. A block is block_rows × block_cols
 // elements sharing one scale (and zero point); data_bits: bits per stored element (0: the
@@ -30,6 +33,7 @@ struct WeightFormatTraits {
   std::optional<DType> scale_dtype;       // none: no scales
   std::optional<DType> zero_point_dtype;  // none: symmetric (no zero points)
   bool group_index = false;               // g_idx: one i32 per input column naming its group
+  const char* scale_suffix = "_scale";    // the scales' name after the matrix's
 };
 
 const WeightFormatTraits& weight_format_traits(WeightFormat f);
@@ -53,14 +57,24 @@ struct WeightLayout {
   std::optional<DType> scale_dtype;
   std::optional<DType> zero_point_dtype;
   bool group_index = false;
+  // After the matrix's name ("…q_proj.weight"): "_scale_inv" in Hugging Face's FP8,
+  // "_scale" in compressed-tensors.
+  std::string scale_suffix = "_scale";
+  // The stored values' dtype (f8_e4m3 for fp8); none: the checkpoint's (dense).
+  std::optional<DType> data_dtype;
 
   static WeightLayout of(WeightFormat f);
+  // Hugging Face's fine-grained FP8 (quant_method "fp8"): E4M3 values, f32 weight_scale_inv
+  // per block_rows × block_cols block.
+  static WeightLayout fp8_blocks(int64_t block_rows, int64_t block_cols, std::string scale_suffix = "_scale_inv");
   // One value of the tensor's dtype per element and nothing beside it.
   bool dense() const {
     return format == WeightFormat::dense && block_rows == 1 && block_cols == 1 && data_bits == 0 && !scale_dtype &&
            !zero_point_dtype && !group_index;
   }
 
+  // "fp8 128×128", "dense": what inspect and errors print.
+  std::string describe() const;
   // Scales, zero points and g_idx of a [rows, cols] matrix (shape: ⌈rows/block_rows⌉ ×
   // ⌈cols/block_cols⌉ for the first two, [cols] for g_idx); none for dense.
   std::vector<WeightCompanion> companions_of(const Shape& matrix) const;

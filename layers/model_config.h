@@ -3,6 +3,7 @@
 // Llama-shaped decoder plus the few switches below, each exact against transformers.
 #pragma once
 #include "layers/block_options.h"
+#include "layers/quantization.h"
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -105,6 +106,9 @@ struct ModelConfig {
   // mlp.experts.E.gate_proj/up_proj/down_proj (Qwen3-MoE, OLMoE); the router is `gate` in both.
   enum class ExpertNames { mixtral, qwen };
   ExpertNames expert_names = ExpertNames::qwen;
+
+  // A quantized checkpoint's layout (quantization_config; none: every matrix dense).
+  std::optional<Quantization> quantization;
 
   // Its architecture's parameter table and card (set by the config's parsing; nullptr: Llama's).
   const ModelDefinition* definition = nullptr;

@@ -8,10 +8,25 @@ void ParamTable::add(std::string hf, std::string card, Shape full, Split split, 
   p_.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), split, per_shard, bias, Shape{}, 0, -1});
 }
 
+void ParamTable::add_linear(std::string hf, std::string card, Shape full, Split split, int64_t per_shard) {
+  add(std::move(hf), std::move(card), std::move(full), split, per_shard);
+  stored_as_checkpoint_says(p_.back());
+}
+
 void ParamTable::add_part(std::string hf, std::string card, Shape full, Shape stored, int64_t offset,
                           int64_t per_shard) {
   p_.push_back(ParamSpec{std::move(hf), std::move(card), std::move(full), Split::rows, per_shard, false,
                          std::move(stored), offset, -1});
+  stored_as_checkpoint_says(p_.back());
+}
+
+void ParamTable::stored_as_checkpoint_says(ParamSpec& p) const {
+  if (!c_.quantization) return;
+  const std::string suffix = ".weight";
+  const std::string module = p.hf_name.ends_with(suffix) ? p.hf_name.substr(0, p.hf_name.size() - suffix.size()) : p.hf_name;
+  if (!c_.quantization->converts(module)) return;
+  p.layout = c_.quantization->matrices;
+  p.dtype = p.layout.data_dtype;
 }
 
 void ParamTable::embedding() {
@@ -43,7 +58,7 @@ void ParamTable::attention(bool fused_qkv) {
     if (fused_qkv)
       add_part(hf_ + "self_attn.qkv_proj.weight", card_ + cw + ".weight", {heads * d, h}, fused, offset, rows);
     else
-      add(hf_ + w + ".weight", card_ + cw + ".weight", {heads * d, h}, Split::rows, rows);
+      add_linear(hf_ + w + ".weight", card_ + cw + ".weight", {heads * d, h}, Split::rows, rows);
     if (kv) replicate_kv();
     if (c_.qkv_bias) {
       add(hf_ + w + ".bias", card_ + cw + ".bias", {heads * d}, Split::rows, rows, true);
@@ -62,8 +77,8 @@ void ParamTable::attention(bool fused_qkv) {
     add(hf_ + "self_attn.k_norm.weight", card_ + "attention.k_norm.weight", {g_.kv_heads * d}, Split::rows, kv_rows);
     replicate_kv();
   }
-  add(hf_ + "self_attn.o_proj.weight", card_ + "attention.o_proj.weight", {h, g_.heads * d}, Split::columns,
-      g_.heads / s * d);
+  add_linear(hf_ + "self_attn.o_proj.weight", card_ + "attention.o_proj.weight", {h, g_.heads * d}, Split::columns,
+             g_.heads / s * d);
   if (c_.o_bias) add(hf_ + "self_attn.o_proj.bias", card_ + "attention.o_proj.bias", {h}, Split::mirrored, 0, true);
 }
 
@@ -75,11 +90,11 @@ void ParamTable::dense_mlp(bool fused_gate_up) {
     if (fused_gate_up)
       add_part(hf_ + "mlp.gate_up_proj.weight", card_ + cw + ".weight", {inner, h}, {2 * inner, h}, offset, inner / s);
     else
-      add(hf_ + w + ".weight", card_ + cw + ".weight", {inner, h}, Split::rows, inner / s);
+      add_linear(hf_ + w + ".weight", card_ + cw + ".weight", {inner, h}, Split::rows, inner / s);
     if (c_.mlp_bias) add(hf_ + w + ".bias", card_ + cw + ".bias", {inner}, Split::rows, inner / s, true);
     offset += inner;
   }
-  add(hf_ + "mlp.down_proj.weight", card_ + "mlp.down.weight", {h, inner}, Split::columns, inner / s);
+  add_linear(hf_ + "mlp.down_proj.weight", card_ + "mlp.down.weight", {h, inner}, Split::columns, inner / s);
   if (c_.mlp_bias) add(hf_ + "mlp.down_proj.bias", card_ + "mlp.down.bias", {h}, Split::mirrored, 0, true);
 }
 

@@ -47,6 +47,9 @@ class ParamTable {
 
  private:
   void add(std::string hf, std::string card, Shape full, Split split, int64_t per_shard, bool bias = false);
+  // A linear layer's matrix: stored as the checkpoint's quantization says (ModelConfig::quantization).
+  void add_linear(std::string hf, std::string card, Shape full, Split split, int64_t per_shard);
+  void stored_as_checkpoint_says(ParamSpec& p) const;
   // A part of a fused tensor: rows [offset, offset + full[0]) of `stored`.
   void add_part(std::string hf, std::string card, Shape full, Shape stored, int64_t offset, int64_t per_shard);
 

@@ -1,5 +1,7 @@
 #include "layers/weight_loader.h"
 
+#include "core/error.h"
+
 namespace linnet {
 
 namespace {
@@ -59,7 +61,28 @@ RmsNorm WeightLoader::norm(const std::string& card_name) {
   return RmsNorm{be_.upload(w), eps};
 }
 
+Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
+  const WeightLayout& layout = spec(parts[0]).layout;
+  std::vector<Backend::QuantizedPart> q;
+  for (const auto& n : parts) {
+    const ParamSpec& p = spec(n);
+    if (p.layout.describe() != layout.describe())
+      throw Error(str(p.hf_name, " is stored ", p.layout.describe(), ", but ", spec(parts[0]).hf_name, " (one matrix with it) ",
+                      layout.describe(), ": quantization_config must convert both or neither"));
+    LINNET_CHECK(p.held_by(shard_), n, " is held by shard ", p.owner, ", not ", shard_);
+    const std::vector<ParamSpec> companions = p.companions();
+    LINNET_CHECK(companions.size() == 1, n, ": ", layout.describe(), " takes one scale tensor");
+    q.push_back({weights_.read(p, shard_), converted(weights_.read(companions[0], shard_), DType::f32)});
+  }
+  return be_.upload_quantized_matrix(q, layout);
+}
+
 Tensor WeightLoader::matrix(const std::string& name, const std::vector<std::string>& parts, const Shape& shape) {
+  if (!spec(parts[0]).layout.dense()) {
+    Tensor m = quantized_matrix(parts);
+    matrices_.emplace_back(name, m);
+    return m;
+  }
   Tensor m;
   if (g_.shards == 1 && !be_.packed_format().empty())
     m = weights_.packed(name, be_.packed_format(), matrix_dtype_, shape);

@@ -39,6 +39,8 @@ class WeightLoader {
  private:
   Tensor host(const std::string& card_name);  // the slice on the host, in the dtype it is held in
   Tensor up(const Tensor& t);                 // to the device, the host copy let go of
+  // Parts stored quantized (ParamSpec::layout), each with its scales, as the backend holds them.
+  Tensor quantized_matrix(const std::vector<std::string>& parts);
 
   const ModelConfig& config_;
   const Generics& g_;

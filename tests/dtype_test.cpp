@@ -51,10 +51,11 @@ TEST(DType, ExhaustiveF16RoundTrip) {
 }
 
 TEST(DType, NamesParse) {
-  for (DType t : {DType::bf16, DType::f16, DType::f32, DType::i32, DType::i64})
+  for (DType t : {DType::bf16, DType::f16, DType::f32, DType::i32, DType::i64, DType::f8_e4m3})
     EXPECT_EQ(parse_dtype(dtype_name(t)), t);
   EXPECT_EQ(parse_dtype("BF16"), DType::bf16);
-  EXPECT_THROW(parse_dtype("F8_E4M3"), Error);
+  EXPECT_EQ(parse_dtype("F8_E4M3"), DType::f8_e4m3);
+  EXPECT_THROW(parse_dtype("F8_E5M2"), Error);
 }
 
 TEST(Tensor, ConvertAndViews) {

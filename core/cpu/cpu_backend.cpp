@@ -52,6 +52,7 @@ void CpuBackend::convert_op(const Tensor& src, Tensor& dst) {
 
 Tensor CpuBackend::to_host(const Tensor& t) {
   if (!t.packed()) return t;
+  cpu_expect(t.dtype() != DType::f8_e4m3, "to_host", "an FP8 matrix is held packed with its scales only: " + t.describe());
   const int64_t cols = t.storage()->packed_cols;
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   cpu::unpack_rows(t.storage()->data, t.dtype(), cols, packed_row0(t), t.dim(0), out.data());
@@ -117,6 +118,42 @@ Tensor CpuBackend::upload_matrix(const std::vector<Tensor>& parts) {
   return Tensor(st, 0, {rows, cols}, first.dtype());
 }
 
+Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) {
+  cpu_expect(layout.format == WeightFormat::fp8, "upload_quantized_matrix",
+             str("no CPU kernels for ", layout.describe(), " weights"));
+  cpu_expect(!parts.empty(), "upload_quantized_matrix", "no parts");
+  const int64_t cols = parts[0].data.dim(1), kb = (cols + layout.block_cols - 1) / layout.block_cols;
+  int64_t rows = 0;
+  for (const QuantizedPart& p : parts) {
+    const Shape want = {(p.data.dim(0) + layout.block_rows - 1) / layout.block_rows, kb};
+    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::f8_e4m3 && p.data.dim(1) == cols && !p.data.packed(),
+               "upload_quantized_matrix", "f8_e4m3 row-major matrices of one width, got " + p.data.describe());
+    cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == want, "upload_quantized_matrix",
+               str("scales f32 ", want.to_string(), " for ", p.data.describe(), " in ", layout.describe(), " blocks, got ",
+                   p.scales.describe()));
+    rows += p.data.dim(0);
+  }
+  // Stacked by rows: the values as stored, each row's scales (its block row's) beside it.
+  Tensor q = Tensor::empty({rows, cols}, DType::f8_e4m3), row_scales = Tensor::empty({rows, kb}, DType::f32);
+  int64_t r0 = 0;
+  for (const QuantizedPart& p : parts) {
+    std::memcpy(q.ptr<uint8_t>() + r0 * cols, p.data.data(), p.data.nbytes());
+    const float* s = p.scales.ptr<float>();
+    for (int64_t r = 0; r < p.data.dim(0); ++r)
+      std::memcpy(row_scales.ptr<float>() + (r0 + r) * kb, s + (r / layout.block_rows) * kb, kb * sizeof(float));
+    p.data.drop_pages();
+    r0 += p.data.dim(0);
+  }
+  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(rows, cols, layout.block_cols))}, DType::f8_e4m3)
+                .storage();
+  cpu::pack_fp8(q.ptr<uint8_t>(), row_scales.ptr<float>(), rows, cols, layout.block_cols, st->data);
+  st->packed_cols = cols;
+  st->packed_block_cols = layout.block_cols;
+  st->packed_rows = padded;
+  return Tensor(st, 0, {rows, cols}, DType::f8_e4m3);
+}
+
 int64_t packed_row0(const Tensor& w) {
   const size_t off = static_cast<size_t>(static_cast<const char*>(w.data()) - static_cast<const char*>(w.storage()->data));
   const size_t row_bytes = static_cast<size_t>(w.storage()->packed_cols) * dtype_size(w.dtype());
@@ -142,15 +179,21 @@ void CpuBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& o
 
 void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   cpu_expect_f32(x, "matmul", "x");
-  cpu_expect(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16, "matmul",
-             str("w must be f32, bf16 or f16, got ", w.describe()));
+  const bool fp8 = w.dtype() == DType::f8_e4m3;
+  cpu_expect(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16 || (fp8 && w.packed()),
+             "matmul", str("w must be f32, bf16, f16 or an uploaded FP8 matrix, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
   const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
   if (n == 0) return;
   // A weight not uploaded with upload_matrix (a test's, an op's operand) is packed for the
   // call: the same kernel, so the same bits.
   const Tensor packed = w.packed() ? w : upload_matrix(w);
-  cpu::packed_matmul(x.ptr<float>(), n, in, packed.storage()->data, w.dtype(), packed_row0(packed), o, out.ptr<float>());
+  const Storage& st = *packed.storage();
+  if (fp8)
+    cpu::packed_matmul_fp8(x.ptr<float>(), n, in, st.data, st.packed_rows, st.packed_block_cols, packed_row0(packed), o,
+                           out.ptr<float>());
+  else
+    cpu::packed_matmul(x.ptr<float>(), n, in, st.data, w.dtype(), packed_row0(packed), o, out.ptr<float>());
   if (bias) {
     cpu_expect_f32(*bias, "matmul", "bias");
     const float* b = bias->ptr<float>();

@@ -15,7 +15,7 @@ class CpuBackend : public Backend {  // not final: tests count its transfers
   DType compute_dtype(DType weights) const override { return backend_compute_dtype("cpu", weights); }
   DType weight_dtype(DType t) const override { return backend_weight_dtype("cpu", t); }
   // Dense only: its one product kernel widens bf16/f16/f32 (core/cpu/packed_matmul.h).
-  bool supports(WeightFormat f) const override { return f == WeightFormat::dense; }
+  bool supports(WeightFormat f) const override { return f == WeightFormat::dense || f == WeightFormat::fp8; }
 
   Tensor empty(const Shape& shape, DType dtype) override { return pool_->empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
@@ -24,6 +24,7 @@ class CpuBackend : public Backend {  // not final: tests count its transfers
   Tensor upload_matrix(const Tensor& host) override;
   // Each part packed straight into its panels where the parts before it are whole panels.
   Tensor upload_matrix(const std::vector<Tensor>& parts) override;
+  Tensor upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) override;
   std::string packed_format() const override { return "cpu-panels32-v1"; }
   void copy_from_host(const Tensor& host, Tensor& dst) override;
   void fill_zero(Tensor& t) override;

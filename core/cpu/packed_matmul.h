@@ -45,6 +45,22 @@ bool has_bf16_dot();
 // packed_matmul of bf16 weights by the bf16 dot product (throws where the CPU has none).
 void packed_matmul_bf16_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t row0, int64_t o, float* out);
 
+// ---- FP8 E4M3 weights with block scales (core/cpu/packed_matmul_fp8.cpp) ----
+// Kept as stored: panels of 32 rows × k bytes ([k][32], as above), then each panel's scales
+// [⌈k/block_cols⌉][32] f32, one per row and column block (a block's scale repeated on each of
+// its rows: any block height, fused parts stacked by rows). Weight (o, t) is
+// e4m3(q[o, t]) · scale[o, t / block_cols] in f32 — one rounding, as the format's own
+// dequantization — and the product is the f32 path's on those weights, the same bits.
+size_t packed_fp8_bytes(int64_t rows, int64_t cols, int64_t block_cols);
+// q: row-major [rows, cols] E4M3 bytes; row_scales: [rows, ⌈cols/block_cols⌉] f32.
+void pack_fp8(const uint8_t* q, const float* row_scales, int64_t rows, int64_t cols, int64_t block_cols, void* dst);
+// Rows [row0, row0 + rows) of a packed FP8 matrix (padded_rows: its rows rounded up to whole
+// panels) as f32 weights.
+void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                         int64_t rows, float* dst);
+void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                       int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+
 // The kernel packed_matmul runs here: "avx512f", "avx2+fma" or "scalar"; all of them, best first.
 const char* packed_matmul_kernel();
 std::vector<const char*> packed_matmul_kernels();

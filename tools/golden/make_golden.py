@@ -43,7 +43,7 @@ def ensure_venv():
         print(f"[golden] creating {VENV}", flush=True)
         subprocess.check_call([sys.executable, "-m", "venv", VENV])
     try:
-        subprocess.check_call([VENV_PY, "-c", "import torch, transformers, safetensors, numpy"],
+        subprocess.check_call([VENV_PY, "-c", "import torch, transformers, safetensors, numpy, accelerate"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except subprocess.CalledProcessError:
         print("[golden] installing packages (torch is large; this can take minutes)", flush=True)
@@ -315,6 +315,113 @@ ISSUE36_CASES = [
 ]
 
 
+# --------------------------------------------------------------------------------------
+# Issue 37: quantized checkpoints in Hugging Face's "fine-grained FP8" format (DeepSeek-V3,
+# Qwen3-FP8): every decoder nn.Linear weight stored as F8_E4M3 with a float32
+# `<name>_scale_inv` of one scale per [br, bc] block; embeddings, norms and lm_head stay bf16;
+# config.json's quantization_config says so. transformers dequantizes on load (q * scale in
+# f32); the references are the f32 model on those dequantized weights. Llama 64 / 128, 8 q heads
+# over 4 KV heads (head_dim 8), blocks [8, 16]: every slice at Shards 1, 2 and 4 (q rows 64,
+# k/v rows 32, o_proj and down_proj columns 64 and 128) falls on block boundaries. Seeds
+# 6000 + index; written with `make_golden.py --only NAME …` like issue 34's cases.
+# --------------------------------------------------------------------------------------
+
+FP8_LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64, intermediate_size=128,
+                 num_attention_heads=8, num_key_value_heads=4, rope_theta=10000.0)
+
+ISSUE37_CASES = [
+    dict(family("fp8_block", "LlamaForCausalLM in fine-grained FP8: q/k/v/o and gate/up/down weights F8_E4M3 "
+                "with float32 weight_scale_inv per [8, 16] block (scale = amax / 448), embeddings, norms and "
+                "lm_head bf16; quantization_config quant_method fp8, activation_scheme dynamic", **FP8_LLAMA),
+         steps=8, dtypes=[("", "bfloat16"), ("_f32", "float32")], quant={"weight_block_size": [8, 16]}),
+    # No ragged blocks ([16, 48] over 64 columns): transformers 5.24's Fp8Dequantize takes the
+    # block as rows // scale_rows, cols // scale_cols, so it refuses down_proj (128 columns over
+    # 3 scale columns) and reads 64 columns over 2 as blocks of 32 (columns 32..47 scaled wrongly).
+]
+
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+
+
+def fp8_quantize(w, block):
+    """(q, scale) of a 2-D weight as DeepSeek's and llm-compressor's block quantizers make them:
+    per [br, bc] block scale = amax|w| / 448 (1 for an all-zero block), q = w / scale clamped to
+    ±448 in float8_e4m3fn; scale is float32 [⌈rows/br⌉, ⌈cols/bc⌉] (a last partial block has its own)."""
+    import torch
+    br, bc = block
+    R, C = w.shape
+    nr, nc = -(-R // br), -(-C // bc)
+    w = w.float()
+    padded = torch.nn.functional.pad(w, (0, nc * bc - C, 0, nr * br - R))
+    amax = padded.abs().reshape(nr, br, nc, bc).amax(dim=(1, 3))
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    q = (w / fp8_expand(scale, block, w.shape)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.contiguous(), scale.contiguous()
+
+
+def fp8_expand(scale, block, shape):
+    """The per-block scales spread to every element of a weight of `shape`."""
+    return scale.repeat_interleave(block[0], 0)[:shape[0]].repeat_interleave(block[1], 1)[:, :shape[1]]
+
+
+def fp8_rewrite(d, linears, quant):
+    """Rewrites d/model.safetensors and d/config.json (as save_pretrained wrote them) into the
+    fine-grained FP8 format: each weight in `linears` becomes F8_E4M3 plus `<name>_scale_inv`,
+    everything else keeps its dtype. Returns {weight name: (q, scale)}."""
+    from safetensors.torch import save_file, load_file
+    path = os.path.join(d, "model.safetensors")
+    st = load_file(path)
+    assert linears and linears <= set(st), sorted(linears - set(st))
+    block, out, fp8 = quant["weight_block_size"], {}, {}
+    for k, v in st.items():
+        if k in linears:
+            q, scale = fp8_quantize(v, block)
+            out[k], out[k + "_scale_inv"], fp8[k] = q, scale, (q, scale)
+        else:
+            out[k] = v
+    save_file(out, path, metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = fp8_config(quant)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return fp8
+
+
+def fp8_config(quant):
+    """config.json's quantization_config: the keys FineGrainedFP8Config reads, lm_head named as
+    left unquantized (as Qwen3-FP8 and llm-compressor's exports do)."""
+    return {"quant_method": "fp8", "activation_scheme": "dynamic",
+            "weight_block_size": list(quant["weight_block_size"]), "modules_to_not_convert": ["lm_head"]}
+
+
+class LogCapture:
+    """transformers' warnings while loading a quantized case (verbosity is error elsewhere),
+    so that a load report (missing, unexpected, unconverted keys) fails the case."""
+    def __init__(self, enabled):
+        self.enabled, self.records = enabled, []
+
+    def __enter__(self):
+        import logging
+        import transformers
+        if not self.enabled:
+            return self
+        self.logger = transformers.utils.logging.get_logger("transformers")
+        self.level = transformers.utils.logging.get_verbosity()
+        self.handler = logging.Handler(logging.WARNING)
+        self.handler.emit = lambda r: self.records.append(f"{r.levelname}: {r.getMessage()}")
+        self.logger.addHandler(self.handler)
+        transformers.utils.logging.set_verbosity_warning()
+        return self
+
+    def __exit__(self, *exc):
+        import transformers
+        if not self.enabled:
+            return
+        self.logger.removeHandler(self.handler)
+        transformers.utils.logging.set_verbosity(self.level)
+
+
 def bf16_flip(dec):
     """Per row: whether argmax over the bf16-rounded logits differs from the f32 argmax at some step."""
     import torch
@@ -408,15 +515,38 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if os.path.isdir(d):
         shutil.rmtree(d)
     model.to(store_dtype).save_pretrained(d)
+    quant, fp8, load_args = c.get("quant"), {}, {}
+    if quant is not None:  # issue 37: the decoder layers' nn.Linear weights in fine-grained FP8
+        linears = {n + ".weight" for n, m in model.named_modules()
+                   if isinstance(m, torch.nn.Linear) and ".layers." in n}
+        fp8 = fp8_rewrite(d, linears, quant)
+        # Dequantize on load whatever the machine (with a GPU transformers would keep FP8Linear).
+        from transformers import FineGrainedFP8Config
+        load_args["quantization_config"] = FineGrainedFP8Config(dequantize=True, **{
+            k: v for k, v in fp8_config(quant).items() if k not in ("quant_method",)})
     del model
 
-    ref, info = AutoModelForCausalLM.from_pretrained(
-        d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True)
+    with LogCapture(quant is not None) as log:
+        ref, info = AutoModelForCausalLM.from_pretrained(
+            d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, **load_args)
     ref.eval()
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+    assert not log.records and not info.get("error_msgs"), (log.records, info)  # no load report
     sd = ref.state_dict()
     for k, v in state.items():
-        assert torch.equal(sd[k], v), f"{name}: {k} not loaded as saved"
+        if k in fp8:
+            # transformers' dequantization is exactly fp8 -> f32 times the f32 block scale
+            q, scale = fp8[k]
+            want = q.float() * fp8_expand(scale, quant["weight_block_size"], q.shape)
+            assert sd[k].dtype == torch.float32 and torch.equal(sd[k], want), f"{name}: {k} not q * scale"
+        else:
+            assert torch.equal(sd[k], v), f"{name}: {k} not loaded as saved"
+    if fp8:
+        assert not any(k.endswith("_scale_inv") for k in sd), "weight_scale_inv kept as a parameter"
+        checks["fp8_quantized_tensors"] = len(fp8)
+        checks["dequantized_equals_q_times_scale"] = True
+        # how far the FP8 weights are from the bf16 ones they were made from (largest relative L2)
+        checks["fp8_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in fp8), 6)
     ref.generation_config.eos_token_id = None
     ref.generation_config.pad_token_id = 0
     V, H = cfg["vocab_size"], cfg["hidden_size"]
@@ -525,6 +655,9 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         "files": sorted(os.listdir(d)),
         "bytes": size,
     }
+    if fp8:
+        entry["fp8"] = {"weight_block_size": quant["weight_block_size"], "weight_dtype": "F8_E4M3",
+                        "scale_dtype": "F32", "tensors": sorted(fp8)}
     print(f"[golden]   ok: {size} bytes, loss={float(g['loss']):.6f}", flush=True)
     return entry
 
@@ -799,9 +932,20 @@ def issue36_cases():
     return out
 
 
+def issue37_cases():
+    """(name, writer) of every issue-37 case in every dtype it is written in."""
+    out = []
+    for i, c in enumerate(ISSUE37_CASES):
+        for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
+            out.append((c["name"] + suffix,
+                        lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
+                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=6000)))
+    return out
+
+
 def write_only(names):
-    """Writes the named cases (issue 34's and 36's) and replaces their entries in manifest.json;
-    every other case and its files stay as they are."""
+    """Writes the named cases (issue 34's, 36's and 37's) and replaces their entries in
+    manifest.json; every other case and its files stay as they are."""
     import torch
     import transformers
     transformers.utils.logging.disable_progress_bar()
@@ -810,7 +954,9 @@ def write_only(names):
     torch.use_deterministic_algorithms(True)
     writers = dict(issue34_cases())
     issue36 = dict(issue36_cases())
+    issue37 = dict(issue37_cases())
     writers.update(issue36)
+    writers.update(issue37)
     unknown = [n for n in names if n not in writers]
     assert names and not unknown, f"--only takes these cases: {sorted(writers)}; not {unknown}"
     path = os.path.join(OUT, "manifest.json")
@@ -818,7 +964,7 @@ def write_only(names):
         manifest = json.load(f)
     for n in names:
         entry = writers[n]()
-        entry["issue36" if n in issue36 else "issue34"] = True
+        entry["issue37" if n in issue37 else "issue36" if n in issue36 else "issue34"] = True
         manifest["cases"] = [e for e in manifest["cases"] if e["name"] != n] + [entry]
     manifest["total_bytes"] = sum(e["bytes"] for e in manifest["cases"])
     with open(path, "w") as f:

@@ -1,0 +1,310 @@
+// FP8 E4M3 weights with block scales (issue 37): the dtype's conversions, the CPU kernels
+// against the dense product on the dequantized matrix, quantization_config's reading, and the
+// refusals of bad checkpoints. Whole models against transformers: tests/conformance_test.cpp
+// (fixtures fp8_block, fp8_block_f32 at Shards 1, 2 and 4).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "architectures/hf_config.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint_test_util.h"
+#include "core/backend.h"
+#include "core/cpu/packed_matmul.h"
+#include "layers/footprint.h"
+#include "layers/generics.h"
+#include "layers/parameters.h"
+#include "parallel/communicator.h"
+#include "runtime/loader.h"
+
+using namespace linnet;
+using linnet::testutil::error_of;
+using linnet::testutil::ScratchDir;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kFixture = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/fp8_block_f32";
+
+// A [rows, cols] matrix quantized as the fixtures' generator does: per br × bc block,
+// scale = amax / 448, q = e4m3(w / scale). Returns q, the scales and the dequantized f32 matrix.
+struct Quantized {
+  Tensor q, scales, dequantized;
+};
+Quantized quantize(int64_t rows, int64_t cols, int64_t br, int64_t bc, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd;
+  std::vector<float> w(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = nd(rng) * (1.0f + static_cast<float>(i % 7));  // uneven blocks
+  const int64_t nr = (rows + br - 1) / br, nc = (cols + bc - 1) / bc;
+  Quantized out{Tensor::empty({rows, cols}, DType::f8_e4m3), Tensor::empty({nr, nc}, DType::f32),
+                Tensor::empty({rows, cols}, DType::f32)};
+  for (int64_t b = 0; b < nr * nc; ++b) {
+    const int64_t r0 = b / nc * br, c0 = b % nc * bc;
+    float amax = 0;
+    for (int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+      for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
+    const float s = amax > 0 ? amax / 448.0f : 1.0f;
+    out.scales.ptr<float>()[b] = s;
+    for (int64_t r = r0; r < std::min(rows, r0 + br); ++r)
+      for (int64_t c = c0; c < std::min(cols, c0 + bc); ++c) {
+        const uint8_t q = f32_to_f8_e4m3(w[r * cols + c] / s);
+        out.q.ptr<uint8_t>()[r * cols + c] = q;
+        out.dequantized.ptr<float>()[r * cols + c] = f8_e4m3_to_f32(q) * s;
+      }
+  }
+  return out;
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The fixture copied into `d` with config.json edited and tensors replaced (name → tensor).
+void edited_fixture(const ScratchDir& d, const std::function<void(json&)>& config,
+                    const std::map<std::string, Tensor>& replace = {}) {
+  json j = json::parse(read_text(kFixture / "config.json"));
+  config(j);
+  std::ofstream(d / "config.json") << j.dump(2);
+  SafetensorsFile f((kFixture / "model.safetensors").string());
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& n : f.names()) {
+    auto it = replace.find(n);
+    tensors.emplace_back(n, it != replace.end() ? it->second : f.read(n));
+  }
+  save_safetensors(d / "model.safetensors", tensors);
+}
+
+std::string load_error(const ScratchDir& d) {
+  auto be = make_cpu_backend();
+  SingleCommunicator comm;
+  return error_of([&] { load_model(d.str(), RunOptions{}, *be, comm); });
+}
+
+}  // namespace
+
+TEST(Fp8, E4m3ValuesAndRoundingAreTheFormats) {
+  // Every code: sign, 4 exponent bits of bias 7, 3 mantissa bits; S.1111.111 is NaN.
+  for (int b = 0; b < 256; ++b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float v = f8_e4m3_to_f32(static_cast<uint8_t>(b));
+    if (e == 15 && m == 7) {
+      EXPECT_TRUE(std::isnan(v)) << b;
+      continue;
+    }
+    const double want = (b & 0x80 ? -1 : 1) * (e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7));
+    EXPECT_EQ(v, static_cast<float>(want)) << b;
+    if (b != 0x80) EXPECT_EQ(f32_to_f8_e4m3(v), b) << b;  // -0 → 0x80 too
+  }
+  EXPECT_EQ(f8_e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_EQ(f8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(f32_to_f8_e4m3(1.0625f), 0x38);  // halfway between 1 and 1.125: to the even code (1)
+  EXPECT_EQ(f32_to_f8_e4m3(1.1875f), 0x3a);  // halfway between 1.125 and 1.25: to 1.25
+  EXPECT_EQ(f32_to_f8_e4m3(1e9f), 0x7e);     // saturates at 448
+  EXPECT_EQ(f32_to_f8_e4m3(-1e9f), 0xfe);
+  EXPECT_EQ(f32_to_f8_e4m3(std::ldexp(1.0f, -11)), 0x00);  // a quarter of the smallest subnormal: 0
+  EXPECT_EQ(parse_dtype("F8_E4M3"), DType::f8_e4m3);
+  EXPECT_EQ(dtype_size(DType::f8_e4m3), 1u);
+  const uint8_t with_nan[] = {0x38, 0x7f, 0x01};
+  EXPECT_EQ(first_non_finite(with_nan, DType::f8_e4m3, 3), 1);
+  EXPECT_EQ(first_non_finite(with_nan, DType::f8_e4m3, 1), -1);
+}
+
+// Each kernel's product of FP8 weights is the f32 kernel's on the dequantized matrix, bit for
+// bit: whatever the rows of x, a view starting inside a panel, a block width that does not
+// divide k, block heights below and above a panel.
+TEST(Fp8, EveryKernelGivesTheDenseProductOnTheDequantizedWeights) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd;
+  struct Case {
+    int64_t in, br, bc;
+  };
+  for (const Case c : {Case{37, 1, 37}, Case{128, 8, 16}, Case{100, 64, 48}, Case{16, 128, 128}, Case{257, 3, 5}}) {
+    const int64_t o = 45, row0 = 7, rows = 29;
+    const Quantized w = quantize(o, c.in, c.br, c.bc, static_cast<uint32_t>(c.in));
+    const Tensor fp8 = be->upload_quantized_matrix({{w.q, w.scales}}, WeightLayout::fp8_blocks(c.br, c.bc));
+    EXPECT_EQ(fp8.dtype(), DType::f8_e4m3);
+    EXPECT_EQ(fp8.shape(), (Shape{o, c.in}));
+    const Tensor dense = be->upload_matrix(w.dequantized);
+    std::vector<float> row(static_cast<size_t>(rows * c.in));
+    cpu::unpack_rows_fp8_f32(fp8.storage()->data, fp8.storage()->packed_rows, c.in, c.bc, row0, rows, row.data());
+    EXPECT_EQ(row, w.dequantized.rows(row0, row0 + rows).to_floats()) << "in " << c.in;
+    const int64_t n_max = 40;
+    std::vector<float> xf(static_cast<size_t>(n_max * c.in));
+    for (auto& v : xf) v = nd(rng);
+    const Tensor x = Tensor::from_floats({n_max, c.in}, xf);
+    for (int64_t n : {1, 3, 12, 13, 40})
+      for (const char* k : cpu::packed_matmul_kernels()) {
+        if (std::string(k) == "scalar" && n > 3) continue;  // slow; its bits are checked at n ≤ 3
+        Tensor got = Tensor::empty({n, rows}, DType::f32), want = Tensor::empty({n, rows}, DType::f32);
+        cpu::packed_matmul_fp8(x.ptr<float>(), n, c.in, fp8.storage()->data, fp8.storage()->packed_rows, c.bc, row0, rows,
+                               got.ptr<float>(), k);
+        cpu::packed_matmul(x.ptr<float>(), n, c.in, dense.storage()->data, DType::f32, row0, rows, want.ptr<float>(), k);
+        ASSERT_EQ(got.to_floats(), want.to_floats()) << "kernel " << k << " n " << n << " in " << c.in;
+      }
+    // Through the backend's matmul, on a view of rows, with a bias: as the dense matrix.
+    Tensor got = Tensor::empty({5, rows}, DType::f32), want = Tensor::empty({5, rows}, DType::f32);
+    const Tensor bias = Tensor::from_floats({rows}, std::vector<float>(static_cast<size_t>(rows), 0.5f));
+    be->matmul(x.rows(0, 5), fp8.rows(row0, row0 + rows), &bias, got);
+    be->matmul(x.rows(0, 5), dense.rows(row0, row0 + rows), &bias, want);
+    EXPECT_EQ(got.to_floats(), want.to_floats()) << "in " << c.in;
+  }
+}
+
+// Fused matrices (q|k|v, gate|up) stack their parts' rows, each with its own scales.
+TEST(Fp8, StackedPartsKeepTheirOwnScales) {
+  auto be = make_cpu_backend();
+  const Quantized a = quantize(24, 64, 8, 16, 1), b = quantize(40, 64, 8, 16, 2);
+  const Tensor fp8 = be->upload_quantized_matrix({{a.q, a.scales}, {b.q, b.scales}}, WeightLayout::fp8_blocks(8, 16));
+  const Tensor dense = be->upload_matrix(stack_rows({a.dequantized, b.dequantized}));
+  const Tensor x = Tensor::from_floats({3, 64}, std::vector<float>(192, 0.25f));
+  Tensor got = Tensor::empty({3, 64}, DType::f32), want = Tensor::empty({3, 64}, DType::f32);
+  be->matmul(x, fp8, nullptr, got);
+  be->matmul(x, dense, nullptr, want);
+  EXPECT_EQ(got.to_floats(), want.to_floats());
+  // Held as stored: a byte a weight and an f32 scale per row and column block, not f32 weights.
+  EXPECT_EQ(fp8.storage()->bytes, cpu::packed_fp8_bytes(64, 64, 16));
+  EXPECT_LT(fp8.storage()->bytes, dense.storage()->bytes / 3);
+}
+
+TEST(Fp8, UploadRefusesScalesOfAnotherShapeAndValuesOfAnotherDtype) {
+  auto be = make_cpu_backend();
+  const Quantized a = quantize(16, 32, 8, 16, 3);
+  std::string e = error_of([&] { be->upload_quantized_matrix({{a.q, a.scales}}, WeightLayout::fp8_blocks(16, 16)); });
+  EXPECT_NE(e.find("scales f32 [1, 2]"), std::string::npos) << e;
+  e = error_of([&] { be->upload_quantized_matrix({{a.dequantized, a.scales}}, WeightLayout::fp8_blocks(8, 16)); });
+  EXPECT_NE(e.find("f8_e4m3 row-major"), std::string::npos) << e;
+}
+
+TEST(Fp8, QuantizationConfigIsReadOrRefusedByName) {
+  json j = json::parse(read_text(kFixture / "config.json"));
+  ModelConfig c = parse_hf_config(j, "cfg");
+  ASSERT_TRUE(c.quantization);
+  EXPECT_EQ(c.quantization->method, "fp8");
+  EXPECT_EQ(c.quantization->matrices.describe(), "fp8 8×16");
+  EXPECT_EQ(c.quantization->matrices.scale_suffix, "_scale_inv");
+  // The linear layers' matrices are stored FP8 with their scales; embeddings, norms, lm_head not.
+  const Generics g = bind_generics(c, RunOptions{1, 32, 2, 8, std::nullopt});
+  int quantized = 0;
+  for (const ParamSpec& p : parameter_specs(c, g)) {
+    const bool linear = p.hf_name.find("_proj.weight") != std::string::npos;
+    EXPECT_EQ(!p.layout.dense(), linear) << p.hf_name;
+    if (!linear) continue;
+    ++quantized;
+    EXPECT_EQ(p.dtype, DType::f8_e4m3);
+    ASSERT_EQ(p.companions().size(), 1u);
+    EXPECT_EQ(p.companions()[0].hf_name, p.hf_name + "_scale_inv");
+  }
+  EXPECT_EQ(quantized, 14);
+
+  auto refused = [&](const std::function<void(json&)>& edit) {
+    json k = j;
+    edit(k["quantization_config"]);
+    return error_of([&] { parse_hf_config(k, "cfg"); });
+  };
+  std::string e = refused([](json& q) { q = {{"quant_method", "gptq"}, {"bits", 4}}; });
+  EXPECT_NE(e.find("quant_method 'gptq' is not supported yet"), std::string::npos) << e;
+  e = refused([](json& q) { q["activation_scheme"] = "static"; });
+  EXPECT_NE(e.find("activation_scheme 'static'"), std::string::npos) << e;
+  e = refused([](json& q) { q["weight_block_size"] = {128}; });
+  EXPECT_NE(e.find("weight_block_size must be [rows, cols]"), std::string::npos) << e;
+  e = refused([](json& q) { q["weight_block_size"] = {0, 128}; });
+  EXPECT_NE(e.find("weight_block_size must be [rows, cols]"), std::string::npos) << e;
+  e = refused([](json& q) { q["weight_block_size"] = nullptr; });
+  EXPECT_NE(e.find("one scale per tensor"), std::string::npos) << e;
+  e = refused([](json& q) { q.erase("quant_method"); });
+  EXPECT_NE(e.find("no quant_method"), std::string::npos) << e;
+  e = refused([](json& q) { q["modules_to_not_convert"] = "lm_head"; });
+  EXPECT_NE(e.find("modules_to_not_convert must be a list"), std::string::npos) << e;
+
+  // modules_to_not_convert as transformers matches it: from the start to a module boundary (a
+  // regular expression), or the name's end.
+  Quantization q = *c.quantization;
+  q.not_converted = {"model.layers.1", "o_proj", "model.layers.0.mlp.(gate|up)_proj"};
+  EXPECT_FALSE(q.converts("model.layers.1.mlp.down_proj"));
+  EXPECT_TRUE(q.converts("model.layers.11.mlp.down_proj"));
+  EXPECT_FALSE(q.converts("model.layers.0.self_attn.o_proj"));
+  EXPECT_FALSE(q.converts("model.layers.0.mlp.gate_proj"));
+  EXPECT_TRUE(q.converts("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(q.converts("lm_head"));
+}
+
+// A split that would cut a block is refused before anything is read, naming tensor and block.
+TEST(Fp8, ASliceThatCutsABlockIsRefusedNamingTheTensor) {
+  json j = json::parse(read_text(kFixture / "config.json"));
+  j["quantization_config"]["weight_block_size"] = {16, 16};  // k_proj: 32 rows, 8 a shard at Shards 4
+  const ModelConfig c = parse_hf_config(j, "cfg");
+  const auto cpu_supports = [](WeightFormat f) { return f == WeightFormat::dense || f == WeightFormat::fp8; };
+  EXPECT_NO_THROW(check_weight_layouts(parameter_specs(c, bind_generics(c, RunOptions{1, 32, 2, 8, std::nullopt})), 2,
+                                       cpu_supports, "cpu"));
+  const std::string e = error_of([&] {
+    check_weight_layouts(parameter_specs(c, bind_generics(c, RunOptions{1, 32, 4, 8, std::nullopt})), 4, cpu_supports, "cpu");
+  });
+  EXPECT_NE(e.find("model.layers.0.self_attn.k_proj.weight: the slice [0, 8) of dimension 0 (rows)"), std::string::npos)
+      << e;
+  EXPECT_NE(e.find("cuts a block of 16 (fp8 16×16 blocks)"), std::string::npos) << e;
+}
+
+TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
+  SafetensorsFile f((kFixture / "model.safetensors").string());
+  const std::string scale = "model.layers.1.mlp.down_proj.weight_scale_inv", weight = "model.layers.0.self_attn.k_proj.weight";
+  {  // a NaN scale
+    ScratchDir d;
+    Tensor s = f.read(scale);
+    s.ptr<float>()[3] = std::numeric_limits<float>::quiet_NaN();
+    edited_fixture(d, [](json&) {}, {{scale, s}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("tensor '" + scale + "' holds NaN at [0, 3]"), std::string::npos) << e;
+  }
+  {  // a NaN weight (E4M3's S.1111.111)
+    ScratchDir d;
+    Tensor w = f.read(weight);
+    w.ptr<uint8_t>()[70] = 0xff;
+    edited_fixture(d, [](json&) {}, {{weight, w}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("tensor '" + weight + "' holds NaN at [1, 6]"), std::string::npos) << e;
+  }
+  {  // scales of another block size than the config's
+    ScratchDir d;
+    edited_fixture(d, [](json& j) { j["quantization_config"]["weight_block_size"] = {16, 16}; });
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv' has shape [8, 4], expected [4, 4]"),
+              std::string::npos)
+        << e;
+  }
+  {  // a quantized layer stored in bf16
+    ScratchDir d;
+    edited_fixture(d, [](json&) {}, {{weight, f.read(weight).to(DType::bf16)}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("tensor '" + weight + "' is stored as bf16, but quantization_config (fp8 8×16) stores it as f8_e4m3"),
+              std::string::npos)
+        << e;
+  }
+  {  // FP8 values with no quantization_config
+    ScratchDir d;
+    edited_fixture(d, [](json& j) { j.erase("quantization_config"); });
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("has dtype f8_e4m3, expected a float dtype"), std::string::npos) << e;
+  }
+}
+
+// The loaded model holds its FP8 matrices as stored: the footprint counts a byte a weight and
+// the scales, and the model computes what the dequantized dense model does.
+TEST(Fp8, TheFootprintCountsStoredBytes) {
+  const ModelConfig c = load_hf_config(kFixture.string());
+  const Generics g = bind_generics(c, RunOptions{1, 32, 1, 8, std::nullopt});
+  for (const ParamSpec& p : parameter_specs(c, g)) {
+    if (p.layout.dense()) continue;
+    const Shape s = p.shard_shape();
+    const int64_t scales = ((s[0] + 7) / 8) * ((s[1] + 15) / 16) * 4;
+    EXPECT_EQ(held_bytes(c, p, DType::f32, DType::f32), s.numel() + scales) << p.hf_name;
+  }
+}
