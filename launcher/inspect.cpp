@@ -46,7 +46,10 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
   if (g.kv_replicas() > 1)
     o << " (KV heads replicated: KvHeads " << g.kv_heads << " < Shards " << g.shards << ", so each rank holds the one KV "
       << "head its q heads use, and each KV head is held by " << g.kv_replicas() << " ranks: k/v rows, their cache)";
-  o << ":\n\nParameter\tSplit\tShape per rank\tBytes per rank\n";
+  if (c.quantization)
+    o << ". The linear layers' matrices are stored " << c.quantization->describe()
+      << " (quantization_config; read as stored, their scales counted in the bytes)";
+  o << ":\n\nParameter\tSplit\tShape per rank\tStored\tBytes per rank\n";
   // One line per parameter of the first layer of each kind (dense, sparse), its count after ×;
   // one line per expert tensor (experts[*]), × the experts a rank holds.
   auto layer_of = [](const std::string& name) -> int64_t {
@@ -75,7 +78,8 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
       times *= g.experts_per_shard();
     }
     o << name << "\t" << split_name(p.split) << (p.replicas > 1 ? str(" (×", p.replicas, " replicated)") : "") << "\t"
-      << p.shard_shape().to_string() << "\t";
+      << p.shard_shape().to_string() << "\t" << (p.layout.dense() ? dtype_name(p.full.rank() == 2 ? weights : held) : p.layout.describe())
+      << "\t";
     if (name == "lm_head.weight" && c.tie_word_embeddings) {
       o << "0 (a view of embedding.weight: tied)\n";
       continue;

@@ -58,13 +58,28 @@ TEST(Inspect, ShardsSectionGivesPerRankSizes) {
   fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");
   const Output r = linnet_cmd("inspect --checkpoint " + d.string() + " --shards 2 --batch 4 --backend cuda");
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find("layers[*].attention.q_proj.weight\trows\t[2048, 4096]\t16777216 ×32"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("lm_head.weight\trows\t[64128, 4096]\t525336576"), std::string::npos);
+  EXPECT_NE(r.out.find("layers[*].attention.q_proj.weight\trows\t[2048, 4096]\tbf16\t16777216 ×32"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("lm_head.weight\trows\t[64128, 4096]\tbf16\t525336576"), std::string::npos);
   // KV cache: 2 × 32 layers × [4, 4, 8192, 128] × 2 bytes = 2 GiB per rank.
   EXPECT_NE(r.out.find("KV cache per rank\t2147483648 (2.00 GiB)"), std::string::npos) << r.out;
   const Output bad = linnet_cmd("inspect --checkpoint " + d.string() + " --shards 3");
   EXPECT_NE(bad.code, 0);
   EXPECT_NE(bad.out.find("Heads=32 does not divide by Shards=3"), std::string::npos) << bad.out;
+}
+
+// An FP8 checkpoint (issue 37): each linear layer's matrix is stored as quantization_config
+// says, a byte a weight and an f32 scale a block, and inspect says so per parameter.
+TEST(Inspect, Fp8CheckpointShowsTheStoredLayoutAndItsBytes) {
+  const Output r = linnet_cmd("inspect --checkpoint " + (kFixtures / "golden/fp8_block").string() +
+                              " --shards 2 --backend cpu");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("stored fp8 8×16 (not converted: lm_head)"), std::string::npos) << r.out;
+  // q_proj on a rank: [32, 64] E4M3 bytes + [4, 4] f32 scales.
+  EXPECT_NE(r.out.find("layers[*].attention.q_proj.weight\trows\t[32, 64]\tfp8 8×16\t" + std::to_string(32 * 64 + 16 * 4) +
+                       " ×2"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("lm_head.weight\trows\t[64, 64]\tbf16\t8192"), std::string::npos) << r.out;
 }
 
 // docs/cluster.md plans Llama-3.1-70B on paper (weights and KV cache per GPU at Shards 4

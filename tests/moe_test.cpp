@@ -586,15 +586,15 @@ TEST(Moe, InspectShowsPerRankBytesForEachSharding) {
     ASSERT_EQ(r.exit_code, 0) << r.errors;
     const std::string& out = r.output;
     for (const char* want : {"Experts\t8\n", "TopK\t2\n", "ExpertInner\t16\n", "sub mlp: SparseMoe<",
-                             "layers[*].mlp.router.weight\tmirrored\t[8, 32]\t1024 ×3\n",
+                             "layers[*].mlp.router.weight\tmirrored\t[8, 32]\tf32\t1024 ×3\n",
                              "Per rank by --moe-sharding (parameters + KV cache):\nexpert\t", "\ntensor\t"})
       EXPECT_NE(out.find(want), std::string::npos) << want << "\n" << out;
     if (m == "expert") {
-      EXPECT_NE(out.find("layers[*].mlp.experts[*].gate.weight\texpert\t[16, 32]\t2048 ×6\n"), std::string::npos) << out;
+      EXPECT_NE(out.find("layers[*].mlp.experts[*].gate.weight\texpert\t[16, 32]\tf32\t2048 ×6\n"), std::string::npos) << out;
       EXPECT_NE(out.find("(this run)\ntensor"), std::string::npos) << out;
     } else {
-      EXPECT_NE(out.find("layers[*].mlp.experts[*].gate.weight\trows\t[4, 32]\t512 ×24\n"), std::string::npos) << out;
-      EXPECT_NE(out.find("layers[*].mlp.experts[*].down.weight\tcolumns\t[32, 4]\t512 ×24\n"), std::string::npos) << out;
+      EXPECT_NE(out.find("layers[*].mlp.experts[*].gate.weight\trows\t[4, 32]\tf32\t512 ×24\n"), std::string::npos) << out;
+      EXPECT_NE(out.find("layers[*].mlp.experts[*].down.weight\tcolumns\t[32, 4]\tf32\t512 ×24\n"), std::string::npos) << out;
     }
   }
   auto bad = linnet_run({"inspect", "--checkpoint", ckpt.string(), "--moe-sharding", "rows"});
