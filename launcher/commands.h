@@ -11,6 +11,7 @@ using Args = std::vector<std::string>;
 int cmd_inspect(const Args& args);
 int cmd_init(const Args& args);
 int cmd_pack(const Args& args);
+int cmd_quantize(const Args& args);  // launcher/quantize.cpp
 int cmd_import_llama2c(const Args& args);
 int cmd_run(const Args& args);
 int cmd_bench(const Args& args);

@@ -71,6 +71,8 @@ int cmd_pack(const Args& args) {
     if (!is_float(*o.dtype)) throw UsageError("--dtype must be bf16, f16 or f32");
   }
   // The CPU backend lays the matrices out as its loads would; the file is those bytes.
+  if (load_hf_config(dir).quantization)
+    throw UsageError(str("linnet pack: ", dir, " is quantized; its matrices are read as stored, not packed"));
   auto backend = make_cpu_backend();
   SingleCommunicator comm;
   const auto t0 = std::chrono::steady_clock::now();

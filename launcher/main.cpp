@@ -54,6 +54,7 @@ const std::vector<Subcommand>& subcommands() {
       {"inspect", "print the model card a checkpoint binds, and per-rank sizes", cmd_inspect},
       {"init", "write a random-weight Hugging Face checkpoint", cmd_init},
       {"pack", "save a checkpoint's matrices in the CPU backend's layout, mapped by later loads", cmd_pack},
+      {"quantize", "write a checkpoint's linear layers quantized (FP8 blocks) in a format transformers reads", cmd_quantize},
       {"import-llama2c", "convert a llama2.c checkpoint to a Hugging Face checkpoint", cmd_import_llama2c},
       {"run", "call a sequence of entries on one loaded model", cmd_run, true},
       {"bench", "time prefill and decode beside their measured floors", cmd_bench, true},
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
     ::execv("/proc/self/exe", argv);
     linnet::forget_omp_spin();  // this process's OpenMP has its default: the log must not say otherwise
   }
-  // inspect, init, import-llama2c, tokenize, detokenize, apply-chat-template: one rank's work; the others (if
+  // inspect, init, quantize, import-llama2c, tokenize, detokenize, apply-chat-template: one rank's work; the others (if
   // started by mpirun) leave at once so files are written once and output printed once.
   if (!cmd->on_every_rank && launcher_rank() != 0) return 0;
   // Logs and errors go to stderr, results to stdout. Ranks other than 0 log warnings and

@@ -369,6 +369,12 @@ def fp8_rewrite(d, linears, quant):
     everything else keeps its dtype. Returns {weight name: (q, scale)}."""
     from safetensors.torch import save_file, load_file
     path = os.path.join(d, "model.safetensors")
+    # The model before quantization, kept for `linnet quantize`'s test (it must write these
+    # very bytes: tests/quantize_test.cpp).
+    source = os.path.join(ROOT, "tests", "fixtures", "quantize", os.path.basename(d) + "_source")
+    os.makedirs(source, exist_ok=True)
+    for f in ("config.json", "model.safetensors"):
+        shutil.copyfile(os.path.join(d, f), os.path.join(source, f))
     st = load_file(path)
     assert linears and linears <= set(st), sorted(linears - set(st))
     block, out, fp8 = quant["weight_block_size"], {}, {}

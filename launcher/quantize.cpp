@@ -1,0 +1,39 @@
+// linnet quantize: a checkpoint's linear layers rewritten quantized (runtime/quantize_checkpoint.h).
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+#include "core/error.h"
+#include "launcher/options.h"
+#include "runtime/quantize_checkpoint.h"
+
+namespace linnet::cli {
+
+int cmd_quantize(const Args& args) {
+  po::options_description desc("linnet quantize");
+  desc.add_options()
+      ("checkpoint", po::value<std::string>()->required(), "a bf16, f16 or f32 Hugging Face checkpoint directory")
+      ("out", po::value<std::string>()->required(), "the directory to write (new, or empty)")
+      ("scheme", po::value<std::string>()->default_value("fp8-block"),
+       (std::string("how to store the linear layers: ") + quantize_schemes()).c_str())
+      ("block", po::value<std::string>()->default_value("128,128"),
+       "fp8-block: the rows,cols a scale covers (DeepSeek-V3 and Qwen3-FP8: 128,128)");
+  po::variables_map vm;
+  if (!parse(args, desc, vm, "linnet quantize")) return 0;
+  QuantizeOptions o;
+  o.scheme = vm["scheme"].as<std::string>();
+  const std::string block = vm["block"].as<std::string>();
+  std::istringstream in(block);
+  char comma = 0;
+  if (!(in >> o.block_rows >> comma >> o.block_cols) || comma != ',' || !in.eof() || o.block_rows <= 0 || o.block_cols <= 0)
+    throw UsageError(str("linnet quantize: --block '", block, "' must be rows,cols (two positive sizes, as 128,128)"));
+  const auto t0 = std::chrono::steady_clock::now();
+  quantize_checkpoint(vm["checkpoint"].as<std::string>(), vm["out"].as<std::string>(), o);
+  spdlog::info("wrote {} ({} {}x{}, round to nearest) in {:.1f} s", vm["out"].as<std::string>(), o.scheme, o.block_rows,
+               o.block_cols, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return 0;
+}
+
+}  // namespace linnet::cli

@@ -1,0 +1,27 @@
+// `linnet quantize`: a bf16/f16/f32 Hugging Face checkpoint rewritten with its linear layers'
+// matrices quantized, in a format transformers reads, so a CPU node can make the files linnet
+// (and transformers, vLLM) run from. Round to nearest; no calibration (docs/quantization.md).
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace linnet {
+
+struct QuantizeOptions {
+  std::string scheme = "fp8-block";  // fp8-block: Hugging Face's fine-grained FP8
+  int64_t block_rows = 128, block_cols = 128;
+};
+
+// The schemes `scheme` may name, and which of them are written (the others refused by name).
+const char* quantize_schemes();
+
+// Writes `out` (created; must not exist or be empty): config.json with quantization_config,
+// model.safetensors, and every other file of `src` (tokenizer, generation config) copied.
+// fp8-block: each linear layer's weight (q/k/v/o, gate/up/down; not embeddings, norms,
+// lm_head) becomes F8_E4M3 with an f32 `weight_scale_inv` per block_rows × block_cols block:
+// scale = amax|w| / 448 (1 for an all-zero block), q = e4m3(w / scale) rounded to nearest
+// even. Throws naming the tensor when a block does not divide its matrix (transformers reads
+// the block size back from the scales' grid), and for a checkpoint already quantized.
+void quantize_checkpoint(const std::string& src, const std::string& out, const QuantizeOptions& options);
+
+}  // namespace linnet

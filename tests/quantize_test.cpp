@@ -1,0 +1,105 @@
+// linnet quantize (issue 37): from the fixtures' unquantized models it must write what the
+// reference quantizer wrote for transformers — tensor for tensor, byte for byte — so its output
+// is a checkpoint transformers 5.24 loads and tests/conformance_test.cpp runs (fp8_block*).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/safetensors.h"
+#include "checkpoint_test_util.h"
+#include "core/error.h"
+#include "runtime/quantize_checkpoint.h"
+
+using namespace linnet;
+using linnet::testutil::error_of;
+using linnet::testutil::ScratchDir;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kFixtures = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures";
+
+json config_of(const fs::path& dir) { return json::parse(std::ifstream(dir / "config.json")); }
+
+// Every tensor of `got` is `want`'s: names, dtypes, shapes and bytes.
+void expect_same_tensors(const std::string& got, const std::string& want) {
+  const SafetensorsFile g(got), w(want);
+  auto sorted = [](std::vector<std::string> v) {
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  ASSERT_EQ(sorted(g.names()), sorted(w.names()));
+  for (const std::string& n : w.names()) {
+    const Tensor a = g.read(n), b = w.read(n);
+    EXPECT_EQ(a.dtype(), b.dtype()) << n;
+    EXPECT_EQ(a.shape(), b.shape()) << n;
+    ASSERT_EQ(a.nbytes(), b.nbytes()) << n;
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0) << n;
+  }
+}
+
+}  // namespace
+
+TEST(Quantize, Fp8BlocksAreTheReferenceQuantizersBytes) {
+  for (const char* name : {"fp8_block", "fp8_block_f32"}) {
+    SCOPED_TRACE(name);
+    ScratchDir d;
+    const std::string out = d / "out";
+    QuantizeOptions o;
+    o.block_rows = 8;
+    o.block_cols = 16;
+    quantize_checkpoint((kFixtures / "quantize" / (std::string(name) + "_source")).string(), out, o);
+    expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden" / name / "model.safetensors").string());
+    EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden" / name)["quantization_config"]);
+  }
+}
+
+TEST(Quantize, RefusesWhatItCannotWriteByName) {
+  const std::string src = (kFixtures / "quantize/fp8_block_source").string();
+  ScratchDir d;
+  QuantizeOptions o;
+  o.block_rows = 16;
+  o.block_cols = 48;  // 64 columns are not whole blocks of 48
+  std::string e = error_of([&] { quantize_checkpoint(src, d / "a", o); });
+  EXPECT_NE(e.find("tensor 'model.layers.0.mlp.down_proj.weight' [64, 128] is not whole blocks of 16×48"),
+            std::string::npos)
+      << e;
+  o = QuantizeOptions{};
+  o.scheme = "w4a16";
+  e = error_of([&] { quantize_checkpoint(src, d / "b", o); });
+  EXPECT_NE(e.find("scheme 'w4a16' is not written yet"), std::string::npos) << e;
+  e = error_of([&] { quantize_checkpoint((kFixtures / "golden/fp8_block").string(), d / "c", QuantizeOptions{}); });
+  EXPECT_NE(e.find("already quantized (quantization_config fp8 8×16"), std::string::npos) << e;
+  fs::create_directories(d / "full");
+  std::ofstream(d / "full/x") << "x";
+  e = error_of([&] { quantize_checkpoint(src, d / "full", QuantizeOptions{}); });
+  EXPECT_NE(e.find("exists and is not empty"), std::string::npos) << e;
+}
+
+TEST(Quantize, CommandLineWritesALoadableCheckpoint) {
+  ScratchDir d;
+  const std::string bin = LINNET_BINARY, src = (kFixtures / "quantize/fp8_block_source").string();
+  auto run = [&](const std::string& args) {
+    FILE* p = popen((bin + " " + args + " 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    return std::pair<int, std::string>{WEXITSTATUS(pclose(p)), out};
+  };
+  auto [code, out] = run("quantize --checkpoint " + src + " --out " + (d / "q") + " --block 8,16");
+  ASSERT_EQ(code, 0) << out;
+  std::tie(code, out) = run("inspect --checkpoint " + (d / "q") + " --shards 2 --backend cpu");
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("stored fp8 8×16"), std::string::npos) << out;
+  std::tie(code, out) = run("quantize --checkpoint " + src + " --out " + (d / "r") + " --block 8x16");
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("--block '8x16' must be rows,cols"), std::string::npos) << out;
+  std::tie(code, out) = run("pack --checkpoint " + (d / "q"));
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("is quantized; its matrices are read as stored, not packed"), std::string::npos) << out;
+}
