@@ -37,6 +37,9 @@ class ProfilingBackend final : public Backend {
   Tensor to_host(const Tensor& t) override { return inner_.to_host(t); }
   Tensor upload_matrix(const Tensor& host) override { return inner_.upload_matrix(host); }
   Tensor upload_matrix(const std::vector<Tensor>& parts) override { return inner_.upload_matrix(parts); }
+  Tensor upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) override {
+    return inner_.upload_quantized_matrix(parts, layout);
+  }
   std::string packed_format() const override { return inner_.packed_format(); }
   std::vector<Tensor> upload_many(const std::vector<Tensor>& hosts) override { return inner_.upload_many(hosts); }
   std::vector<Tensor> to_host_many(const std::vector<Tensor>& ts) override { return inner_.to_host_many(ts); }

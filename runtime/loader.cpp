@@ -41,6 +41,10 @@ LoadedModel bound(const ModelConfig& config, RunOptions options, Backend& backen
 
 LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
                          int ranks_sharing) {
+  if (config.quantization)
+    throw Error(str("random weights are dense, but this config has quantization_config (",
+                    config.quantization->describe(),
+                    "): write a checkpoint with `linnet init` and `linnet quantize`, and run that"));
   LoadedModel m = bound(config, options, backend, comm, ranks_sharing);
   // On a device that can make them, the matrices are made there, in the dtype the model keeps
   // them in (no f32 on the host, no upload); elsewhere on the host as before.

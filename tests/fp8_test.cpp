@@ -16,6 +16,7 @@
 #include "checkpoint_test_util.h"
 #include "core/backend.h"
 #include "core/cpu/packed_matmul.h"
+#include "core/profiling_backend.h"
 #include "layers/footprint.h"
 #include "layers/generics.h"
 #include "layers/parameters.h"
@@ -170,6 +171,13 @@ TEST(Fp8, StackedPartsKeepTheirOwnScales) {
   be->matmul(x, fp8, nullptr, got);
   be->matmul(x, dense, nullptr, want);
   EXPECT_EQ(got.to_floats(), want.to_floats());
+  // The profiling wrapper (bench) hands it to the backend it wraps.
+  ProfilingBackend profiled(*be);
+  EXPECT_TRUE(profiled.supports(WeightFormat::fp8));
+  Tensor again = Tensor::empty({3, 64}, DType::f32);
+  profiled.matmul(x, profiled.upload_quantized_matrix({{a.q, a.scales}, {b.q, b.scales}}, WeightLayout::fp8_blocks(8, 16)),
+                  nullptr, again);
+  EXPECT_EQ(again.to_floats(), want.to_floats());
   // Held as stored: a byte a weight and an f32 scale per row and column block, not f32 weights.
   EXPECT_EQ(fp8.storage()->bytes, cpu::packed_fp8_bytes(64, 64, 16));
   EXPECT_LT(fp8.storage()->bytes, dense.storage()->bytes / 3);
@@ -286,6 +294,14 @@ TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
     const std::string e = load_error(d);
     EXPECT_NE(e.find("tensor '" + weight + "' is stored as bf16, but quantization_config (fp8 8×16) stores it as f8_e4m3"),
               std::string::npos)
+        << e;
+  }
+  {  // random weights for an FP8 config: refused, saying how to get FP8 weights
+    auto be = make_cpu_backend();
+    SingleCommunicator comm;
+    const std::string e =
+        error_of([&] { random_model(load_hf_config(kFixture.string()), RunOptions{}, *be, comm); });
+    EXPECT_NE(e.find("random weights are dense, but this config has quantization_config (fp8 8×16"), std::string::npos)
         << e;
   }
   {  // FP8 values with no quantization_config

@@ -387,6 +387,11 @@ void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt
                 });
 }
 
+F32Tile f32_tile(const char* kernel) {
+  const Kernel& k = find_kernel(kernel);
+  return {k.max_rows, k.by_rows[kF32].data()};
+}
+
 const char* packed_matmul_kernel() { return kKernels.front().name; }
 
 std::vector<const char*> packed_matmul_kernels() {

@@ -1,9 +1,8 @@
 // The product of FP8 E4M3 weights with block scales, read as stored (core/cpu/packed_matmul.h).
-// Each kernel widens a step's 32 bytes to f32 in registers — sign, then the 7 magnitude bits
-// shifted into an f32's exponent and mantissa (an f32 2^120 times too small, subnormal for the
-// E4M3 subnormals) and multiplied by 2^120, exact — times the row's block scale (one f32
-// rounding), then the f32 path's multiply-adds in the f32 path's chain order: the bits of the
-// dense product on the dequantized matrix, whatever the rows, tile, thread or kernel.
+// Each kernel widens a step's 32 bytes to f32 in registers, exactly (a power of two off, put
+// back through the scale), times the row's block scale (one f32 rounding), then the f32 path's
+// multiply-adds in the f32 path's chain order: the bits of the dense product on the
+// dequantized matrix, whatever the rows, tile, thread or kernel.
 #include "core/cpu/packed_matmul.h"
 
 #include "core/cpu/packed_walk.h"
@@ -54,30 +53,50 @@ void micro_f8_scalar(const float* x, int64_t ldx, int64_t k, const F8Panel& p, i
     }
 }
 
-// ---- AVX-512: R rows × 2 vectors of 16 ----
-__attribute__((target("avx512f"))) inline __m512 widen_e4m3(__m128i bytes) {
-  const __m512i v = _mm512_cvtepu8_epi32(bytes);
-  const __m512i mag = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x7f)), 20);
-  const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
-  const __m512 f = _mm512_mul_ps(_mm512_castsi512_ps(mag), _mm512_set1_ps(0x1p120f));
-  return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(f), sign));
+// ---- AVX-512 (with BW): R rows × 2 vectors of 16 ----
+// A step's 32 bytes become 32 f16 words, each E4M3 value times 2^-8 exactly (E4M3's exponent
+// and mantissa are an f16's, 8 binades lower; its subnormals f16's): zero-extend, shift the 7
+// magnitude bits into place, move the sign from bit 14 to 15 by adding it to itself; then
+// vcvtph2ps. The block's scale is multiplied by 2^8 (exact), so each weight is again one f32
+// rounding of e4m3 · scale.
+__attribute__((target("avx512f,avx512bw"))) inline void widen_e4m3_32(const uint8_t* w, __m512& lo, __m512& hi) {
+  const __m512i t = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))), 7);
+  const __m512i h = _mm512_add_epi16(t, _mm512_and_si512(t, _mm512_set1_epi16(0x4000)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+}
+
+// Steps [t0, t1) of a panel (one column block, scales s) as f32 into out [k][32].
+__attribute__((target("avx512f,avx512bw"))) void dequantize_steps_avx512(const uint8_t* q, const float* s, int64_t t0,
+                                                                           int64_t t1, float* out) {
+  const __m512 s_lo = _mm512_mul_ps(_mm512_loadu_ps(s), _mm512_set1_ps(256.0f));
+  const __m512 s_hi = _mm512_mul_ps(_mm512_loadu_ps(s + 16), _mm512_set1_ps(256.0f));
+  for (int64_t t = t0; t < t1; ++t) {
+    __m512 lo, hi;
+    widen_e4m3_32(q + t * kPanel, lo, hi);
+    _mm512_storeu_ps(out + t * kPanel, _mm512_mul_ps(lo, s_lo));
+    _mm512_storeu_ps(out + t * kPanel + 16, _mm512_mul_ps(hi, s_hi));
+  }
 }
 
 template <int R>
-__attribute__((target("avx512f"))) void micro_f8_avx512(const float* x, int64_t ldx, int64_t k, const F8Panel& p,
-                                                         int, float* tile) {
+__attribute__((target("avx512f,avx512bw"))) void micro_f8_avx512(const float* x, int64_t ldx, int64_t k,
+                                                                    const F8Panel& p, int, float* tile) {
+  const __m512 two8 = _mm512_set1_ps(256.0f);
   for (int q = 0; q < kChains; ++q) {
     __m512 a[R][2];
     for (int r = 0; r < R; ++r) a[r][0] = a[r][1] = _mm512_setzero_ps();
     const int64_t end = chain_begin(k, q + 1);
     for (int64_t t = chain_begin(k, q); t < end;) {
       const float* s = p.scales + (t / p.block_cols) * kPanel;
-      const __m512 s_lo = _mm512_loadu_ps(s), s_hi = _mm512_loadu_ps(s + 16);
+      const __m512 s_lo = _mm512_mul_ps(_mm512_loadu_ps(s), two8), s_hi = _mm512_mul_ps(_mm512_loadu_ps(s + 16), two8);
       for (const int64_t e = block_end(t, end, p.block_cols); t < e; ++t) {
         const uint8_t* w = p.q + t * kPanel;
         _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
-        const __m512 lo = _mm512_mul_ps(widen_e4m3(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w))), s_lo);
-        const __m512 hi = _mm512_mul_ps(widen_e4m3(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16))), s_hi);
+        __m512 lo, hi;
+        widen_e4m3_32(w, lo, hi);
+        lo = _mm512_mul_ps(lo, s_lo);
+        hi = _mm512_mul_ps(hi, s_hi);
         for (int r = 0; r < R; ++r) {
           const __m512 xv = _mm512_set1_ps(x[r * ldx + t]);
           a[r][0] = _mm512_fmadd_ps(xv, lo, a[r][0]);
@@ -94,6 +113,8 @@ __attribute__((target("avx512f"))) void micro_f8_avx512(const float* x, int64_t 
 }
 
 // ---- AVX2 + FMA: R rows × 4 vectors of 8 ----
+// Sign, then the 7 magnitude bits shifted into an f32's exponent and mantissa (an f32 2^120
+// times too small, subnormal for E4M3's subnormals) multiplied by 2^120, exact.
 __attribute__((target("avx2,fma"))) inline __m256 widen_e4m3_8(const uint8_t* bytes) {
   const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
   const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7f)), 20);
@@ -146,11 +167,12 @@ constexpr std::array<MicroF8, sizeof...(R)> table2(std::integer_sequence<int, R.
 
 // The kernels by packed_matmul's names (packed_matmul_kernels()), [rows − 1].
 std::vector<MicroF8> kernel_table(const std::string& name) {
-  if (name == "avx512f") {
+  __builtin_cpu_init();
+  if (name == "avx512f" && __builtin_cpu_supports("avx512bw")) {
     const auto t = table512(std::make_integer_sequence<int, kRows512>{});
     return {t.begin(), t.end()};
   }
-  if (name == "avx2+fma") {
+  if (name == "avx512f" || name == "avx2+fma") {  // (an AVX-512 CPU without BW: the AVX2 kernel)
     const auto t = table2(std::make_integer_sequence<int, kRows2>{});
     return {t.begin(), t.end()};
   }
@@ -196,6 +218,26 @@ void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, 
   }
 }
 
+namespace {
+// A panel's weights as f32, [k][32] as the f32 path packs them: what its kernels then multiply.
+void dequantize_panel(const F8Panel& p, int64_t k, float* out) {
+  const bool bw = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512bw") != 0;
+  }();
+  for (int64_t t0 = 0; t0 < k; t0 += p.block_cols) {
+    const float* s = p.scales + (t0 / p.block_cols) * kPanel;
+    const int64_t t1 = std::min(k, t0 + p.block_cols);
+    if (bw) {
+      dequantize_steps_avx512(p.q, s, t0, t1, out);
+    } else {
+      for (int64_t t = t0; t < t1; ++t)
+        for (int64_t c = 0; c < kPanel; ++c) out[t * kPanel + c] = f8_e4m3_to_f32(p.q[t * kPanel + c]) * s[c];
+    }
+  }
+}
+}  // namespace
+
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                        int64_t row0, int64_t o, float* out, const char* kernel) {
   LINNET_CHECK(block_cols > 0 && padded_rows % kPanel == 0, "packed_matmul_fp8: block_cols ", block_cols,
@@ -207,14 +249,34 @@ void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int6
   static const std::vector<MicroF8> k512 = kernel_table("avx512f"), k2 = kernel_table("avx2+fma"),
                                     k1 = kernel_table("scalar");
   const std::vector<MicroF8>& micro = name == "avx512f" ? k512 : name == "avx2+fma" ? k2 : k1;
+  const F32Tile dense = f32_tile(name.c_str());
   const uint8_t* base = static_cast<const uint8_t*>(w);
   const float* scales = reinterpret_cast<const float*>(base + scales_offset(padded_rows, k));
   const int64_t kb = ceil_div(k, block_cols), panel_bytes = kPanel * k;
-  for_each_tile(n, k, w, static_cast<size_t>(panel_bytes), row0, o, static_cast<int64_t>(micro.size()), out,
+  // Few rows: widen in the kernel, each weight read once. More than a tile of rows: each panel
+  // widened once into f32 (in L2) and the f32 path's kernels run on it, tile after tile — the
+  // same bits, the widening not repeated per tile.
+  const bool widen_once = n > dense.max_rows && dense.max_rows > 1;
+  const int64_t tile_rows = widen_once ? dense.max_rows : static_cast<int64_t>(micro.size());
+  for_each_tile(n, k, w, static_cast<size_t>(panel_bytes), row0, o, tile_rows, out,
                 [&](int64_t r0, int rows, const void* panel, float* tile) {
                   const int64_t p = (static_cast<const uint8_t*>(panel) - base) / panel_bytes;
                   const F8Panel f{static_cast<const uint8_t*>(panel), scales + p * kb * kPanel, block_cols};
-                  micro[static_cast<size_t>(rows - 1)](x + r0 * k, k, k, f, rows, tile);
+                  if (!widen_once) {
+                    micro[static_cast<size_t>(rows - 1)](x + r0 * k, k, k, f, rows, tile);
+                    return;
+                  }
+                  thread_local std::vector<float> wide;
+                  thread_local const void* wide_of = nullptr;
+                  thread_local int64_t wide_r0 = -1;
+                  // A new panel, or the same one in the next block of rows (r0 went back).
+                  if (wide_of != panel || r0 <= wide_r0 || wide.size() != static_cast<size_t>(kPanel * k)) {
+                    wide.resize(static_cast<size_t>(kPanel * k));
+                    dequantize_panel(f, k, wide.data());
+                    wide_of = panel;
+                  }
+                  wide_r0 = r0;
+                  dense.by_rows[rows - 1](x + r0 * k, k, k, wide.data(), rows, tile);
                 });
 }
 

@@ -18,6 +18,15 @@ namespace linnet::cpu {
 constexpr int kChains = 4;
 inline int64_t chain_begin(int64_t k, int q) { return k * q / kChains; }
 
+// One kernel's f32 tiles (a panel of f32 weights [k][32]): tile[rows − 1](x, ldx, k, panel,
+// rows, out) for rows 1 … max_rows; `kernel` by packed_matmul_kernels()' names, null the best.
+struct F32Tile {
+  int max_rows;
+  using Fn = void (*)(const float* x, int64_t ldx, int64_t k, const void* panel, int rows, float* tile);
+  const Fn* by_rows = nullptr;
+};
+F32Tile f32_tile(const char* kernel);
+
 constexpr int kRows512 = 12;  // 24 accumulators + 2 weight vectors of the 32 registers
 constexpr int kRows2 = 3;     // 12 + 4 of 16
 
