@@ -1,28 +1,53 @@
 #include "layers/quantization.h"
 
-#include <regex>
+#if LINNET_HAVE_PCRE2
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+#endif
 
 #include "core/error.h"
 
 namespace linnet {
 
 namespace {
-// A pattern matches from the start to a module boundary: the match ends at the name's end,
-// before a '.', or just after one.
-bool matches_at_boundary(const std::string& pattern, const std::string& name) {
-  std::regex re;
-  try {
-    re = std::regex(pattern);
-  } catch (const std::regex_error&) {
-    return name.rfind(pattern, 0) == 0 &&
-           (name.size() == pattern.size() || name[pattern.size()] == '.' || pattern.back() == '.');
+
+#if LINNET_HAVE_PCRE2
+// Python's re.match(rf"(?:{pattern}){boundary}", module) with transformers' boundary: the match
+// runs from the start to the name's end, to just before a '.', or to just after one. PCRE2,
+// with a match limit: a pattern from a config file must not hang a load.
+bool matches_at_boundary(const std::string& pattern, const std::string& module) {
+  const std::string full = "(?:" + pattern + ")(?:(?<=\\.)|(?=\\.|$))";
+  int err = 0;
+  PCRE2_SIZE off = 0;
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(full.data()), full.size(), PCRE2_ANCHORED | PCRE2_UTF, &err, &off, nullptr);
+  if (!code) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(err, msg, sizeof msg);
+    throw Error(str("quantization_config: the module pattern '", pattern, "' is not a regular expression: ",
+                    reinterpret_cast<const char*>(msg)));
   }
-  for (size_t len = name.size() + 1; len-- > 0;) {
-    const bool boundary = len == name.size() || name[len] == '.' || (len > 0 && name[len - 1] == '.');
-    if (boundary && std::regex_match(name.begin(), name.begin() + static_cast<std::ptrdiff_t>(len), re)) return true;
-  }
-  return false;
+  pcre2_match_context* ctx = pcre2_match_context_create(nullptr);
+  pcre2_set_match_limit(ctx, 100000);
+  pcre2_set_depth_limit(ctx, 1000);
+  pcre2_match_data* md = pcre2_match_data_create_from_pattern(code, nullptr);
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(module.data()), module.size(), 0, 0, md, ctx);
+  pcre2_match_data_free(md);
+  pcre2_match_context_free(ctx);
+  pcre2_code_free(code);
+  if (rc >= 0) return true;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  throw Error(str("quantization_config: the module pattern '", pattern, "' cannot be matched against '", module,
+                  "' within PCRE2's limits (error ", rc, ")"));
 }
+#else
+// Without PCRE2 (not a supported build: scripts/deps installs it): literal prefixes only.
+bool matches_at_boundary(const std::string& pattern, const std::string& module) {
+  return module.rfind(pattern, 0) == 0 &&
+         (module.size() == pattern.size() || module[pattern.size()] == '.' || pattern.back() == '.');
+}
+#endif
+
 }  // namespace
 
 bool Quantization::converts(const std::string& module) const {

@@ -102,7 +102,9 @@ TEST(Fp8, E4m3ValuesAndRoundingAreTheFormats) {
     }
     const double want = (b & 0x80 ? -1 : 1) * (e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1 + m / 8.0, e - 7));
     EXPECT_EQ(v, static_cast<float>(want)) << b;
-    if (b != 0x80) EXPECT_EQ(f32_to_f8_e4m3(v), b) << b;  // -0 → 0x80 too
+    if (b != 0x80) {
+      EXPECT_EQ(f32_to_f8_e4m3(v), b) << b;  // -0 → 0x80 too
+    }
   }
   EXPECT_EQ(f8_e4m3_to_f32(0x7e), 448.0f);
   EXPECT_EQ(f8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
@@ -243,6 +245,14 @@ TEST(Fp8, QuantizationConfigIsReadOrRefusedByName) {
   EXPECT_FALSE(q.converts("model.layers.0.mlp.gate_proj"));
   EXPECT_TRUE(q.converts("model.layers.0.mlp.down_proj"));
   EXPECT_FALSE(q.converts("lm_head"));
+  // A pattern that is no regular expression, or one that would backtrack for ever: an error
+  // naming it, not a hang.
+  q.not_converted = {"model.layers.(0"};
+  e = error_of([&] { q.converts("model.layers.0.mlp.up_proj"); });
+  EXPECT_NE(e.find("the module pattern 'model.layers.(0' is not a regular expression"), std::string::npos) << e;
+  q.not_converted = {"(.|.)*j$"};
+  e = error_of([&] { q.converts("model.layers.0.self_attn.q_proj_and_a_long_tail_of_characters"); });
+  EXPECT_NE(e.find("cannot be matched against"), std::string::npos) << e;
 }
 
 // A split that would cut a block is refused before anything is read, naming tensor and block.
