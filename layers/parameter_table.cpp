@@ -101,6 +101,8 @@ void ParamTable::dense_mlp(bool fused_gate_up) {
 void ParamTable::experts(const ExpertTensorNames& names) {
   const int64_t h = g_.hidden, ei = g_.expert_inner, s = g_.shards;
   const std::string m = hf_ + names.block + ".";
+  // The router stays in the checkpoint's dtype: transformers' FP8 converts nn.Linear modules,
+  // and its routers are not (Qwen3-MoE, Mixtral, OLMoE: a TopKRouter of their own).
   add(m + "gate.weight", card_ + "mlp.router.weight", {g_.experts, h}, Split::mirrored, 0);
   for (int64_t e = 0; e < g_.experts; ++e) {
     const std::string he = m + "experts." + std::to_string(e) + ".";
@@ -111,13 +113,13 @@ void ParamTable::experts(const ExpertTensorNames& names) {
       for (auto [hf_name, card_name, shape] : {std::tuple{gate, ce + "gate.weight", Shape{ei, h}},
                                                {up, ce + "up.weight", Shape{ei, h}},
                                                {down, ce + "down.weight", Shape{h, ei}}}) {
-        add(hf_name, card_name, shape, Split::expert, 0);
+        add_linear(hf_name, card_name, shape, Split::expert, 0);
         p_.back().owner = g_.expert_owner(e);
       }
     } else {
-      add(gate, ce + "gate.weight", {ei, h}, Split::rows, ei / s);
-      add(up, ce + "up.weight", {ei, h}, Split::rows, ei / s);
-      add(down, ce + "down.weight", {h, ei}, Split::columns, ei / s);
+      add_linear(gate, ce + "gate.weight", {ei, h}, Split::rows, ei / s);
+      add_linear(up, ce + "up.weight", {ei, h}, Split::rows, ei / s);
+      add_linear(down, ce + "down.weight", {h, ei}, Split::columns, ei / s);
     }
   }
 }

@@ -247,6 +247,12 @@ MOE_CASES = [
 ]
 
 
+def moe_case(source, name, note_prefix):
+    """MOE_CASES' case `source` (its config, inputs and special router) under another name."""
+    c = next(m for m in MOE_CASES if m["name"] == source)
+    return dict(c, name=name, note=note_prefix + c["note"], config=dict(c["config"]))
+
+
 # --------------------------------------------------------------------------------------
 # Issue 34: Phi-3's longrope past original_max_position_embeddings during decode (transformers'
 # generate drops the cache at the crossing and recomputes every key with the long factors),
@@ -337,6 +343,24 @@ ISSUE37_CASES = [
     # No ragged blocks ([16, 48] over 64 columns): transformers 5.24's Fp8Dequantize takes the
     # block as rows // scale_rows, cols // scale_cols, so it refuses down_proj (128 columns over
     # 3 scale columns) and reads 64 columns over 2 as blocks of 32 (columns 32..47 scaled wrongly).
+    #
+    # A mixture of experts: MOE_CASES' qwen3_moe (same config, same router tweak) stored as
+    # Qwen/Qwen3-30B-A3B-FP8 ships: per-expert mlp.experts.E.{gate,up,down}_proj.weight F8_E4M3
+    # with their weight_scale_inv, q/k/v/o and the dense layer's gate/up/down too; the routers
+    # (mlp.gate, not an nn.Linear in transformers: never converted), embeddings, norms and
+    # lm_head f32; modules_to_not_convert lm_head and each router. transformers 5.24 dequantizes
+    # each expert's (q, scale) before fusing them into experts.gate_up_proj [E, 2I, H] and
+    # experts.down_proj [E, H, I]. Blocks [2, 2]: the dense layer's inner 24 gives 6 rows of
+    # gate/up and 6 columns of down at Shards 4, so no block wider or taller than 2 falls on
+    # every slice; with it, q (8 rows), k/v (4), o_proj (8 columns), each expert's gate/up
+    # (4 rows) and down (4 columns) under tensor sharding, and whole experts under expert
+    # sharding, all fall on block boundaries at Shards 2 and 4.
+    dict(moe_case("qwen3_moe", "fp8_qwen3_moe", "Qwen3MoeForCausalLM in fine-grained FP8 as Qwen3-30B-A3B-FP8 "
+                  "ships it: per-expert experts.E.gate_proj/up_proj/down_proj, q/k/v/o and the dense layer 1's "
+                  "gate/up/down weights F8_E4M3 with float32 weight_scale_inv per [2, 2] block (scale = amax / 448); "
+                  "routers (mlp.gate), embeddings, norms and lm_head unquantized; modules_to_not_convert lm_head and "
+                  "the routers. Otherwise qwen3_moe: "),
+         steps=STEPS, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -396,9 +420,42 @@ def fp8_rewrite(d, linears, quant):
 
 def fp8_config(quant):
     """config.json's quantization_config: the keys FineGrainedFP8Config reads, lm_head named as
-    left unquantized (as Qwen3-FP8 and llm-compressor's exports do)."""
+    left unquantized (as Qwen3-FP8 and llm-compressor's exports do), and a mixture of experts'
+    routers after it (as Qwen3-30B-A3B-FP8 names each model.layers.N.mlp.gate)."""
     return {"quant_method": "fp8", "activation_scheme": "dynamic",
-            "weight_block_size": list(quant["weight_block_size"]), "modules_to_not_convert": ["lm_head"]}
+            "weight_block_size": list(quant["weight_block_size"]),
+            "modules_to_not_convert": list(quant.get("modules_to_not_convert", ["lm_head"]))}
+
+
+# A mixture of experts' per-expert weights as save_pretrained writes them (and the FP8 checkpoints
+# ship them): model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight.
+FP8_EXPERT_WEIGHT = r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$"
+
+
+def fp8_expected(fp8, block, state):
+    """transformers' dequantized parameters, computed here: {model parameter: e4m3(q) * scale in f32}.
+    Per-expert checkpoint tensors are fused the way transformers 5.24's conversion for qwen2_moe /
+    qwen3_moe does it: experts.gate_up_proj [E, 2I, H] (expert e: gate rows, then up rows) and
+    experts.down_proj [E, H, I]."""
+    import re
+    import torch
+    deq = {k: q.float() * fp8_expand(s, block, q.shape) for k, (q, s) in fp8.items()}
+    want, experts = {}, {}
+    for k, w in deq.items():
+        m = re.match(FP8_EXPERT_WEIGHT, k)
+        if m is None:
+            want[k] = w
+        else:
+            experts.setdefault(m.group(1), {})[(int(m.group(2)), m.group(3))] = w
+    for pre, ws in experts.items():
+        n = 1 + max(e for e, _ in ws)
+        assert len(ws) == 3 * n, f"{pre}: not every expert's gate/up/down is quantized"
+        want[pre + ".gate_up_proj"] = torch.stack(
+            [torch.cat([ws[(e, "gate_proj")], ws[(e, "up_proj")]], 0) for e in range(n)])
+        want[pre + ".down_proj"] = torch.stack([ws[(e, "down_proj")] for e in range(n)])
+    for k, w in want.items():
+        assert k in state and state[k].shape == w.shape, (k, tuple(w.shape), tuple(state[k].shape) if k in state else None)
+    return want
 
 
 class LogCapture:
@@ -521,11 +578,22 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if os.path.isdir(d):
         shutil.rmtree(d)
     model.to(store_dtype).save_pretrained(d)
-    quant, fp8, load_args = c.get("quant"), {}, {}
+    quant, fp8, load_args, want = c.get("quant"), {}, {}, {}
     if quant is not None:  # issue 37: the decoder layers' nn.Linear weights in fine-grained FP8
+        import re
+        from safetensors import safe_open
         linears = {n + ".weight" for n, m in model.named_modules()
                    if isinstance(m, torch.nn.Linear) and ".layers." in n}
+        with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+            # and a mixture of experts' per-expert weights, as the checkpoint stores them
+            linears |= {k for k in f.keys() if re.match(FP8_EXPERT_WEIGHT, k)}
+        # the routers (model.layers.N.mlp.gate, no nn.Linear in transformers) stay unquantized
+        routers = sorted(k[:-len(".weight")] for k in state if k.endswith(".mlp.gate.weight"))
+        assert not any(r + ".weight" in linears for r in routers), routers
+        if routers:
+            quant = dict(quant, modules_to_not_convert=["lm_head"] + routers)
         fp8 = fp8_rewrite(d, linears, quant)
+        want = fp8_expected(fp8, quant["weight_block_size"], state)
         # Dequantize on load whatever the machine (with a GPU transformers would keep FP8Linear).
         from transformers import FineGrainedFP8Config
         load_args["quantization_config"] = FineGrainedFP8Config(dequantize=True, **{
@@ -540,19 +608,21 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     assert not log.records and not info.get("error_msgs"), (log.records, info)  # no load report
     sd = ref.state_dict()
     for k, v in state.items():
-        if k in fp8:
+        if k in want:
             # transformers' dequantization is exactly fp8 -> f32 times the f32 block scale
-            q, scale = fp8[k]
-            want = q.float() * fp8_expand(scale, quant["weight_block_size"], q.shape)
-            assert sd[k].dtype == torch.float32 and torch.equal(sd[k], want), f"{name}: {k} not q * scale"
+            # (experts: each expert's, then fused)
+            assert sd[k].dtype == torch.float32 and torch.equal(sd[k], want[k]), f"{name}: {k} not q * scale"
         else:
             assert torch.equal(sd[k], v), f"{name}: {k} not loaded as saved"
     if fp8:
         assert not any(k.endswith("_scale_inv") for k in sd), "weight_scale_inv kept as a parameter"
         checks["fp8_quantized_tensors"] = len(fp8)
         checks["dequantized_equals_q_times_scale"] = True
+        fused = sorted(k for k in want if k not in fp8)
+        if fused:  # per-expert tensors transformers fused on load, each checked whole
+            checks["fp8_fused_expert_parameters"] = fused
         # how far the FP8 weights are from the bf16 ones they were made from (largest relative L2)
-        checks["fp8_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in fp8), 6)
+        checks["fp8_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
     ref.generation_config.eos_token_id = None
     ref.generation_config.pad_token_id = 0
     V, H = cfg["vocab_size"], cfg["hidden_size"]
@@ -940,12 +1010,20 @@ def issue36_cases():
 
 def issue37_cases():
     """(name, writer) of every issue-37 case in every dtype it is written in."""
+    def write(c, i, di, suffix, dtype_name):
+        moe = "router" in c  # a mixture of experts (moe_case): its routers as MOE_CASES make them
+        entry = family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=6000,
+                            tweak=moe_tweak(c) if moe else None)
+        if moe:
+            entry["moe"] = True
+        return entry
+
     out = []
     for i, c in enumerate(ISSUE37_CASES):
         for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
             out.append((c["name"] + suffix,
                         lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
-                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=6000)))
+                        write(c, i, di, suffix, dtype_name)))
     return out
 
 
