@@ -1,6 +1,7 @@
 // config.json's quantization_config → Quantization (layers/quantization.h). Read: Hugging
-// Face's fine-grained FP8 (quant_method "fp8": DeepSeek-V3/R1, Qwen3-*-FP8). Every other
-// method is refused by name, as is any key of the FP8 config that would change the numbers.
+// Face's fine-grained FP8 (quant_method "fp8": DeepSeek-V3/R1, Qwen3-*-FP8) and
+// compressed-tensors' float-quantized FP8 (llm-compressor's FP8 checkpoints). Every other
+// method is refused by name, as is any key that would change the numbers.
 #include <nlohmann/json.hpp>
 
 #include "architectures/config_reader.h"
@@ -57,6 +58,87 @@ Quantization fine_grained_fp8(const ConfigReader& r, const json& q) {
   return out;
 }
 
+// A compressed-tensors quantization args object ("weights", "input_activations"): its key
+// `key` is `want`, else an error naming group, object and key.
+void expect_arg(const ConfigReader& r, const json& a, const std::string& where, const char* key, const json& want) {
+  const json got = a.contains(key) ? a[key] : json();
+  if (got != want)
+    r.fail(str("quantization_config.", where, ".", key, " is ", got.dump(), "; linnet reads ", want.dump(),
+               " (compressed-tensors FP8: float-quantized weights, dynamic activations)"));
+}
+
+// compressed-tensors (llm-compressor's checkpoints): its float-quantized FP8 — weights per
+// channel or per block, activations rounded to FP8 per token or per group at run time.
+Quantization compressed_tensors(const ConfigReader& r, const json& q) {
+  const std::string format = given(q, "format") && q["format"].is_string() ? q["format"].get<std::string>() : "(none)";
+  if (format != "float-quantized")
+    r.fail(str("quantization_config.format '", format.size() > 40 ? format.substr(0, 37) + "..." : format,
+               "' is not supported yet (linnet reads compressed-tensors' float-quantized FP8)"));
+  if (given(q, "quantization_status") && q["quantization_status"] != "compressed")
+    r.fail(str("quantization_config.quantization_status is ", q["quantization_status"].dump(),
+               "; linnet reads checkpoints stored compressed"));
+  for (const char* key : {"kv_cache_scheme", "sparsity_config", "transform_config"})
+    if (given(q, key) && !(q[key].is_object() && q[key].empty()))
+      r.fail(str("quantization_config.", key, " is not supported (", q[key].dump().substr(0, 60), ")"));
+  if (!given(q, "config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
+    r.fail("quantization_config.config_groups must be an object of quantization groups");
+  const json& groups = q["config_groups"];
+  const json& g = groups.begin().value();
+  for (auto it = groups.begin(); it != groups.end(); ++it)
+    if (it.value() != g)
+      r.fail(str("quantization_config.config_groups: groups '", groups.begin().key(), "' and '", it.key(),
+                 "' differ; linnet reads one scheme for every linear layer"));
+  const std::string name = "config_groups." + groups.begin().key();
+  if (!g.is_object() || g.value("targets", json()) != json::array({"Linear"}))
+    r.fail(str("quantization_config.", name, ".targets must be [\"Linear\"], got ",
+               g.is_object() && g.contains("targets") ? g["targets"].dump() : "nothing"));
+  if (given(g, "output_activations")) r.fail(str("quantization_config.", name, ".output_activations is not supported"));
+  if (!given(g, "weights") || !g["weights"].is_object()) r.fail(str("quantization_config.", name, ".weights is missing"));
+  const json& w = g["weights"];
+  const std::string wn = name + ".weights";
+  expect_arg(r, w, wn, "num_bits", 8);
+  expect_arg(r, w, wn, "type", "float");
+  expect_arg(r, w, wn, "symmetric", true);
+  expect_arg(r, w, wn, "dynamic", false);
+  const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
+  Quantization out;
+  out.method = "compressed-tensors";
+  if (strategy == "channel") {
+    out.matrices = WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale");
+  } else if (strategy == "block") {
+    const json& b = w.value("block_structure", json());
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > (int64_t{1} << 20) ||
+        b[1].get<int64_t>() > (int64_t{1} << 20))
+      r.fail(str("quantization_config.", wn, ".block_structure must be [rows, cols], got ", b.dump()));
+    out.matrices = WeightLayout::fp8_blocks(b[0].get<int64_t>(), b[1].get<int64_t>(), "_scale");
+  } else {
+    r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
+               "' is not supported yet (linnet reads channel and block)"));
+  }
+  if (given(g, "input_activations")) {
+    const json& a = g["input_activations"];
+    const std::string an = name + ".input_activations";
+    expect_arg(r, a, an, "num_bits", 8);
+    expect_arg(r, a, an, "type", "float");
+    expect_arg(r, a, an, "symmetric", true);
+    expect_arg(r, a, an, "dynamic", true);
+    const std::string as = a.value("strategy", json("")).is_string() ? a.value("strategy", std::string()) : "";
+    if (as == "token") {
+      out.matrices.fp8_activations = -1;
+    } else if (as == "group" && a.contains("group_size") && a["group_size"].is_number_integer() &&
+               a["group_size"].get<int64_t>() > 0 && a["group_size"].get<int64_t>() <= (int64_t{1} << 20)) {
+      out.matrices.fp8_activations = a["group_size"].get<int64_t>();
+    } else {
+      r.fail(str("quantization_config.", an, ".strategy '", as.substr(0, 40),
+                 "' is not supported (linnet reads token, and group with a group_size)"));
+    }
+  }
+  out.not_converted = string_list(r, q, "ignore");
+  out.compressed_tensors_names = true;
+  return out;
+}
+
 }  // namespace
 
 std::optional<Quantization> parse_quantization_config(const ConfigReader& r, const ModelConfig& c) {
@@ -66,11 +148,15 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   if (!q.contains("quant_method") || !q["quant_method"].is_string())
     r.fail("quantization_config has no quant_method (a string naming the format)");
   const std::string method = q["quant_method"].get<std::string>();
-  if (method != "fp8")
-    r.fail(str("quantization_config.quant_method '", method.size() > 40 ? method.substr(0, 37) + "..." : method,
-               "' is not supported yet (linnet reads fp8: Hugging Face's fine-grained FP8)"));
-  (void)c;
-  return fine_grained_fp8(r, q);
+  if (method == "fp8") return fine_grained_fp8(r, q);
+  if (method == "compressed-tensors") {
+    if (c.moe())
+      r.fail("quantization_config: compressed-tensors mixtures of experts are not read yet (dense models are)");
+    return compressed_tensors(r, q);
+  }
+  r.fail(str("quantization_config.quant_method '", method.size() > 40 ? method.substr(0, 37) + "..." : method,
+             "' is not supported yet (linnet reads fp8, Hugging Face's fine-grained FP8, and compressed-tensors' "
+             "float-quantized FP8)"));
 }
 
 }  // namespace linnet

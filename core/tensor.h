@@ -27,6 +27,9 @@ struct Storage {
   // and the rows held (whole panels); 0 for the others.
   int64_t packed_block_cols = 0;
   int64_t packed_rows = 0;
+  // Its product first rounds x to FP8 (WeightLayout::fp8_activations): 0 no; -1 per row; g per
+  // g columns of a row.
+  int64_t fp8_activations = 0;
   // Non-empty: gives the pages of [p, p + bytes) back to the system, the data staying valid
   // (a read-only file mapping: touched again, they are read again). A loader that has copied
   // a tensor out of the file calls it as it goes, so the weights are not held twice.

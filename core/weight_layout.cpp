@@ -27,7 +27,7 @@ const char* weight_format_name(WeightFormat f) { return weight_format_traits(f).
 WeightLayout WeightLayout::of(WeightFormat f) {
   const WeightFormatTraits& t = weight_format_traits(f);
   WeightLayout l{f, t.block_rows, t.block_cols, t.data_bits, t.scale_dtype, t.zero_point_dtype, t.group_index,
-                 t.scale_suffix, std::nullopt};
+                 t.scale_suffix, std::nullopt, 0};
   if (f == WeightFormat::fp8) l.data_dtype = DType::f8_e4m3;
   return l;
 }
@@ -43,7 +43,11 @@ WeightLayout WeightLayout::fp8_blocks(int64_t block_rows, int64_t block_cols, st
 
 std::string WeightLayout::describe() const {
   if (dense()) return "dense";
-  return str(weight_format_name(format), " ", block_rows, "×", block_cols);
+  const std::string acts = fp8_activations == -1  ? ", activations fp8 per token"
+                           : fp8_activations > 0 ? str(", activations fp8 per group of ", fp8_activations)
+                                                 : "";
+  if (block_rows == 1 && whole(1)) return str(weight_format_name(format), " per channel", acts);
+  return str(weight_format_name(format), " ", block_rows, "×", block_cols, acts);
 }
 
 std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
@@ -70,7 +74,7 @@ int64_t WeightLayout::bytes(const Shape& m, DType dtype) const {
 void check_block_boundaries(const std::string& tensor, const WeightLayout& layout, int dim, int64_t begin, int64_t end,
                             int64_t extent) {
   const int64_t b = layout.block(dim);
-  if (begin % b == 0 && (end % b == 0 || end == extent)) return;
+  if (layout.whole(dim) || (begin % b == 0 && (end % b == 0 || end == extent))) return;
   throw Error(str(tensor, ": the slice [", begin, ", ", end, ") of dimension ", dim, dim == 0 ? " (rows)" : " (columns)",
                   " of ", extent, " cuts a block of ", b, " (", weight_format_name(layout.format), " ", layout.block_rows,
                   "×", layout.block_cols, " blocks): choose Shards so that each shard's slice is whole blocks"));

@@ -50,6 +50,11 @@ struct WeightCompanion {
 // The descriptor a matrix parameter carries (ParamSpec::layout): the format's traits, copied,
 // so a test (or a checkpoint's config) can describe a block layout of its own.
 struct WeightLayout {
+  // A block as long as any matrix's dimension: one scale per row (compressed-tensors' "channel"
+  // strategy: block_rows 1, block_cols kWhole). Such a block never cuts: every slice of that
+  // dimension shares its one scale.
+  static constexpr int64_t kWhole = int64_t{1} << 40;
+
   WeightFormat format = WeightFormat::dense;
   int64_t block_rows = 1;
   int64_t block_cols = 1;
@@ -62,11 +67,18 @@ struct WeightLayout {
   std::string scale_suffix = "_scale";
   // The stored values' dtype (f8_e4m3 for fp8); none: the checkpoint's (dense).
   std::optional<DType> data_dtype;
+  // Activations rounded to FP8 before the product, as the format's reference computes
+  // (compressed-tensors' dynamic input_activations): 0 none; -1 one scale per row (token);
+  // g > 0 one scale per g columns of a row (group).
+  int64_t fp8_activations = 0;
 
   static WeightLayout of(WeightFormat f);
   // Hugging Face's fine-grained FP8 (quant_method "fp8"): E4M3 values, f32 weight_scale_inv
   // per block_rows × block_cols block.
   static WeightLayout fp8_blocks(int64_t block_rows, int64_t block_cols, std::string scale_suffix = "_scale_inv");
+  // Whether the block along `dim` covers the whole dimension (a channel's scale): slices of it
+  // all read scale index 0.
+  bool whole(int dim) const { return block(dim) >= kWhole; }
   // One value of the tensor's dtype per element and nothing beside it.
   bool dense() const {
     return format == WeightFormat::dense && block_rows == 1 && block_cols == 1 && data_bits == 0 && !scale_dtype &&

@@ -50,9 +50,13 @@ std::vector<ParamSpec> ParamSpec::companions() const {
       if (split == Split::columns) c.split = Split::rows;  // its dimension 0 is the columns
       if (split == Split::rows) c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
     } else {
-      const int64_t b = layout.block(split == Split::columns ? 1 : 0);
+      const int dim = split == Split::columns ? 1 : 0;
+      const int64_t b = layout.block(dim);
       // Not whole blocks only where one shard holds it all (check_blocks refuses the rest).
       if (split == Split::rows || split == Split::columns) c.per_shard = (per_shard + b - 1) / b;
+      // One scale along the split dimension (per channel): every shard reads it.
+      if ((split == Split::rows || split == Split::columns) && layout.whole(dim))
+        c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
       if (stored.rank()) c.stored = stored_parts[i].shape, c.row_offset = row_offset / layout.block_rows;
     }
     out.push_back(std::move(c));
@@ -62,6 +66,21 @@ std::vector<ParamSpec> ParamSpec::companions() const {
 
 void ParamSpec::check_blocks(int64_t shards) const {
   if (full.rank() != 2 || (layout.block_rows == 1 && layout.block_cols == 1)) return;
+  if (split == Split::columns && shards > 1 && layout.fp8_activations != 0) {
+    // The activations' FP8 scales span their row (token) or groups of it: a column slice must
+    // hold whole groups; a whole row's amax would need every rank's columns.
+    if (layout.fp8_activations < 0)
+      throw Error(str(hf_name, ": its input is rounded to FP8 with one scale per token (", layout.describe(),
+                      "), which a column split over ", shards,
+                      " shards would have to gather from every rank; not supported yet: run it at Shards 1, or "
+                      "use per-group activations"));
+    for (int64_t s = 0; s < shards; ++s) {
+      const auto [begin, end] = shard_range(s);
+      if (begin % layout.fp8_activations || (end % layout.fp8_activations && end != full[1]))
+        throw Error(str(hf_name, ": the column slice [", begin, ", ", end, ") cuts a group of ", layout.fp8_activations,
+                        " activations that share an FP8 scale (", layout.describe(), "): choose Shards accordingly"));
+    }
+  }
   if (stored.rank()) check_block_boundaries(hf_name, layout, 0, row_offset, row_offset + full[0], stored[0]);
   if (split != Split::rows && split != Split::columns) return;
   const int dim = split == Split::columns ? 1 : 0;

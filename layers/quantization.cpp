@@ -15,8 +15,8 @@ namespace {
 // Python's re.match(rf"(?:{pattern}){boundary}", module) with transformers' boundary: the match
 // runs from the start to the name's end, to just before a '.', or to just after one. PCRE2,
 // with a match limit: a pattern from a config file must not hang a load.
-bool matches_at_boundary(const std::string& pattern, const std::string& module) {
-  const std::string full = "(?:" + pattern + ")(?:(?<=\\.)|(?=\\.|$))";
+bool matches_at_boundary(const std::string& pattern, const std::string& module, bool boundary = true) {
+  const std::string full = boundary ? "(?:" + pattern + ")(?:(?<=\\.)|(?=\\.|$))" : pattern;
   int err = 0;
   PCRE2_SIZE off = 0;
   pcre2_code* code =
@@ -42,7 +42,7 @@ bool matches_at_boundary(const std::string& pattern, const std::string& module) 
 }
 #else
 // Without PCRE2 (not a supported build: scripts/deps installs it): literal prefixes only.
-bool matches_at_boundary(const std::string& pattern, const std::string& module) {
+bool matches_at_boundary(const std::string& pattern, const std::string& module, bool = true) {
   return module.rfind(pattern, 0) == 0 &&
          (module.size() == pattern.size() || module[pattern.size()] == '.' || pattern.back() == '.');
 }
@@ -52,6 +52,11 @@ bool matches_at_boundary(const std::string& pattern, const std::string& module) 
 
 bool Quantization::converts(const std::string& module) const {
   if (module == "lm_head") return false;
+  if (compressed_tensors_names) {
+    for (const std::string& p : not_converted)
+      if (p == module || (p.rfind("re:", 0) == 0 && matches_at_boundary(p.substr(3), module, false))) return false;
+    return true;
+  }
   for (const std::string& p : not_converted) {
     if (p.empty()) continue;
     if (module.size() >= p.size() && module.compare(module.size() - p.size(), p.size(), p) == 0) return false;

@@ -15,11 +15,15 @@ struct Quantization {
   // modules_to_not_convert (transformers' FP8) / ignore (compressed-tensors): patterns of
   // module names kept in the checkpoint's dtype; lm_head always is.
   std::vector<std::string> not_converted;
+  // How not_converted names modules: transformers' should_convert_module (below), or
+  // compressed-tensors' `ignore` (a module's whole name, or "re:" and a regular expression
+  // matched from the name's start).
+  bool compressed_tensors_names = false;
 
   // Whether transformers converts the linear module `module` ("model.layers.0.mlp.down_proj"):
   // not when a pattern matches its name from the start up to a module boundary (as a regular
   // expression: "model.layers.1" matches model.layers.1.mlp, not model.layers.11.mlp), or its
-  // end ("o_proj"); transformers' should_convert_module.
+  // end ("o_proj"); transformers' should_convert_module. (compressed_tensors_names: as above.)
   bool converts(const std::string& module) const;
   // "fp8 8×16 (modules_to_not_convert: lm_head)": for inspect and errors.
   std::string describe() const;

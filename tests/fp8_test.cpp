@@ -334,3 +334,83 @@ TEST(Fp8, TheFootprintCountsStoredBytes) {
     EXPECT_EQ(held_bytes(c, p, DType::f32, DType::f32), s.numel() + scales) << p.hf_name;
   }
 }
+
+// compressed-tensors' float-quantized FP8 (llm-compressor): weights per channel or per block,
+// activations rounded to FP8 per token or per group; read, or refused by name.
+TEST(Fp8, CompressedTensorsConfigIsReadOrRefusedByName) {
+  const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
+  const json dyn = json::parse(read_text(golden / "ct_fp8_dynamic_f32/config.json"));
+  const ModelConfig c = parse_hf_config(dyn, "cfg");
+  ASSERT_TRUE(c.quantization);
+  EXPECT_EQ(c.quantization->matrices.describe(), "fp8 per channel, activations fp8 per token");
+  EXPECT_EQ(c.quantization->matrices.scale_suffix, "_scale");
+  const ModelConfig b = parse_hf_config(json::parse(read_text(golden / "ct_fp8_block_f32/config.json")), "cfg");
+  EXPECT_EQ(b.quantization->matrices.describe(), "fp8 8×16, activations fp8 per group of 16");
+  // ignore: whole module names, or "re:" and a regular expression from the name's start.
+  Quantization q = *c.quantization;
+  q.not_converted = {"model.layers.0.mlp.down_proj", "re:.*self_attn\\.(q|k)_proj"};
+  EXPECT_FALSE(q.converts("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(q.converts("model.layers.1.mlp.down_proj"));
+  EXPECT_TRUE(q.converts("model.layers.0.mlp"));  // not a prefix match
+  EXPECT_FALSE(q.converts("model.layers.1.self_attn.k_proj"));
+  EXPECT_TRUE(q.converts("model.layers.1.self_attn.v_proj"));
+
+  auto refused = [&](const std::function<void(json&)>& edit) {
+    json k = dyn;
+    edit(k["quantization_config"]);
+    return error_of([&] { parse_hf_config(k, "cfg"); });
+  };
+  std::string e = refused([](json& q) { q["format"] = "pack-quantized"; });
+  EXPECT_NE(e.find("format 'pack-quantized' is not supported yet"), std::string::npos) << e;
+  e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; });
+  EXPECT_NE(e.find("config_groups.group_0.weights.num_bits is 4; linnet reads 8"), std::string::npos) << e;
+  e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "tensor"; });
+  EXPECT_NE(e.find("weights.strategy 'tensor' is not supported yet"), std::string::npos) << e;
+  e = refused([](json& q) { q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false; });
+  EXPECT_NE(e.find("input_activations.dynamic is false; linnet reads true"), std::string::npos) << e;
+  e = refused([](json& q) { q["config_groups"]["group_0"]["targets"] = {"re:.*q_proj"}; });
+  EXPECT_NE(e.find("targets must be [\"Linear\"]"), std::string::npos) << e;
+  e = refused([](json& q) { q["kv_cache_scheme"] = {{"num_bits", 8}}; });
+  EXPECT_NE(e.find("kv_cache_scheme is not supported"), std::string::npos) << e;
+  e = refused([](json& q) { q["quantization_status"] = "frozen"; });
+  EXPECT_NE(e.find("quantization_status is \"frozen\""), std::string::npos) << e;
+}
+
+// Per-token activation scales span a whole row: a row-parallel layer (o_proj, down_proj) at
+// Shards > 1 would need every rank's columns, and is refused before anything is read, naming
+// the tensor; per-group activations slice with their groups.
+TEST(Fp8, CompressedTensorsPerTokenIsShards1Only) {
+  const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
+  const auto all = [](WeightFormat) { return true; };
+  const ModelConfig c = load_hf_config((golden / "ct_fp8_dynamic_f32").string());
+  EXPECT_NO_THROW(check_weight_layouts(parameter_specs(c, bind_generics(c, RunOptions{1, 32, 1, 8, std::nullopt})), 1, all, "cpu"));
+  const std::string e = error_of([&] {
+    check_weight_layouts(parameter_specs(c, bind_generics(c, RunOptions{1, 32, 2, 8, std::nullopt})), 2, all, "cpu");
+  });
+  EXPECT_NE(e.find("model.layers.0.self_attn.o_proj.weight: its input is rounded to FP8 with one scale per token"),
+            std::string::npos)
+      << e;
+  const ModelConfig b = load_hf_config((golden / "ct_fp8_block_f32").string());
+  EXPECT_NO_THROW(check_weight_layouts(parameter_specs(b, bind_generics(b, RunOptions{1, 32, 4, 8, std::nullopt})), 4, all, "cpu"));
+}
+
+// The activations' rounding: the E4M3 value nearest, ties to even, as the reference's cast.
+TEST(Fp8, ActivationRoundingIsTheFormatsCast) {
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-448.0f, 448.0f);
+  for (int i = 0; i < 200000; ++i) {
+    const float v = i % 2 ? u(rng) : u(rng) * 1e-3f;
+    ASSERT_EQ(cpu::round_to_e4m3(v), f8_e4m3_to_f32(f32_to_f8_e4m3(v))) << v;
+  }
+  for (int b = 0; b < 126; ++b) {  // every midpoint between neighbours: to the even code
+    const float lo = f8_e4m3_to_f32(static_cast<uint8_t>(b)), hi = f8_e4m3_to_f32(static_cast<uint8_t>(b + 1));
+    EXPECT_EQ(cpu::round_to_e4m3((lo + hi) / 2), b % 2 == 0 ? lo : hi) << b;
+  }
+  // A row: s = amax / 448; an all-zero group keeps zeros (scale 2^-23).
+  const std::vector<float> x = {1.0f, -3.0f, 0.1f, 2.5f, 0, 0, 0, 0};
+  std::vector<float> out(8);
+  cpu::round_activations_fp8(x.data(), 2, 4, -1, out.data());
+  const float s = 3.0f / 448.0f;
+  for (int c = 0; c < 4; ++c) EXPECT_EQ(out[c], cpu::round_to_e4m3(x[c] / s) * s) << c;
+  for (int c = 4; c < 8; ++c) EXPECT_EQ(out[c], 0.0f);
+}

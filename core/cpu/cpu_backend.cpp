@@ -122,7 +122,8 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
   cpu_expect(layout.format == WeightFormat::fp8, "upload_quantized_matrix",
              str("no CPU kernels for ", layout.describe(), " weights"));
   cpu_expect(!parts.empty(), "upload_quantized_matrix", "no parts");
-  const int64_t cols = parts[0].data.dim(1), kb = (cols + layout.block_cols - 1) / layout.block_cols;
+  // A block as wide as any row (per channel) is the row here.
+  const int64_t cols = parts[0].data.dim(1), bc = std::min(layout.block_cols, cols), kb = (cols + bc - 1) / bc;
   int64_t rows = 0;
   for (const QuantizedPart& p : parts) {
     const Shape want = {(p.data.dim(0) + layout.block_rows - 1) / layout.block_rows, kb};
@@ -145,11 +146,11 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
     r0 += p.data.dim(0);
   }
   const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
-  auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(rows, cols, layout.block_cols))}, DType::f8_e4m3)
-                .storage();
-  cpu::pack_fp8(q.ptr<uint8_t>(), row_scales.ptr<float>(), rows, cols, layout.block_cols, st->data);
+  auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(rows, cols, bc))}, DType::f8_e4m3).storage();
+  cpu::pack_fp8(q.ptr<uint8_t>(), row_scales.ptr<float>(), rows, cols, bc, st->data);
   st->packed_cols = cols;
-  st->packed_block_cols = layout.block_cols;
+  st->packed_block_cols = bc;
+  st->fp8_activations = layout.fp8_activations;
   st->packed_rows = padded;
   return Tensor(st, 0, {rows, cols}, DType::f8_e4m3);
 }
@@ -189,9 +190,17 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   // call: the same kernel, so the same bits.
   const Tensor packed = w.packed() ? w : upload_matrix(w);
   const Storage& st = *packed.storage();
-  if (fp8)
-    cpu::packed_matmul_fp8(x.ptr<float>(), n, in, st.data, st.packed_rows, st.packed_block_cols, packed_row0(packed), o,
+  if (fp8) {
+    // Activations rounded to FP8 first where the format's reference does (compressed-tensors).
+    Tensor rounded;
+    if (st.fp8_activations != 0) {
+      rounded = Tensor::empty({n, in}, DType::f32);
+      cpu::round_activations_fp8(x.ptr<float>(), n, in, st.fp8_activations, rounded.ptr<float>());
+    }
+    const float* xs = st.fp8_activations != 0 ? rounded.ptr<float>() : x.ptr<float>();
+    cpu::packed_matmul_fp8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, packed_row0(packed), o,
                            out.ptr<float>());
+  }
   else
     cpu::packed_matmul(x.ptr<float>(), n, in, st.data, w.dtype(), packed_row0(packed), o, out.ptr<float>());
   if (bias) {

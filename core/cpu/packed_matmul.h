@@ -61,6 +61,13 @@ void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, 
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 
+// x [n, k] rounded to FP8 E4M3 and back, as compressed-tensors' dynamic activations are: per
+// row (group −1) or per `group` columns, s = amax|x| / 448 (2⁻²³ when 0), x' = e4m3(clamp(x / s,
+// ±448)) · s, ties to even. Rows are independent: batch invariant.
+void round_activations_fp8(const float* x, int64_t n, int64_t k, int64_t group, float* out);
+// The E4M3 value nearest v (|v| ≤ 448), ties to even, as f32.
+float round_to_e4m3(float v);
+
 // The kernel packed_matmul runs here: "avx512f", "avx2+fma" or "scalar"; all of them, best first.
 const char* packed_matmul_kernel();
 std::vector<const char*> packed_matmul_kernels();

@@ -14,6 +14,8 @@
 #include <immintrin.h>
 
 #include <array>
+#include <cstring>
+#include <limits>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -180,6 +182,39 @@ std::vector<MicroF8> kernel_table(const std::string& name) {
 }
 
 }  // namespace
+
+float round_to_e4m3(float v) {
+  const float a = std::fabs(v);
+  float r;
+  if (a < 0x1p-6f) {
+    r = std::nearbyint(a * 512.0f) * (1.0f / 512.0f);  // subnormals: multiples of 2^-9, exact
+  } else {
+    uint32_t u;
+    std::memcpy(&u, &a, 4);
+    u += 0x7ffffu + ((u >> 20) & 1u);  // 3 mantissa bits, ties to even
+    u &= 0xfff00000u;
+    std::memcpy(&r, &u, 4);
+  }
+  return std::copysign(r, v);
+}
+
+void round_activations_fp8(const float* x, int64_t n, int64_t k, int64_t group, float* out) {
+  const int64_t g = group > 0 ? group : k;
+#pragma omp parallel for if (n * k > 65536)
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t c0 = 0; c0 < k; c0 += g) {
+      const int64_t c1 = std::min(k, c0 + g);
+      const float* in = x + r * k;
+      float amax = 0;
+      for (int64_t c = c0; c < c1; ++c) amax = std::isnan(in[c]) || std::isnan(amax) ? NAN : std::max(amax, std::fabs(in[c]));
+      float s = amax / 448.0f;
+      if (s == 0) s = std::numeric_limits<float>::epsilon();
+      for (int64_t c = c0; c < c1; ++c) {
+        const float q = in[c] / s;
+        out[r * k + c] = std::isnan(q) ? q : round_to_e4m3(std::clamp(q, -448.0f, 448.0f)) * s;
+      }
+    }
+}
 
 size_t packed_fp8_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
   const int64_t padded = ceil_div(rows, kPanel) * kPanel;

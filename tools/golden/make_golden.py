@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
@@ -43,7 +44,7 @@ def ensure_venv():
         print(f"[golden] creating {VENV}", flush=True)
         subprocess.check_call([sys.executable, "-m", "venv", VENV])
     try:
-        subprocess.check_call([VENV_PY, "-c", "import torch, transformers, safetensors, numpy, accelerate"],
+        subprocess.check_call([VENV_PY, "-c", "import torch, transformers, safetensors, numpy, accelerate, compressed_tensors"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except subprocess.CalledProcessError:
         print("[golden] installing packages (torch is large; this can take minutes)", flush=True)
@@ -335,6 +336,27 @@ ISSUE36_CASES = [
 FP8_LLAMA = dict(architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=64, intermediate_size=128,
                  num_attention_heads=8, num_key_value_heads=4, rope_theta=10000.0)
 
+# compressed-tensors (the format of llm-compressor, vLLM's quantizer; RedHatAI's "-FP8-dynamic" and
+# "-FP8-block" models): config.json's quantization_config has quant_method "compressed-tensors",
+# format "float-quantized" and one config group targeting "Linear" (lm_head ignored); each
+# quantized layer stores `<linear>.weight` F8_E4M3 and `<linear>.weight_scale` in the model dtype
+# (float32 here): [out, 1] for strategy "channel", [⌈out/br⌉, ⌈in/bc⌉] for "block". Written with
+# compressed-tensors' own code (apply_quantization_config, its calculate_qparams on each weight's
+# min/max as llm-compressor's min-max observer does, ModelCompressor.compress_model and
+# update_config). transformers 5.24 loads it by default (no quantization_config argument) through
+# compressed-tensors: the weights decompress on the first forward to e4m3(q) * scale in f32, and
+# every quantized nn.Linear's forward (compressed_tensors.quantization.lifecycle.forward
+# .set_forward_quantized) fake-quantizes its INPUT with a scale computed from that input
+# (dynamic): per token (strategy "token": amax over the last dim) or per token and group of
+# group_size columns ("group"): scale = amax|x| / 448 (2^-23 where amax is 0), x' = e4m3(clamp(x /
+# scale, ±448)) * scale, all in f32; then F.linear(x', w). ct_linear_reference re-derives it.
+CT_FP8_WEIGHTS = dict(num_bits=8, type="float", symmetric=True, dynamic=False)
+CT_FP8_INPUTS = dict(num_bits=8, type="float", symmetric=True, dynamic=True)
+CT_FP8_DYNAMIC = {"weights": dict(CT_FP8_WEIGHTS, strategy="channel"),
+                  "input_activations": dict(CT_FP8_INPUTS, strategy="token")}
+CT_FP8_BLOCK = {"weights": dict(CT_FP8_WEIGHTS, strategy="block", block_structure=[8, 16]),
+                "input_activations": dict(CT_FP8_INPUTS, strategy="group", group_size=16)}
+
 ISSUE37_CASES = [
     dict(family("fp8_block", "LlamaForCausalLM in fine-grained FP8: q/k/v/o and gate/up/down weights F8_E4M3 "
                 "with float32 weight_scale_inv per [8, 16] block (scale = amax / 448), embeddings, norms and "
@@ -361,6 +383,21 @@ ISSUE37_CASES = [
                   "routers (mlp.gate), embeddings, norms and lm_head unquantized; modules_to_not_convert lm_head and "
                   "the routers. Otherwise qwen3_moe: "),
          steps=STEPS, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
+    # compressed-tensors' FP8 as llm-compressor writes it (RedHatAI's "-FP8-dynamic" and "-FP8-block"
+    # models): see CT_FP8_DYNAMIC and ct_quantize below. Its references fake-quantize every
+    # quantized layer's input activations at run time as compressed-tensors does.
+    dict(family("ct_fp8_dynamic", "LlamaForCausalLM in compressed-tensors FP8 (float-quantized, llm-compressor's "
+                "FP8_DYNAMIC): q/k/v/o and gate/up/down weights F8_E4M3 with float32 weight_scale [out, 1] per "
+                "output channel (scale = amax / 448); every quantized layer's input activations fake-quantized "
+                "to E4M3 per token at run time (scale = amax / 448 over the token's inputs); embeddings, norms "
+                "and lm_head (ignored) f32", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_FP8_DYNAMIC),
+    dict(family("ct_fp8_block", "LlamaForCausalLM in compressed-tensors FP8 (float-quantized, llm-compressor's "
+                "FP8_BLOCK with blocks [8, 16] and groups of 16): q/k/v/o and gate/up/down weights F8_E4M3 with "
+                "float32 weight_scale per [8, 16] block (scale = amax / 448); every quantized layer's input "
+                "activations fake-quantized to E4M3 per token and group of 16 columns at run time (scale = "
+                "amax / 448 over the group); embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_FP8_BLOCK),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -430,6 +467,142 @@ def fp8_config(quant):
 # A mixture of experts' per-expert weights as save_pretrained writes them (and the FP8 checkpoints
 # ship them): model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight.
 FP8_EXPERT_WEIGHT = r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$"
+
+
+def ct_quantization_config(ct):
+    """compressed-tensors' QuantizationConfig of a case: one group, targets ["Linear"], lm_head ignored."""
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
+    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**ct["weights"]),
+                                input_activations=QuantizationArgs(**ct["input_activations"]))
+    return QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"], quantization_status="frozen")
+
+
+def ct_quantize(model, ct):
+    """Quantizes `model` in place as llm-compressor does with compressed-tensors' own code: the
+    scheme applied to every nn.Linear but lm_head, each weight's scale from compressed-tensors'
+    calculate_qparams on its per-channel or per-block min and max (llm-compressor's min-max
+    observer), then ModelCompressor's compress_model (weight -> F8_E4M3). Returns the compressor
+    (its update_config writes config.json's quantization_config after save_pretrained) and
+    {weight name: (q, scale)}, each q checked against round-to-nearest E4M3 of clamp(w / scale)."""
+    import torch
+    from compressed_tensors.compressors import ModelCompressor
+    from compressed_tensors.quantization import apply_quantization_config
+    from compressed_tensors.quantization.utils import calculate_qparams
+    apply_quantization_config(model, ct_quantization_config(ct), show_progress=False)
+    quantized, dense = {}, {}
+    for n, m in model.named_modules():
+        if getattr(m, "quantization_scheme", None) is None:
+            continue
+        args, w = m.quantization_scheme.weights, m.weight.data
+        if args.strategy == "channel":
+            mn, mx = w.amin(1, keepdim=True), w.amax(1, keepdim=True)
+        else:
+            assert args.strategy == "block", args.strategy
+            (br, bc), (R, C) = args.block_structure, w.shape
+            assert R % br == 0 and C % bc == 0, (n, tuple(w.shape), args.block_structure)
+            blocks = w.reshape(R // br, br, C // bc, bc)
+            mn, mx = blocks.amin(dim=(1, 3)), blocks.amax(dim=(1, 3))
+        scale, zp = calculate_qparams(mn, mx, args)
+        assert scale.shape == m.weight_scale.shape and scale.dtype == m.weight_scale.dtype == w.dtype
+        m.weight_scale.data.copy_(scale)
+        m.weight_zero_point.data.copy_(zp)
+        quantized[n], dense[n] = m, w.clone()
+    assert quantized and not any(n == "lm_head" for n in quantized)
+    compressor = ModelCompressor.from_pretrained_model(model)
+    assert compressor.quantization_config.format == "float-quantized", compressor.quantization_config.format
+    compressor.compress_model(model)
+    out = {}
+    for n, m in quantized.items():
+        q, scale = m.weight.data, m.weight_scale.data
+        assert q.dtype == torch.float8_e4m3fn and not hasattr(m, "weight_zero_point"), n
+        mine = (dense[n] / ct_expand(scale, q.shape)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        assert torch.equal(mine.view(torch.uint8), q.view(torch.uint8)), f"{n}: not e4m3(clamp(w / scale))"
+        out[n + ".weight"] = (q.clone(), scale.clone())
+    return compressor, out
+
+
+def ct_expand(scale, shape):
+    """A compressed-tensors weight_scale ([out, 1] or one per block) spread to every element."""
+    if scale.shape[1] == 1:
+        return scale.expand(shape)
+    return fp8_expand(scale, (shape[0] // scale.shape[0], shape[1] // scale.shape[1]), shape)
+
+
+def ct_linear_reference(x, q, scale, act):
+    """One quantized nn.Linear's output as compressed-tensors 0.20.1 computes it in an f32 model,
+    re-derived here: the input fake-quantized per token (strategy "token") or per token and group
+    of group_size columns ("group") with scale = amax|x| / 448 (f32 eps where amax is 0), x' =
+    e4m3(clamp(x / scale, ±448)) * scale; the weight e4m3(q) * its scale; then F.linear."""
+    import torch
+    xs = x.unflatten(-1, (x.shape[-1] // act["group_size"], act["group_size"])) if act["strategy"] == "group" else x
+    assert act["strategy"] in ("token", "group") and x.ndim == 3, (act, tuple(x.shape))
+    s = xs.abs().amax(-1, keepdim=True) / FP8_MAX
+    s = torch.where(s == 0, torch.tensor(torch.finfo(torch.float32).eps), s)
+    xq = (xs / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).to(torch.float32) * s
+    return torch.nn.functional.linear(xq.flatten(-2) if xs is not x else xq, q.float() * ct_expand(scale, q.shape))
+
+
+def ct_checks(ref, ct, ct_q, d, toks, logits):
+    """Every quantized layer's output in a forward over `toks` equals ct_linear_reference on its
+    input bit for bit; and how far the reference logits are from transformers' weight-only
+    dequantization (CompressedTensorsConfig(dequantize=True): no activation quantization)."""
+    import torch
+    from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    seen, hooks = {}, []
+    for k in ct_q:
+        m = ref.get_submodule(k[:-len(".weight")])
+        hooks.append(m.register_forward_hook(lambda mod, i, o, k=k: seen.setdefault(k, []).append((i[0], o))))
+    try:
+        again = ref(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
+    finally:
+        for h in hooks:
+            h.remove()
+    assert torch.equal(again, logits)
+    assert sorted(seen) == sorted(ct_q), sorted(set(ct_q) - set(seen))
+    margin = float("inf")
+    for k, calls in seen.items():
+        for x, y in calls:
+            want = ct_linear_reference(x, *ct_q[k], ct["input_activations"])
+            assert torch.equal(want, y), f"{k}: not the re-derived fake-quantized linear (rel {rel(y, want):.3g})"
+            margin = min(margin, e4m3_rounding_margin(ct_scaled_inputs(x, ct["input_activations"])))
+    with warnings.catch_warnings():  # "the quantization_config from the model will be used" (and dequantize ours)
+        warnings.simplefilter("ignore", UserWarning)
+        wo = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
+                                                  quantization_config=CompressedTensorsConfig(dequantize=True))
+    wo.eval()
+    weight_only = wo(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
+    r = rel(weight_only, logits)
+    assert r > 1e-3, f"activation quantization changed the logits by only {r:.3g}"
+    return {"ct_linear_outputs_rederived_bit_exact": len(seen),
+            # the smallest relative distance of any x / s of the forward from an E4M3 rounding
+            # boundary: inputs off by less than half of it (relative) round to the same E4M3 values
+            "ct_forward_activation_min_rel_margin": float(f"{margin:.3g}"),
+            "ct_forward_logits_rel_vs_weight_only_dequantized": round(r, 6)}
+
+
+def ct_scaled_inputs(x, act):
+    """x / s of ct_linear_reference: the values compressed-tensors rounds to E4M3 (before the clamp)."""
+    import torch
+    xs = x.unflatten(-1, (x.shape[-1] // act["group_size"], act["group_size"])) if act["strategy"] == "group" else x
+    s = xs.abs().amax(-1, keepdim=True) / FP8_MAX
+    return xs / torch.where(s == 0, torch.tensor(torch.finfo(torch.float32).eps), s)
+
+
+def e4m3_rounding_margin(v):
+    """min over the nonzero elements of v (|v| <= 448) of the distance from |v| to the nearest
+    midpoint between two adjacent E4M3 magnitudes (where round to nearest changes its result),
+    relative to |v|."""
+    import torch
+    a = v.abs().flatten().double()
+    a = a[a > 0]
+    if a.numel() == 0:
+        return float("inf")
+    mags = torch.arange(127, dtype=torch.uint8).view(torch.float8_e4m3fn).double()  # 0 ... 448
+    mids = (mags[:-1] + mags[1:]) / 2
+    i = torch.searchsorted(mids, a).clamp(1, len(mids) - 1)
+    d = torch.minimum((a - mids[i - 1]).abs(), (a - mids[i]).abs())
+    d = torch.minimum(d, (a - mids[(i + 1).clamp(max=len(mids) - 1)]).abs())
+    return float((d / a).min())
 
 
 def fp8_expected(fp8, block, state):
@@ -577,8 +750,18 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
     if os.path.isdir(d):
         shutil.rmtree(d)
-    model.to(store_dtype).save_pretrained(d)
+    model.to(store_dtype)
+    ct, ct_q, compressor = c.get("ct"), {}, None
+    if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
+        assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
+        compressor, ct_q = ct_quantize(model, ct)
+    model.save_pretrained(d)
+    if compressor is not None:
+        compressor.update_config(d)
     quant, fp8, load_args, want = c.get("quant"), {}, {}, {}
+    if ct_q:
+        # transformers decompresses each weight to e4m3(q) * scale (f32) on the first forward
+        want = {k: q.float() * ct_expand(scale, q.shape) for k, (q, scale) in ct_q.items()}
     if quant is not None:  # issue 37: the decoder layers' nn.Linear weights in fine-grained FP8
         import re
         from safetensors import safe_open
@@ -600,12 +783,16 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             k: v for k, v in fp8_config(quant).items() if k not in ("quant_method",)})
     del model
 
-    with LogCapture(quant is not None) as log:
+    with LogCapture(quant is not None or ct is not None) as log:
         ref, info = AutoModelForCausalLM.from_pretrained(
             d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, **load_args)
     ref.eval()
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     assert not log.records and not info.get("error_msgs"), (log.records, info)  # no load report
+    if ct_q:
+        # compressed-tensors' decompression (what the first forward's hook does), done now so that
+        # the weights can be checked; the layers keep their activation-quantizing forward
+        ref.hf_quantizer.compressor.decompress_model(ref)
     sd = ref.state_dict()
     for k, v in state.items():
         if k in want:
@@ -623,6 +810,11 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             checks["fp8_fused_expert_parameters"] = fused
         # how far the FP8 weights are from the bf16 ones they were made from (largest relative L2)
         checks["fp8_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
+    if ct_q:
+        assert all(sd[k[:-len("weight")] + "weight_scale"].dtype == torch.float32 for k in ct_q)
+        checks["ct_quantized_tensors"] = len(ct_q)
+        checks["dequantized_equals_q_times_scale"] = True
+        checks["ct_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
     ref.generation_config.eos_token_id = None
     ref.generation_config.pad_token_id = 0
     V, H = cfg["vocab_size"], cfg["hidden_size"]
@@ -651,6 +843,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         logits = ref(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
         g["forward_tokens"] = toks.int()
         g["forward_logits"] = logits
+        if ct_q:
+            checks.update(ct_checks(ref, ct, ct_q, d, toks, logits))
         p_tok, p_pos, p_seg, p_tgt, p_lp, p_hid, p_logits = [], [], [], [], [], [], []
         for si, (ln, start) in enumerate(runs):
             t = torch.from_numpy(rng.integers(0, V, size=(1, ln))).long()
@@ -734,6 +928,16 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if fp8:
         entry["fp8"] = {"weight_block_size": quant["weight_block_size"], "weight_dtype": "F8_E4M3",
                         "scale_dtype": "F32", "tensors": sorted(fp8)}
+    if ct_q:
+        layout = {n: [list(q.shape), list(s.shape)] for n, (q, s) in ct_q.items()}
+        entry["compressed_tensors"] = {
+            "format": "float-quantized", "weights": ct["weights"], "input_activations": ct["input_activations"],
+            "ignore": ["lm_head"], "weight_dtype": "F8_E4M3", "scale_dtype": "F32",
+            "weight_and_scale_shapes": dict(sorted(layout.items())),
+            "activations": "every quantized layer's input x fake-quantized at run time: per token (strategy token) "
+                           "or per token and group of group_size columns (group): s = amax|x| / 448 in f32 "
+                           "(2^-23 where amax is 0), x' = e4m3_rne(clamp(x / s, -448, 448)) * s; "
+                           "y = x' @ (e4m3(q) * weight_scale)^T"}
     print(f"[golden]   ok: {size} bytes, loss={float(g['loss']):.6f}", flush=True)
     return entry
 
