@@ -1,5 +1,6 @@
 // A checkpoint folder's model.safetensors.index.json (which files, which tensors) and
-// config.json: the two JSON files a checkpoint folder brings besides the weights.
+// config.json (its quantization_config's module patterns included): the two JSON files a
+// checkpoint folder brings besides the weights.
 #include <filesystem>
 
 #include "checkpoint/checkpoint_dir.h"
@@ -19,7 +20,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       linnet::CheckpointDir d(dir);
       for (const auto& n : d.names()) (void)d.info(n);
     } else {
-      (void)linnet::load_hf_config(dir);
+      const linnet::ModelConfig c = linnet::load_hf_config(dir);
+      // A quantized config's module patterns, as the parameter table asks them (PCRE2, limited).
+      if (c.quantization)
+        for (const char* m : {"model.layers.0.mlp.down_proj", "model.layers.11.self_attn.q_proj", "lm_head"})
+          (void)c.quantization->converts(m);
     }
   } catch (const linnet::Error&) {
   }
