@@ -1,5 +1,7 @@
 #include "layers/weight_loader.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace linnet {
@@ -32,6 +34,8 @@ const ParamSpec& WeightLoader::spec(const std::string& card_name) const {
 Tensor WeightLoader::host(const std::string& card_name) {
   const ParamSpec& p = spec(card_name);
   LINNET_CHECK(p.held_by(shard_), card_name, " is held by shard ", p.owner, ", not ", shard_);
+  // A quantized matrix goes with its scales (quantized_matrix), never widened alone.
+  LINNET_CHECK(p.layout.dense(), card_name, " is stored ", p.layout.describe(), ": read with its scales");
   Tensor t = converted(weights_.read(p, shard_), g_.t);  // rounded to T first
   return converted(t, t.rank() == 2 ? matrix_dtype_ : act_);
 }
@@ -62,13 +66,17 @@ RmsNorm WeightLoader::norm(const std::string& card_name) {
 }
 
 Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
-  const WeightLayout& layout = spec(parts[0]).layout;
+  // The parts of one matrix are stored alike, checked before anything is read.
+  const ParamSpec& first = spec(*std::find_if(parts.begin(), parts.end(),
+                                              [&](const std::string& n) { return !spec(n).layout.dense(); }));
+  const WeightLayout& layout = first.layout;
+  for (const auto& n : parts)
+    if (spec(n).layout.describe() != layout.describe())
+      throw Error(str(spec(n).hf_name, " is stored ", spec(n).layout.describe(), ", but ", first.hf_name,
+                      " (one matrix with it) ", layout.describe(), ": quantization_config must convert both or neither"));
   std::vector<Backend::QuantizedPart> q;
   for (const auto& n : parts) {
     const ParamSpec& p = spec(n);
-    if (p.layout.describe() != layout.describe())
-      throw Error(str(p.hf_name, " is stored ", p.layout.describe(), ", but ", spec(parts[0]).hf_name, " (one matrix with it) ",
-                      layout.describe(), ": quantization_config must convert both or neither"));
     LINNET_CHECK(p.held_by(shard_), n, " is held by shard ", p.owner, ", not ", shard_);
     const std::vector<ParamSpec> companions = p.companions();
     LINNET_CHECK(companions.size() == 1, n, ": ", layout.describe(), " takes one scale tensor");
@@ -78,7 +86,8 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
 }
 
 Tensor WeightLoader::matrix(const std::string& name, const std::vector<std::string>& parts, const Shape& shape) {
-  if (!spec(parts[0]).layout.dense()) {
+  // Any part quantized: all of them must be, alike (quantized_matrix refuses a mix by name).
+  if (std::any_of(parts.begin(), parts.end(), [&](const std::string& n) { return !spec(n).layout.dense(); })) {
     Tensor m = quantized_matrix(parts);
     matrices_.emplace_back(name, m);
     return m;

@@ -306,6 +306,18 @@ TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
               std::string::npos)
         << e;
   }
+  {  // q_proj left unconverted while k/v are FP8: one fused matrix cannot mix them (never a
+     // silent widening of FP8 bytes without their scales)
+    ScratchDir d;
+    edited_fixture(d, [](json& j) {
+      j["quantization_config"]["modules_to_not_convert"] = {"lm_head", "model.layers.0.self_attn.q_proj"};
+    });
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("model.layers.0.self_attn.q_proj.weight is stored dense, but "
+                     "model.layers.0.self_attn.k_proj.weight (one matrix with it) fp8 8×16"),
+              std::string::npos)
+        << e;
+  }
   {  // random weights for an FP8 config: refused, saying how to get FP8 weights
     auto be = make_cpu_backend();
     SingleCommunicator comm;
