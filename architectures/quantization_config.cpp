@@ -60,20 +60,49 @@ Quantization fine_grained_fp8(const ConfigReader& r, const json& q) {
 
 // A compressed-tensors quantization args object ("weights", "input_activations"): its key
 // `key` is `want`, else an error naming group, object and key.
-void expect_arg(const ConfigReader& r, const json& a, const std::string& where, const char* key, const json& want) {
+void expect_arg(const ConfigReader& r, const json& a, const std::string& where, const char* key, const json& want,
+                const char* scheme = "compressed-tensors FP8: float-quantized weights, dynamic activations") {
   const json got = a.contains(key) ? a[key] : json();
   if (got != want)
-    r.fail(str("quantization_config.", where, ".", key, " is ", got.dump(), "; linnet reads ", want.dump(),
-               " (compressed-tensors FP8: float-quantized weights, dynamic activations)"));
+    r.fail(str("quantization_config.", where, ".", key, " is ", got.dump().substr(0, 40), "; linnet reads ", want.dump(),
+               " (", scheme, ")"));
+}
+
+// compressed-tensors' pack-quantized weights (W4A16: llm-compressor's GPTQ/RTN 4-bit): 4-bit
+// integers, a scale per group of columns (or per channel), symmetric or with zero points.
+WeightLayout pack_quantized_weights(const ConfigReader& r, const json& w, const std::string& wn) {
+  expect_arg(r, w, wn, "num_bits", 4, "pack-quantized: 4-bit integer weights, static, groups or channels");
+  expect_arg(r, w, wn, "type", "int", "pack-quantized: 4-bit integer weights, static, groups or channels");
+  expect_arg(r, w, wn, "dynamic", false, "pack-quantized: 4-bit integer weights, static, groups or channels");
+  if (!w.contains("symmetric") || !w["symmetric"].is_boolean())
+    r.fail(str("quantization_config.", wn, ".symmetric must be true or false"));
+  if (given(w, "actorder") && w["actorder"] != "static")
+    r.fail(str("quantization_config.", wn, ".actorder ", w["actorder"].dump().substr(0, 40),
+               " is not supported yet (its weight_g_idx reorders the groups; linnet reads null and \"static\")"));
+  const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
+  int64_t group = WeightLayout::kWhole;
+  if (strategy == "group") {
+    const json& gs = w.value("group_size", json());
+    if (!gs.is_number_integer() || gs.get<int64_t>() <= 0 || gs.get<int64_t>() % 8 != 0 ||
+        gs.get<int64_t>() > (int64_t{1} << 20))
+      r.fail(str("quantization_config.", wn, ".group_size must be a positive multiple of 8 (eight 4-bit values a "
+                 "word), got ", gs.dump()));
+    group = gs.get<int64_t>();
+  } else if (strategy != "channel") {
+    r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
+               "' is not supported with pack-quantized weights (linnet reads group and channel)"));
+  }
+  return WeightLayout::int4_groups(group, w["symmetric"].get<bool>());
 }
 
 // compressed-tensors (llm-compressor's checkpoints): its float-quantized FP8 — weights per
 // channel or per block, activations rounded to FP8 per token or per group at run time.
 Quantization compressed_tensors(const ConfigReader& r, const json& q) {
   const std::string format = given(q, "format") && q["format"].is_string() ? q["format"].get<std::string>() : "(none)";
-  if (format != "float-quantized")
+  if (format != "float-quantized" && format != "pack-quantized")
     r.fail(str("quantization_config.format '", format.size() > 40 ? format.substr(0, 37) + "..." : format,
-               "' is not supported yet (linnet reads compressed-tensors' float-quantized FP8)"));
+               "' is not supported yet (linnet reads compressed-tensors' float-quantized FP8 and pack-quantized "
+               "4-bit integers)"));
   if (given(q, "quantization_status") && q["quantization_status"] != "compressed")
     r.fail(str("quantization_config.quantization_status is ", q["quantization_status"].dump(),
                "; linnet reads checkpoints stored compressed"));
@@ -93,16 +122,28 @@ Quantization compressed_tensors(const ConfigReader& r, const json& q) {
     r.fail(str("quantization_config.", name, ".targets must be [\"Linear\"], got ",
                g.is_object() && g.contains("targets") ? g["targets"].dump() : "nothing"));
   if (given(g, "output_activations")) r.fail(str("quantization_config.", name, ".output_activations is not supported"));
+  if (given(g, "format") && g["format"] != format)
+    r.fail(str("quantization_config.", name, ".format ", g["format"].dump().substr(0, 40), " differs from format '", format,
+               "'"));
   if (!given(g, "weights") || !g["weights"].is_object()) r.fail(str("quantization_config.", name, ".weights is missing"));
   const json& w = g["weights"];
   const std::string wn = name + ".weights";
+  Quantization out;
+  out.method = "compressed-tensors";
+  if (format == "pack-quantized") {
+    out.matrices = pack_quantized_weights(r, w, wn);
+    if (given(g, "input_activations"))
+      r.fail(str("quantization_config.", name,
+                 ".input_activations is not supported with pack-quantized weights (linnet reads W4A16)"));
+    out.not_converted = string_list(r, q, "ignore");
+    out.compressed_tensors_names = true;
+    return out;
+  }
   expect_arg(r, w, wn, "num_bits", 8);
   expect_arg(r, w, wn, "type", "float");
   expect_arg(r, w, wn, "symmetric", true);
   expect_arg(r, w, wn, "dynamic", false);
   const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
-  Quantization out;
-  out.method = "compressed-tensors";
   if (strategy == "channel") {
     out.matrices = WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale");
   } else if (strategy == "block") {

@@ -28,7 +28,15 @@ void expect_layers(const CheckpointDir& dir, int64_t layers) {
 }
 
 void CheckpointWeights::expect_all(const std::vector<ParamSpec>& specs) const {
-  for (const auto& p : specs) dir_.expect(p.hf_name, p.stored_shape());
+  for (const auto& p : specs) {
+    const ParamSpec v = p.layout.dense() ? p : p.values_part();
+    dir_.expect(v.hf_name, v.stored_shape());
+    // A symmetric scheme has no zero points: one in the file says the config is not the files'.
+    const std::string zero_points = p.hf_name + "_zero_point";
+    if (!p.layout.dense() && !p.layout.zero_point_dtype && dir_.has(zero_points))
+      throw Error(str(dir_.file_of(zero_points).path(), ": tensor '", zero_points, "' is a zero point, but "
+                      "quantization_config says ", p.layout.describe(), " (symmetric: no zero points)"));
+  }
 }
 
 Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
@@ -98,7 +106,13 @@ std::vector<std::string> CheckpointWeights::unused(const ModelConfig& config, co
   std::vector<std::string> out;
   if (packed_.used()) return out;  // matrices came from the packed file, made from these
   std::set<std::string> expected;  // what other ranks read (their experts)
-  for (const auto& p : specs) expected.insert(p.hf_name);
+  for (const auto& p : specs) {
+    expected.insert(p.hf_name);
+    if (p.layout.dense()) continue;
+    expected.insert(p.values_part().hf_name);
+    for (const auto& c : p.companions()) expected.insert(c.hf_name);
+    if (!p.layout.shape_suffix.empty()) expected.insert(p.hf_name + p.layout.shape_suffix);
+  }
   for (const std::string& name : dir_.names()) {
     if (used_.count(name) || expected.count(name)) continue;
     // Buffers older exports carry and transformers ignores too; a tied lm_head.weight copy.

@@ -50,9 +50,14 @@ class BackendDevice {
   // its values (FP8: f8_e4m3 [rows, cols]) and scales (f32 [⌈rows/br⌉, ⌈cols/bc⌉] for the
   // layout's br × bc blocks), stacked by rows and laid out for this backend's product: matmul
   // takes it as w. Backends without quantized kernels refuse it.
+  // int4: data i32 [rows, ⌈cols/8⌉] (eight 4-bit values a word, the first in the low bits,
+  // each stored +8 as compressed-tensors packs them), scales f32 [rows, groups], zero points
+  // (asymmetric) i32 [⌈rows/8⌉, groups] packed alike along the rows.
   struct QuantizedPart {
     Tensor data;
     Tensor scales;
+    Tensor zero_points;  // undefined: symmetric
+    int64_t cols = 0;    // the matrix's columns (packed values do not tell)
   };
   virtual Tensor upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout);
   // The name of the layout upload_matrix gives (a packed file saved in it is taken as it is:

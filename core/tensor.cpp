@@ -18,8 +18,7 @@ const char* device_name(Device d) { return d == Device::cpu ? "cpu" : "cuda"; }
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset, Shape shape, DType dtype)
     : storage_(std::move(storage)), offset_(offset), shape_(std::move(shape)), dtype_(dtype) {
   for (auto d : shape_.dims()) LINNET_CHECK(d >= 0, "negative dimension in ", shape_.to_string());
-  LINNET_CHECK(storage_ && offset_ + nbytes() <= storage_->bytes, "tensor ", describe(),
-               " does not fit its storage");
+  LINNET_CHECK(storage_ && offset_ + span_bytes() <= storage_->bytes, "tensor ", describe(), " does not fit its storage");
 }
 
 namespace {
@@ -88,12 +87,17 @@ Tensor Tensor::from_ints(Shape shape, const std::vector<int64_t>& values, DType 
   return t;
 }
 
+size_t Tensor::span_bytes() const {
+  if (!storage_ || storage_->packed_weights != WeightFormat::int4 || rank() != 2) return nbytes();
+  return static_cast<size_t>(dim(0) * ((dim(1) + 1) / 2));
+}
+
 Tensor Tensor::rows(int64_t begin, int64_t end) const {
   LINNET_CHECK(rank() >= 1 && 0 <= begin && begin <= end && end <= dim(0), "rows [", begin, ", ",
                end, ") of ", describe());
   Shape s = shape_;
   s[0] = end - begin;
-  const size_t row_bytes = dim(0) ? nbytes() / static_cast<size_t>(dim(0)) : 0;
+  const size_t row_bytes = dim(0) ? span_bytes() / static_cast<size_t>(dim(0)) : 0;
   return Tensor(storage_, offset_ + static_cast<size_t>(begin) * row_bytes, s, dtype_);
 }
 

@@ -8,6 +8,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/shape.h"
+#include "core/weight_layout.h"
 
 namespace linnet {
 
@@ -23,8 +24,9 @@ struct Storage {
   // > 0: one matrix of this many columns packed for a backend's kernels (the CPU's panels,
   // core/cpu/packed_matmul.h), not row-major: only that backend's ops read it.
   int64_t packed_cols = 0;
-  // A packed quantized matrix (FP8: core/cpu/packed_matmul.h): the columns a scale covers
-  // and the rows held (whole panels); 0 for the others.
+  // A packed quantized matrix (FP8, int4: core/cpu/packed_matmul.h): its format, the columns
+  // a scale covers and the rows held (whole panels); dense and 0 for the others.
+  WeightFormat packed_weights = WeightFormat::dense;
   int64_t packed_block_cols = 0;
   int64_t packed_rows = 0;
   // Its product first rounds x to FP8 (WeightLayout::fp8_activations): 0 no; -1 per row; g per
@@ -66,6 +68,9 @@ class Tensor {
   Device device() const { return storage_ ? storage_->device : Device::cpu; }
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  // The bytes its view spans in its storage: nbytes, but for an int4 matrix (Storage::
+  // packed_weights) half a byte a value, ⌈cols/2⌉ a row (its rows are views by that measure).
+  size_t span_bytes() const;
 
   void* data() { return static_cast<char*>(storage_->data) + offset_; }
   const void* data() const { return static_cast<const char*>(storage_->data) + offset_; }

@@ -11,9 +11,11 @@ namespace {
 const WeightFormatTraits kTraits[] = {
     {"dense", 1, 1, 0, std::nullopt, std::nullopt, false, "_scale"},
     {"fp8", 128, 128, 8, DType::f32, std::nullopt, false, "_scale_inv"},
+    {"int4", 1, 128, 4, DType::f32, DType::i32, false, "_scale"},
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t gcd(int64_t a, int64_t b) { return b == 0 ? a : gcd(b, a % b); }
 }  // namespace
 
 const WeightFormatTraits& weight_format_traits(WeightFormat f) {
@@ -29,6 +31,16 @@ WeightLayout WeightLayout::of(WeightFormat f) {
   WeightLayout l{f, t.block_rows, t.block_cols, t.data_bits, t.scale_dtype, t.zero_point_dtype, t.group_index,
                  t.scale_suffix, std::nullopt, 0};
   if (f == WeightFormat::fp8) l.data_dtype = DType::f8_e4m3;
+  if (f == WeightFormat::int4) l.data_dtype = DType::i32, l.values_suffix = "_packed", l.values_per_word = 8, l.shape_suffix = "_shape";
+  return l;
+}
+
+WeightLayout WeightLayout::int4_groups(int64_t group, bool symmetric) {
+  LINNET_CHECK(group > 0, "int4 groups of ", group);
+  WeightLayout l = of(WeightFormat::int4);
+  l.block_cols = group;
+  if (symmetric) l.zero_point_dtype.reset();
+  else l.zero_points_per_word = 8;
   return l;
 }
 
@@ -46,18 +58,38 @@ std::string WeightLayout::describe() const {
   const std::string acts = fp8_activations == -1  ? ", activations fp8 per token"
                            : fp8_activations > 0 ? str(", activations fp8 per group of ", fp8_activations)
                                                  : "";
-  if (block_rows == 1 && whole(1)) return str(weight_format_name(format), " per channel", acts);
-  return str(weight_format_name(format), " ", block_rows, "×", block_cols, acts);
+  const std::string zeros = zero_point_dtype ? " asymmetric" : "";
+  if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", acts);
+  if (format == WeightFormat::int4 && block_rows == 1)
+    return str(weight_format_name(format), zeros, " groups of ", block_cols, acts);
+  return str(weight_format_name(format), zeros, " ", block_rows, "×", block_cols, acts);
 }
 
 std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
   std::vector<WeightCompanion> out;
   if (m.rank() != 2) return out;
   const Shape blocks = {ceil_div(m[0], block_rows), ceil_div(m[1], block_cols)};
-  if (scale_dtype) out.push_back({scale_suffix, blocks, *scale_dtype});
-  if (zero_point_dtype) out.push_back({"_zero_point", blocks, *zero_point_dtype});
-  if (group_index) out.push_back({"_g_idx", Shape{m[1]}, DType::i32});
+  if (scale_dtype) out.push_back({scale_suffix, blocks, *scale_dtype, PartRole::scales, block_rows, block_cols});
+  if (zero_point_dtype)
+    out.push_back({"_zero_point", Shape{ceil_div(m[0], block_rows * zero_points_per_word), blocks[1]}, *zero_point_dtype,
+                   PartRole::zero_points, block_rows * zero_points_per_word, block_cols});
+  if (group_index) out.push_back({"_g_idx", Shape{m[1]}, DType::i32, PartRole::group_index, 1, 1});
   return out;
+}
+
+WeightCompanion WeightLayout::values_of(const Shape& m) const {
+  Shape s = m;
+  if (s.rank() == 2) s[1] = ceil_div(s[1], values_per_word);
+  return {values_suffix, s, data_dtype.value_or(DType::f32), PartRole::values, 1, values_per_word};
+}
+
+int64_t WeightLayout::slice_unit(int dim) const {
+  int64_t unit = dim == 0 ? 1 : values_per_word;
+  for (const auto& c : companions_of(Shape{1, 1})) {
+    if (c.role == PartRole::group_index || c.per(dim) >= kWhole) continue;
+    unit = unit / gcd(unit, c.per(dim)) * c.per(dim);
+  }
+  return unit;
 }
 
 int64_t WeightLayout::data_bytes(const Shape& m, DType dtype) const {
@@ -73,8 +105,8 @@ int64_t WeightLayout::bytes(const Shape& m, DType dtype) const {
 
 void check_block_boundaries(const std::string& tensor, const WeightLayout& layout, int dim, int64_t begin, int64_t end,
                             int64_t extent) {
-  const int64_t b = layout.block(dim);
-  if (layout.whole(dim) || (begin % b == 0 && (end % b == 0 || end == extent))) return;
+  const int64_t b = layout.slice_unit(dim);
+  if (begin % b == 0 && (end % b == 0 || end == extent)) return;
   throw Error(str(tensor, ": the slice [", begin, ", ", end, ") of dimension ", dim, dim == 0 ? " (rows)" : " (columns)",
                   " of ", extent, " cuts a block of ", b, " (", weight_format_name(layout.format), " ", layout.block_rows,
                   "×", layout.block_cols, " blocks): choose Shards so that each shard's slice is whole blocks"));

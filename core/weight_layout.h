@@ -18,7 +18,10 @@ namespace linnet {
 // fp8: FP8 E4M3 values (DType::f8_e4m3), an f32 scale per block (Hugging Face's fine-grained
 // FP8, weight_scale_inv, 128×128 blocks in DeepSeek-V3 and Qwen3-FP8; compressed-tensors'
 // float-quantized weights: a tensor's, a channel's or a block's scale); weight = e4m3 · scale.
-enum class WeightFormat : uint8_t { dense, fp8 };
+// int4: 4-bit integers packed eight to an int32 along the row (compressed-tensors'
+// pack-quantized W4A16), a scale per group of columns of a row and, asymmetric, a zero point;
+// weight = (q − zero) · scale.
+enum class WeightFormat : uint8_t { dense, fp8, int4 };
 
 // One row of the traits table: what a format stores. A block is block_rows × block_cols
 // elements sharing one scale (and zero point); data_bits: bits per stored element (0: the
@@ -39,12 +42,21 @@ struct WeightFormatTraits {
 const WeightFormatTraits& weight_format_traits(WeightFormat f);
 const char* weight_format_name(WeightFormat f);
 
-// A companion tensor of a matrix: its name suffix after the matrix's name ("model…q_proj.weight"
-// + "_scale"), its shape for a matrix of a given shape, and its dtype.
+// What a stored tensor of a quantized matrix holds.
+enum class PartRole : uint8_t { values, scales, zero_points, group_index };
+
+// A tensor stored for a matrix: its name suffix after the matrix's name ("model…q_proj.weight"
+// + "_scale"), its shape for a matrix of a given shape, its dtype, and how many of the
+// matrix's rows and columns one of its elements covers (a scale: a block; packed values: 8
+// columns an int32; packed zero points: 8 rows an int32) — what a slice of it is cut by.
 struct WeightCompanion {
-  std::string suffix;  // "_scale", "_zero_point", "_g_idx"
+  std::string suffix;  // "", "_packed", "_scale", "_zero_point", "_g_idx"
   Shape shape;
   DType dtype;
+  PartRole role = PartRole::scales;
+  int64_t per_rows = 1;
+  int64_t per_cols = 1;
+  int64_t per(int dim) const { return dim == 0 ? per_rows : per_cols; }
 };
 
 // The descriptor a matrix parameter carries (ParamSpec::layout): the format's traits, copied,
@@ -71,11 +83,25 @@ struct WeightLayout {
   // (compressed-tensors' dynamic input_activations): 0 none; -1 one scale per row (token);
   // g > 0 one scale per g columns of a row (group).
   int64_t fp8_activations = 0;
+  // The values' tensor's name after the matrix's ("" FP8: "…weight"; "_packed":
+  // compressed-tensors' "…weight_packed"), and how many columns one of its elements packs
+  // (8 four-bit values in an int32).
+  std::string values_suffix;
+  int64_t values_per_word = 1;
+  // Zero points packed along the rows, this many to an element (compressed-tensors: 8 in an
+  // int32, [⌈rows/8⌉, groups]); 1: one per element.
+  int64_t zero_points_per_word = 1;
+  // A tensor beside them holding the matrix's shape (compressed-tensors' "…weight_shape"),
+  // which the logical shape makes redundant; "" none.
+  std::string shape_suffix;
 
   static WeightLayout of(WeightFormat f);
   // Hugging Face's fine-grained FP8 (quant_method "fp8"): E4M3 values, f32 weight_scale_inv
   // per block_rows × block_cols block.
   static WeightLayout fp8_blocks(int64_t block_rows, int64_t block_cols, std::string scale_suffix = "_scale_inv");
+  // compressed-tensors' pack-quantized 4-bit integers: a scale per `group` columns of a row
+  // (kWhole: per channel), a zero point beside it unless symmetric.
+  static WeightLayout int4_groups(int64_t group, bool symmetric);
   // Whether the block along `dim` covers the whole dimension (a channel's scale): slices of it
   // all read scale index 0.
   bool whole(int dim) const { return block(dim) >= kWhole; }
@@ -88,8 +114,14 @@ struct WeightLayout {
   // "fp8 128×128", "dense": what inspect and errors print.
   std::string describe() const;
   // Scales, zero points and g_idx of a [rows, cols] matrix (shape: ⌈rows/block_rows⌉ ×
-  // ⌈cols/block_cols⌉ for the first two, [cols] for g_idx); none for dense.
+  // ⌈cols/block_cols⌉ for the first two, the zero points' rows packed zero_points_per_word to
+  // an element; [cols] for g_idx); none for dense.
   std::vector<WeightCompanion> companions_of(const Shape& matrix) const;
+  // The stored values of a [rows, cols] matrix: [rows, ⌈cols/values_per_word⌉] in data_dtype.
+  WeightCompanion values_of(const Shape& matrix) const;
+  // The unit a slice along `dim` must be a whole number of: every stored part's elements
+  // whole (the blocks', the packed words'); 1 for dense.
+  int64_t slice_unit(int dim) const;
   // Bytes of the stored values of a matrix of this shape in `dtype` (data_bits when set),
   // rounded up to whole bytes per row.
   int64_t data_bytes(const Shape& matrix, DType dtype) const;
@@ -99,9 +131,10 @@ struct WeightLayout {
   int64_t block(int dim) const { return dim == 0 ? block_rows : block_cols; }
 };
 
-// Throws linnet::Error unless [begin, end) of dimension `dim` (extent `extent`) starts on a block
-// boundary and ends on one or at the extent: a slice must not cut a block (its scale would be
-// shared by two shards). The message names the tensor, the dimension and the block size.
+// Throws linnet::Error unless [begin, end) of dimension `dim` (extent `extent`) starts on a
+// boundary of slice_unit(dim) and ends on one or at the extent: a slice must not cut a block
+// (its scale would be shared by two shards) nor a packed word. The message names the tensor,
+// the dimension and the block size.
 void check_block_boundaries(const std::string& tensor, const WeightLayout& layout, int dim, int64_t begin, int64_t end,
                             int64_t extent);
 

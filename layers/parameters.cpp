@@ -51,21 +51,33 @@ std::vector<ParamSpec> ParamSpec::companions() const {
       if (split == Split::rows) c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
     } else {
       const int dim = split == Split::columns ? 1 : 0;
-      const int64_t b = layout.block(dim);
+      const int64_t b = parts[i].per(dim);
       // Not whole blocks only where one shard holds it all (check_blocks refuses the rest).
       if (split == Split::rows || split == Split::columns) c.per_shard = (per_shard + b - 1) / b;
       // One scale along the split dimension (per channel): every shard reads it.
-      if ((split == Split::rows || split == Split::columns) && layout.whole(dim))
+      if ((split == Split::rows || split == Split::columns) && b >= WeightLayout::kWhole)
         c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
-      if (stored.rank()) c.stored = stored_parts[i].shape, c.row_offset = row_offset / layout.block_rows;
+      if (stored.rank()) c.stored = stored_parts[i].shape, c.row_offset = row_offset / parts[i].per_rows;
     }
     out.push_back(std::move(c));
   }
   return out;
 }
 
+ParamSpec ParamSpec::values_part() const {
+  const WeightCompanion v = layout.values_of(full);
+  ParamSpec c = *this;
+  c.hf_name += v.suffix;
+  c.card_name += v.suffix;
+  c.full = v.shape;
+  c.dtype = layout.data_dtype;
+  if (split == Split::columns) c.per_shard = (per_shard + v.per_cols - 1) / v.per_cols;
+  if (stored.rank()) c.stored = layout.values_of(stored).shape;
+  return c;
+}
+
 void ParamSpec::check_blocks(int64_t shards) const {
-  if (full.rank() != 2 || (layout.block_rows == 1 && layout.block_cols == 1)) return;
+  if (full.rank() != 2 || layout.dense()) return;
   if (split == Split::columns && shards > 1 && layout.fp8_activations != 0) {
     // The activations' FP8 scales span their row (token) or groups of it: a column slice must
     // hold whole groups; a whole row's amax would need every rank's columns.

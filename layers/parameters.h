@@ -57,6 +57,10 @@ struct ParamSpec {
   // range shard_range(s) gives the matrix; g_idx ([cols]) follows a column split and is
   // mirrored under a row split. Names: the matrix's + "_scale", "_zero_point", "_g_idx".
   std::vector<ParamSpec> companions() const;
+  // The tensor its values are stored in: itself where the format stores them under the
+  // matrix's name (FP8), else that name + values_suffix with the packed shape
+  // (compressed-tensors' "…weight_packed" [rows, cols/8] int32), split alike.
+  ParamSpec values_part() const;
   // Throws unless every shard's slice (and a fused part's rows) falls on block boundaries,
   // naming the tensor, dimension and block size.
   void check_blocks(int64_t shards) const;

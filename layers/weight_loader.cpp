@@ -78,9 +78,20 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
   for (const auto& n : parts) {
     const ParamSpec& p = spec(n);
     LINNET_CHECK(p.held_by(shard_), n, " is held by shard ", p.owner, ", not ", shard_);
+    Backend::QuantizedPart part;
+    part.data = weights_.read(p.values_part(), shard_);
+    part.cols = p.shard_shape()[1];
     const std::vector<ParamSpec> companions = p.companions();
-    LINNET_CHECK(companions.size() == 1, n, ": ", layout.describe(), " takes one scale tensor");
-    q.push_back({weights_.read(p, shard_), converted(weights_.read(companions[0], shard_), DType::f32)});
+    const std::vector<WeightCompanion> roles = layout.companions_of(p.full);
+    for (size_t i = 0; i < companions.size(); ++i) {
+      Tensor t = weights_.read(companions[i], shard_);
+      switch (roles[i].role) {
+        case PartRole::scales: part.scales = converted(t, DType::f32); break;  // any float, widened exactly
+        case PartRole::zero_points: part.zero_points = t; break;
+        default: throw Error(str(companions[i].hf_name, ": ", layout.describe(), " with a group index is not read yet"));
+      }
+    }
+    q.push_back(std::move(part));
   }
   return be_.upload_quantized_matrix(q, layout);
 }

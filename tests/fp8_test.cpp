@@ -14,6 +14,7 @@
 #include "architectures/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint_test_util.h"
+#include "fixture_edit_util.h"
 #include "core/backend.h"
 #include "core/cpu/packed_matmul.h"
 #include "core/profiling_backend.h"
@@ -26,6 +27,9 @@
 using namespace linnet;
 using linnet::testutil::error_of;
 using linnet::testutil::ScratchDir;
+using linnet::testutil::edited_fixture;
+using linnet::testutil::load_error;
+using linnet::testutil::read_text;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
@@ -61,32 +65,6 @@ Quantized quantize(int64_t rows, int64_t cols, int64_t br, int64_t bc, uint32_t 
       }
   }
   return out;
-}
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-// The fixture copied into `d` with config.json edited and tensors replaced (name → tensor).
-void edited_fixture(const ScratchDir& d, const std::function<void(json&)>& config,
-                    const std::map<std::string, Tensor>& replace = {}) {
-  json j = json::parse(read_text(kFixture / "config.json"));
-  config(j);
-  std::ofstream(d / "config.json") << j.dump(2);
-  SafetensorsFile f((kFixture / "model.safetensors").string());
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& n : f.names()) {
-    auto it = replace.find(n);
-    tensors.emplace_back(n, it != replace.end() ? it->second : f.read(n));
-  }
-  save_safetensors(d / "model.safetensors", tensors);
-}
-
-std::string load_error(const ScratchDir& d) {
-  auto be = make_cpu_backend();
-  SingleCommunicator comm;
-  return error_of([&] { load_model(d.str(), RunOptions{}, *be, comm); });
 }
 
 }  // namespace
@@ -133,7 +111,7 @@ TEST(Fp8, EveryKernelGivesTheDenseProductOnTheDequantizedWeights) {
   for (const Case c : {Case{37, 1, 37}, Case{128, 8, 16}, Case{100, 64, 48}, Case{16, 128, 128}, Case{257, 3, 5}}) {
     const int64_t o = 45, row0 = 7, rows = 29;
     const Quantized w = quantize(o, c.in, c.br, c.bc, static_cast<uint32_t>(c.in));
-    const Tensor fp8 = be->upload_quantized_matrix({{w.q, w.scales}}, WeightLayout::fp8_blocks(c.br, c.bc));
+    const Tensor fp8 = be->upload_quantized_matrix({{w.q, w.scales, {}, 0}}, WeightLayout::fp8_blocks(c.br, c.bc));
     EXPECT_EQ(fp8.dtype(), DType::f8_e4m3);
     EXPECT_EQ(fp8.shape(), (Shape{o, c.in}));
     const Tensor dense = be->upload_matrix(w.dequantized);
@@ -166,7 +144,7 @@ TEST(Fp8, EveryKernelGivesTheDenseProductOnTheDequantizedWeights) {
 TEST(Fp8, StackedPartsKeepTheirOwnScales) {
   auto be = make_cpu_backend();
   const Quantized a = quantize(24, 64, 8, 16, 1), b = quantize(40, 64, 8, 16, 2);
-  const Tensor fp8 = be->upload_quantized_matrix({{a.q, a.scales}, {b.q, b.scales}}, WeightLayout::fp8_blocks(8, 16));
+  const Tensor fp8 = be->upload_quantized_matrix({{a.q, a.scales, {}, 0}, {b.q, b.scales, {}, 0}}, WeightLayout::fp8_blocks(8, 16));
   const Tensor dense = be->upload_matrix(stack_rows({a.dequantized, b.dequantized}));
   const Tensor x = Tensor::from_floats({3, 64}, std::vector<float>(192, 0.25f));
   Tensor got = Tensor::empty({3, 64}, DType::f32), want = Tensor::empty({3, 64}, DType::f32);
@@ -177,7 +155,7 @@ TEST(Fp8, StackedPartsKeepTheirOwnScales) {
   ProfilingBackend profiled(*be);
   EXPECT_TRUE(profiled.supports(WeightFormat::fp8));
   Tensor again = Tensor::empty({3, 64}, DType::f32);
-  profiled.matmul(x, profiled.upload_quantized_matrix({{a.q, a.scales}, {b.q, b.scales}}, WeightLayout::fp8_blocks(8, 16)),
+  profiled.matmul(x, profiled.upload_quantized_matrix({{a.q, a.scales, {}, 0}, {b.q, b.scales, {}, 0}}, WeightLayout::fp8_blocks(8, 16)),
                   nullptr, again);
   EXPECT_EQ(again.to_floats(), want.to_floats());
   // Held as stored: a byte a weight and an f32 scale per row and column block, not f32 weights.
@@ -188,9 +166,9 @@ TEST(Fp8, StackedPartsKeepTheirOwnScales) {
 TEST(Fp8, UploadRefusesScalesOfAnotherShapeAndValuesOfAnotherDtype) {
   auto be = make_cpu_backend();
   const Quantized a = quantize(16, 32, 8, 16, 3);
-  std::string e = error_of([&] { be->upload_quantized_matrix({{a.q, a.scales}}, WeightLayout::fp8_blocks(16, 16)); });
+  std::string e = error_of([&] { be->upload_quantized_matrix({{a.q, a.scales, {}, 0}}, WeightLayout::fp8_blocks(16, 16)); });
   EXPECT_NE(e.find("scales f32 [1, 2]"), std::string::npos) << e;
-  e = error_of([&] { be->upload_quantized_matrix({{a.dequantized, a.scales}}, WeightLayout::fp8_blocks(8, 16)); });
+  e = error_of([&] { be->upload_quantized_matrix({{a.dequantized, a.scales, {}, 0}}, WeightLayout::fp8_blocks(8, 16)); });
   EXPECT_NE(e.find("f8_e4m3 row-major"), std::string::npos) << e;
 }
 
@@ -278,7 +256,7 @@ TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
     ScratchDir d;
     Tensor s = f.read(scale);
     s.ptr<float>()[3] = std::numeric_limits<float>::quiet_NaN();
-    edited_fixture(d, [](json&) {}, {{scale, s}});
+    edited_fixture(kFixture, d, [](json&) {}, {{scale, s}});
     const std::string e = load_error(d);
     EXPECT_NE(e.find("tensor '" + scale + "' holds NaN at [0, 3]"), std::string::npos) << e;
   }
@@ -286,13 +264,13 @@ TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
     ScratchDir d;
     Tensor w = f.read(weight);
     w.ptr<uint8_t>()[70] = 0xff;
-    edited_fixture(d, [](json&) {}, {{weight, w}});
+    edited_fixture(kFixture, d, [](json&) {}, {{weight, w}});
     const std::string e = load_error(d);
     EXPECT_NE(e.find("tensor '" + weight + "' holds NaN at [1, 6]"), std::string::npos) << e;
   }
   {  // scales of another block size than the config's
     ScratchDir d;
-    edited_fixture(d, [](json& j) { j["quantization_config"]["weight_block_size"] = {16, 16}; });
+    edited_fixture(kFixture, d, [](json& j) { j["quantization_config"]["weight_block_size"] = {16, 16}; });
     const std::string e = load_error(d);
     EXPECT_NE(e.find("tensor 'model.layers.0.self_attn.q_proj.weight_scale_inv' has shape [8, 4], expected [4, 4]"),
               std::string::npos)
@@ -300,7 +278,7 @@ TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
   }
   {  // a quantized layer stored in bf16
     ScratchDir d;
-    edited_fixture(d, [](json&) {}, {{weight, f.read(weight).to(DType::bf16)}});
+    edited_fixture(kFixture, d, [](json&) {}, {{weight, f.read(weight).to(DType::bf16)}});
     const std::string e = load_error(d);
     EXPECT_NE(e.find("tensor '" + weight + "' is stored as bf16, but quantization_config (fp8 8×16) stores it as f8_e4m3"),
               std::string::npos)
@@ -309,7 +287,7 @@ TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
   {  // q_proj left unconverted while k/v are FP8: one fused matrix cannot mix them (never a
      // silent widening of FP8 bytes without their scales)
     ScratchDir d;
-    edited_fixture(d, [](json& j) {
+    edited_fixture(kFixture, d, [](json& j) {
       j["quantization_config"]["modules_to_not_convert"] = {"lm_head", "model.layers.0.self_attn.q_proj"};
     });
     const std::string e = load_error(d);
@@ -328,7 +306,7 @@ TEST(Fp8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
   }
   {  // FP8 values with no quantization_config
     ScratchDir d;
-    edited_fixture(d, [](json& j) { j.erase("quantization_config"); });
+    edited_fixture(kFixture, d, [](json& j) { j.erase("quantization_config"); });
     const std::string e = load_error(d);
     EXPECT_NE(e.find("has dtype f8_e4m3, expected a float dtype"), std::string::npos) << e;
   }
@@ -372,8 +350,8 @@ TEST(Fp8, CompressedTensorsConfigIsReadOrRefusedByName) {
     edit(k["quantization_config"]);
     return error_of([&] { parse_hf_config(k, "cfg"); });
   };
-  std::string e = refused([](json& q) { q["format"] = "pack-quantized"; });
-  EXPECT_NE(e.find("format 'pack-quantized' is not supported yet"), std::string::npos) << e;
+  std::string e = refused([](json& q) { q["format"] = "int-quantized"; });
+  EXPECT_NE(e.find("format 'int-quantized' is not supported yet"), std::string::npos) << e;
   e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; });
   EXPECT_NE(e.find("config_groups.group_0.weights.num_bits is 4; linnet reads 8"), std::string::npos) << e;
   e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "tensor"; });

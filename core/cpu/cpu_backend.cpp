@@ -52,7 +52,8 @@ void CpuBackend::convert_op(const Tensor& src, Tensor& dst) {
 
 Tensor CpuBackend::to_host(const Tensor& t) {
   if (!t.packed()) return t;
-  cpu_expect(t.dtype() != DType::f8_e4m3, "to_host", "an FP8 matrix is held packed with its scales only: " + t.describe());
+  cpu_expect(t.dtype() != DType::f8_e4m3 && t.storage()->packed_weights == WeightFormat::dense, "to_host",
+             "a quantized matrix is held packed with its scales only: " + t.describe());
   const int64_t cols = t.storage()->packed_cols;
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   cpu::unpack_rows(t.storage()->data, t.dtype(), cols, packed_row0(t), t.dim(0), out.data());
@@ -118,14 +119,14 @@ Tensor CpuBackend::upload_matrix(const std::vector<Tensor>& parts) {
   return Tensor(st, 0, {rows, cols}, first.dtype());
 }
 
-Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) {
-  cpu_expect(layout.format == WeightFormat::fp8, "upload_quantized_matrix",
-             str("no CPU kernels for ", layout.describe(), " weights"));
-  cpu_expect(!parts.empty(), "upload_quantized_matrix", "no parts");
+namespace {
+
+// FP8 parts stacked by rows: the values as stored, each row's scales (its block row's) beside it.
+Tensor upload_fp8(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout) {
   // A block as wide as any row (per channel) is the row here.
   const int64_t cols = parts[0].data.dim(1), bc = std::min(layout.block_cols, cols), kb = (cols + bc - 1) / bc;
   int64_t rows = 0;
-  for (const QuantizedPart& p : parts) {
+  for (const auto& p : parts) {
     const Shape want = {(p.data.dim(0) + layout.block_rows - 1) / layout.block_rows, kb};
     cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::f8_e4m3 && p.data.dim(1) == cols && !p.data.packed(),
                "upload_quantized_matrix", "f8_e4m3 row-major matrices of one width, got " + p.data.describe());
@@ -134,10 +135,9 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
                    p.scales.describe()));
     rows += p.data.dim(0);
   }
-  // Stacked by rows: the values as stored, each row's scales (its block row's) beside it.
   Tensor q = Tensor::empty({rows, cols}, DType::f8_e4m3), row_scales = Tensor::empty({rows, kb}, DType::f32);
   int64_t r0 = 0;
-  for (const QuantizedPart& p : parts) {
+  for (const auto& p : parts) {
     std::memcpy(q.ptr<uint8_t>() + r0 * cols, p.data.data(), p.data.nbytes());
     const float* s = p.scales.ptr<float>();
     for (int64_t r = 0; r < p.data.dim(0); ++r)
@@ -149,15 +149,77 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
   auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(rows, cols, bc))}, DType::f8_e4m3).storage();
   cpu::pack_fp8(q.ptr<uint8_t>(), row_scales.ptr<float>(), rows, cols, bc, st->data);
   st->packed_cols = cols;
+  st->packed_weights = WeightFormat::fp8;
   st->packed_block_cols = bc;
   st->fp8_activations = layout.fp8_activations;
   st->packed_rows = padded;
   return Tensor(st, 0, {rows, cols}, DType::f8_e4m3);
 }
 
+// int4 parts (compressed-tensors' packing: eight values a word from the low bits, each +8;
+// zero points packed alike along the rows) unpacked to one value a byte, stacked by rows,
+// each row's scales and zero points beside it; symmetric: zero 8 (value − 8 is the signed one).
+Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
+  const int64_t g = std::min(layout.block_cols, cols), kb = (cols + g - 1) / g, words = (cols + 7) / 8;
+  int64_t rows = 0;
+  for (const auto& p : parts) {
+    const int64_t r = p.data.dim(0);
+    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.dim(1) == words && !p.data.packed(),
+               "upload_quantized_matrix", str("i32 [rows, ", words, "] words of 4-bit values, got ", p.data.describe()));
+    cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == Shape({r, kb}), "upload_quantized_matrix",
+               str("scales f32 [", r, ", ", kb, "] for groups of ", g, ", got ", p.scales.describe()));
+    cpu_expect(layout.zero_point_dtype.has_value() == p.zero_points.defined(), "upload_quantized_matrix",
+               str(layout.describe(), " takes ", layout.zero_point_dtype ? "zero points" : "no zero points"));
+    if (p.zero_points.defined())
+      cpu_expect(p.zero_points.dtype() == DType::i32 && p.zero_points.shape() == Shape({(r + 7) / 8, kb}),
+                 "upload_quantized_matrix",
+                 str("zero points i32 [", (r + 7) / 8, ", ", kb, "] (8 rows a word), got ", p.zero_points.describe()));
+    rows += r;
+  }
+  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), zeros(static_cast<size_t>(rows * kb), 8);
+  std::vector<float> scales(static_cast<size_t>(rows * kb));
+  int64_t r0 = 0;
+  for (const auto& p : parts) {
+    const int64_t r = p.data.dim(0);
+    const auto* w = p.data.ptr<uint32_t>();
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t c = 0; c < cols; ++c) q[(r0 + i) * cols + c] = (w[i * words + c / 8] >> (4 * (c % 8))) & 15u;
+    std::memcpy(scales.data() + r0 * kb, p.scales.data(), p.scales.nbytes());
+    if (p.zero_points.defined()) {
+      const auto* z = p.zero_points.ptr<uint32_t>();
+      for (int64_t i = 0; i < r; ++i)
+        for (int64_t b = 0; b < kb; ++b) zeros[(r0 + i) * kb + b] = (z[(i / 8) * kb + b] >> (4 * (i % 8))) & 15u;
+    }
+    p.data.drop_pages();
+    r0 += r;
+  }
+  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st = Tensor::empty({static_cast<int64_t>((cpu::packed_int4_bytes(rows, cols, g) + 3) / 4)}, DType::i32).storage();
+  cpu::pack_int4(q.data(), scales.data(), zeros.data(), rows, cols, g, st->data);
+  st->packed_cols = cols;
+  st->packed_weights = WeightFormat::int4;
+  st->packed_block_cols = g;
+  st->packed_rows = padded;
+  return Tensor(st, 0, {rows, cols}, DType::i32);
+}
+
+}  // namespace
+
+Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) {
+  cpu_expect(supports(layout.format) && !layout.dense(), "upload_quantized_matrix",
+             str("no CPU kernels for ", layout.describe(), " weights"));
+  cpu_expect(!parts.empty() && parts[0].data.rank() == 2, "upload_quantized_matrix", "no parts");
+  if (layout.format == WeightFormat::fp8) return upload_fp8(parts, layout);
+  for (const auto& p : parts)
+    cpu_expect(p.cols > 0 && p.cols == parts[0].cols, "upload_quantized_matrix", "int4 parts of one width, given as cols");
+  return upload_int4(parts, layout, parts[0].cols);
+}
+
 int64_t packed_row0(const Tensor& w) {
   const size_t off = static_cast<size_t>(static_cast<const char*>(w.data()) - static_cast<const char*>(w.storage()->data));
-  const size_t row_bytes = static_cast<size_t>(w.storage()->packed_cols) * dtype_size(w.dtype());
+  // (A view's offset counts its rows as Tensor::rows does: span_bytes a row.)
+  const size_t cols = static_cast<size_t>(w.storage()->packed_cols);
+  const size_t row_bytes = w.storage()->packed_weights == WeightFormat::int4 ? (cols + 1) / 2 : cols * dtype_size(w.dtype());
   cpu_expect(off % row_bytes == 0, "packed matrix", "a view that does not start on a row: " + w.describe());
   return static_cast<int64_t>(off / row_bytes);
 }
@@ -181,8 +243,10 @@ void CpuBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& o
 void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   cpu_expect_f32(x, "matmul", "x");
   const bool fp8 = w.dtype() == DType::f8_e4m3;
-  cpu_expect(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16 || (fp8 && w.packed()),
-             "matmul", str("w must be f32, bf16, f16 or an uploaded FP8 matrix, got ", w.describe()));
+  const bool int4 = w.packed() && w.storage()->packed_weights == WeightFormat::int4;
+  cpu_expect(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16 || (fp8 && w.packed()) ||
+                 int4,
+             "matmul", str("w must be f32, bf16, f16 or an uploaded FP8 or int4 matrix, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
   const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
   if (n == 0) return;
@@ -190,7 +254,10 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   // call: the same kernel, so the same bits.
   const Tensor packed = w.packed() ? w : upload_matrix(w);
   const Storage& st = *packed.storage();
-  if (fp8) {
+  if (int4) {
+    cpu::packed_matmul_int4(x.ptr<float>(), n, in, st.data, st.packed_rows, st.packed_block_cols, packed_row0(packed),
+                            o, out.ptr<float>());
+  } else if (fp8) {
     // Activations rounded to FP8 first where the format's reference does (compressed-tensors).
     Tensor rounded;
     if (st.fp8_activations != 0) {
@@ -200,9 +267,9 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
     const float* xs = st.fp8_activations != 0 ? rounded.ptr<float>() : x.ptr<float>();
     cpu::packed_matmul_fp8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, packed_row0(packed), o,
                            out.ptr<float>());
-  }
-  else
+  } else {
     cpu::packed_matmul(x.ptr<float>(), n, in, st.data, w.dtype(), packed_row0(packed), o, out.ptr<float>());
+  }
   if (bias) {
     cpu_expect_f32(*bias, "matmul", "bias");
     const float* b = bias->ptr<float>();

@@ -61,6 +61,21 @@ void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, 
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 
+// ---- 4-bit integer weights with group scales and zero points (packed_matmul_int4.cpp) ----
+// Kept at 4 bits: panels of 32 rows, each step 16 bytes (row j in the low nibble of byte j,
+// row j + 16 in its high one), then every panel's scales [⌈k/block_cols⌉][32] f32, then its
+// zero points [⌈k/block_cols⌉][32] u8. Weight (o, t) is (q − zero) · scale in f32, q and zero
+// in 0…15 (compressed-tensors' signed values and zero points +8, symmetric: zero 8) — one
+// rounding, as the format's own dequantization — and the product is the f32 path's on them.
+size_t packed_int4_bytes(int64_t rows, int64_t cols, int64_t block_cols);
+// q: row-major [rows, cols], one value 0…15 a byte; row_scales, row_zeros: [rows, ⌈cols/block_cols⌉].
+void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
+               int64_t block_cols, void* dst);
+void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                          int64_t rows, float* dst);
+void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+
 // x [n, k] rounded to FP8 E4M3 and back, as compressed-tensors' dynamic activations are: per
 // row (group −1) or per `group` columns, s = amax|x| / 448 (2⁻²³ when 0), x' = e4m3(clamp(x / s,
 // ±448)) · s, ties to even. Rows are independent: batch invariant.

@@ -357,6 +357,10 @@ CT_FP8_DYNAMIC = {"weights": dict(CT_FP8_WEIGHTS, strategy="channel"),
 CT_FP8_BLOCK = {"weights": dict(CT_FP8_WEIGHTS, strategy="block", block_structure=[8, 16]),
                 "input_activations": dict(CT_FP8_INPUTS, strategy="group", group_size=16)}
 
+CT_W4A16 = {"weights": dict(num_bits=4, type="int", symmetric=True, dynamic=False, strategy="group", group_size=16)}
+CT_W4A16_ASYM = {"weights": dict(num_bits=4, type="int", symmetric=False, dynamic=False, strategy="group",
+                                 group_size=16)}
+
 ISSUE37_CASES = [
     dict(family("fp8_block", "LlamaForCausalLM in fine-grained FP8: q/k/v/o and gate/up/down weights F8_E4M3 "
                 "with float32 weight_scale_inv per [8, 16] block (scale = amax / 448), embeddings, norms and "
@@ -398,6 +402,19 @@ ISSUE37_CASES = [
                 "activations fake-quantized to E4M3 per token and group of 16 columns at run time (scale = "
                 "amax / 448 over the group); embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
          steps=8, dtypes=[("_f32", "float32")], ct=CT_FP8_BLOCK),
+    # compressed-tensors' pack-quantized W4A16 (llm-compressor's W4A16 and W4A16_ASYM schemes, the
+    # format of its GPTQ and AWQ outputs): 4-bit weights in groups of 16 columns, a f32 scale per
+    # group (and an int4 zero point, asymmetric); activations unquantized.
+    dict(family("ct_w4a16", "LlamaForCausalLM in compressed-tensors W4A16 (pack-quantized, symmetric): q/k/v/o "
+                "and gate/up/down weights 4-bit integers packed eight to an int32 (weight_packed), float32 "
+                "weight_scale per group of 16 columns (min-max: scale = amax / 7.5 ...); embeddings, norms and "
+                "lm_head (ignored) f32", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_W4A16),
+    dict(family("ct_w4a16_asym", "LlamaForCausalLM in compressed-tensors W4A16_ASYM (pack-quantized, asymmetric): "
+                "q/k/v/o and gate/up/down weights 4-bit integers packed eight to an int32 (weight_packed), float32 "
+                "weight_scale and a 4-bit weight_zero_point (packed eight rows to an int32) per group of 16 "
+                "columns; embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_W4A16_ASYM),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -472,8 +489,9 @@ FP8_EXPERT_WEIGHT = r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\
 def ct_quantization_config(ct):
     """compressed-tensors' QuantizationConfig of a case: one group, targets ["Linear"], lm_head ignored."""
     from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
+    acts = ct.get("input_activations")
     scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**ct["weights"]),
-                                input_activations=QuantizationArgs(**ct["input_activations"]))
+                                input_activations=QuantizationArgs(**acts) if acts else None)
     return QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"], quantization_status="frozen")
 
 
@@ -496,6 +514,11 @@ def ct_quantize(model, ct):
         args, w = m.quantization_scheme.weights, m.weight.data
         if args.strategy == "channel":
             mn, mx = w.amin(1, keepdim=True), w.amax(1, keepdim=True)
+        elif args.strategy == "group":
+            (R, C), gs = w.shape, args.group_size
+            assert C % gs == 0, (n, tuple(w.shape), gs)
+            groups = w.reshape(R, C // gs, gs)
+            mn, mx = groups.amin(-1), groups.amax(-1)
         else:
             assert args.strategy == "block", args.strategy
             (br, bc), (R, C) = args.block_structure, w.shape
@@ -509,6 +532,10 @@ def ct_quantize(model, ct):
         quantized[n], dense[n] = m, w.clone()
     assert quantized and not any(n == "lm_head" for n in quantized)
     compressor = ModelCompressor.from_pretrained_model(model)
+    if ct["weights"]["type"] == "int":
+        assert compressor.quantization_config.format == "pack-quantized", compressor.quantization_config.format
+        compressor.compress_model(model)
+        return compressor, {n + ".weight": ct_int4_unpack(m) for n, m in quantized.items()}
     assert compressor.quantization_config.format == "float-quantized", compressor.quantization_config.format
     compressor.compress_model(model)
     out = {}
@@ -519,6 +546,71 @@ def ct_quantize(model, ct):
         assert torch.equal(mine.view(torch.uint8), q.view(torch.uint8)), f"{n}: not e4m3(clamp(w / scale))"
         out[n + ".weight"] = (q.clone(), scale.clone())
     return compressor, out
+
+
+def ct_int4_unpack(m):
+    """(q, scale, zero point) of a pack-quantized layer, unpacked here as linnet reads the files
+    (not with compressed-tensors' unpack): weight_packed int32 [out, in/8] holds eight 4-bit values
+    a word from the low bits, each stored +8; weight_zero_point (asymmetric) int32 [out/8, groups]
+    packs eight rows a word alike. q and zero point int32 in -8..7, scale [out, groups]."""
+    import torch
+    packed, scale = m.weight_packed.data, m.weight_scale.data
+    rows, cols = (int(v) for v in m.weight_shape.data)
+    assert packed.dtype == torch.int32 and packed.shape == (rows, (cols + 7) // 8), (packed.dtype, packed.shape)
+    shifts = torch.arange(0, 32, 4, dtype=torch.int32)
+    q = ((packed.unsqueeze(-1) >> shifts) & 15).flatten(1)[:, :cols] - 8
+    zp = getattr(m, "weight_zero_point", None)
+    if zp is None:
+        z = torch.zeros_like(scale, dtype=torch.int32)
+    else:
+        zp = zp.data
+        assert zp.dtype == torch.int32 and zp.shape == ((rows + 7) // 8, scale.shape[1]), (zp.dtype, zp.shape)
+        z = ((zp.unsqueeze(1) >> shifts.view(1, 8, 1)) & 15).flatten(0, 1)[:rows] - 8
+    return q.clone(), scale.clone(), z.clone()
+
+
+CT_ASYM_REFERENCE = (
+    "compressed-tensors 0.20.1's own decompression (PackedQuantizationCompressor.decompress of each layer's "
+    "weight_packed, weight_scale, weight_zero_point, weight_shape as saved) loaded into transformers 5.24's "
+    "model class in f32: transformers 5.24 cannot load an asymmetric pack-quantized checkpoint (it expects "
+    "weight_zero_point unpacked, [out, groups], and refuses the saved [out/8, groups] as a size mismatch)")
+
+
+def ct_decompressed_reference(d, ct):
+    """The model of checkpoint `d` with every pack-quantized layer decompressed by compressed-tensors
+    itself, in a plain f32 transformers model (no quantization_config)."""
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    cfg = AutoConfig.from_pretrained(d)
+    del cfg.quantization_config
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
+    scheme = ct_quantization_config(ct).config_groups["group_0"]
+    saved, state = load_file(os.path.join(d, "model.safetensors")), {}
+    for k, v in saved.items():
+        if k.endswith(".weight_packed"):
+            base = k[:-len("weight_packed")]
+            local = {n[len(base):]: t for n, t in saved.items() if n.startswith(base) and n[len(base):].startswith("weight")}
+            state[base + "weight"] = PackedQuantizationCompressor.decompress(local, scheme)["weight"]
+        elif not any(k.endswith(sfx) for sfx in ("weight_scale", "weight_zero_point", "weight_shape")):
+            state[k] = v
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
+    if "lm_head.weight" in missing:
+        model.tie_weights()
+    return model
+
+
+def ct_dequantized(t):
+    """What compressed-tensors' decompression gives a layer: e4m3(q) * scale (FP8) or (q - zero) *
+    scale (int4, the group's scale and zero point), in the scale's dtype (f32 here)."""
+    if len(t) == 2:
+        q, scale = t
+        return q.float() * ct_expand(scale, q.shape)
+    q, scale, z = t
+    gs = q.shape[1] // scale.shape[1]
+    return (q.float() - z.float().repeat_interleave(gs, 1)) * scale.repeat_interleave(gs, 1)
 
 
 def ct_expand(scale, shape):
@@ -761,7 +853,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     quant, fp8, load_args, want = c.get("quant"), {}, {}, {}
     if ct_q:
         # transformers decompresses each weight to e4m3(q) * scale (f32) on the first forward
-        want = {k: q.float() * ct_expand(scale, q.shape) for k, (q, scale) in ct_q.items()}
+        want = {k: ct_dequantized(t) for k, t in ct_q.items()}
     if quant is not None:  # issue 37: the decoder layers' nn.Linear weights in fine-grained FP8
         import re
         from safetensors import safe_open
@@ -783,13 +875,18 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             k: v for k, v in fp8_config(quant).items() if k not in ("quant_method",)})
     del model
 
-    with LogCapture(quant is not None or ct is not None) as log:
-        ref, info = AutoModelForCausalLM.from_pretrained(
-            d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, **load_args)
+    by_decompression = bool(ct_q) and ct["weights"]["type"] == "int" and not ct["weights"]["symmetric"]
+    if by_decompression:
+        ref = ct_decompressed_reference(d, ct)
+        checks["reference"] = CT_ASYM_REFERENCE
+    else:
+        with LogCapture(quant is not None or ct is not None) as log:
+            ref, info = AutoModelForCausalLM.from_pretrained(
+                d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, **load_args)
+        assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
+        assert not log.records and not info.get("error_msgs"), (log.records, info)  # no load report
     ref.eval()
-    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
-    assert not log.records and not info.get("error_msgs"), (log.records, info)  # no load report
-    if ct_q:
+    if ct_q and not by_decompression:
         # compressed-tensors' decompression (what the first forward's hook does), done now so that
         # the weights can be checked; the layers keep their activation-quantizing forward
         ref.hf_quantizer.compressor.decompress_model(ref)
@@ -811,7 +908,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         # how far the FP8 weights are from the bf16 ones they were made from (largest relative L2)
         checks["fp8_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
     if ct_q:
-        assert all(sd[k[:-len("weight")] + "weight_scale"].dtype == torch.float32 for k in ct_q)
+        assert by_decompression or all(sd[k[:-len("weight")] + "weight_scale"].dtype == torch.float32 for k in ct_q)
         checks["ct_quantized_tensors"] = len(ct_q)
         checks["dequantized_equals_q_times_scale"] = True
         checks["ct_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
@@ -843,7 +940,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         logits = ref(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
         g["forward_tokens"] = toks.int()
         g["forward_logits"] = logits
-        if ct_q:
+        if ct_q and ct.get("input_activations"):
             checks.update(ct_checks(ref, ct, ct_q, d, toks, logits))
         p_tok, p_pos, p_seg, p_tgt, p_lp, p_hid, p_logits = [], [], [], [], [], [], []
         for si, (ln, start) in enumerate(runs):
@@ -928,7 +1025,16 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if fp8:
         entry["fp8"] = {"weight_block_size": quant["weight_block_size"], "weight_dtype": "F8_E4M3",
                         "scale_dtype": "F32", "tensors": sorted(fp8)}
-    if ct_q:
+    if ct_q and ct["weights"]["type"] == "int":
+        layout = {n: [list(t[0].shape), list(t[1].shape)] for n, t in ct_q.items()}
+        entry["compressed_tensors"] = {
+            "format": "pack-quantized", "weights": ct["weights"], "ignore": ["lm_head"],
+            "weight_packed_dtype": "I32", "scale_dtype": "F32",
+            "zero_point": "none (symmetric)" if ct["weights"]["symmetric"] else "I32 [out/8, groups], 8 rows a word",
+            "weight_and_scale_shapes (unpacked)": dict(sorted(layout.items())),
+            "dequantized": "(q - zero_point) * weight_scale per group of group_size columns, in f32; q and zero "
+                           "point 4-bit signed, packed +8 eight a word from the low bits"}
+    elif ct_q:
         layout = {n: [list(q.shape), list(s.shape)] for n, (q, s) in ct_q.items()}
         entry["compressed_tensors"] = {
             "format": "float-quantized", "weights": ct["weights"], "input_activations": ct["input_activations"],

@@ -1,0 +1,141 @@
+// The product of 4-bit integer weights with group scales and zero points, read as stored
+// (core/cpu/packed_matmul.h): each step's 32 weights widen from 16 bytes to f32 exactly as
+// the format's dequantization computes them, (q − zero) · scale, one f32 rounding; then the f32
+// path's multiply-adds (packed_quantized.h): the bits of the dense product on the dequantized
+// matrix.
+#include <cstring>
+
+#include "core/cpu/packed_quantized.h"
+
+namespace linnet::cpu {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// Scales start on a cache line after the panels' nibbles; the zero points follow the scales.
+size_t scales_offset(int64_t padded_rows, int64_t cols) { return (static_cast<size_t>(padded_rows / 2 * cols) + 63) / 64 * 64; }
+size_t zeros_offset(int64_t padded_rows, int64_t cols, int64_t block_cols) {
+  return scales_offset(padded_rows, cols) + static_cast<size_t>(padded_rows * ceil_div(cols, block_cols)) * sizeof(float);
+}
+
+// int4 as a format of packed_quantized.h. A panel's step t is 16 bytes: byte j holds row j in
+// its low nibble and row j + 16 in its high one, so one zero-extension and a mask or a shift
+// give 16 rows in order. Scales [⌈k/bc⌉][32] f32 and zero points [⌈k/bc⌉][32] u8 per panel.
+struct Int4 {
+  struct Panel {
+    const uint8_t* q;
+    const float* scales;
+    const uint8_t* zeros;
+    int64_t block_cols;
+  };
+  static size_t panel_bytes(int64_t k) { return static_cast<size_t>(kPanel / 2 * k); }
+  static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
+    const uint8_t* base = static_cast<const uint8_t*>(w);
+    const int64_t kb = ceil_div(k, block_cols);
+    return {base + p * panel_bytes(k), reinterpret_cast<const float*>(base + scales_offset(padded_rows, k)) + p * kb * kPanel,
+            base + zeros_offset(padded_rows, k, block_cols) + p * kb * kPanel, block_cols};
+  }
+  static float weight(const Panel& p, int64_t t, int64_t c) {
+    const uint8_t byte = p.q[t * (kPanel / 2) + (c & 15)];
+    const int u = (c < 16 ? byte : byte >> 4) & 15;
+    const int64_t b = (t / p.block_cols) * kPanel + c;
+    return (static_cast<float>(u) - static_cast<float>(p.zeros[b])) * p.scales[b];
+  }
+
+  struct Block512 {
+    __m512 s_lo, s_hi, z_lo, z_hi;
+  };
+  __attribute__((target("avx512f,avx512bw"))) static __m512 zeros16(const uint8_t* z) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z))));
+  }
+  __attribute__((target("avx512f,avx512bw"))) static Block512 block512(const Panel& p, int64_t b) {
+    const float* s = p.scales + b * kPanel;
+    const uint8_t* z = p.zeros + b * kPanel;
+    return {_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16), zeros16(z), zeros16(z + 16)};
+  }
+  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
+                                                                     __m512& lo, __m512& hi) {
+    const uint8_t* w = p.q + t * (kPanel / 2);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+    const __m512 l = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
+    const __m512 h = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+    lo = _mm512_mul_ps(_mm512_sub_ps(l, b.z_lo), b.s_lo);
+    hi = _mm512_mul_ps(_mm512_sub_ps(h, b.z_hi), b.s_hi);
+  }
+
+  // AVX2: bytes 0…7 give rows 0…7 (low nibbles) and 16…23 (high); bytes 8…15 rows 8…15, 24…31.
+  struct Block2 {
+    __m256 s[4], z[4];
+  };
+  __attribute__((target("avx2,fma"))) static Block2 block2(const Panel& p, int64_t b) {
+    Block2 out;
+    for (int i = 0; i < 4; ++i) {
+      out.s[i] = _mm256_loadu_ps(p.scales + b * kPanel + 8 * i);
+      out.z[i] = _mm256_cvtepi32_ps(
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p.zeros + b * kPanel + 8 * i))));
+    }
+    return out;
+  }
+  __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
+    const uint8_t* w = p.q + t * (kPanel / 2);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 8 * half)));
+      const __m256 l = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+      const __m256 h = _mm256_cvtepi32_ps(_mm256_srli_epi32(v, 4));
+      wv[half] = _mm256_mul_ps(_mm256_sub_ps(l, b.z[half]), b.s[half]);
+      wv[2 + half] = _mm256_mul_ps(_mm256_sub_ps(h, b.z[2 + half]), b.s[2 + half]);
+    }
+  }
+};
+
+}  // namespace
+
+size_t packed_int4_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
+  const int64_t padded = ceil_div(rows, kPanel) * kPanel;
+  return zeros_offset(padded, cols, block_cols) + static_cast<size_t>(padded * ceil_div(cols, block_cols));
+}
+
+void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
+               int64_t block_cols, void* dst) {
+  const int64_t panels = ceil_div(rows, kPanel), padded = panels * kPanel, kb = ceil_div(cols, block_cols);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  float* scales = reinterpret_cast<float*>(out + scales_offset(padded, cols));
+  uint8_t* zeros = out + zeros_offset(padded, cols, block_cols);
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p) {
+    uint8_t* panel = out + p * Int4::panel_bytes(cols);
+    float* ps = scales + p * kb * kPanel;
+    uint8_t* pz = zeros + p * kb * kPanel;
+    const int64_t real = std::min<int64_t>(kPanel, rows - p * kPanel);  // padding rows: weight 0, scale 0
+    std::fill(panel, panel + Int4::panel_bytes(cols), uint8_t{0});
+    std::fill(ps, ps + kb * kPanel, 0.0f);
+    std::fill(pz, pz + kb * kPanel, uint8_t{0});
+    for (int64_t c = 0; c < real; ++c) {
+      const uint8_t* in = q + (p * kPanel + c) * cols;
+      const int shift = c < 16 ? 0 : 4;
+      for (int64_t t = 0; t < cols; ++t) panel[t * (kPanel / 2) + (c & 15)] |= static_cast<uint8_t>((in[t] & 15) << shift);
+      for (int64_t b = 0; b < kb; ++b) {
+        ps[b * kPanel + c] = row_scales[(p * kPanel + c) * kb + b];
+        pz[b * kPanel + c] = row_zeros[(p * kPanel + c) * kb + b];
+      }
+    }
+  }
+}
+
+void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                          int64_t rows, float* dst) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = row0 + i;
+    const Int4::Panel p = Int4::panel(packed, padded_rows, cols, block_cols, r / kPanel);
+    for (int64_t t = 0; t < cols; ++t) dst[i * cols + t] = Int4::weight(p, t, r % kPanel);
+  }
+}
+
+void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                        int64_t row0, int64_t o, float* out, const char* kernel) {
+  quantized::product<Int4>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+}
+
+}  // namespace linnet::cpu
