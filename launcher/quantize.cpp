@@ -19,7 +19,8 @@ int cmd_quantize(const Args& args) {
       ("scheme", po::value<std::string>()->default_value("fp8-block"),
        (std::string("how to store the linear layers: ") + quantize_schemes()).c_str())
       ("block", po::value<std::string>()->default_value("128,128"),
-       "fp8-block: the rows,cols a scale covers (DeepSeek-V3 and Qwen3-FP8: 128,128)");
+       "fp8-block: the rows,cols a scale covers (DeepSeek-V3 and Qwen3-FP8: 128,128)")
+      ("group", po::value<int64_t>()->default_value(128), "w4a16: the columns of a row a scale covers (a multiple of 8)");
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet quantize")) return 0;
   QuantizeOptions o;
@@ -30,9 +31,11 @@ int cmd_quantize(const Args& args) {
   if (!(in >> o.block_rows >> comma >> o.block_cols) || comma != ',' || !in.eof() || o.block_rows <= 0 || o.block_cols <= 0)
     throw UsageError(str("linnet quantize: --block '", block, "' must be rows,cols (two positive sizes, as 128,128)"));
   const auto t0 = std::chrono::steady_clock::now();
+  o.group = vm["group"].as<int64_t>();
   quantize_checkpoint(vm["checkpoint"].as<std::string>(), vm["out"].as<std::string>(), o);
-  spdlog::info("wrote {} ({} {}x{}, round to nearest) in {:.1f} s", vm["out"].as<std::string>(), o.scheme, o.block_rows,
-               o.block_cols, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const std::string unit = o.scheme == "w4a16" ? str("groups of ", o.group) : str(o.block_rows, "x", o.block_cols);
+  spdlog::info("wrote {} ({} {}, round to nearest) in {:.1f} s", vm["out"].as<std::string>(), o.scheme, unit,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;
 }
 

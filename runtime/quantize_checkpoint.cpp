@@ -20,7 +20,7 @@ namespace linnet {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* quantize_schemes() { return "fp8-block (fp8-channel, w8a8, w4a16: not yet)"; }
+const char* quantize_schemes() { return "fp8-block, w4a16 (fp8-channel, w8a8: not yet)"; }
 
 namespace {
 
@@ -47,13 +47,61 @@ void quantize_fp8_blocks(const Tensor& w, int64_t br, int64_t bc, Tensor& q, Ten
   }
 }
 
+// compressed-tensors' W4A16 (its calculate_qparams and quantize on a symmetric 4-bit group
+// scheme), in the matrix's dtype as torch computes it (each op in f32, then rounded to the dtype):
+// per row and group, scale = amax|w| / 7.5 (f32's epsilon where 0 — compressed-tensors' rule),
+// q = round_half_even(clamp(w / scale, −8, 7)); packed q + 8, eight a word from the low bits.
+// words [rows, cols/8] I32, scales [rows, cols/g] in w's dtype.
+void quantize_int4_groups(const Tensor& w, int64_t g, Tensor& words, Tensor& scales) {
+  const DType dt = w.dtype();
+  const Tensor f = w.to(DType::f32);
+  const int64_t rows = w.dim(0), cols = w.dim(1), groups = cols / g;
+  words = Tensor::zeros({rows, cols / 8}, DType::i32);
+  Tensor s32 = Tensor::empty({rows, groups}, DType::f32);
+  const float* x = f.ptr<float>();
+  const float eps = dt == DType::bf16 ? 0x1p-7f : dt == DType::f16 ? 0x1p-10f : 0x1p-23f;  // torch.finfo(dtype).eps
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < groups; ++b) {
+      float amax = 0;
+      for (int64_t c = b * g; c < (b + 1) * g; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+      float scale = round_to(dt, amax / 7.5f);
+      if (scale == 0) scale = eps;
+      s32.ptr<float>()[r * groups + b] = scale;
+      auto* out = words.ptr<uint32_t>() + r * (cols / 8);
+      for (int64_t c = b * g; c < (b + 1) * g; ++c) {
+        const float q = std::nearbyint(std::clamp(round_to(dt, x[r * cols + c] / scale), -8.0f, 7.0f));
+        out[c / 8] |= static_cast<uint32_t>(static_cast<int>(q) + 8) << (4 * (c % 8));
+      }
+    }
+  scales = s32.to(dt);
+}
+
+// config.json's quantization_config as compressed-tensors 0.20.1's update_config writes it for
+// W4A16 with lm_head ignored (so transformers and vLLM read it as they read llm-compressor's).
+json w4a16_config(int64_t group) {
+  const json weights = {{"dynamic", false}, {"group_size", group}, {"num_bits", 4},
+                        {"strategy", "group"}, {"symmetric", true}, {"type", "int"}};
+  return {{"config_groups",
+           {{"group_0",
+             {{"format", "pack-quantized"}, {"input_activations", nullptr}, {"output_activations", nullptr},
+              {"targets", {"Linear"}}, {"weights", weights}}}}},
+          {"format", "pack-quantized"}, {"global_compression_ratio", nullptr}, {"ignore", {"lm_head"}},
+          {"kv_cache_scheme", nullptr}, {"moe_sparsity_config", nullptr}, {"quant_method", "compressed-tensors"},
+          {"quantization_status", "compressed"},
+          {"sparsity_config", json::object()}, {"transform_config", json::object()}, {"version", "0.20.1"}};
+}
+
 }  // namespace
 
 void quantize_checkpoint(const std::string& src, const std::string& out, const QuantizeOptions& o) {
-  if (o.scheme != "fp8-block")
+  const bool w4a16 = o.scheme == "w4a16";
+  if (o.scheme != "fp8-block" && !w4a16)
     throw Error(str("linnet quantize: scheme '", o.scheme, "' is not written yet (schemes: ", quantize_schemes(), ")"));
   if (o.block_rows <= 0 || o.block_cols <= 0)
     throw Error(str("linnet quantize: --block ", o.block_rows, ",", o.block_cols, " must be two positive sizes"));
+  if (w4a16 && (o.group <= 0 || o.group % 8 != 0))
+    throw Error(str("linnet quantize: --group ", o.group, " must be a positive multiple of 8 (eight 4-bit values a word)"));
   ModelConfig c = load_hf_config(src);
   if (c.quantization)
     throw Error(str(src, ": already quantized (quantization_config ", c.quantization->describe(),
@@ -63,7 +111,10 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
 
   // The tensors to quantize: the parameter table's linear layers under the quantization they
   // are about to have (one rule: layers/parameter_table.cpp), lm_head not converted.
-  c.quantization = Quantization{"fp8", WeightLayout::fp8_blocks(o.block_rows, o.block_cols), {"lm_head"}};
+  c.quantization = w4a16 ? Quantization{"compressed-tensors", WeightLayout::int4_groups(o.group, true), {"lm_head"}, true}
+                         : Quantization{"fp8", WeightLayout::fp8_blocks(o.block_rows, o.block_cols), {"lm_head"}};
+  // The unit each quantized matrix must be whole in: a block, or a group of a row.
+  const int64_t unit_rows = w4a16 ? 1 : o.block_rows, unit_cols = w4a16 ? o.group : o.block_cols;
   std::set<std::string> linear;
   for (const ParamSpec& p : parameter_specs(c, bind_generics(c, RunOptions{1, 1, 1, 1, std::nullopt})))
     if (!p.layout.dense()) linear.insert(p.hf_name);
@@ -74,7 +125,10 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
     if (!is_float(ti.dtype) || ti.shape.rank() != 2)
       throw Error(str(dir.file_of(n).path(), ": tensor '", n, "' is ", dtype_name(ti.dtype), " ", ti.shape.to_string(),
                       ", not a float matrix"));
-    if (ti.shape[0] % o.block_rows || ti.shape[1] % o.block_cols)
+    if (w4a16 && ti.shape[1] % o.group)
+      throw Error(str(dir.file_of(n).path(), ": tensor '", n, "' ", ti.shape.to_string(), " is not whole groups of ",
+                      o.group, " columns (compressed-tensors quantizes whole groups): choose --group accordingly"));
+    if (ti.shape[0] % unit_rows || ti.shape[1] % unit_cols)
       throw Error(str(dir.file_of(n).path(), ": tensor '", n, "' ", ti.shape.to_string(), " is not whole blocks of ",
                       o.block_rows, "×", o.block_cols, " (transformers reads the block size back from the scales' grid, "
                       "so every quantized matrix must divide by it): choose --block accordingly"));
@@ -89,6 +143,12 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
       writer.declare(n, ti.dtype, ti.shape);
       continue;
     }
+    if (w4a16) {  // compressed-tensors' names: …weight_packed, …weight_scale, …weight_shape
+      writer.declare(n + "_packed", DType::i32, {ti.shape[0], ti.shape[1] / 8});
+      writer.declare(n + "_scale", ti.dtype, {ti.shape[0], ti.shape[1] / o.group});
+      writer.declare(n + "_shape", DType::i64, {2});
+      continue;
+    }
     writer.declare(n, DType::f8_e4m3, ti.shape);
     writer.declare(n + "_scale_inv", DType::f32, {ti.shape[0] / o.block_rows, ti.shape[1] / o.block_cols});
   }
@@ -96,6 +156,13 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
     const Tensor t = dir.view(n);
     if (!linear.count(n)) {
       writer.write(n, t.data(), t.nbytes());
+    } else if (w4a16) {
+      Tensor words, scales;
+      quantize_int4_groups(t, o.group, words, scales);
+      const int64_t shape[2] = {t.dim(0), t.dim(1)};
+      writer.write(n + "_packed", words.data(), words.nbytes());
+      writer.write(n + "_scale", scales.data(), scales.nbytes());
+      writer.write(n + "_shape", shape, sizeof shape);
     } else {
       Tensor q, scales;
       quantize_fp8_blocks(t, o.block_rows, o.block_cols, q, scales);
@@ -107,10 +174,11 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
   writer.finish();
 
   json cfg = json::parse(read_text_file(str(src, "/config.json"), "config.json"));
-  cfg["quantization_config"] = {{"quant_method", "fp8"},
-                                {"activation_scheme", "dynamic"},
-                                {"weight_block_size", {o.block_rows, o.block_cols}},
-                                {"modules_to_not_convert", {"lm_head"}}};
+  cfg["quantization_config"] = w4a16 ? w4a16_config(o.group)
+                                      : json{{"quant_method", "fp8"},
+                                             {"activation_scheme", "dynamic"},
+                                             {"weight_block_size", {o.block_rows, o.block_cols}},
+                                             {"modules_to_not_convert", {"lm_head"}}};
   std::ofstream(fs::path(out) / "config.json") << cfg.dump(2) << "\n";
   // The rest (tokenizer, generation config, chat template) as it is; not the weights.
   for (const auto& e : fs::directory_iterator(src)) {

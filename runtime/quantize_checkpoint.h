@@ -8,8 +8,11 @@
 namespace linnet {
 
 struct QuantizeOptions {
-  std::string scheme = "fp8-block";  // fp8-block: Hugging Face's fine-grained FP8
-  int64_t block_rows = 128, block_cols = 128;
+  // fp8-block: Hugging Face's fine-grained FP8; w4a16: compressed-tensors' pack-quantized
+  // symmetric 4-bit groups.
+  std::string scheme = "fp8-block";
+  int64_t block_rows = 128, block_cols = 128;  // fp8-block
+  int64_t group = 128;                         // w4a16: columns a scale covers
 };
 
 // The schemes `scheme` may name, and which of them are written (the others refused by name).
@@ -20,8 +23,12 @@ const char* quantize_schemes();
 // fp8-block: each linear layer's weight (q/k/v/o, gate/up/down; not embeddings, norms,
 // lm_head) becomes F8_E4M3 with an f32 `weight_scale_inv` per block_rows × block_cols block:
 // scale = amax|w| / 448 (1 for an all-zero block), q = e4m3(w / scale) rounded to nearest
-// even. Throws naming the tensor when a block does not divide its matrix (transformers reads
-// the block size back from the scales' grid), and for a checkpoint already quantized.
+// even. w4a16: each becomes compressed-tensors' weight_packed (4-bit values, +8, eight an I32)
+// with weight_scale (the checkpoint's dtype) per `group` columns of a row and weight_shape:
+// scale = amax|w| / 7.5, q = round_half_even(clamp(w / scale, −8, 7)), as compressed-tensors
+// computes it. Throws naming the tensor when a block or group does not divide its matrix
+// (transformers reads the block size back from the scales' grid), and for a checkpoint already
+// quantized.
 void quantize_checkpoint(const std::string& src, const std::string& out, const QuantizeOptions& options);
 
 }  // namespace linnet

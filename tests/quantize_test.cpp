@@ -58,6 +58,28 @@ TEST(Quantize, Fp8BlocksAreTheReferenceQuantizersBytes) {
   }
 }
 
+// compressed-tensors' W4A16 as compressed-tensors 0.20.1 writes it (min-max scales per group of
+// 16, round half to even): weight_packed, weight_scale, weight_shape and the rest, byte for byte,
+// and the quantization_config its update_config writes.
+TEST(Quantize, W4a16IsCompressedTensorsBytes) {
+  ScratchDir d;
+  const std::string out = d / "out";
+  QuantizeOptions o;
+  o.scheme = "w4a16";
+  o.group = 16;
+  quantize_checkpoint((kFixtures / "quantize/ct_w4a16_f32_source").string(), out, o);
+  expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden/ct_w4a16_f32/model.safetensors").string());
+  EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden/ct_w4a16_f32")["quantization_config"]);
+  o.group = 48;  // 64 columns are not whole groups of 48
+  const std::string e = error_of([&] { quantize_checkpoint((kFixtures / "quantize/ct_w4a16_f32_source").string(), d / "b", o); });
+  EXPECT_NE(e.find("tensor 'model.layers.0.mlp.down_proj.weight' [64, 128] is not whole groups of 48"), std::string::npos)
+      << e;
+  o.group = 12;
+  EXPECT_NE(error_of([&] { quantize_checkpoint((kFixtures / "quantize/ct_w4a16_f32_source").string(), d / "c", o); })
+                .find("--group 12 must be a positive multiple of 8"),
+            std::string::npos);
+}
+
 TEST(Quantize, RefusesWhatItCannotWriteByName) {
   const std::string src = (kFixtures / "quantize/fp8_block_source").string();
   ScratchDir d;
@@ -69,9 +91,9 @@ TEST(Quantize, RefusesWhatItCannotWriteByName) {
             std::string::npos)
       << e;
   o = QuantizeOptions{};
-  o.scheme = "w4a16";
+  o.scheme = "w8a8";
   e = error_of([&] { quantize_checkpoint(src, d / "b", o); });
-  EXPECT_NE(e.find("scheme 'w4a16' is not written yet"), std::string::npos) << e;
+  EXPECT_NE(e.find("scheme 'w8a8' is not written yet"), std::string::npos) << e;
   e = error_of([&] { quantize_checkpoint((kFixtures / "golden/fp8_block").string(), d / "c", QuantizeOptions{}); });
   EXPECT_NE(e.find("already quantized (quantization_config fp8 8×16"), std::string::npos) << e;
   fs::create_directories(d / "full");

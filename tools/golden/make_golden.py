@@ -846,6 +846,12 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     ct, ct_q, compressor = c.get("ct"), {}, None
     if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
         assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
+        if ct["weights"]["type"] == "int" and ct["weights"]["symmetric"]:
+            # The model before quantization, kept for `linnet quantize --scheme w4a16`'s test (it
+            # must write what compressed-tensors writes: tests/quantize_test.cpp).
+            source = os.path.join(ROOT, "tests", "fixtures", "quantize", os.path.basename(d) + "_source")
+            shutil.rmtree(source, ignore_errors=True)
+            model.save_pretrained(source)
         compressor, ct_q = ct_quantize(model, ct)
     model.save_pretrained(d)
     if compressor is not None:
