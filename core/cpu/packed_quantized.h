@@ -120,12 +120,25 @@ __attribute__((target("avx512f,avx512bw"))) void dequantize_panel_avx512(const t
   }
 }
 template <class F>
+__attribute__((target("avx2,fma"))) void dequantize_panel_avx2(const typename F::Panel& p, int64_t k, float* out) {
+  for (int64_t t = 0; t < k;) {
+    const typename F::Block2 blk = F::block2(p, t / p.block_cols);
+    for (const int64_t e = std::min(k, (t / p.block_cols + 1) * p.block_cols); t < e; ++t) {
+      __m256 wv[4];
+      F::widen2(p, t, blk, wv);
+      for (int i = 0; i < 4; ++i) _mm256_storeu_ps(out + t * kPanel + 8 * i, wv[i]);
+    }
+  }
+}
+// The widest the CPU has (the same values from every one: each is the format's one rounding).
+template <class F>
 void dequantize_panel(const typename F::Panel& p, int64_t k, float* out) {
-  static const bool bw = [] {
+  static const int width = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bw") != 0;
+    return __builtin_cpu_supports("avx512bw") ? 512 : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 256 : 0;
   }();
-  if (bw) return dequantize_panel_avx512<F>(p, k, out);
+  if (width == 512) return dequantize_panel_avx512<F>(p, k, out);
+  if (width == 256) return dequantize_panel_avx2<F>(p, k, out);
   for (int64_t t = 0; t < k; ++t)
     for (int64_t c = 0; c < kPanel; ++c) out[t * kPanel + c] = F::weight(p, t, c);
 }
