@@ -1,7 +1,9 @@
 // config.json's quantization_config → Quantization (layers/quantization.h). Read: Hugging
 // Face's fine-grained FP8 (quant_method "fp8": DeepSeek-V3/R1, Qwen3-*-FP8) and
-// compressed-tensors' float-quantized FP8 (llm-compressor's FP8 checkpoints). Every other
-// method is refused by name, as is any key that would change the numbers.
+// compressed-tensors' float-quantized FP8, pack-quantized W4A16 and int-quantized W8A8
+// (llm-compressor's checkpoints), and 4-bit GPTQ. Every other method is refused by name, as is any key that
+// would change the numbers.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "architectures/config_reader.h"
@@ -95,14 +97,55 @@ WeightLayout pack_quantized_weights(const ConfigReader& r, const json& w, const 
   return WeightLayout::int4_groups(group, w["symmetric"].get<bool>());
 }
 
+// compressed-tensors' int-quantized weights (W8A8: llm-compressor's W8A8 and its SmoothQuant/GPTQ
+// int8 outputs): 8-bit integers one a byte, symmetric, a scale per channel or group of columns.
+WeightLayout int_quantized_weights(const ConfigReader& r, const json& w, const std::string& wn) {
+  const char* scheme = "int-quantized: 8-bit integer weights, symmetric, static, channels or groups";
+  expect_arg(r, w, wn, "num_bits", 8, scheme);
+  expect_arg(r, w, wn, "type", "int", scheme);
+  expect_arg(r, w, wn, "symmetric", true, scheme);
+  expect_arg(r, w, wn, "dynamic", false, scheme);
+  if (given(w, "actorder") && w["actorder"] != "static")
+    r.fail(str("quantization_config.", wn, ".actorder ", w["actorder"].dump().substr(0, 40),
+               " is not supported yet (its weight_g_idx reorders the groups; linnet reads null and \"static\")"));
+  const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
+  if (strategy == "channel") return WeightLayout::int8_groups(WeightLayout::kWhole);
+  if (strategy == "group") {
+    const json& gs = w.value("group_size", json());
+    if (!gs.is_number_integer() || gs.get<int64_t>() <= 0 || gs.get<int64_t>() > (int64_t{1} << 20))
+      r.fail(str("quantization_config.", wn, ".group_size must be a positive integer, got ", gs.dump()));
+    return WeightLayout::int8_groups(gs.get<int64_t>());
+  }
+  r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
+             "' is not supported with int-quantized weights (linnet reads channel and group)"));
+}
+
+// compressed-tensors' dynamic input_activations: rounded to `type` (float: FP8, int: int8) per
+// token or per group of columns, symmetric.
+ActivationRounding dynamic_activations(const ConfigReader& r, const json& a, const std::string& an, const char* type,
+                                       const char* scheme) {
+  expect_arg(r, a, an, "num_bits", 8, scheme);
+  expect_arg(r, a, an, "type", type, scheme);
+  expect_arg(r, a, an, "symmetric", true, scheme);
+  expect_arg(r, a, an, "dynamic", true, scheme);
+  const ActivationFormat f = std::string(type) == "float" ? ActivationFormat::fp8 : ActivationFormat::int8;
+  const std::string as = a.value("strategy", json("")).is_string() ? a.value("strategy", std::string()) : "";
+  if (as == "token") return {f, -1};
+  if (as == "group" && a.contains("group_size") && a["group_size"].is_number_integer() &&
+      a["group_size"].get<int64_t>() > 0 && a["group_size"].get<int64_t>() <= (int64_t{1} << 20))
+    return {f, a["group_size"].get<int64_t>()};
+  r.fail(str("quantization_config.", an, ".strategy '", as.substr(0, 40),
+             "' is not supported (linnet reads token, and group with a group_size)"));
+}
+
 // compressed-tensors (llm-compressor's checkpoints): its float-quantized FP8 — weights per
 // channel or per block, activations rounded to FP8 per token or per group at run time.
 Quantization compressed_tensors(const ConfigReader& r, const json& q) {
   const std::string format = given(q, "format") && q["format"].is_string() ? q["format"].get<std::string>() : "(none)";
-  if (format != "float-quantized" && format != "pack-quantized")
+  if (format != "float-quantized" && format != "pack-quantized" && format != "int-quantized")
     r.fail(str("quantization_config.format '", format.size() > 40 ? format.substr(0, 37) + "..." : format,
-               "' is not supported yet (linnet reads compressed-tensors' float-quantized FP8 and pack-quantized "
-               "4-bit integers)"));
+               "' is not supported yet (linnet reads compressed-tensors' float-quantized FP8, pack-quantized "
+               "4-bit integers and int-quantized 8-bit integers)"));
   if (given(q, "quantization_status") && q["quantization_status"] != "compressed")
     r.fail(str("quantization_config.quantization_status is ", q["quantization_status"].dump(),
                "; linnet reads checkpoints stored compressed"));
@@ -139,6 +182,15 @@ Quantization compressed_tensors(const ConfigReader& r, const json& q) {
     out.compressed_tensors_names = true;
     return out;
   }
+  if (format == "int-quantized") {
+    out.matrices = int_quantized_weights(r, w, wn);
+    if (given(g, "input_activations"))
+      out.matrices.activations = dynamic_activations(r, g["input_activations"], name + ".input_activations", "int",
+                                                     "int-quantized: int8 activations, symmetric, dynamic");
+    out.not_converted = string_list(r, q, "ignore");
+    out.compressed_tensors_names = true;
+    return out;
+  }
   expect_arg(r, w, wn, "num_bits", 8);
   expect_arg(r, w, wn, "type", "float");
   expect_arg(r, w, wn, "symmetric", true);
@@ -157,26 +209,47 @@ Quantization compressed_tensors(const ConfigReader& r, const json& q) {
     r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
                "' is not supported yet (linnet reads channel and block)"));
   }
-  if (given(g, "input_activations")) {
-    const json& a = g["input_activations"];
-    const std::string an = name + ".input_activations";
-    expect_arg(r, a, an, "num_bits", 8);
-    expect_arg(r, a, an, "type", "float");
-    expect_arg(r, a, an, "symmetric", true);
-    expect_arg(r, a, an, "dynamic", true);
-    const std::string as = a.value("strategy", json("")).is_string() ? a.value("strategy", std::string()) : "";
-    if (as == "token") {
-      out.matrices.fp8_activations = -1;
-    } else if (as == "group" && a.contains("group_size") && a["group_size"].is_number_integer() &&
-               a["group_size"].get<int64_t>() > 0 && a["group_size"].get<int64_t>() <= (int64_t{1} << 20)) {
-      out.matrices.fp8_activations = a["group_size"].get<int64_t>();
-    } else {
-      r.fail(str("quantization_config.", an, ".strategy '", as.substr(0, 40),
-                 "' is not supported (linnet reads token, and group with a group_size)"));
-    }
-  }
+  if (given(g, "input_activations"))
+    out.matrices.activations = dynamic_activations(r, g["input_activations"], name + ".input_activations", "float",
+                                                   "compressed-tensors FP8: float-quantized weights, dynamic activations");
   out.not_converted = string_list(r, q, "ignore");
   out.compressed_tensors_names = true;
+  return out;
+}
+
+// GPTQ (quant_method "gptq": AutoGPTQ's and GPTQModel's checkpoints, TheBloke's and most
+// "-GPTQ" models): 4-bit weights packed eight input rows to an int32, stored transposed with
+// fp16 scales, zero points and g_idx per module (WeightLayout::gptq_groups).
+Quantization gptq(const ConfigReader& r, const json& q) {
+  const json bits = q.value("bits", json());
+  if (bits != 4)
+    r.fail(str("quantization_config.bits ", bits.dump().substr(0, 20),
+               " is not read yet (linnet reads 4-bit GPTQ; 2, 3 and 8 bits pack otherwise)"));
+  const json gs = q.value("group_size", json(128));
+  if (!gs.is_number_integer() || (gs.get<int64_t>() <= 0 && gs.get<int64_t>() != -1) ||
+      gs.get<int64_t>() > (int64_t{1} << 20))
+    r.fail(str("quantization_config.group_size must be a positive integer or -1 (one group a row), got ", gs.dump()));
+  const std::string format = q.value("checkpoint_format", json("gptq")).is_string()
+                                 ? q.value("checkpoint_format", std::string("gptq"))
+                                 : q["checkpoint_format"].dump();
+  if (format != "gptq" && format != "gptq_v2")
+    r.fail(str("quantization_config.checkpoint_format '", format.substr(0, 40),
+               "' is not read (linnet reads GPTQ's \"gptq\" and \"gptq_v2\" layouts)"));
+  for (const char* key : {"desc_act", "sym"})
+    if (given(q, key) && !q[key].is_boolean())
+      r.fail(str("quantization_config.", key, " must be true or false, got ", q[key].dump().substr(0, 40)));
+  if (given(q, "lm_head") && q["lm_head"] == true)
+    r.fail("quantization_config.lm_head is true: a GPTQ-quantized lm_head is not read yet");
+  if (given(q, "modules_in_block_to_quantize"))
+    r.fail("quantization_config.modules_in_block_to_quantize is not read yet (linnet reads GPTQ checkpoints whose "
+           "every linear layer in the decoder blocks is quantized)");
+  Quantization out;
+  out.method = "gptq";
+  out.matrices = WeightLayout::gptq_groups(gs.get<int64_t>() == -1 ? WeightLayout::kWhole : gs.get<int64_t>(),
+                                           format == "gptq");
+  out.not_converted = string_list(r, q, "modules_to_not_convert");
+  if (std::find(out.not_converted.begin(), out.not_converted.end(), "lm_head") == out.not_converted.end())
+    out.not_converted.push_back("lm_head");
   return out;
 }
 
@@ -190,6 +263,10 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
     r.fail("quantization_config has no quant_method (a string naming the format)");
   const std::string method = q["quant_method"].get<std::string>();
   if (method == "fp8") return fine_grained_fp8(r, q);
+  if (method == "gptq") {
+    if (c.moe()) r.fail("quantization_config: GPTQ mixtures of experts are not read yet (dense models are)");
+    return gptq(r, q);
+  }
   if (method == "compressed-tensors") {
     if (c.moe())
       r.fail("quantization_config: compressed-tensors mixtures of experts are not read yet (dense models are)");
@@ -197,7 +274,7 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   }
   r.fail(str("quantization_config.quant_method '", method.size() > 40 ? method.substr(0, 37) + "..." : method,
              "' is not supported yet (linnet reads fp8, Hugging Face's fine-grained FP8, and compressed-tensors' "
-             "float-quantized FP8)"));
+             "float-quantized FP8, pack-quantized W4A16 and int-quantized W8A8, and gptq)"));
 }
 
 }  // namespace linnet

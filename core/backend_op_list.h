@@ -44,6 +44,19 @@ LINNET_OP(pointwise, "pointwise", (Tensor& x, Pointwise op, float value), (x, op
 LINNET_OP(sum_squares, "sum_squares",
           (const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out),
           (x, col_begin, cols, out))
+// out[n] = max |x[n, c]| over the row, in f32 (out [N] f32; NaN where the row has one): a
+// row-parallel layer's input amax, all-reduced by the caller so that a per-token scale spans
+// every shard's columns (compressed-tensors' dynamic activations).
+LINNET_OP(row_amax, "row_amax", (const Tensor& x, Tensor& out), (x, out))
+// out = x rounded as a quantized layer's reference rounds its input (WeightLayout::activations,
+// compressed-tensors' dynamic activations): per row (rounding.group −1) or per group of
+// columns, s = amax / 448 (FP8) or amax / 127.5 (int8), 2⁻²³ where amax is 0, out = e4m3(clamp(x
+// / s, ±448)) · s or round(clamp(x / s, −128, 127)) · s, ties to even. amax: each row's own, or
+// row_amax [N] f32 given (per row only: the all-reduced amax of a row split across shards).
+// x, out [N, W] of one dtype, computed in f32.
+LINNET_OP(round_activations, "round_activations",
+          (const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax, Tensor& out),
+          (x, rounding, row_amax, out))
 // An RMS norm in place over column groups: for each row and each g < groups, the columns
 // [col_begin + g·width, … + width) become x · rsqrt(ss / count + eps) · w (w [width]), where
 // ss is the group's own sum of squares (sum_sq null: count = width) or sum_sq[n·groups + g]

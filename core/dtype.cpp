@@ -13,7 +13,8 @@ size_t dtype_size(DType t) {
   switch (t) {
     case DType::bf16:
     case DType::f16: return 2;
-    case DType::f8_e4m3: return 1;
+    case DType::f8_e4m3:
+    case DType::i8: return 1;
     case DType::f32:
     case DType::i32: return 4;
     case DType::i64: return 8;
@@ -29,6 +30,7 @@ const char* dtype_name(DType t) {
     case DType::i32: return "i32";
     case DType::i64: return "i64";
     case DType::f8_e4m3: return "f8_e4m3";
+    case DType::i8: return "i8";
   }
   return "?";
 }
@@ -40,7 +42,8 @@ DType parse_dtype(std::string_view s) {
   if (s == "i32" || s == "I32" || s == "int32") return DType::i32;
   if (s == "i64" || s == "I64" || s == "int64") return DType::i64;
   if (s == "f8_e4m3" || s == "F8_E4M3" || s == "float8_e4m3fn") return DType::f8_e4m3;
-  throw Error(str("unknown dtype '", s, "' (expected bf16, f16, f32, i32, i64 or f8_e4m3)"));
+  if (s == "i8" || s == "I8" || s == "int8") return DType::i8;
+  throw Error(str("unknown dtype '", s, "' (expected bf16, f16, f32, i32, i64, f8_e4m3 or i8)"));
 }
 
 bool is_float(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
@@ -136,6 +139,7 @@ double load(const void* p, DType t, size_t i) {
     case DType::i32: return static_cast<const int32_t*>(p)[i];
     case DType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DType::f8_e4m3: return f8_e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
+    case DType::i8: return static_cast<const int8_t*>(p)[i];
   }
   return 0;
 }
@@ -147,6 +151,7 @@ void store(void* p, DType t, size_t i, double v) {
     case DType::i32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DType::f8_e4m3: static_cast<uint8_t*>(p)[i] = f32_to_f8_e4m3(static_cast<float>(v)); break;
+    case DType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
   }
 }
 }  // namespace

@@ -12,12 +12,12 @@ namespace linnet {
 // f8_e4m3: OCP FP8 E4M3 "fn" (torch.float8_e4m3fn, safetensors F8_E4M3): 4 exponent bits of
 // bias 7, 3 mantissa bits, no infinities, NaN at S.1111.111; max ±448. A storage type of
 // quantized weights only: read, widened to f32, never written by an op.
-enum class DType : uint8_t { bf16, f16, f32, i32, i64, f8_e4m3 };
+enum class DType : uint8_t { bf16, f16, f32, i32, i64, f8_e4m3, i8 };
 
 size_t dtype_size(DType t);
-// The card's spelling: "bf16", "f16", "f32", "i32", "i64", "f8_e4m3".
+// The card's spelling: "bf16", "f16", "f32", "i32", "i64", "f8_e4m3", "i8".
 const char* dtype_name(DType t);
-// Parses the card's spelling or safetensors' ("BF16", "F16", "F32", "I32", "I64", "F8_E4M3").
+// Parses the card's spelling or safetensors' ("BF16", "F16", "F32", "I32", "I64", "F8_E4M3", "I8").
 // Throws linnet::Error naming the text for anything else.
 DType parse_dtype(std::string_view text);
 bool is_float(DType t);

@@ -167,6 +167,27 @@ void sum_squares(const char* backend, const Tensor& x, int64_t col_begin, int64_
        str("columns [", col_begin, ", ", col_begin + cols, ") of x ", x.describe(), " into ", out.describe()));
 }
 
+void row_amax(const char* backend, const Tensor& x, Tensor& out) {
+  const Op k{backend, "row_amax"};
+  rank_is(k, "x", x, 2);
+  dtype_is(k, "out", out, DType::f32);
+  NEED(out.numel() == x.dim(0), str("out ", out.describe(), " for the ", x.dim(0), " rows of x ", x.describe()));
+}
+
+void round_activations(const char* backend, const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax,
+                       Tensor& out) {
+  const Op k{backend, "round_activations"};
+  rank_is(k, "x", x, 2);
+  NEED(out.shape() == x.shape() && out.dtype() == x.dtype(),
+       str("out ", out.describe(), " must have x's shape and dtype, ", x.describe()));
+  NEED(rounding.any() && rounding.group != 0, "no rounding given (format none, or group 0)");
+  if (row_amax) {
+    dtype_is(k, "row_amax", *row_amax, DType::f32);
+    NEED(rounding.per_token() && row_amax->numel() == x.dim(0),
+         str("row_amax ", row_amax->describe(), " is one value a row of x ", x.describe(), ", for per-token rounding"));
+  }
+}
+
 void rms_norm_cols(const char* backend, Tensor& x, int64_t col_begin, int64_t groups, int64_t width,
                    const Tensor& w, float, const Tensor* sum_sq, int64_t count) {
   const Op k{backend, "rms_norm_cols"};

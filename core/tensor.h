@@ -24,14 +24,16 @@ struct Storage {
   // > 0: one matrix of this many columns packed for a backend's kernels (the CPU's panels,
   // core/cpu/packed_matmul.h), not row-major: only that backend's ops read it.
   int64_t packed_cols = 0;
-  // A packed quantized matrix (FP8, int4: core/cpu/packed_matmul.h): its format, the columns
+  // A packed quantized matrix (FP8, int4, int8: core/cpu/packed_matmul.h): its format, the columns
   // a scale covers and the rows held (whole panels); dense and 0 for the others.
   WeightFormat packed_weights = WeightFormat::dense;
   int64_t packed_block_cols = 0;
   int64_t packed_rows = 0;
-  // Its product first rounds x to FP8 (WeightLayout::fp8_activations): 0 no; -1 per row; g per
-  // g columns of a row.
-  int64_t fp8_activations = 0;
+  // Its product first rounds x as the format's reference does (WeightLayout::activations).
+  ActivationRounding activations;
+  // The dtype its dequantized weights are rounded to (WeightLayout::dequant_dtype: GPTQ's
+  // fp16); f32: one rounding, none more.
+  DType packed_dequant = DType::f32;
   // Non-empty: gives the pages of [p, p + bytes) back to the system, the data staying valid
   // (a read-only file mapping: touched again, they are read again). A loader that has copied
   // a tensor out of the file calls it as it goes, so the weights are not held twice.

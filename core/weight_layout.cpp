@@ -12,6 +12,7 @@ const WeightFormatTraits kTraits[] = {
     {"dense", 1, 1, 0, std::nullopt, std::nullopt, false, "_scale"},
     {"fp8", 128, 128, 8, DType::f32, std::nullopt, false, "_scale_inv"},
     {"int4", 1, 128, 4, DType::f32, DType::i32, false, "_scale"},
+    {"int8", 1, int64_t{1} << 40, 8, DType::f32, std::nullopt, false, "_scale"},
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -28,9 +29,17 @@ const char* weight_format_name(WeightFormat f) { return weight_format_traits(f).
 
 WeightLayout WeightLayout::of(WeightFormat f) {
   const WeightFormatTraits& t = weight_format_traits(f);
-  WeightLayout l{f, t.block_rows, t.block_cols, t.data_bits, t.scale_dtype, t.zero_point_dtype, t.group_index,
-                 t.scale_suffix, std::nullopt, 0};
+  WeightLayout l;
+  l.format = f;
+  l.block_rows = t.block_rows;
+  l.block_cols = t.block_cols;
+  l.data_bits = t.data_bits;
+  l.scale_dtype = t.scale_dtype;
+  l.zero_point_dtype = t.zero_point_dtype;
+  l.group_index = t.group_index;
+  l.scale_suffix = t.scale_suffix;
   if (f == WeightFormat::fp8) l.data_dtype = DType::f8_e4m3;
+  if (f == WeightFormat::int8) l.data_dtype = DType::i8;
   if (f == WeightFormat::int4) l.data_dtype = DType::i32, l.values_suffix = "_packed", l.values_per_word = 8, l.shape_suffix = "_shape";
   return l;
 }
@@ -44,6 +53,36 @@ WeightLayout WeightLayout::int4_groups(int64_t group, bool symmetric) {
   return l;
 }
 
+WeightLayout WeightLayout::int8_groups(int64_t group) {
+  LINNET_CHECK(group > 0, "int8 groups of ", group);
+  WeightLayout l = of(WeightFormat::int8);
+  l.block_cols = group;
+  return l;
+}
+
+WeightLayout WeightLayout::gptq_groups(int64_t group, bool v1) {
+  LINNET_CHECK(group > 0, "gptq groups of ", group);
+  WeightLayout l = of(WeightFormat::int4);
+  l.block_cols = group;
+  l.zero_points_per_word = 8;
+  l.group_index = true;
+  l.transposed = true;
+  l.module_names = true;
+  l.values_suffix = "qweight";
+  l.scale_suffix = "scales";
+  l.shape_suffix.clear();
+  l.zero_point_word_add = v1 ? 0x11111111u : 0u;
+  l.scale_dtype = DType::f16;  // as stored (widened exactly when read)
+  l.dequant_dtype = DType::f16;
+  return l;
+}
+
+std::string WeightLayout::part_name(const std::string& matrix, const std::string& suffix) const {
+  if (!module_names) return matrix + suffix;
+  const std::string module = matrix.ends_with(".weight") ? matrix.substr(0, matrix.size() - 7) : matrix;
+  return module + "." + suffix;
+}
+
 WeightLayout WeightLayout::fp8_blocks(int64_t block_rows, int64_t block_cols, std::string scale_suffix) {
   LINNET_CHECK(block_rows > 0 && block_cols > 0, "fp8 blocks of ", block_rows, "×", block_cols);
   WeightLayout l = of(WeightFormat::fp8);
@@ -53,17 +92,33 @@ WeightLayout WeightLayout::fp8_blocks(int64_t block_rows, int64_t block_cols, st
   return l;
 }
 
+std::string ActivationRounding::describe() const {
+  if (!any()) return "";
+  const char* f = format == ActivationFormat::fp8 ? "fp8" : "int8";
+  return group < 0 ? str(", activations ", f, " per token") : str(", activations ", f, " per group of ", group);
+}
+
 std::string WeightLayout::describe() const {
   if (dense()) return "dense";
-  const std::string acts = fp8_activations == -1  ? ", activations fp8 per token"
-                           : fp8_activations > 0 ? str(", activations fp8 per group of ", fp8_activations)
-                                                 : "";
+  const std::string acts = activations.describe();
+  if (module_names)  // GPTQ: zero points always stored (8 when symmetric)
+    return str("gptq int4 ", whole(1) ? std::string("per channel") : str("groups of ", block_cols),
+               zero_point_word_add ? "" : " (v2 zero points)", acts);
   const std::string zeros = zero_point_dtype ? " asymmetric" : "";
   if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", acts);
-  if (format == WeightFormat::int4 && block_rows == 1)
+  if ((format == WeightFormat::int4 || format == WeightFormat::int8) && block_rows == 1)
     return str(weight_format_name(format), zeros, " groups of ", block_cols, acts);
   return str(weight_format_name(format), zeros, " ", block_rows, "×", block_cols, acts);
 }
+
+namespace {
+// A part stored [columns, rows] of the matrix (GPTQ).
+WeightCompanion transposed_part(WeightCompanion c) {
+  if (c.shape.rank() == 2) std::swap(c.shape[0], c.shape[1]);
+  c.transposed = true;
+  return c;
+}
+}  // namespace
 
 std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
   std::vector<WeightCompanion> out;
@@ -71,16 +126,20 @@ std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
   const Shape blocks = {ceil_div(m[0], block_rows), ceil_div(m[1], block_cols)};
   if (scale_dtype) out.push_back({scale_suffix, blocks, *scale_dtype, PartRole::scales, block_rows, block_cols});
   if (zero_point_dtype)
-    out.push_back({"_zero_point", Shape{ceil_div(m[0], block_rows * zero_points_per_word), blocks[1]}, *zero_point_dtype,
+    out.push_back({module_names ? "qzeros" : "_zero_point",
+                   Shape{ceil_div(m[0], block_rows * zero_points_per_word), blocks[1]}, *zero_point_dtype,
                    PartRole::zero_points, block_rows * zero_points_per_word, block_cols});
-  if (group_index) out.push_back({"_g_idx", Shape{m[1]}, DType::i32, PartRole::group_index, 1, 1});
+  if (transposed)
+    for (auto& c : out) c = transposed_part(c);
+  if (group_index) out.push_back({module_names ? "g_idx" : "_g_idx", Shape{m[1]}, DType::i32, PartRole::group_index, 1, 1});
   return out;
 }
 
 WeightCompanion WeightLayout::values_of(const Shape& m) const {
   Shape s = m;
   if (s.rank() == 2) s[1] = ceil_div(s[1], values_per_word);
-  return {values_suffix, s, data_dtype.value_or(DType::f32), PartRole::values, 1, values_per_word};
+  const WeightCompanion v{values_suffix, s, data_dtype.value_or(DType::f32), PartRole::values, 1, values_per_word};
+  return transposed ? transposed_part(v) : v;
 }
 
 int64_t WeightLayout::slice_unit(int dim) const {

@@ -19,9 +19,10 @@ namespace linnet {
 // FP8, weight_scale_inv, 128×128 blocks in DeepSeek-V3 and Qwen3-FP8; compressed-tensors'
 // float-quantized weights: a tensor's, a channel's or a block's scale); weight = e4m3 · scale.
 // int4: 4-bit integers packed eight to an int32 along the row (compressed-tensors'
-// pack-quantized W4A16), a scale per group of columns of a row and, asymmetric, a zero point;
-// weight = (q − zero) · scale.
-enum class WeightFormat : uint8_t { dense, fp8, int4 };
+// pack-quantized W4A16; GPTQ, stored transposed), a scale per group of columns of a row and,
+// asymmetric, a zero point; weight = (q − zero) · scale. int8: 8-bit integers, one a byte (compressed-tensors'
+// int-quantized W8A8), a scale per row or group of columns; weight = q · scale.
+enum class WeightFormat : uint8_t { dense, fp8, int4, int8 };
 
 // One row of the traits table: what a format stores. A block is block_rows × block_cols
 // elements sharing one scale (and zero point); data_bits: bits per stored element (0: the
@@ -56,7 +57,24 @@ struct WeightCompanion {
   PartRole role = PartRole::scales;
   int64_t per_rows = 1;
   int64_t per_cols = 1;
+  // Stored [columns, rows] of the matrix (GPTQ's qweight [in/8, out], scales [groups, out],
+  // qzeros [groups, out/8]); `shape` is then that stored shape.
+  bool transposed = false;
   int64_t per(int dim) const { return dim == 0 ? per_rows : per_cols; }
+};
+
+// Activations rounded before the product, as the format's reference computes them
+// (compressed-tensors' dynamic input_activations): to FP8 E4M3 or to int8, one scale per row
+// (token) or per group of columns of a row.
+enum class ActivationFormat : uint8_t { none, fp8, int8 };
+struct ActivationRounding {
+  ActivationFormat format = ActivationFormat::none;
+  int64_t group = 0;  // -1: one scale per row (token); g > 0: one per g columns of a row
+  bool any() const { return format != ActivationFormat::none; }
+  bool per_token() const { return any() && group < 0; }
+  // ", activations fp8 per token", ", activations int8 per group of 16"; "" for none.
+  std::string describe() const;
+  bool operator==(const ActivationRounding&) const = default;
 };
 
 // The descriptor a matrix parameter carries (ParamSpec::layout): the format's traits, copied,
@@ -79,10 +97,8 @@ struct WeightLayout {
   std::string scale_suffix = "_scale";
   // The stored values' dtype (f8_e4m3 for fp8); none: the checkpoint's (dense).
   std::optional<DType> data_dtype;
-  // Activations rounded to FP8 before the product, as the format's reference computes
-  // (compressed-tensors' dynamic input_activations): 0 none; -1 one scale per row (token);
-  // g > 0 one scale per g columns of a row (group).
-  int64_t fp8_activations = 0;
+  // Activations rounded before the product, as the format's reference computes them.
+  ActivationRounding activations;
   // The values' tensor's name after the matrix's ("" FP8: "…weight"; "_packed":
   // compressed-tensors' "…weight_packed"), and how many columns one of its elements packs
   // (8 four-bit values in an int32).
@@ -94,6 +110,17 @@ struct WeightLayout {
   // A tensor beside them holding the matrix's shape (compressed-tensors' "…weight_shape"),
   // which the logical shape makes redundant; "" none.
   std::string shape_suffix;
+  // GPTQ's layout: every part stored transposed ([columns, rows] of the matrix: values packed
+  // eight input rows to an int32, qweight [in/8, out]) and named after the module, not the
+  // weight ("…q_proj.qweight", ".scales", ".qzeros", ".g_idx": the suffixes are those names).
+  bool transposed = false;
+  bool module_names = false;
+  // Added to each stored zero-point word before its nibbles are read (GPTQ's v1 format stores
+  // zero − 1: gptqmodel adds 0x11111111 to the word, carries and all); 0 none.
+  uint32_t zero_point_word_add = 0;
+  // The dtype the format's dequantization rounds each weight to ((q − zero) · scale computed
+  // in the scales' fp16: GPTQ); none: f32, one rounding.
+  std::optional<DType> dequant_dtype;
 
   static WeightLayout of(WeightFormat f);
   // Hugging Face's fine-grained FP8 (quant_method "fp8"): E4M3 values, f32 weight_scale_inv
@@ -102,6 +129,17 @@ struct WeightLayout {
   // compressed-tensors' pack-quantized 4-bit integers: a scale per `group` columns of a row
   // (kWhole: per channel), a zero point beside it unless symmetric.
   static WeightLayout int4_groups(int64_t group, bool symmetric);
+  // compressed-tensors' int-quantized 8-bit integers (W8A8): a scale per `group` columns of a
+  // row (kWhole: per channel), symmetric.
+  static WeightLayout int8_groups(int64_t group);
+  // GPTQ (quant_method "gptq", 4 bits): qweight, scales (f16), qzeros (always stored; 8 when
+  // symmetric), g_idx, all named after the module and stored transposed; groups of `group`
+  // input columns (kWhole: per channel); v1 ("gptq" checkpoint_format): zero points stored
+  // minus one.
+  static WeightLayout gptq_groups(int64_t group, bool v1);
+  // The stored name of a part of matrix `matrix` ("…q_proj.weight"): `matrix` + suffix, or
+  // with module_names the module's name + "." + suffix ("…q_proj.qweight").
+  std::string part_name(const std::string& matrix, const std::string& suffix) const;
   // Whether the block along `dim` covers the whole dimension (a channel's scale): slices of it
   // all read scale index 0.
   bool whole(int dim) const { return block(dim) >= kWhole; }

@@ -33,7 +33,9 @@ int cmd_quantize(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   o.group = vm["group"].as<int64_t>();
   quantize_checkpoint(vm["checkpoint"].as<std::string>(), vm["out"].as<std::string>(), o);
-  const std::string unit = o.scheme == "w4a16" ? str("groups of ", o.group) : str(o.block_rows, "x", o.block_cols);
+  const std::string unit = o.scheme == "w4a16"       ? str("groups of ", o.group)
+                           : o.scheme == "fp8-block" ? str(o.block_rows, "x", o.block_cols)
+                                                     : std::string("per channel");
   spdlog::info("wrote {} ({} {}, round to nearest) in {:.1f} s", vm["out"].as<std::string>(), o.scheme, unit,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;

@@ -32,15 +32,24 @@ std::pair<int64_t, int64_t> ParamSpec::shard_range(int64_t shard) const {
   return {begin, std::min(begin + per_shard, extent)};
 }
 
+namespace {
+// A part stored [columns, rows] of its matrix (WeightCompanion::transposed: GPTQ) is split
+// along its other dimension: the matrix's rows are its columns.
+void transpose_split(ParamSpec& c) {
+  if (c.split == Split::rows) c.split = Split::columns;
+  else if (c.split == Split::columns) c.split = Split::rows;
+}
+}  // namespace
+
 std::vector<ParamSpec> ParamSpec::companions() const {
   std::vector<ParamSpec> out;
   const std::vector<WeightCompanion> stored_parts = layout.companions_of(stored_shape());
   const std::vector<WeightCompanion> parts = layout.companions_of(full);
   for (size_t i = 0; i < parts.size(); ++i) {
     ParamSpec c = *this;
-    c.hf_name += parts[i].suffix;
-    c.card_name += parts[i].suffix;
-    c.full = parts[i].shape;
+    c.hf_name = layout.part_name(hf_name, parts[i].suffix);
+    c.card_name = layout.part_name(card_name, parts[i].suffix);
+    c.full = parts[i].shape;  // as stored (turned, when transposed)
     c.layout = WeightLayout{};
     c.dtype = parts[i].dtype;
     c.optional_bias = false;
@@ -58,6 +67,7 @@ std::vector<ParamSpec> ParamSpec::companions() const {
       if ((split == Split::rows || split == Split::columns) && b >= WeightLayout::kWhole)
         c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
       if (stored.rank()) c.stored = stored_parts[i].shape, c.row_offset = row_offset / parts[i].per_rows;
+      if (parts[i].transposed) transpose_split(c);
     }
     out.push_back(std::move(c));
   }
@@ -67,30 +77,30 @@ std::vector<ParamSpec> ParamSpec::companions() const {
 ParamSpec ParamSpec::values_part() const {
   const WeightCompanion v = layout.values_of(full);
   ParamSpec c = *this;
-  c.hf_name += v.suffix;
-  c.card_name += v.suffix;
+  c.hf_name = layout.part_name(hf_name, v.suffix);
+  c.card_name = layout.part_name(card_name, v.suffix);
   c.full = v.shape;
   c.dtype = layout.data_dtype;
   if (split == Split::columns) c.per_shard = (per_shard + v.per_cols - 1) / v.per_cols;
   if (stored.rank()) c.stored = layout.values_of(stored).shape;
+  if (v.transposed) transpose_split(c);
   return c;
 }
 
 void ParamSpec::check_blocks(int64_t shards) const {
   if (full.rank() != 2 || layout.dense()) return;
-  if (split == Split::columns && shards > 1 && layout.fp8_activations != 0) {
-    // The activations' FP8 scales span their row (token) or groups of it: a column slice must
-    // hold whole groups; a whole row's amax would need every rank's columns.
-    if (layout.fp8_activations < 0)
-      throw Error(str(hf_name, ": its input is rounded to FP8 with one scale per token (", layout.describe(),
-                      "), which a column split over ", shards,
-                      " shards would have to gather from every rank; not supported yet: run it at Shards 1, or "
-                      "use per-group activations"));
+  if (layout.transposed && stored.rank())
+    throw Error(str(hf_name, ": a part of a fused tensor (", stored.to_string(), ") in ", layout.describe(),
+                    ", whose parts are stored transposed, is not read yet"));
+  const ActivationRounding& acts = layout.activations;
+  if (split == Split::columns && shards > 1 && acts.any() && !acts.per_token()) {
+    // Per-group activation scales: a column slice must hold whole groups. (A per-token scale
+    // spans the row: its amax is all-reduced across the shards, layers/linear.h.)
     for (int64_t s = 0; s < shards; ++s) {
       const auto [begin, end] = shard_range(s);
-      if (begin % layout.fp8_activations || (end % layout.fp8_activations && end != full[1]))
-        throw Error(str(hf_name, ": the column slice [", begin, ", ", end, ") cuts a group of ", layout.fp8_activations,
-                        " activations that share an FP8 scale (", layout.describe(), "): choose Shards accordingly"));
+      if (begin % acts.group || (end % acts.group && end != full[1]))
+        throw Error(str(hf_name, ": the column slice [", begin, ", ", end, ") cuts a group of ", acts.group,
+                        " activations that share a scale (", layout.describe(), "): choose Shards accordingly"));
     }
   }
   if (stored.rank()) check_block_boundaries(hf_name, layout, 0, row_offset, row_offset + full[0], stored[0]);

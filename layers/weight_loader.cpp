@@ -65,6 +65,23 @@ RmsNorm WeightLoader::norm(const std::string& card_name) {
   return RmsNorm{be_.upload(w), eps};
 }
 
+namespace {
+// A group index (GPTQ's g_idx: each input column's group) read as the groups' plain order,
+// column c in group c / group: what the kernels take. One that reorders the groups (GPTQ's
+// desc_act "act-order" checkpoints) is refused, naming the tensor and the first column out of
+// order. (A shard's g_idx is its columns' slice: `first` is its first column.)
+void expect_groups_in_order(const ParamSpec& g_idx, const Tensor& t, int64_t group, int64_t shard) {
+  const int64_t first = g_idx.split == Split::rows ? g_idx.shard_range(shard).first : 0;
+  const auto v = t.to_ints();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const int64_t c = first + static_cast<int64_t>(i), want = group >= WeightLayout::kWhole ? 0 : c / group;
+    if (v[i] != want)
+      throw Error(str(g_idx.hf_name, ": column ", c, " is in group ", v[i], ", not ", want, " (groups of ", group,
+                      " in order): a g_idx that reorders the columns' groups (desc_act) is not read yet"));
+  }
+}
+}  // namespace
+
 Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
   // The parts of one matrix are stored alike, checked before anything is read.
   const ParamSpec& first = spec(*std::find_if(parts.begin(), parts.end(),
@@ -88,7 +105,8 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
       switch (roles[i].role) {
         case PartRole::scales: part.scales = converted(t, DType::f32); break;  // any float, widened exactly
         case PartRole::zero_points: part.zero_points = t; break;
-        default: throw Error(str(companions[i].hf_name, ": ", layout.describe(), " with a group index is not read yet"));
+        case PartRole::group_index: expect_groups_in_order(companions[i], t, layout.block_cols, shard_); break;
+        default: throw Error(str(companions[i].hf_name, ": an unexpected part of ", layout.describe()));
       }
     }
     q.push_back(std::move(part));

@@ -20,7 +20,7 @@ namespace linnet {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* quantize_schemes() { return "fp8-block, w4a16 (fp8-channel, w8a8: not yet)"; }
+const char* quantize_schemes() { return "fp8-block, fp8-channel, w8a8, w4a16"; }
 
 namespace {
 
@@ -77,27 +77,61 @@ void quantize_int4_groups(const Tensor& w, int64_t g, Tensor& words, Tensor& sca
   scales = s32.to(dt);
 }
 
+// compressed-tensors' per-channel weights (its calculate_qparams and quantize on a symmetric
+// "channel" scheme), in the matrix's dtype as torch computes it: per row, scale = amax|w| /
+// (half the range: 448 for FP8, 127.5 for int8; the dtype's epsilon where 0); FP8: q =
+// e4m3(clamp(w / scale, ±448)); int8: q = round_half_even(clamp(w / scale, −128, 127)).
+// q [rows, cols] (f8_e4m3 or i8), scales [rows, 1] in w's dtype.
+void quantize_channels(const Tensor& w, DType qtype, Tensor& q, Tensor& scales) {
+  const DType dt = w.dtype();
+  const Tensor f = w.to(DType::f32);
+  const int64_t rows = w.dim(0), cols = w.dim(1);
+  const bool fp8 = qtype == DType::f8_e4m3;
+  q = Tensor::empty({rows, cols}, qtype);
+  Tensor s32 = Tensor::empty({rows, 1}, DType::f32);
+  const float* x = f.ptr<float>();
+  const float eps = dt == DType::bf16 ? 0x1p-7f : dt == DType::f16 ? 0x1p-10f : 0x1p-23f;  // torch.finfo(dtype).eps
+#pragma omp parallel for
+  for (int64_t r = 0; r < rows; ++r) {
+    float amax = 0;
+    for (int64_t c = 0; c < cols; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+    float scale = round_to(dt, amax / (fp8 ? kE4m3Max : 127.5f));
+    if (scale == 0) scale = eps;
+    s32.ptr<float>()[r] = scale;
+    for (int64_t c = 0; c < cols; ++c) {
+      const float v = round_to(dt, x[r * cols + c] / scale);
+      if (fp8) q.ptr<uint8_t>()[r * cols + c] = f32_to_f8_e4m3(std::clamp(v, -kE4m3Max, kE4m3Max));
+      else q.ptr<int8_t>()[r * cols + c] = static_cast<int8_t>(std::nearbyint(std::clamp(v, -128.0f, 127.0f)));
+    }
+  }
+  scales = s32.to(dt);
+}
+
 // config.json's quantization_config as compressed-tensors 0.20.1's update_config writes it for
-// W4A16 with lm_head ignored (so transformers and vLLM read it as they read llm-compressor's).
-json w4a16_config(int64_t group) {
-  const json weights = {{"dynamic", false}, {"group_size", group}, {"num_bits", 4},
-                        {"strategy", "group"}, {"symmetric", true}, {"type", "int"}};
+// one scheme on every Linear with lm_head ignored (so transformers and vLLM read it as they
+// read llm-compressor's).
+json compressed_tensors_config(const std::string& format, const json& weights, const json& input_activations) {
   return {{"config_groups",
            {{"group_0",
-             {{"format", "pack-quantized"}, {"input_activations", nullptr}, {"output_activations", nullptr},
+             {{"format", format}, {"input_activations", input_activations}, {"output_activations", nullptr},
               {"targets", {"Linear"}}, {"weights", weights}}}}},
-          {"format", "pack-quantized"}, {"global_compression_ratio", nullptr}, {"ignore", {"lm_head"}},
+          {"format", format}, {"global_compression_ratio", nullptr}, {"ignore", {"lm_head"}},
           {"kv_cache_scheme", nullptr}, {"moe_sparsity_config", nullptr}, {"quant_method", "compressed-tensors"},
           {"quantization_status", "compressed"},
           {"sparsity_config", json::object()}, {"transform_config", json::object()}, {"version", "0.20.1"}};
+}
+json ct_args(int num_bits, const char* type, const char* strategy, json group_size, bool dynamic) {
+  return {{"dynamic", dynamic}, {"group_size", std::move(group_size)}, {"num_bits", num_bits},
+          {"strategy", strategy}, {"symmetric", true}, {"type", type}};
 }
 
 }  // namespace
 
 void quantize_checkpoint(const std::string& src, const std::string& out, const QuantizeOptions& o) {
-  const bool w4a16 = o.scheme == "w4a16";
-  if (o.scheme != "fp8-block" && !w4a16)
-    throw Error(str("linnet quantize: scheme '", o.scheme, "' is not written yet (schemes: ", quantize_schemes(), ")"));
+  const bool w4a16 = o.scheme == "w4a16", fp8_channel = o.scheme == "fp8-channel", w8a8 = o.scheme == "w8a8";
+  const bool channels = fp8_channel || w8a8;  // one scale a row
+  if (o.scheme != "fp8-block" && !w4a16 && !channels)
+    throw Error(str("linnet quantize: scheme '", o.scheme, "' is not one linnet writes (schemes: ", quantize_schemes(), ")"));
   if (o.block_rows <= 0 || o.block_cols <= 0)
     throw Error(str("linnet quantize: --block ", o.block_rows, ",", o.block_cols, " must be two positive sizes"));
   if (w4a16 && (o.group <= 0 || o.group % 8 != 0))
@@ -111,10 +145,15 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
 
   // The tensors to quantize: the parameter table's linear layers under the quantization they
   // are about to have (one rule: layers/parameter_table.cpp), lm_head not converted.
-  c.quantization = w4a16 ? Quantization{"compressed-tensors", WeightLayout::int4_groups(o.group, true), {"lm_head"}, true}
-                         : Quantization{"fp8", WeightLayout::fp8_blocks(o.block_rows, o.block_cols), {"lm_head"}};
+  const WeightLayout layout = w4a16        ? WeightLayout::int4_groups(o.group, true)
+                              : fp8_channel ? WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale")
+                              : w8a8        ? WeightLayout::int8_groups(WeightLayout::kWhole)
+                                            : WeightLayout::fp8_blocks(o.block_rows, o.block_cols);
+  c.quantization = o.scheme == "fp8-block" ? Quantization{"fp8", layout, {"lm_head"}}
+                                           : Quantization{"compressed-tensors", layout, {"lm_head"}, true};
   // The unit each quantized matrix must be whole in: a block, or a group of a row.
-  const int64_t unit_rows = w4a16 ? 1 : o.block_rows, unit_cols = w4a16 ? o.group : o.block_cols;
+  const int64_t unit_rows = o.scheme == "fp8-block" ? o.block_rows : 1,
+                unit_cols = w4a16 ? o.group : channels ? 1 : o.block_cols;
   std::set<std::string> linear;
   for (const ParamSpec& p : parameter_specs(c, bind_generics(c, RunOptions{1, 1, 1, 1, std::nullopt})))
     if (!p.layout.dense()) linear.insert(p.hf_name);
@@ -149,6 +188,11 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
       writer.declare(n + "_shape", DType::i64, {2});
       continue;
     }
+    if (channels) {  // compressed-tensors' names: …weight, …weight_scale [rows, 1] in the dtype
+      writer.declare(n, fp8_channel ? DType::f8_e4m3 : DType::i8, ti.shape);
+      writer.declare(n + "_scale", ti.dtype, {ti.shape[0], 1});
+      continue;
+    }
     writer.declare(n, DType::f8_e4m3, ti.shape);
     writer.declare(n + "_scale_inv", DType::f32, {ti.shape[0] / o.block_rows, ti.shape[1] / o.block_cols});
   }
@@ -163,6 +207,11 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
       writer.write(n + "_packed", words.data(), words.nbytes());
       writer.write(n + "_scale", scales.data(), scales.nbytes());
       writer.write(n + "_shape", shape, sizeof shape);
+    } else if (channels) {
+      Tensor q, scales;
+      quantize_channels(t, fp8_channel ? DType::f8_e4m3 : DType::i8, q, scales);
+      writer.write(n, q.data(), q.nbytes());
+      writer.write(n + "_scale", scales.data(), scales.nbytes());
     } else {
       Tensor q, scales;
       quantize_fp8_blocks(t, o.block_rows, o.block_cols, q, scales);
@@ -174,11 +223,20 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
   writer.finish();
 
   json cfg = json::parse(read_text_file(str(src, "/config.json"), "config.json"));
-  cfg["quantization_config"] = w4a16 ? w4a16_config(o.group)
-                                      : json{{"quant_method", "fp8"},
-                                             {"activation_scheme", "dynamic"},
-                                             {"weight_block_size", {o.block_rows, o.block_cols}},
-                                             {"modules_to_not_convert", {"lm_head"}}};
+  if (w4a16)
+    cfg["quantization_config"] =
+        compressed_tensors_config("pack-quantized", ct_args(4, "int", "group", o.group, false), nullptr);
+  else if (fp8_channel)  // llm-compressor's FP8_DYNAMIC
+    cfg["quantization_config"] = compressed_tensors_config(
+        "float-quantized", ct_args(8, "float", "channel", nullptr, false), ct_args(8, "float", "token", nullptr, true));
+  else if (w8a8)  // llm-compressor's W8A8
+    cfg["quantization_config"] = compressed_tensors_config(
+        "int-quantized", ct_args(8, "int", "channel", nullptr, false), ct_args(8, "int", "token", nullptr, true));
+  else
+    cfg["quantization_config"] = json{{"quant_method", "fp8"},
+                                      {"activation_scheme", "dynamic"},
+                                      {"weight_block_size", {o.block_rows, o.block_cols}},
+                                      {"modules_to_not_convert", {"lm_head"}}};
   std::ofstream(fs::path(out) / "config.json") << cfg.dump(2) << "\n";
   // The rest (tokenizer, generation config, chat template) as it is; not the weights.
   for (const auto& e : fs::directory_iterator(src)) {

@@ -76,6 +76,26 @@ bool has_decode(const SafetensorsFile& g) {
 }
 double f32_bound(const SafetensorsFile& g) { return has_decode(g) ? 1e-5 : 1e-4; }
 
+// compressed-tensors' int8 activations (W8A8): each linear layer's input is rounded to a step of
+// amax/127.5, so an input within float noise of a rounding boundary rounds one way in torch and
+// the other in any other f32 implementation, moving that element by one step. Such elements
+// cannot all be avoided: the reference's own logits move by 7.3e-3 when its layers' inputs are
+// perturbed by 1e-7 relative noise (manifest: ct_int8_forward_logits_rel_under_1e-7_input_noise).
+// So these fixtures are held to 1e-2, greedy tokens equal (docs/conformance.md); the rounding
+// itself is checked exactly (Int8.ActivationRoundingIsCompressedTensorsInt8), and so is every
+// layer's product on given inputs (Int8.EveryKernelGivesTheDenseProductOnTheDequantizedWeights).
+constexpr double kInt8ActivationBound = 1e-2;
+// An f16 model (GPTQ's checkpoints are f16): computed in f32 on the CPU, its outputs (logits,
+// hidden states) are returned in T = f16, each element rounded once (≤ 2⁻¹¹ relative).
+constexpr double kF16Bound = 1e-3;
+bool int8_activations(const fs::path& dir) {
+  const ModelConfig c = load_hf_config(dir.string());
+  return c.quantization && c.quantization->matrices.activations.format == ActivationFormat::int8;
+}
+double f32_bound(const SafetensorsFile& g, const fs::path& dir) {
+  return int8_activations(dir) ? kInt8ActivationBound : f32_bound(g);
+}
+
 // The run options every conformance run uses: MaxSeq 64 (the fixtures reach position 31;
 // SmolLM3's max_position_embeddings is 16, past which its dynamic RoPE grows), PageSize 16.
 RunOptions conformance_options(int64_t batch) {
@@ -139,12 +159,6 @@ Tensor sequence_prefix(const Tensor& prompt, const Tensor& tokens, int64_t len) 
 bool is_moe(const fs::path& dir) { return load_hf_config(dir.string()).moe(); }
 // A quantized checkpoint (issue 37): its slices must fall on block boundaries at every Shards.
 bool is_quantized(const fs::path& dir) { return load_hf_config(dir.string()).quantization.has_value(); }
-// compressed-tensors' per-token FP8 activations: a row-parallel layer's input scale would span
-// every rank's columns, which linnet refuses at Shards > 1 (Fp8.CompressedTensorsPerTokenIsShards1Only).
-bool per_token_activations(const fs::path& dir) {
-  const ModelConfig c = load_hf_config(dir.string());
-  return c.quantization && c.quantization->matrices.fp8_activations < 0;
-}
 
 }  // namespace
 
@@ -156,7 +170,12 @@ std::string test_backend() {
 }
 // Top-2 gaps below which greedy tokens may differ from transformers': float noise between two
 // f32 computations on the CPU; on the CUDA backend a bf16 model's activations are bf16.
-double greedy_tie_gap(bool bf16) { return bf16 && test_backend() == "cuda" ? 0.05 : 1e-4; }
+// Int8 activations (kInt8ActivationBound): flips move logits by ~1e-2 of their scale; the
+// fixture's greedy steps all have gaps ≥ 0.02 (make_golden.py CT_INT8_MIN_GREEDY_GAP).
+double greedy_tie_gap(bool bf16, const fs::path& dir) {
+  if (int8_activations(dir)) return 0.02;
+  return bf16 && test_backend() == "cuda" ? 0.05 : 1e-4;
+}
 #define NEED_TEST_BACKEND()                                                                             \
   if (test_backend() == "cuda" && cuda_device_count() == 0)                                             \
   GTEST_SKIP() << "LINNET_TEST_BACKEND=cuda, but no CUDA device is visible: " << cuda_status()
@@ -172,7 +191,7 @@ TEST_P(Conformance, OneRankMatchesTransformers) {
   const RunOptions o = conformance_options(g.info("greedy_prompt").shape[0]);
   LoadedModel m = load_model(dir.string(), o, *backend, comm);
   const bool bf16 = m.generics.t == DType::bf16;
-  const double bound = bf16 ? 2e-2 : f32_bound(g);
+  const double bound = bf16 ? 2e-2 : m.generics.t == DType::f16 ? kF16Bound : f32_bound(g, dir);
   const double e_fwd = rel_diff(m.model->forward(g.read("forward_tokens")), g.read("forward_logits"));
   const Tensor t = g.read("packed_tokens"), p = g.read("packed_positions"), s = g.read("packed_segments");
   const double e_lp = rel_diff(m.model->log_probs_packed(t, p, s, g.read("packed_targets")), g.read("log_probs"));
@@ -188,7 +207,7 @@ TEST_P(Conformance, OneRankMatchesTransformers) {
   const int64_t steps = g.info("greedy_tokens").shape[1];
   const int64_t s0 = g.info("greedy_prompt").shape[1];
   const int64_t raw_steps = raw_generate_steps(dir, s0, steps), again = recompute_step(dir, s0);
-  if (raw_steps > 0) expect_greedy(m.model->generate(in.last, in.last_pos, raw_steps), g, greedy_tie_gap(bf16), GetParam(), raw_steps);
+  if (raw_steps > 0) expect_greedy(m.model->generate(in.last, in.last_pos, raw_steps), g, greedy_tie_gap(bf16, dir), GetParam(), raw_steps);
   std::printf("conformance %-12s %s forward %.2e  log_probs %.2e  loss %.2e  hidden %.2e  (bound %.0e)\n",
               GetParam().c_str(), backend->name().c_str(), e_fwd, e_lp, e_loss, e_hidden, bound);
   if (!has_decode(g)) return;
@@ -304,14 +323,14 @@ void ranks_match(const std::string& name, int shards, const std::string& moe_sha
   ASSERT_EQ(r.exit_code, 0) << r.output;
   SafetensorsFile out((work / "out.safetensors").string());
   const bool bf16 = out.info("forward_logits").dtype == DType::bf16;
-  const double bound = bf16 ? 2e-2 : f32_bound(g);
+  const double bound = bf16 ? 2e-2 : out.info("forward_logits").dtype == DType::f16 ? kF16Bound : f32_bound(g, dir);
   std::string line;
   for (const char* n : {"forward_logits", "log_probs", "loss", "hidden"}) {
     const double e = rel_diff(out.read(n), g.read(n));
     EXPECT_LT(e, bound) << n;
     line += str(" ", n, " ", e);
   }
-  if (raw_steps > 0) expect_greedy(out.read("greedy_tokens"), g, greedy_tie_gap(bf16), name, raw_steps);
+  if (raw_steps > 0) expect_greedy(out.read("greedy_tokens"), g, greedy_tie_gap(bf16, dir), name, raw_steps);
   if (decode) {
     const Tensor ref = g.read("decode_logits");
     double e = 0;
@@ -328,8 +347,6 @@ void ranks_match(const std::string& name, int shards, const std::string& moe_sha
 
 TEST_P(Conformance, TwoRanksMatchTransformers) {
   NEED_TEST_BACKEND();
-  if (per_token_activations(kGolden / GetParam()))
-    GTEST_SKIP() << GetParam() << ": per-token FP8 activations run at Shards 1 only (refused above: docs/quantization.md)";
   if (!is_moe(kGolden / GetParam())) return ranks_match(GetParam(), 2);
   for (const char* sharding : {"expert", "tensor"}) ranks_match(GetParam(), 2, sharding);
 }
@@ -353,8 +370,6 @@ TEST_P(Conformance, FourRanksMatchTransformers) {
     for (const char* sharding : {"expert", "tensor"}) ranks_match(GetParam(), 4, sharding);
     return;
   }
-  if (per_token_activations(dir))
-    GTEST_SKIP() << GetParam() << ": per-token FP8 activations run at Shards 1 only (refused above: docs/quantization.md)";
   if (!(replicates_kv(dir, 4) || is_quantized(dir)) || !splits_over(dir, 4))
     GTEST_SKIP() << GetParam()
                  << ": Shards 4 is run for the mixtures of experts, the models with < 4 KV heads and the quantized ones";

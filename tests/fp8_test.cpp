@@ -198,8 +198,8 @@ TEST(Fp8, QuantizationConfigIsReadOrRefusedByName) {
     edit(k["quantization_config"]);
     return error_of([&] { parse_hf_config(k, "cfg"); });
   };
-  std::string e = refused([](json& q) { q = {{"quant_method", "gptq"}, {"bits", 4}}; });
-  EXPECT_NE(e.find("quant_method 'gptq' is not supported yet"), std::string::npos) << e;
+  std::string e = refused([](json& q) { q = {{"quant_method", "awq"}, {"bits", 4}}; });
+  EXPECT_NE(e.find("quant_method 'awq' is not supported yet"), std::string::npos) << e;
   e = refused([](json& q) { q["activation_scheme"] = "static"; });
   EXPECT_NE(e.find("activation_scheme 'static'"), std::string::npos) << e;
   e = refused([](json& q) { q["weight_block_size"] = {128}; });
@@ -350,8 +350,12 @@ TEST(Fp8, CompressedTensorsConfigIsReadOrRefusedByName) {
     edit(k["quantization_config"]);
     return error_of([&] { parse_hf_config(k, "cfg"); });
   };
-  std::string e = refused([](json& q) { q["format"] = "int-quantized"; });
-  EXPECT_NE(e.find("format 'int-quantized' is not supported yet"), std::string::npos) << e;
+  std::string e = refused([](json& q) { q["format"] = "marlin-24"; });
+  EXPECT_NE(e.find("format 'marlin-24' is not supported yet"), std::string::npos) << e;
+  e = refused([](json& q) {  // FP8 weights said to be integers
+    q["format"] = q["config_groups"]["group_0"]["format"] = "int-quantized";
+  });
+  EXPECT_NE(e.find("weights.type is \"float\"; linnet reads \"int\""), std::string::npos) << e;
   e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; });
   EXPECT_NE(e.find("config_groups.group_0.weights.num_bits is 4; linnet reads 8"), std::string::npos) << e;
   e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "tensor"; });
@@ -366,22 +370,26 @@ TEST(Fp8, CompressedTensorsConfigIsReadOrRefusedByName) {
   EXPECT_NE(e.find("quantization_status is \"frozen\""), std::string::npos) << e;
 }
 
-// Per-token activation scales span a whole row: a row-parallel layer (o_proj, down_proj) at
-// Shards > 1 would need every rank's columns, and is refused before anything is read, naming
-// the tensor; per-group activations slice with their groups.
-TEST(Fp8, CompressedTensorsPerTokenIsShards1Only) {
+// Per-token activation scales span a whole row: at Shards > 1 a row-parallel layer (o_proj,
+// down_proj) all-reduces its input's row amax (layers/linear.h), so the layouts check at every
+// Shards; per-group activations slice with their groups, and a slice that cuts one is refused.
+TEST(Fp8, CompressedTensorsActivationScalesSliceWithTheirGroups) {
   const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
   const auto all = [](WeightFormat) { return true; };
   const ModelConfig c = load_hf_config((golden / "ct_fp8_dynamic_f32").string());
-  EXPECT_NO_THROW(check_weight_layouts(parameter_specs(c, bind_generics(c, RunOptions{1, 32, 1, 8, std::nullopt})), 1, all, "cpu"));
+  for (int64_t s : {1, 2, 4})
+    EXPECT_NO_THROW(check_weight_layouts(parameter_specs(c, bind_generics(c, RunOptions{1, 32, s, 8, std::nullopt})), s,
+                                         all, "cpu"));
+  ModelConfig b = load_hf_config((golden / "ct_fp8_block_f32").string());
+  EXPECT_NO_THROW(check_weight_layouts(parameter_specs(b, bind_generics(b, RunOptions{1, 32, 4, 8, std::nullopt})), 4, all, "cpu"));
+  b.quantization->matrices = WeightLayout::fp8_blocks(8, 16, "_scale");
+  b.quantization->matrices.activations = {ActivationFormat::fp8, 32};  // o_proj's 64 columns at Shards 4: 16 a shard
   const std::string e = error_of([&] {
-    check_weight_layouts(parameter_specs(c, bind_generics(c, RunOptions{1, 32, 2, 8, std::nullopt})), 2, all, "cpu");
+    check_weight_layouts(parameter_specs(b, bind_generics(b, RunOptions{1, 32, 4, 8, std::nullopt})), 4, all, "cpu");
   });
-  EXPECT_NE(e.find("model.layers.0.self_attn.o_proj.weight: its input is rounded to FP8 with one scale per token"),
+  EXPECT_NE(e.find("o_proj.weight: the column slice [0, 16) cuts a group of 32 activations that share a scale"),
             std::string::npos)
       << e;
-  const ModelConfig b = load_hf_config((golden / "ct_fp8_block_f32").string());
-  EXPECT_NO_THROW(check_weight_layouts(parameter_specs(b, bind_generics(b, RunOptions{1, 32, 4, 8, std::nullopt})), 4, all, "cpu"));
 }
 
 // The activations' rounding: the E4M3 value nearest, ties to even, as the reference's cast.
@@ -399,7 +407,7 @@ TEST(Fp8, ActivationRoundingIsTheFormatsCast) {
   // A row: s = amax / 448; an all-zero group keeps zeros (scale 2^-23).
   const std::vector<float> x = {1.0f, -3.0f, 0.1f, 2.5f, 0, 0, 0, 0};
   std::vector<float> out(8);
-  cpu::round_activations_fp8(x.data(), 2, 4, -1, out.data());
+  cpu::round_activations(x.data(), 2, 4, {ActivationFormat::fp8, -1}, out.data());
   const float s = 3.0f / 448.0f;
   for (int c = 0; c < 4; ++c) EXPECT_EQ(out[c], cpu::round_to_e4m3(x[c] / s) * s) << c;
   for (int c = 4; c < 8; ++c) EXPECT_EQ(out[c], 0.0f);

@@ -26,23 +26,14 @@ using namespace linnet;
 using linnet::testutil::error_of;
 using linnet::testutil::ScratchDir;
 using linnet::testutil::edited_fixture;
+using linnet::testutil::expect_every_kernel_gives_the_dense_product;
+using linnet::testutil::matrix_spec;
 using linnet::testutil::load_error;
 using linnet::testutil::read_text;
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
-
-ParamSpec matrix(const std::string& name, Shape full, Split split, int64_t per_shard, const WeightLayout& layout) {
-  ParamSpec p;
-  p.hf_name = name;
-  p.card_name = name;
-  p.full = std::move(full);
-  p.split = split;
-  p.per_shard = per_shard;
-  p.layout = layout;
-  return p;
-}
 
 const fs::path kGolden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
 
@@ -103,19 +94,12 @@ TEST(Int4, EveryKernelGivesTheDenseProductOnTheDequantizedWeights) {
     std::vector<float> row(static_cast<size_t>(rows * c.in));
     cpu::unpack_rows_int4_f32(q.storage()->data, q.storage()->packed_rows, c.in, g, row0, rows, row.data());
     EXPECT_EQ(row, w.dequantized.rows(row0, row0 + rows).to_floats()) << "in " << c.in;
-    const int64_t n_max = 40;
-    std::vector<float> xf(static_cast<size_t>(n_max * c.in));
+    std::vector<float> xf(static_cast<size_t>(40 * c.in));
     for (auto& v : xf) v = nd(rng);
-    const Tensor x = Tensor::from_floats({n_max, c.in}, xf);
-    for (int64_t n : {1, 3, 12, 13, 40})
-      for (const char* k : cpu::packed_matmul_kernels()) {
-        if (std::string(k) == "scalar" && n > 3) continue;  // slow; its bits are checked at n ≤ 3
-        Tensor got = Tensor::empty({n, rows}, DType::f32), want = Tensor::empty({n, rows}, DType::f32);
-        cpu::packed_matmul_int4(x.ptr<float>(), n, c.in, q.storage()->data, q.storage()->packed_rows, g, row0, rows,
-                                got.ptr<float>(), k);
-        cpu::packed_matmul(x.ptr<float>(), n, c.in, dense.storage()->data, DType::f32, row0, rows, want.ptr<float>(), k);
-        ASSERT_EQ(got.to_floats(), want.to_floats()) << "kernel " << k << " n " << n << " in " << c.in;
-      }
+    const Tensor x = Tensor::from_floats({40, c.in}, xf);
+    expect_every_kernel_gives_the_dense_product(x, dense, row0, rows, [&](int64_t n, const char* k, float* out) {
+      cpu::packed_matmul_int4(x.ptr<float>(), n, c.in, q.storage()->data, q.storage()->packed_rows, g, row0, rows, out, k);
+    }, str("in ", c.in));
     // Through the backend's matmul, whole and on a view of rows (a fused matrix's part), with a
     // bias: as the dense matrix.
     Tensor got = Tensor::empty({5, o}, DType::f32), want = Tensor::empty({5, o}, DType::f32);
@@ -201,10 +185,10 @@ TEST(Int4, ASliceThatCutsAGroupOrAWordIsRefusedNamingTheTensor) {
   EXPECT_EQ(l.slice_unit(1), 16);
   EXPECT_EQ(WeightLayout::int4_groups(16, true).slice_unit(0), 1);
   EXPECT_EQ(WeightLayout::int4_groups(WeightLayout::kWhole, true).slice_unit(1), 8);
-  const ParamSpec k = matrix("model.layers.0.self_attn.k_proj.weight", {32, 64}, Split::rows, 4, l);
+  const ParamSpec k = matrix_spec("model.layers.0.self_attn.k_proj.weight", {32, 64}, Split::rows, 4, l);
   EXPECT_NE(error_of([&] { k.check_blocks(8); }).find("cuts a block of 8"), std::string::npos);
   // What a shard reads: the packed words of its columns, its groups' scales, its rows' zero-point words.
-  const ParamSpec o = matrix("model.layers.0.self_attn.o_proj.weight", {64, 64}, Split::columns, 16, l);
+  const ParamSpec o = matrix_spec("model.layers.0.self_attn.o_proj.weight", {64, 64}, Split::columns, 16, l);
   const ParamSpec v = o.values_part();
   EXPECT_EQ(v.hf_name, "model.layers.0.self_attn.o_proj.weight_packed");
   EXPECT_EQ(v.full, (Shape{64, 8}));
@@ -215,7 +199,7 @@ TEST(Int4, ASliceThatCutsAGroupOrAWordIsRefusedNamingTheTensor) {
   EXPECT_EQ(parts[0].shard_range(3), (std::pair<int64_t, int64_t>{3, 4}));
   EXPECT_EQ(parts[1].hf_name, "model.layers.0.self_attn.o_proj.weight_zero_point");
   EXPECT_EQ(parts[1].full, (Shape{8, 4}));
-  const ParamSpec q = matrix("model.layers.0.self_attn.q_proj.weight", {64, 64}, Split::rows, 16, l);
+  const ParamSpec q = matrix_spec("model.layers.0.self_attn.q_proj.weight", {64, 64}, Split::rows, 16, l);
   EXPECT_EQ(q.companions()[1].shard_range(2), (std::pair<int64_t, int64_t>{4, 6}));
 }
 

@@ -80,6 +80,23 @@ TEST(Quantize, W4a16IsCompressedTensorsBytes) {
             std::string::npos);
 }
 
+// llm-compressor's FP8_DYNAMIC and W8A8 schemes: a scale a row, written as compressed-tensors
+// 0.20.1 writes them (the fixtures ct_fp8_dynamic_f32 and ct_w8a8_f32 are its output on these
+// sources), with the activations' dynamic per-token rounding in the config.
+TEST(Quantize, Fp8ChannelAndW8a8AreCompressedTensorsBytes) {
+  for (const auto& [scheme, fixture] : {std::pair<std::string, std::string>{"fp8-channel", "ct_fp8_dynamic_f32"},
+                                        std::pair<std::string, std::string>{"w8a8", "ct_w8a8_f32"}}) {
+    ScratchDir d;
+    const std::string out = d / "out";
+    QuantizeOptions o;
+    o.scheme = scheme;
+    quantize_checkpoint((kFixtures / "quantize" / (fixture + "_source")).string(), out, o);
+    expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden" / fixture / "model.safetensors").string());
+    EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden" / fixture)["quantization_config"])
+        << scheme;
+  }
+}
+
 TEST(Quantize, RefusesWhatItCannotWriteByName) {
   const std::string src = (kFixtures / "quantize/fp8_block_source").string();
   ScratchDir d;
@@ -91,9 +108,11 @@ TEST(Quantize, RefusesWhatItCannotWriteByName) {
             std::string::npos)
       << e;
   o = QuantizeOptions{};
-  o.scheme = "w8a8";
+  o.scheme = "nvfp4";
   e = error_of([&] { quantize_checkpoint(src, d / "b", o); });
-  EXPECT_NE(e.find("scheme 'w8a8' is not written yet"), std::string::npos) << e;
+  EXPECT_NE(e.find("scheme 'nvfp4' is not one linnet writes (schemes: fp8-block, fp8-channel, w8a8, w4a16)"),
+            std::string::npos)
+      << e;
   e = error_of([&] { quantize_checkpoint((kFixtures / "golden/fp8_block").string(), d / "c", QuantizeOptions{}); });
   EXPECT_NE(e.find("already quantized (quantization_config fp8 8×16"), std::string::npos) << e;
   fs::create_directories(d / "full");

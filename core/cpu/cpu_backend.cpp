@@ -52,7 +52,7 @@ void CpuBackend::convert_op(const Tensor& src, Tensor& dst) {
 
 Tensor CpuBackend::to_host(const Tensor& t) {
   if (!t.packed()) return t;
-  cpu_expect(t.dtype() != DType::f8_e4m3 && t.storage()->packed_weights == WeightFormat::dense, "to_host",
+  cpu_expect(t.storage()->packed_weights == WeightFormat::dense, "to_host",
              "a quantized matrix is held packed with its scales only: " + t.describe());
   const int64_t cols = t.storage()->packed_cols;
   Tensor out = Tensor::empty(t.shape(), t.dtype());
@@ -121,21 +121,23 @@ Tensor CpuBackend::upload_matrix(const std::vector<Tensor>& parts) {
 
 namespace {
 
-// FP8 parts stacked by rows: the values as stored, each row's scales (its block row's) beside it.
-Tensor upload_fp8(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout) {
+// FP8 or int8 parts stacked by rows: the values as stored, each row's scales (its block row's)
+// beside it.
+Tensor upload_bytes(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout) {
+  const DType dt = layout.format == WeightFormat::fp8 ? DType::f8_e4m3 : DType::i8;
   // A block as wide as any row (per channel) is the row here.
   const int64_t cols = parts[0].data.dim(1), bc = std::min(layout.block_cols, cols), kb = (cols + bc - 1) / bc;
   int64_t rows = 0;
   for (const auto& p : parts) {
     const Shape want = {(p.data.dim(0) + layout.block_rows - 1) / layout.block_rows, kb};
-    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::f8_e4m3 && p.data.dim(1) == cols && !p.data.packed(),
-               "upload_quantized_matrix", "f8_e4m3 row-major matrices of one width, got " + p.data.describe());
+    cpu_expect(p.data.rank() == 2 && p.data.dtype() == dt && p.data.dim(1) == cols && !p.data.packed(),
+               "upload_quantized_matrix", str(dtype_name(dt), " row-major matrices of one width, got ", p.data.describe()));
     cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == want, "upload_quantized_matrix",
                str("scales f32 ", want.to_string(), " for ", p.data.describe(), " in ", layout.describe(), " blocks, got ",
                    p.scales.describe()));
     rows += p.data.dim(0);
   }
-  Tensor q = Tensor::empty({rows, cols}, DType::f8_e4m3), row_scales = Tensor::empty({rows, kb}, DType::f32);
+  Tensor q = Tensor::empty({rows, cols}, dt), row_scales = Tensor::empty({rows, kb}, DType::f32);
   int64_t r0 = 0;
   for (const auto& p : parts) {
     std::memcpy(q.ptr<uint8_t>() + r0 * cols, p.data.data(), p.data.nbytes());
@@ -146,14 +148,29 @@ Tensor upload_fp8(const std::vector<Backend::QuantizedPart>& parts, const Weight
     r0 += p.data.dim(0);
   }
   const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
-  auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(rows, cols, bc))}, DType::f8_e4m3).storage();
+  auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(rows, cols, bc))}, dt).storage();
   cpu::pack_fp8(q.ptr<uint8_t>(), row_scales.ptr<float>(), rows, cols, bc, st->data);
   st->packed_cols = cols;
-  st->packed_weights = WeightFormat::fp8;
+  st->packed_weights = layout.format;
   st->packed_block_cols = bc;
-  st->fp8_activations = layout.fp8_activations;
+  st->activations = layout.activations;
   st->packed_rows = padded;
-  return Tensor(st, 0, {rows, cols}, DType::f8_e4m3);
+  return Tensor(st, 0, {rows, cols}, dt);
+}
+
+// rows × cols 4-bit values (one a byte, 0…15), their scales and zero points [rows, ⌈cols/g⌉],
+// packed for the int4 kernels; each weight rounded to `dequant` after (q − zero) · scale.
+Tensor packed_int4(const std::vector<uint8_t>& q, const std::vector<float>& scales, const std::vector<uint8_t>& zeros,
+                   int64_t rows, int64_t cols, int64_t g, DType dequant) {
+  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st = Tensor::empty({static_cast<int64_t>((cpu::packed_int4_bytes(rows, cols, g) + 3) / 4)}, DType::i32).storage();
+  cpu::pack_int4(q.data(), scales.data(), zeros.data(), rows, cols, g, st->data);
+  st->packed_cols = cols;
+  st->packed_weights = WeightFormat::int4;
+  st->packed_block_cols = g;
+  st->packed_rows = padded;
+  st->packed_dequant = dequant;
+  return Tensor(st, 0, {rows, cols}, DType::i32);
 }
 
 // int4 parts (compressed-tensors' packing: eight values a word from the low bits, each +8;
@@ -193,14 +210,49 @@ Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const Weigh
     p.data.drop_pages();
     r0 += r;
   }
-  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
-  auto st = Tensor::empty({static_cast<int64_t>((cpu::packed_int4_bytes(rows, cols, g) + 3) / 4)}, DType::i32).storage();
-  cpu::pack_int4(q.data(), scales.data(), zeros.data(), rows, cols, g, st->data);
-  st->packed_cols = cols;
-  st->packed_weights = WeightFormat::int4;
-  st->packed_block_cols = g;
-  st->packed_rows = padded;
-  return Tensor(st, 0, {rows, cols}, DType::i32);
+  return packed_int4(q, scales, zeros, rows, cols, g, DType::f32);
+}
+
+// GPTQ's int4 parts, stored transposed: qweight I32 [in/8, out] (eight input rows a word, from
+// the low bits), scales [groups, out] (widened to f32), qzeros I32 [groups, out/8] (eight
+// output columns a word; v1 stores zero − 1: the word add restores it, carries and all, as
+// gptqmodel reads it). Unpacked to the rows' values, scales and zero points, stacked by rows,
+// and packed as int4 is; their dequantization rounded to the layout's dequant_dtype (f16).
+Tensor upload_gptq(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
+  const int64_t g = std::min(layout.block_cols, cols), kb = (cols + g - 1) / g, words = (cols + 7) / 8;
+  int64_t rows = 0;
+  for (const auto& p : parts) {
+    const int64_t r = p.data.rank() == 2 ? p.data.dim(1) : 0;
+    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.dim(0) == words && !p.data.packed(),
+               "upload_quantized_matrix", str("i32 [", words, ", rows] words of 4-bit values, got ", p.data.describe()));
+    cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == Shape({kb, r}), "upload_quantized_matrix",
+               str("scales f32 [", kb, ", ", r, "] for groups of ", g, ", got ", p.scales.describe()));
+    cpu_expect(p.zero_points.defined() && p.zero_points.dtype() == DType::i32 &&
+                   p.zero_points.shape() == Shape({kb, (r + 7) / 8}),
+               "upload_quantized_matrix",
+               str("zero points i32 [", kb, ", ", (r + 7) / 8, "] (8 columns a word), got ",
+                   p.zero_points.defined() ? p.zero_points.describe() : std::string("none")));
+    rows += r;
+  }
+  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), zeros(static_cast<size_t>(rows * kb));
+  std::vector<float> scales(static_cast<size_t>(rows * kb));
+  int64_t r0 = 0;
+  for (const auto& p : parts) {
+    const int64_t r = p.data.dim(1), zw = (r + 7) / 8;
+    const auto* w = p.data.ptr<uint32_t>();
+    const auto* z = p.zero_points.ptr<uint32_t>();
+    const float* s = p.scales.ptr<float>();
+    for (int64_t c = 0; c < cols; ++c)
+      for (int64_t i = 0; i < r; ++i) q[(r0 + i) * cols + c] = (w[(c / 8) * r + i] >> (4 * (c % 8))) & 15u;
+    for (int64_t b = 0; b < kb; ++b)
+      for (int64_t i = 0; i < r; ++i) {
+        scales[(r0 + i) * kb + b] = s[b * r + i];
+        zeros[(r0 + i) * kb + b] = ((z[b * zw + i / 8] + layout.zero_point_word_add) >> (4 * (i % 8))) & 15u;
+      }
+    p.data.drop_pages();
+    r0 += r;
+  }
+  return packed_int4(q, scales, zeros, rows, cols, g, layout.dequant_dtype.value_or(DType::f32));
 }
 
 }  // namespace
@@ -209,10 +261,10 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
   cpu_expect(supports(layout.format) && !layout.dense(), "upload_quantized_matrix",
              str("no CPU kernels for ", layout.describe(), " weights"));
   cpu_expect(!parts.empty() && parts[0].data.rank() == 2, "upload_quantized_matrix", "no parts");
-  if (layout.format == WeightFormat::fp8) return upload_fp8(parts, layout);
+  if (layout.format == WeightFormat::fp8 || layout.format == WeightFormat::int8) return upload_bytes(parts, layout);
   for (const auto& p : parts)
     cpu_expect(p.cols > 0 && p.cols == parts[0].cols, "upload_quantized_matrix", "int4 parts of one width, given as cols");
-  return upload_int4(parts, layout, parts[0].cols);
+  return layout.transposed ? upload_gptq(parts, layout, parts[0].cols) : upload_int4(parts, layout, parts[0].cols);
 }
 
 int64_t packed_row0(const Tensor& w) {
@@ -242,11 +294,9 @@ void CpuBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& o
 
 void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   cpu_expect_f32(x, "matmul", "x");
-  const bool fp8 = w.dtype() == DType::f8_e4m3;
-  const bool int4 = w.packed() && w.storage()->packed_weights == WeightFormat::int4;
-  cpu_expect(w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16 || (fp8 && w.packed()) ||
-                 int4,
-             "matmul", str("w must be f32, bf16, f16 or an uploaded FP8 or int4 matrix, got ", w.describe()));
+  const WeightFormat format = w.packed() ? w.storage()->packed_weights : WeightFormat::dense;
+  cpu_expect(format != WeightFormat::dense || w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16,
+             "matmul", str("w must be f32, bf16, f16 or an uploaded FP8, int4 or int8 matrix, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
   const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
   if (n == 0) return;
@@ -254,21 +304,22 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   // call: the same kernel, so the same bits.
   const Tensor packed = w.packed() ? w : upload_matrix(w);
   const Storage& st = *packed.storage();
-  if (int4) {
-    cpu::packed_matmul_int4(x.ptr<float>(), n, in, st.data, st.packed_rows, st.packed_block_cols, packed_row0(packed),
-                            o, out.ptr<float>());
-  } else if (fp8) {
-    // Activations rounded to FP8 first where the format's reference does (compressed-tensors).
-    Tensor rounded;
-    if (st.fp8_activations != 0) {
-      rounded = Tensor::empty({n, in}, DType::f32);
-      cpu::round_activations_fp8(x.ptr<float>(), n, in, st.fp8_activations, rounded.ptr<float>());
-    }
-    const float* xs = st.fp8_activations != 0 ? rounded.ptr<float>() : x.ptr<float>();
-    cpu::packed_matmul_fp8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, packed_row0(packed), o,
-                           out.ptr<float>());
-  } else {
-    cpu::packed_matmul(x.ptr<float>(), n, in, st.data, w.dtype(), packed_row0(packed), o, out.ptr<float>());
+  // (A format's activation rounding, compressed-tensors' dynamic input_activations, is the
+  // layer's: layers/linear.h rounds x with round_activations first.)
+  const float* xs = x.ptr<float>();
+  const int64_t row0 = packed_row0(packed);
+  switch (format) {
+    case WeightFormat::int4:
+      cpu::packed_matmul_int4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>(),
+                              nullptr, st.packed_dequant);
+      break;
+    case WeightFormat::fp8:
+      cpu::packed_matmul_fp8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+      break;
+    case WeightFormat::int8:
+      cpu::packed_matmul_int8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+      break;
+    case WeightFormat::dense: cpu::packed_matmul(xs, n, in, st.data, w.dtype(), row0, o, out.ptr<float>()); break;
   }
   if (bias) {
     cpu_expect_f32(*bias, "matmul", "bias");
@@ -385,6 +436,24 @@ void CpuBackend::pointwise_op(Tensor& x, Pointwise op, float value) {
       for (int64_t i = 0; i < n; ++i) a[i] = std::tanh(a[i] / value) * value;
       break;
   }
+}
+
+void CpuBackend::row_amax_op(const Tensor& x, Tensor& out) {
+  cpu_expect_f32(x, "row_amax", "x");
+  const int64_t n = x.dim(0), w = x.dim(1);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* v = x.ptr<float>() + r * w;
+    float amax = 0;
+    for (int64_t c = 0; c < w; ++c) amax = std::isnan(v[c]) || std::isnan(amax) ? NAN : std::max(amax, std::fabs(v[c]));
+    out.ptr<float>()[r] = amax;
+  }
+}
+
+void CpuBackend::round_activations_op(const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax,
+                                      Tensor& out) {
+  cpu_expect_f32(x, "round_activations", "x");
+  cpu::round_activations(x.ptr<float>(), x.dim(0), x.dim(1), rounding, out.ptr<float>(),
+                         row_amax ? row_amax->ptr<float>() : nullptr);
 }
 
 void CpuBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/weight_layout.h"
 
 namespace linnet::cpu {
 
@@ -45,7 +46,7 @@ bool has_bf16_dot();
 // packed_matmul of bf16 weights by the bf16 dot product (throws where the CPU has none).
 void packed_matmul_bf16_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t row0, int64_t o, float* out);
 
-// ---- FP8 E4M3 weights with block scales (core/cpu/packed_matmul_fp8.cpp) ----
+// ---- FP8 E4M3 weights with block scales (core/cpu/packed_matmul_8bit.cpp) ----
 // Kept as stored: panels of 32 rows × k bytes ([k][32], as above), then each panel's scales
 // [⌈k/block_cols⌉][32] f32, one per row and column block (a block's scale repeated on each of
 // its rows: any block height, fused parts stacked by rows). Weight (o, t) is
@@ -61,6 +62,15 @@ void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, 
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 
+// ---- int8 weights with row or group scales (packed_matmul_8bit.cpp) ----
+// Packed as FP8 is (pack_fp8 on the bytes, packed_fp8_bytes): weight (o, t) is
+// int8(q[o, t]) · scale[o, t / block_cols] in f32 — one rounding, as compressed-tensors'
+// dequantization — and the product is the f32 path's on those weights, the same bits.
+void unpack_rows_int8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                          int64_t rows, float* dst);
+void packed_matmul_int8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+
 // ---- 4-bit integer weights with group scales and zero points (packed_matmul_int4.cpp) ----
 // Kept at 4 bits: panels of 32 rows, each step 16 bytes (row j in the low nibble of byte j,
 // row j + 16 in its high one), then every panel's scales [⌈k/block_cols⌉][32] f32, then its
@@ -71,15 +81,19 @@ size_t packed_int4_bytes(int64_t rows, int64_t cols, int64_t block_cols);
 // q: row-major [rows, cols], one value 0…15 a byte; row_scales, row_zeros: [rows, ⌈cols/block_cols⌉].
 void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
                int64_t block_cols, void* dst);
+// dequant: the dtype each dequantized weight is rounded to (f32: none more; f16: GPTQ's).
 void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
-                          int64_t rows, float* dst);
+                          int64_t rows, float* dst, DType dequant = DType::f32);
 void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
-                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr, DType dequant = DType::f32);
 
-// x [n, k] rounded to FP8 E4M3 and back, as compressed-tensors' dynamic activations are: per
-// row (group −1) or per `group` columns, s = amax|x| / 448 (2⁻²³ when 0), x' = e4m3(clamp(x / s,
-// ±448)) · s, ties to even. Rows are independent: batch invariant.
-void round_activations_fp8(const float* x, int64_t n, int64_t k, int64_t group, float* out);
+// x [n, k] rounded and back as compressed-tensors' dynamic activations are, per row (group −1)
+// or per `group` columns of a row: FP8 s = amax|x| / 448, x' = e4m3(clamp(x / s, ±448)) · s;
+// int8 s = amax|x| / 127.5, x' = round(clamp(x / s, −128, 127)) · s; ties to even; s = 2⁻²³
+// where amax is 0. Rows are independent: batch invariant.
+// row_amax (per row only): each row's amax given (all-reduced across shards) instead of its own.
+void round_activations(const float* x, int64_t n, int64_t k, const ActivationRounding& r, float* out,
+                       const float* row_amax = nullptr);
 // The E4M3 value nearest v (|v| ≤ 448), ties to even, as f32.
 float round_to_e4m3(float v);
 

@@ -90,6 +90,23 @@ struct Int4 {
   }
 };
 
+// int4 whose format rounds each dequantized weight to f16 (GPTQ: (q − zero) · scale in the
+// scales' fp16). The f32 product of a 4-bit difference and an f16 scale is exact, so rounding
+// it to f16 (vcvtps2ph, nearest even) is the format's one rounding.
+struct Int4F16 : Int4 {
+  static float weight(const Panel& p, int64_t t, int64_t c) { return f16_to_f32(f32_to_f16(Int4::weight(p, t, c))); }
+  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
+                                                                     __m512& lo, __m512& hi) {
+    Int4::widen512(p, t, b, lo, hi);
+    lo = _mm512_cvtph_ps(_mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    hi = _mm512_cvtph_ps(_mm512_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  __attribute__((target("avx2,fma,f16c"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
+    Int4::widen2(p, t, b, wv);
+    for (int i = 0; i < 4; ++i) wv[i] = _mm256_cvtph_ps(_mm256_cvtps_ph(wv[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+
 }  // namespace
 
 size_t packed_int4_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
@@ -125,17 +142,23 @@ void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zer
 }
 
 void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
-                          int64_t rows, float* dst) {
+                          int64_t rows, float* dst, DType dequant) {
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t r = row0 + i;
     const Int4::Panel p = Int4::panel(packed, padded_rows, cols, block_cols, r / kPanel);
-    for (int64_t t = 0; t < cols; ++t) dst[i * cols + t] = Int4::weight(p, t, r % kPanel);
+    for (int64_t t = 0; t < cols; ++t)
+      dst[i * cols + t] = dequant == DType::f16 ? Int4F16::weight(p, t, r % kPanel) : Int4::weight(p, t, r % kPanel);
   }
 }
 
 void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
-                        int64_t row0, int64_t o, float* out, const char* kernel) {
-  quantized::product<Int4>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+                        int64_t row0, int64_t o, float* out, const char* kernel, DType dequant) {
+  LINNET_CHECK(dequant == DType::f32 || dequant == DType::f16, "packed_matmul_int4: weights rounded to ",
+               dtype_name(dequant), " are not computed");
+  if (dequant == DType::f16)
+    quantized::product<Int4F16>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+  else
+    quantized::product<Int4>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
 }
 
 }  // namespace linnet::cpu

@@ -1,4 +1,4 @@
-// The products of quantized weights read as stored (FP8: packed_matmul_fp8.cpp, int4:
+// The products of quantized weights read as stored (FP8: packed_matmul_8bit.cpp, int4:
 // packed_matmul_int4.cpp), written once for every format: a format says how one step of a
 // panel (32 rows, one column) widens to f32 weights — exactly the format's own
 // dequantization — and this header runs the f32 path's multiply-adds on them in the f32 path's
@@ -78,9 +78,9 @@ __attribute__((target("avx512f,avx512bw"))) void micro_avx512(const float* x, in
   }
 }
 
-// ---- AVX2 + FMA: R rows × 4 vectors of 8 ----
+// ---- AVX2 + FMA (+ F16C, as the f32 path's kernel): R rows × 4 vectors of 8 ----
 template <class F, int R>
-__attribute__((target("avx2,fma"))) void micro_avx2(const float* x, int64_t ldx, int64_t k, const typename F::Panel& p,
+__attribute__((target("avx2,fma,f16c"))) void micro_avx2(const float* x, int64_t ldx, int64_t k, const typename F::Panel& p,
                                                     int, float* tile) {
   for (int q = 0; q < kChains; ++q) {
     __m256 a[R][4];
@@ -120,7 +120,7 @@ __attribute__((target("avx512f,avx512bw"))) void dequantize_panel_avx512(const t
   }
 }
 template <class F>
-__attribute__((target("avx2,fma"))) void dequantize_panel_avx2(const typename F::Panel& p, int64_t k, float* out) {
+__attribute__((target("avx2,fma,f16c"))) void dequantize_panel_avx2(const typename F::Panel& p, int64_t k, float* out) {
   for (int64_t t = 0; t < k;) {
     const typename F::Block2 blk = F::block2(p, t / p.block_cols);
     for (const int64_t e = std::min(k, (t / p.block_cols + 1) * p.block_cols); t < e; ++t) {
@@ -135,7 +135,9 @@ template <class F>
 void dequantize_panel(const typename F::Panel& p, int64_t k, float* out) {
   static const int width = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512bw") ? 512 : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 256 : 0;
+    return __builtin_cpu_supports("avx512bw")                                                       ? 512
+           : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") ? 256
+                                                                                                         : 0;
   }();
   if (width == 512) return dequantize_panel_avx512<F>(p, k, out);
   if (width == 256) return dequantize_panel_avx2<F>(p, k, out);

@@ -1,4 +1,4 @@
-// What every packed product shares (core/cpu/packed_matmul.cpp, packed_matmul_fp8.cpp): the
+// What every packed product shares (core/cpu/packed_matmul.cpp, packed_matmul_8bit.cpp): the
 // chains an output element is summed in, the register tiles' heights and the one walk over
 // panels and tiles. Internal to core/cpu.
 #pragma once

@@ -766,6 +766,22 @@ void CudaBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t col
   cuda::launch_sum_squares(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, cols, out.ptr<float>(), stream_);
 }
 
+void CudaBackend::row_amax_op(const Tensor& x, Tensor& out) {
+  act_type("row_amax", "x", x);
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_row_amax(dt(x), x.data(), x.dim(0), x.dim(1), out.ptr<float>(), stream_);
+}
+
+void CudaBackend::round_activations_op(const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax,
+                                       Tensor& out) {
+  act_type("round_activations", "x", x);
+  activate();
+  flush();
+  cuda::launch_round_activations(dt(x), x.data(), x.dim(0), x.dim(1), rounding.format == ActivationFormat::fp8,
+                                 rounding.group, row_amax ? row_amax->ptr<float>() : nullptr, out.data(), stream_);
+}
+
 void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,
                                 float eps, const Tensor* sum_sq, int64_t count) {
   const char* op = "rms_norm_cols";

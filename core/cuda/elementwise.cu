@@ -1,5 +1,7 @@
 // Row-wise and element-wise kernels: conversion, embedding, RMS norm (plain and fused with the
 // residual add), add, RoPE, SwiGLU, the matmul bias, row gathers, column copies, KV writes.
+#include <cuda_fp8.h>
+
 #include <cmath>
 
 #include "core/cuda/cuda_common.cuh"
@@ -156,6 +158,58 @@ __global__ void sum_squares_kernel(const T* x, int64_t W, int64_t c0, int64_t co
   if (threadIdx.x == 0) out[blockIdx.x] = ss;
 }
 
+// One block per row: max |x| over the row (NaN where it has one: fmaxf would drop it).
+template <class T>
+__global__ void row_amax_kernel(const T* x, int64_t W, float* out) {
+  __shared__ float scratch[32];
+  __shared__ int any_nan;
+  if (threadIdx.x == 0) any_nan = 0;
+  __syncthreads();
+  const T* row = x + blockIdx.x * W;
+  float m = 0.f;
+  for (int64_t i = threadIdx.x; i < W; i += blockDim.x) {
+    const float v = to_f(row[i]);
+    if (isnan(v)) any_nan = 1;
+    m = fmaxf(m, fabsf(v));
+  }
+  m = block_max(m, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = any_nan ? NAN : m;
+}
+
+// One block per (row, group of `group` columns): compressed-tensors' dynamic rounding of x (the
+// CPU's cpu::round_activations): s = amax / 448 or / 127.5 (2^-23 where 0), then e4m3(clamp(x /
+// s, ±448)) · s or rint(clamp(x / s, −128, 127)) · s, correctly rounded division and products.
+template <class T>
+__global__ void round_activations_kernel(const T* x, int64_t W, int64_t group, int64_t groups, bool fp8,
+                                         const float* row_amax, T* out) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x / groups, c0 = (blockIdx.x % groups) * group, c1 = min(W, c0 + group);
+  const T* in = x + r * W;
+  float amax;
+  if (row_amax) {
+    amax = row_amax[r];
+  } else {
+    float m = 0.f;
+    for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) m = fmaxf(m, fabsf(to_f(in[c])));
+    amax = block_max(m, scratch);
+  }
+  float s = __fdiv_rn(amax, fp8 ? 448.f : 127.5f);
+  if (s == 0.f) s = 1.1920928955078125e-7f;  // 2^-23
+  for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+    const float q = __fdiv_rn(to_f(in[c]), s);
+    float v;
+    if (isnan(q)) {
+      v = q;
+    } else if (fp8) {
+      const __nv_fp8_storage_t b = __nv_cvt_float_to_fp8(fminf(fmaxf(q, -448.f), 448.f), __NV_SATFINITE, __NV_E4M3);
+      v = __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)));
+    } else {
+      v = rintf(fminf(fmaxf(q, -128.f), 127.f));
+    }
+    out[r * W + c] = from_f<T>(__fmul_rn(v, s));
+  }
+}
+
 // One block per (row, group): x · rsqrt(ss / count + eps) · w over the group's width columns,
 // ss its own sum of squares or the given one.
 template <class T>
@@ -310,6 +364,25 @@ void launch_sum_squares(int dt, const void* x, int64_t N, int64_t W, int64_t c0,
   if (N == 0) return;
   by_act(dt, "sum_squares", [&]<class T>() {
     sum_squares_kernel<T><<<static_cast<unsigned>(N), 128, 0, s>>>(static_cast<const T*>(x), W, c0, cols, out);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_row_amax(int dt, const void* x, int64_t N, int64_t W, float* out, cudaStream_t s) {
+  if (N == 0) return;
+  by_act(dt, "row_amax", [&]<class T>() {
+    row_amax_kernel<T><<<static_cast<unsigned>(N), 128, 0, s>>>(static_cast<const T*>(x), W, out);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_round_activations(int dt, const void* x, int64_t N, int64_t W, bool fp8, int64_t group,
+                              const float* row_amax, void* out, cudaStream_t s) {
+  if (N == 0 || W == 0) return;
+  const int64_t g = group > 0 ? group : W, groups = (W + g - 1) / g;
+  by_act(dt, "round_activations", [&]<class T>() {
+    round_activations_kernel<T><<<static_cast<unsigned>(N * groups), 128, 0, s>>>(
+        static_cast<const T*>(x), W, g, groups, fp8, row_amax, static_cast<T*>(out));
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }

@@ -28,6 +28,12 @@ void launch_geglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, 
 void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStream_t s);
 void launch_sum_squares(int dt, const void* x, int64_t N, int64_t W, int64_t c0, int64_t cols, float* out,
                         cudaStream_t s);
+// max |x| of each row of x [N, W] into out [N] f32.
+void launch_row_amax(int dt, const void* x, int64_t N, int64_t W, float* out, cudaStream_t s);
+// x [N, W] rounded into out (same dtype) as compressed-tensors' dynamic activations: fp8 (true)
+// or int8, per row (group < 0) or per `group` columns; row_amax [N] given or null.
+void launch_round_activations(int dt, const void* x, int64_t N, int64_t W, bool fp8, int64_t group,
+                              const float* row_amax, void* out, cudaStream_t s);
 void launch_rms_norm_cols(int dt, void* x, int64_t N, int64_t W, int64_t c0, int64_t groups, int64_t width,
                           const void* w, int wdt, float eps, const float* sum_sq, int64_t count, cudaStream_t s);
 // out[m] = src[index[m]] (row_bytes each) or zeros where index[m] < 0 or >= src_rows.

@@ -1,8 +1,8 @@
-// The product of FP8 E4M3 weights with block scales, read as stored (core/cpu/packed_matmul.h).
-// Each kernel widens a step's 32 bytes to f32 in registers, exactly (a power of two off, put
-// back through the scale), times the row's block scale (one f32 rounding), then the f32 path's
-// multiply-adds in the f32 path's chain order: the bits of the dense product on the
-// dequantized matrix, whatever the rows, tile, thread or kernel.
+// The products of one-byte weights read as stored (core/cpu/packed_matmul.h): FP8 E4M3 with
+// block scales, and int8 with row or group scales. Each kernel widens a step's 32 bytes to f32
+// in registers, exactly, times the row's block scale (one f32 rounding, as the format's own
+// dequantization), then the f32 path's multiply-adds in the f32 path's chain order: the bits of
+// the dense product on the dequantized matrix, whatever the rows, tile, thread or kernel.
 #include "core/cpu/packed_matmul.h"
 
 #include <cmath>
@@ -19,8 +19,9 @@ int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Scales start on a cache line after the panels' bytes.
 size_t scales_offset(int64_t padded_rows, int64_t cols) { return (static_cast<size_t>(padded_rows * cols) + 63) / 64 * 64; }
 
-// FP8 as a format of packed_quantized.h: a panel's bytes [k][32] and scales [⌈k/bc⌉][32].
-struct Fp8 {
+// One byte a weight, as a format of packed_quantized.h: a panel's bytes [k][32] and its scales
+// [⌈k/bc⌉][32] f32 (FP8 and int8 differ only in how a byte widens).
+struct BytePanels {
   struct Panel {
     const uint8_t* q;
     const float* scales;
@@ -32,6 +33,17 @@ struct Fp8 {
     const float* scales = reinterpret_cast<const float*>(base + scales_offset(padded_rows, k));
     return {base + p * panel_bytes(k), scales + p * ceil_div(k, block_cols) * kPanel, block_cols};
   }
+  struct Block2 {
+    __m256 s[4];
+  };
+  __attribute__((target("avx2,fma"))) static Block2 block2(const Panel& p, int64_t b) {
+    Block2 out;
+    for (int i = 0; i < 4; ++i) out.s[i] = _mm256_loadu_ps(p.scales + b * kPanel + 8 * i);
+    return out;
+  }
+};
+
+struct Fp8 : BytePanels {
   static float weight(const Panel& p, int64_t t, int64_t c) {
     return f8_e4m3_to_f32(p.q[t * kPanel + c]) * p.scales[(t / p.block_cols) * kPanel + c];
   }
@@ -61,14 +73,6 @@ struct Fp8 {
 
   // AVX2: the sign, then the 7 magnitude bits shifted into an f32's exponent and mantissa (an
   // f32 2^120 times too small, subnormal for E4M3's subnormals) multiplied by 2^120, exact.
-  struct Block2 {
-    __m256 s[4];
-  };
-  __attribute__((target("avx2,fma"))) static Block2 block2(const Panel& p, int64_t b) {
-    Block2 out;
-    for (int i = 0; i < 4; ++i) out.s[i] = _mm256_loadu_ps(p.scales + b * kPanel + 8 * i);
-    return out;
-  }
   __attribute__((target("avx2,fma"))) static __m256 widen_e4m3_8(const uint8_t* bytes) {
     const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(bytes)));
     const __m256i mag = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7f)), 20);
@@ -80,6 +84,38 @@ struct Fp8 {
     const uint8_t* w = p.q + t * kPanel;
     _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
     for (int i = 0; i < 4; ++i) wv[i] = _mm256_mul_ps(widen_e4m3_8(w + 8 * i), b.s[i]);
+  }
+};
+
+// int8: a byte sign-extended and converted is the integer exactly; times the scale, one f32
+// rounding, as compressed-tensors' q.to(scale.dtype) * scale.
+struct Int8 : BytePanels {
+  static float weight(const Panel& p, int64_t t, int64_t c) {
+    return static_cast<float>(static_cast<int8_t>(p.q[t * kPanel + c])) * p.scales[(t / p.block_cols) * kPanel + c];
+  }
+  struct Block512 {
+    __m512 s_lo, s_hi;
+  };
+  __attribute__((target("avx512f,avx512bw"))) static Block512 block512(const Panel& p, int64_t b) {
+    const float* s = p.scales + b * kPanel;
+    return {_mm512_loadu_ps(s), _mm512_loadu_ps(s + 16)};
+  }
+  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
+                                                                     __m512& lo, __m512& hi) {
+    const uint8_t* w = p.q + t * kPanel;
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16));
+    lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a)), b.s_lo);
+    hi = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(c)), b.s_hi);
+  }
+  __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
+    const uint8_t* w = p.q + t * kPanel;
+    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    for (int i = 0; i < 4; ++i) {
+      const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 8 * i)));
+      wv[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(v), b.s[i]);
+    }
   }
 };
 
@@ -100,20 +136,31 @@ float round_to_e4m3(float v) {
   return std::copysign(r, v);
 }
 
-void round_activations_fp8(const float* x, int64_t n, int64_t k, int64_t group, float* out) {
-  const int64_t g = group > 0 ? group : k;
+void round_activations(const float* x, int64_t n, int64_t k, const ActivationRounding& r, float* out,
+                       const float* row_amax) {
+  LINNET_CHECK(r.any() && r.group != 0, "round_activations: no rounding given");
+  LINNET_CHECK(!row_amax || r.group < 0, "round_activations: a row's amax given for groups of ", r.group);
+  const int64_t g = r.group > 0 ? r.group : k;
+  const bool fp8 = r.format == ActivationFormat::fp8;
+  // compressed-tensors' symmetric scale: amax over half the range (448 - -448, 127 - -128).
+  const float half_range = fp8 ? 448.0f : 127.5f;
 #pragma omp parallel for if (n * k > 65536)
-  for (int64_t r = 0; r < n; ++r)
+  for (int64_t row = 0; row < n; ++row)
     for (int64_t c0 = 0; c0 < k; c0 += g) {
       const int64_t c1 = std::min(k, c0 + g);
-      const float* in = x + r * k;
+      const float* in = x + row * k;
       float amax = 0;
-      for (int64_t c = c0; c < c1; ++c) amax = std::isnan(in[c]) || std::isnan(amax) ? NAN : std::max(amax, std::fabs(in[c]));
-      float s = amax / 448.0f;
+      if (row_amax) amax = row_amax[row];
+      else
+        for (int64_t c = c0; c < c1; ++c) amax = std::isnan(in[c]) || std::isnan(amax) ? NAN : std::max(amax, std::fabs(in[c]));
+      float s = amax / half_range;
       if (s == 0) s = std::numeric_limits<float>::epsilon();
       for (int64_t c = c0; c < c1; ++c) {
         const float q = in[c] / s;
-        out[r * k + c] = std::isnan(q) ? q : round_to_e4m3(std::clamp(q, -448.0f, 448.0f)) * s;
+        // (nearbyint: the default rounding mode, to nearest even, as torch.round)
+        out[row * k + c] = std::isnan(q) ? q
+                           : fp8         ? round_to_e4m3(std::clamp(q, -448.0f, 448.0f)) * s
+                                         : std::nearbyint(std::clamp(q, -128.0f, 127.0f)) * s;
       }
     }
 }
@@ -142,18 +189,34 @@ void pack_fp8(const uint8_t* q, const float* row_scales, int64_t rows, int64_t c
   }
 }
 
-void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
-                         int64_t rows, float* dst) {
+namespace {
+template <class F>
+void unpack_rows_f32_as(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                        int64_t rows, float* dst) {
   for (int64_t i = 0; i < rows; ++i) {
     const int64_t r = row0 + i;
-    const Fp8::Panel p = Fp8::panel(packed, padded_rows, cols, block_cols, r / kPanel);
-    for (int64_t t = 0; t < cols; ++t) dst[i * cols + t] = Fp8::weight(p, t, r % kPanel);
+    const typename F::Panel p = F::panel(packed, padded_rows, cols, block_cols, r / kPanel);
+    for (int64_t t = 0; t < cols; ++t) dst[i * cols + t] = F::weight(p, t, r % kPanel);
   }
+}
+}  // namespace
+
+void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                         int64_t rows, float* dst) {
+  unpack_rows_f32_as<Fp8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+}
+void unpack_rows_int8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                          int64_t rows, float* dst) {
+  unpack_rows_f32_as<Int8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
 }
 
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                        int64_t row0, int64_t o, float* out, const char* kernel) {
   quantized::product<Fp8>("packed_matmul_fp8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+}
+void packed_matmul_int8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                        int64_t row0, int64_t o, float* out, const char* kernel) {
+  quantized::product<Int8>("packed_matmul_int8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
 }
 
 }  // namespace linnet::cpu

@@ -1,0 +1,232 @@
+// GPTQ checkpoints (issue 37: quant_method "gptq", 4 bits): quantization_config's reading, the
+// parts named after the module and stored transposed (and how a shard slices them), the CPU
+// kernels with the format's f16 rounding against the dense product, and the refusals of bad
+// checkpoints. Whole models against transformers + gptqmodel: tests/conformance_test.cpp
+// (fixtures gptq_f16, gptq_asym_f16 at Shards 1, 2 and 4).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "architectures/hf_config.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint_test_util.h"
+#include "fixture_edit_util.h"
+#include "core/backend.h"
+#include "core/cpu/packed_matmul.h"
+#include "layers/generics.h"
+#include "layers/parameters.h"
+
+using namespace linnet;
+using linnet::testutil::error_of;
+using linnet::testutil::ScratchDir;
+using linnet::testutil::edited_fixture;
+using linnet::testutil::expect_every_kernel_gives_the_dense_product;
+using linnet::testutil::matrix_spec;
+using linnet::testutil::load_error;
+using linnet::testutil::read_text;
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+const fs::path kGolden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
+
+// A [rows, cols] matrix in GPTQ's v1 words: qweight [cols/8, rows] (eight input rows a word),
+// scales [groups, rows] (f16 values, held f32), qzeros [groups, rows/8] (zero − 1 a nibble);
+// and its dequantization f16((q − zero) · scale).
+struct Words {
+  Tensor qweight, scales, qzeros, dequantized;
+};
+Words gptq_words(int64_t rows, int64_t cols, int64_t group, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> q4(0, 15), z4(1, 15);  // (zero 0 carries in v1's word add)
+  std::normal_distribution<float> nd;
+  const int64_t groups = cols / group;
+  Words out{Tensor::zeros({cols / 8, rows}, DType::i32), Tensor::empty({groups, rows}, DType::f32),
+            Tensor::zeros({groups, rows / 8}, DType::i32), Tensor::empty({rows, cols}, DType::f32)};
+  std::vector<int> zero(static_cast<size_t>(groups * rows));
+  for (int64_t b = 0; b < groups; ++b)
+    for (int64_t r = 0; r < rows; ++r) {
+      out.scales.ptr<float>()[b * rows + r] = f16_to_f32(f32_to_f16(std::fabs(nd(rng)) * 0.01f + 1e-4f));
+      const int z = z4(rng);
+      zero[static_cast<size_t>(b * rows + r)] = z;
+      out.qzeros.ptr<uint32_t>()[b * (rows / 8) + r / 8] |= static_cast<uint32_t>(z - 1) << (4 * (r % 8));
+    }
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int q = q4(rng);
+      out.qweight.ptr<uint32_t>()[(c / 8) * rows + r] |= static_cast<uint32_t>(q) << (4 * (c % 8));
+      const int64_t b = (c / group) * rows + r;
+      const float w = static_cast<float>(q - zero[static_cast<size_t>(b)]) * out.scales.ptr<float>()[b];
+      out.dequantized.ptr<float>()[r * cols + c] = f16_to_f32(f32_to_f16(w));
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST(Gptq, ConfigIsReadOrRefusedByName) {
+  const json fixture = json::parse(read_text(kGolden / "gptq_f16/config.json"));
+  const ModelConfig c = parse_hf_config(fixture, "cfg");
+  ASSERT_TRUE(c.quantization);
+  EXPECT_EQ(c.quantization->method, "gptq");
+  EXPECT_EQ(c.quantization->matrices.describe(), "gptq int4 groups of 16");
+  EXPECT_TRUE(c.quantization->converts("model.layers.0.self_attn.q_proj"));
+  EXPECT_FALSE(c.quantization->converts("lm_head"));
+  auto refused = [&](const std::function<void(json&)>& edit) {
+    json k = fixture;
+    edit(k["quantization_config"]);
+    return error_of([&] { parse_hf_config(k, "cfg"); });
+  };
+  std::string e = refused([](json& q) { q["bits"] = 8; });
+  EXPECT_NE(e.find("quantization_config.bits 8 is not read yet"), std::string::npos) << e;
+  e = refused([](json& q) { q["checkpoint_format"] = "marlin"; });
+  EXPECT_NE(e.find("checkpoint_format 'marlin' is not read"), std::string::npos) << e;
+  e = refused([](json& q) { q["lm_head"] = true; });
+  EXPECT_NE(e.find("a GPTQ-quantized lm_head is not read yet"), std::string::npos) << e;
+  e = refused([](json& q) { q["group_size"] = 0; });
+  EXPECT_NE(e.find("group_size must be a positive integer or -1"), std::string::npos) << e;
+  e = refused([](json& q) { q["modules_in_block_to_quantize"] = json::array({json::array({"self_attn.q_proj"})}); });
+  EXPECT_NE(e.find("modules_in_block_to_quantize is not read yet"), std::string::npos) << e;
+  json v2 = fixture, channel = fixture;
+  v2["quantization_config"]["checkpoint_format"] = "gptq_v2";
+  EXPECT_EQ(parse_hf_config(v2, "cfg").quantization->matrices.zero_point_word_add, 0u);
+  EXPECT_EQ(c.quantization->matrices.zero_point_word_add, 0x11111111u);
+  channel["quantization_config"]["group_size"] = -1;
+  EXPECT_EQ(parse_hf_config(channel, "cfg").quantization->matrices.describe(), "gptq int4 per channel");
+}
+
+// Every part is named after the module and stored [columns, rows] of the matrix: a column-parallel
+// matrix (split by rows) slices its parts' columns, a row-parallel one their rows.
+TEST(Gptq, PartsAreNamedAfterTheModuleAndStoredTransposed) {
+  const WeightLayout l = WeightLayout::gptq_groups(16, true);
+  const ParamSpec q = matrix_spec("model.layers.0.self_attn.q_proj.weight", {64, 64}, Split::rows, 16, l);
+  const ParamSpec v = q.values_part();
+  EXPECT_EQ(v.hf_name, "model.layers.0.self_attn.q_proj.qweight");
+  EXPECT_EQ(v.full, (Shape{8, 64}));
+  EXPECT_EQ(v.split, Split::columns);
+  EXPECT_EQ(v.shard_range(2), (std::pair<int64_t, int64_t>{32, 48}));
+  const auto parts = q.companions();
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[0].hf_name, "model.layers.0.self_attn.q_proj.scales");
+  EXPECT_EQ(parts[0].full, (Shape{4, 64}));
+  EXPECT_EQ(parts[0].split, Split::columns);
+  EXPECT_EQ(parts[1].hf_name, "model.layers.0.self_attn.q_proj.qzeros");
+  EXPECT_EQ(parts[1].full, (Shape{4, 8}));
+  EXPECT_EQ(parts[1].shard_range(2), (std::pair<int64_t, int64_t>{4, 6}));
+  EXPECT_EQ(parts[2].hf_name, "model.layers.0.self_attn.q_proj.g_idx");
+  EXPECT_EQ(parts[2].split, Split::mirrored);
+  const ParamSpec o = matrix_spec("model.layers.0.self_attn.o_proj.weight", {64, 64}, Split::columns, 32, l);
+  EXPECT_EQ(o.values_part().split, Split::rows);
+  EXPECT_EQ(o.values_part().shard_range(1), (std::pair<int64_t, int64_t>{4, 8}));
+  EXPECT_EQ(o.companions()[0].split, Split::rows);
+  EXPECT_EQ(o.companions()[0].shard_range(1), (std::pair<int64_t, int64_t>{2, 4}));
+  EXPECT_EQ(o.companions()[2].split, Split::rows);  // g_idx: the shard's columns
+  // A slice must hold whole groups and whole words (8 input rows of qweight, 8 output columns of qzeros).
+  EXPECT_EQ(l.slice_unit(0), 8);
+  EXPECT_EQ(l.slice_unit(1), 16);
+  const ParamSpec o4 = matrix_spec("model.layers.0.self_attn.o_proj.weight", {64, 64}, Split::columns, 16,
+                              WeightLayout::gptq_groups(32, true));
+  EXPECT_NE(error_of([&] { o4.check_blocks(4); }).find("o_proj.weight: the slice [0, 16) of dimension 1 (columns) of 64 "
+                                                       "cuts a block of 32"),
+            std::string::npos);
+  // Counted as stored: half a byte a weight, f16 scales, i32 zero-point words and g_idx.
+  EXPECT_EQ(l.bytes({64, 64}, DType::f16), 64 * 32 + 4 * 64 * 2 + 4 * 8 * 4 + 64 * 4);
+}
+
+TEST(Gptq, EveryKernelRoundsTheDequantizedWeightsToF16) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd;
+  for (const int64_t group : {int64_t{16}, int64_t{32}, WeightLayout::kWhole}) {
+    const int64_t o = 48, in = 96, g = std::min(group, in);
+    const Words w = gptq_words(o, in, g, static_cast<uint32_t>(g));
+    const Tensor q = be->upload_quantized_matrix({{w.qweight, w.scales, w.qzeros, in}}, WeightLayout::gptq_groups(group, true));
+    ASSERT_EQ(q.shape(), (Shape{o, in}));
+    const Tensor dense = be->upload_matrix(w.dequantized);
+    std::vector<float> rows(static_cast<size_t>(o * in));
+    cpu::unpack_rows_int4_f32(q.storage()->data, q.storage()->packed_rows, in, g, 0, o, rows.data(), DType::f16);
+    EXPECT_EQ(rows, w.dequantized.to_floats()) << "group " << g;
+    std::vector<float> xf(static_cast<size_t>(40 * in));
+    for (auto& v : xf) v = nd(rng);
+    const Tensor x = Tensor::from_floats({40, in}, xf);
+    expect_every_kernel_gives_the_dense_product(x, dense, 0, o, [&](int64_t n, const char* k, float* out) {
+      cpu::packed_matmul_int4(x.ptr<float>(), n, in, q.storage()->data, q.storage()->packed_rows, g, 0, o, out, k,
+                              DType::f16);
+    }, str("group ", g));
+    Tensor got = Tensor::empty({3, o}, DType::f32), want = Tensor::empty({3, o}, DType::f32);
+    be->matmul(x.rows(0, 3), q, nullptr, got);
+    be->matmul(x.rows(0, 3), dense, nullptr, want);
+    EXPECT_EQ(got.to_floats(), want.to_floats()) << "group " << g;
+  }
+  // v1's word add carries: a stored nibble 0xF (zero 0) reads as 0 and adds one to the next.
+  Words w = gptq_words(8, 16, 16, 9);
+  w.qzeros.ptr<uint32_t>()[0] = 0x1111111Fu;  // rows 0..7: zero − 1 = 0xF, then 1 each
+  const Tensor q = be->upload_quantized_matrix({{w.qweight, w.scales, w.qzeros, 16}}, WeightLayout::gptq_groups(16, true));
+  std::vector<float> rows(8 * 16);
+  cpu::unpack_rows_int4_f32(q.storage()->data, q.storage()->packed_rows, 16, 16, 0, 8, rows.data(), DType::f16);
+  const uint32_t word = 0x1111111Fu + 0x11111111u;  // 0x22222230: row 0 zero 0, row 1 zero 3, the rest 2
+  for (int64_t r = 0; r < 8; ++r) {
+    const int z = static_cast<int>((word >> (4 * r)) & 15u);
+    const int qv = static_cast<int>(w.qweight.ptr<uint32_t>()[r] & 15u);
+    EXPECT_EQ(rows[static_cast<size_t>(r * 16)], f16_to_f32(f32_to_f16(static_cast<float>(qv - z) * w.scales.ptr<float>()[r])))
+        << "row " << r;
+  }
+}
+
+TEST(Gptq, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
+  const fs::path sym = kGolden / "gptq_f16";
+  const std::string m = "model.layers.1.self_attn.k_proj";
+  {  // desc_act: a g_idx that reorders the groups
+    ScratchDir d;
+    std::vector<int64_t> g(64);
+    for (int64_t i = 0; i < 64; ++i) g[static_cast<size_t>(i)] = (i * 5 % 64) / 16;
+    edited_fixture(sym, d, [](json& j) { j["quantization_config"]["desc_act"] = true; },
+                   {{m + ".g_idx", Tensor::from_ints({64}, g)}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find(m + ".g_idx: column 4 is in group 1, not 0"), std::string::npos) << e;
+    EXPECT_NE(e.find("a g_idx that reorders the columns' groups (desc_act) is not read yet"), std::string::npos) << e;
+  }
+  {  // packed ints of the wrong count
+    ScratchDir d;
+    edited_fixture(sym, d, [](json&) {}, {{m + ".qweight", Tensor::zeros({7, 32}, DType::i32)}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find(m + ".qweight"), std::string::npos) << e;
+    EXPECT_NE(e.find("[8, 32]"), std::string::npos) << e;
+  }
+  {  // values in another dtype
+    ScratchDir d;
+    edited_fixture(sym, d, [](json&) {}, {{m + ".qweight", Tensor::zeros({8, 32}, DType::f32)}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("tensor '" + m + ".qweight' is stored as f32, but quantization_config (gptq int4 groups of 16) "
+                     "stores it as i32"),
+              std::string::npos)
+        << e;
+  }
+  {  // a NaN scale
+    ScratchDir d;
+    SafetensorsFile f((sym / "model.safetensors").string());
+    Tensor s = f.read(m + ".scales").to(DType::f32);
+    s.ptr<float>()[33] = std::nanf("");
+    edited_fixture(sym, d, [](json&) {}, {{m + ".scales", s.to(DType::f16)}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find("tensor '" + m + ".scales' holds NaN at [1, 1]"), std::string::npos) << e;
+  }
+  {  // a missing part
+    ScratchDir d;
+    SafetensorsFile f((sym / "model.safetensors").string());
+    std::vector<std::pair<std::string, Tensor>> kept;
+    for (const auto& n : f.names())
+      if (n != m + ".qzeros") kept.emplace_back(n, f.read(n));
+    std::ofstream(d / "config.json") << read_text(sym / "config.json");
+    save_safetensors(d / "model.safetensors", kept);
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find(m + ".qzeros"), std::string::npos) << e;
+  }
+  auto be = make_cpu_backend();
+  SingleCommunicator comm;
+  EXPECT_NO_THROW(load_model(sym.string(), RunOptions{}, *be, comm));
+}
