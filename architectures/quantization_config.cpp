@@ -1,7 +1,7 @@
 // config.json's quantization_config → Quantization (layers/quantization.h). Read: Hugging
 // Face's fine-grained FP8 (quant_method "fp8": DeepSeek-V3/R1, Qwen3-*-FP8) and
 // compressed-tensors' float-quantized FP8, pack-quantized W4A16 and int-quantized W8A8
-// (llm-compressor's checkpoints), and 4-bit GPTQ. Every other method is refused by name, as is any key that
+// (llm-compressor's checkpoints), 4-bit GPTQ and AWQ. Every other method is refused by name, as is any key that
 // would change the numbers.
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -253,6 +253,32 @@ Quantization gptq(const ConfigReader& r, const json& q) {
   return out;
 }
 
+// AWQ (quant_method "awq": AutoAWQ's and llm-awq's checkpoints, most "-AWQ" models) in its
+// "gemm" layout: 4-bit weights with zero points, eight output rows a word, nibbles interleaved,
+// stored transposed with fp16 scales (WeightLayout::awq_groups).
+Quantization awq(const ConfigReader& r, const json& q) {
+  const json bits = q.value("bits", q.value("w_bit", json()));
+  if (bits != 4) r.fail(str("quantization_config.bits ", bits.dump().substr(0, 20), " is not read (AWQ is 4-bit)"));
+  const json gs = q.value("group_size", q.value("q_group_size", json(128)));
+  if (!gs.is_number_integer() || (gs.get<int64_t>() <= 0 && gs.get<int64_t>() != -1) ||
+      gs.get<int64_t>() > (int64_t{1} << 20))
+    r.fail(str("quantization_config.group_size must be a positive integer or -1 (one group a row), got ", gs.dump()));
+  const json version = q.value("version", json("gemm"));
+  if (!version.is_string() || (version != "gemm" && version != "GEMM"))
+    r.fail(str("quantization_config.version ", version.dump().substr(0, 40),
+               " is not read yet (linnet reads AWQ's \"gemm\" layout; gemv, exllama, ipex and marlin pack otherwise)"));
+  if (given(q, "zero_point") && q["zero_point"] != true)
+    r.fail(str("quantization_config.zero_point ", q["zero_point"].dump().substr(0, 20),
+               " is not read (linnet reads AWQ with zero points, its default)"));
+  Quantization out;
+  out.method = "awq";
+  out.matrices = WeightLayout::awq_groups(gs.get<int64_t>() == -1 ? WeightLayout::kWhole : gs.get<int64_t>());
+  out.not_converted = string_list(r, q, "modules_to_not_convert");
+  if (std::find(out.not_converted.begin(), out.not_converted.end(), "lm_head") == out.not_converted.end())
+    out.not_converted.push_back("lm_head");
+  return out;
+}
+
 }  // namespace
 
 std::optional<Quantization> parse_quantization_config(const ConfigReader& r, const ModelConfig& c) {
@@ -263,6 +289,10 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
     r.fail("quantization_config has no quant_method (a string naming the format)");
   const std::string method = q["quant_method"].get<std::string>();
   if (method == "fp8") return fine_grained_fp8(r, q);
+  if (method == "awq") {
+    if (c.moe()) r.fail("quantization_config: AWQ mixtures of experts are not read yet (dense models are)");
+    return awq(r, q);
+  }
   if (method == "gptq") {
     if (c.moe()) r.fail("quantization_config: GPTQ mixtures of experts are not read yet (dense models are)");
     return gptq(r, q);
@@ -274,7 +304,7 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   }
   r.fail(str("quantization_config.quant_method '", method.size() > 40 ? method.substr(0, 37) + "..." : method,
              "' is not supported yet (linnet reads fp8, Hugging Face's fine-grained FP8, and compressed-tensors' "
-             "float-quantized FP8, pack-quantized W4A16 and int-quantized W8A8, and gptq)"));
+             "float-quantized FP8, pack-quantized W4A16 and int-quantized W8A8, gptq and awq)"));
 }
 
 }  // namespace linnet

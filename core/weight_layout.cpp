@@ -77,6 +77,14 @@ WeightLayout WeightLayout::gptq_groups(int64_t group, bool v1) {
   return l;
 }
 
+WeightLayout WeightLayout::awq_groups(int64_t group) {
+  WeightLayout l = gptq_groups(group, false);
+  l.group_index = false;
+  l.values_along_rows = true;
+  l.interleaved_nibbles = true;
+  return l;
+}
+
 std::string WeightLayout::part_name(const std::string& matrix, const std::string& suffix) const {
   if (!module_names) return matrix + suffix;
   const std::string module = matrix.ends_with(".weight") ? matrix.substr(0, matrix.size() - 7) : matrix;
@@ -101,9 +109,9 @@ std::string ActivationRounding::describe() const {
 std::string WeightLayout::describe() const {
   if (dense()) return "dense";
   const std::string acts = activations.describe();
-  if (module_names)  // GPTQ: zero points always stored (8 when symmetric)
-    return str("gptq int4 ", whole(1) ? std::string("per channel") : str("groups of ", block_cols),
-               zero_point_word_add ? "" : " (v2 zero points)", acts);
+  if (module_names)  // GPTQ, AWQ: zero points always stored (GPTQ: 8 when symmetric)
+    return str(interleaved_nibbles ? "awq int4 " : "gptq int4 ", whole(1) ? std::string("per channel") : str("groups of ", block_cols),
+               zero_point_word_add || interleaved_nibbles ? "" : " (v2 zero points)", acts);
   const std::string zeros = zero_point_dtype ? " asymmetric" : "";
   if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", acts);
   if ((format == WeightFormat::int4 || format == WeightFormat::int8) && block_rows == 1)
@@ -137,13 +145,15 @@ std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
 
 WeightCompanion WeightLayout::values_of(const Shape& m) const {
   Shape s = m;
-  if (s.rank() == 2) s[1] = ceil_div(s[1], values_per_word);
-  const WeightCompanion v{values_suffix, s, data_dtype.value_or(DType::f32), PartRole::values, 1, values_per_word};
+  const int dim = values_along_rows ? 0 : 1;
+  if (s.rank() == 2) s[dim] = ceil_div(s[dim], values_per_word);
+  const WeightCompanion v{values_suffix, s, data_dtype.value_or(DType::f32), PartRole::values,
+                          values_along_rows ? values_per_word : 1, values_along_rows ? 1 : values_per_word};
   return transposed ? transposed_part(v) : v;
 }
 
 int64_t WeightLayout::slice_unit(int dim) const {
-  int64_t unit = dim == 0 ? 1 : values_per_word;
+  int64_t unit = (dim == 0) == values_along_rows ? values_per_word : 1;
   for (const auto& c : companions_of(Shape{1, 1})) {
     if (c.role == PartRole::group_index || c.per(dim) >= kWhole) continue;
     unit = unit / gcd(unit, c.per(dim)) * c.per(dim);

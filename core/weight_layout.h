@@ -115,6 +115,11 @@ struct WeightLayout {
   // weight ("…q_proj.qweight", ".scales", ".qzeros", ".g_idx": the suffixes are those names).
   bool transposed = false;
   bool module_names = false;
+  // AWQ's layout: the values packed along the rows (values_per_word output rows a word: qweight
+  // [in, out/8]), and each word's nibbles interleaved: nibble k holds element 8c +
+  // [0, 2, 4, 6, 1, 3, 5, 7][k] (values and zero points alike).
+  bool values_along_rows = false;
+  bool interleaved_nibbles = false;
   // Added to each stored zero-point word before its nibbles are read (GPTQ's v1 format stores
   // zero − 1: gptqmodel adds 0x11111111 to the word, carries and all); 0 none.
   uint32_t zero_point_word_add = 0;
@@ -137,6 +142,10 @@ struct WeightLayout {
   // input columns (kWhole: per channel); v1 ("gptq" checkpoint_format): zero points stored
   // minus one.
   static WeightLayout gptq_groups(int64_t group, bool v1);
+  // AWQ (quant_method "awq", version "gemm", 4 bits, zero points): qweight [in, out/8], qzeros
+  // [groups, out/8] (zero as is), scales (f16) [groups, out], named after the module, stored
+  // transposed, nibbles interleaved; weights rounded to f16 as GPTQ's.
+  static WeightLayout awq_groups(int64_t group);
   // The stored name of a part of matrix `matrix` ("…q_proj.weight"): `matrix` + suffix, or
   // with module_names the module's name + "." + suffix ("…q_proj.qweight").
   std::string part_name(const std::string& matrix, const std::string& suffix) const;
@@ -155,7 +164,8 @@ struct WeightLayout {
   // ⌈cols/block_cols⌉ for the first two, the zero points' rows packed zero_points_per_word to
   // an element; [cols] for g_idx); none for dense.
   std::vector<WeightCompanion> companions_of(const Shape& matrix) const;
-  // The stored values of a [rows, cols] matrix: [rows, ⌈cols/values_per_word⌉] in data_dtype.
+  // The stored values of a [rows, cols] matrix: [rows, ⌈cols/values_per_word⌉] in data_dtype
+  // ([⌈rows/values_per_word⌉, cols] with values_along_rows; then turned when transposed).
   WeightCompanion values_of(const Shape& matrix) const;
   // The unit a slice along `dim` must be a whole number of: every stored part's elements
   // whole (the blocks', the packed words'); 1 for dense.

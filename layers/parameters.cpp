@@ -82,7 +82,8 @@ ParamSpec ParamSpec::values_part() const {
   c.full = v.shape;
   c.dtype = layout.data_dtype;
   if (split == Split::columns) c.per_shard = (per_shard + v.per_cols - 1) / v.per_cols;
-  if (stored.rank()) c.stored = layout.values_of(stored).shape;
+  if (split == Split::rows) c.per_shard = (per_shard + v.per_rows - 1) / v.per_rows;
+  if (stored.rank()) c.stored = layout.values_of(stored).shape, c.row_offset = row_offset / v.per_rows;
   if (v.transposed) transpose_split(c);
   return c;
 }

@@ -111,7 +111,7 @@ TEST(ConfigKeys, RefusesMathItDoesNotImplement) {
       {"query_pre_attn_scalar", 256},
       {"embedding_multiplier", 12.0},
       {"logits_scaling", 8.0},
-      {"quantization_config", {{"quant_method", "awq"}, {"bits", 4}}},
+      {"quantization_config", {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}},
       {"architectures", json::array({"LlamaForSequenceClassification"})},
   };
   for (const auto& [key, value] : refused) {

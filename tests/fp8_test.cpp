@@ -198,8 +198,8 @@ TEST(Fp8, QuantizationConfigIsReadOrRefusedByName) {
     edit(k["quantization_config"]);
     return error_of([&] { parse_hf_config(k, "cfg"); });
   };
-  std::string e = refused([](json& q) { q = {{"quant_method", "awq"}, {"bits", 4}}; });
-  EXPECT_NE(e.find("quant_method 'awq' is not supported yet"), std::string::npos) << e;
+  std::string e = refused([](json& q) { q = {{"quant_method", "bitsandbytes"}, {"load_in_4bit", true}}; });
+  EXPECT_NE(e.find("quant_method 'bitsandbytes' is not supported yet"), std::string::npos) << e;
   e = refused([](json& q) { q["activation_scheme"] = "static"; });
   EXPECT_NE(e.find("activation_scheme 'static'"), std::string::npos) << e;
   e = refused([](json& q) { q["weight_block_size"] = {128}; });

@@ -1,8 +1,8 @@
-// GPTQ checkpoints (issue 37: quant_method "gptq", 4 bits): quantization_config's reading, the
-// parts named after the module and stored transposed (and how a shard slices them), the CPU
-// kernels with the format's f16 rounding against the dense product, and the refusals of bad
-// checkpoints. Whole models against transformers + gptqmodel: tests/conformance_test.cpp
-// (fixtures gptq_f16, gptq_asym_f16 at Shards 1, 2 and 4).
+// GPTQ and AWQ checkpoints (issue 37: quant_method "gptq" and "awq", 4 bits):
+// quantization_config's reading, the parts named after the module and stored transposed (and
+// how a shard slices them), the CPU kernels with the formats' f16 rounding against the dense
+// product, and the refusals of bad checkpoints. Whole models against transformers + gptqmodel:
+// tests/conformance_test.cpp (fixtures gptq_f16, gptq_asym_f16, awq_f16 at Shards 1, 2 and 4).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -229,4 +229,97 @@ TEST(Gptq, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
   auto be = make_cpu_backend();
   SingleCommunicator comm;
   EXPECT_NO_THROW(load_model(sym.string(), RunOptions{}, *be, comm));
+}
+
+namespace {
+
+// A [rows, cols] matrix in AWQ's gemm words: qweight [cols, rows/8] and qzeros [groups, rows/8],
+// nibble k of a word holding row 8c + [0, 2, 4, 6, 1, 3, 5, 7][k]; scales [groups, rows]; its
+// dequantization f16((q − zero) · scale).
+Words awq_words(int64_t rows, int64_t cols, int64_t group, uint32_t seed) {
+  static constexpr int kOrder[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> q4(0, 15);
+  std::normal_distribution<float> nd;
+  const int64_t groups = cols / group, rw = rows / 8;
+  Words out{Tensor::zeros({cols, rw}, DType::i32), Tensor::empty({groups, rows}, DType::f32),
+            Tensor::zeros({groups, rw}, DType::i32), Tensor::empty({rows, cols}, DType::f32)};
+  std::vector<int> zero(static_cast<size_t>(groups * rows)), q(static_cast<size_t>(rows * cols));
+  for (auto& z : zero) z = q4(rng);
+  for (auto& v : q) v = q4(rng);
+  for (int64_t b = 0; b < groups; ++b)
+    for (int64_t r = 0; r < rows; ++r)
+      out.scales.ptr<float>()[b * rows + r] = f16_to_f32(f32_to_f16(std::fabs(nd(rng)) * 0.01f + 1e-4f));
+  for (int64_t c8 = 0; c8 < rw; ++c8)
+    for (int k = 0; k < 8; ++k) {
+      const int64_t r = c8 * 8 + kOrder[k];
+      for (int64_t b = 0; b < groups; ++b)
+        out.qzeros.ptr<uint32_t>()[b * rw + c8] |= static_cast<uint32_t>(zero[static_cast<size_t>(b * rows + r)]) << (4 * k);
+      for (int64_t c = 0; c < cols; ++c)
+        out.qweight.ptr<uint32_t>()[c * rw + c8] |= static_cast<uint32_t>(q[static_cast<size_t>(r * cols + c)]) << (4 * k);
+    }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t b = (c / group) * rows + r;
+      const float w = static_cast<float>(q[static_cast<size_t>(r * cols + c)] - zero[static_cast<size_t>(b)]) *
+                      out.scales.ptr<float>()[b];
+      out.dequantized.ptr<float>()[r * cols + c] = f16_to_f32(f32_to_f16(w));
+    }
+  return out;
+}
+
+}  // namespace
+
+TEST(Awq, ConfigIsReadOrRefusedByName) {
+  const json fixture = json::parse(read_text(kGolden / "awq_f16/config.json"));
+  const ModelConfig c = parse_hf_config(fixture, "cfg");
+  ASSERT_TRUE(c.quantization);
+  EXPECT_EQ(c.quantization->method, "awq");
+  EXPECT_EQ(c.quantization->matrices.describe(), "awq int4 groups of 32");
+  EXPECT_FALSE(c.quantization->converts("lm_head"));
+  auto refused = [&](const std::function<void(json&)>& edit) {
+    json k = fixture;
+    edit(k["quantization_config"]);
+    return error_of([&] { parse_hf_config(k, "cfg"); });
+  };
+  std::string e = refused([](json& q) { q["version"] = "gemv"; });
+  EXPECT_NE(e.find("quantization_config.version \"gemv\" is not read yet"), std::string::npos) << e;
+  e = refused([](json& q) { q["zero_point"] = false; });
+  EXPECT_NE(e.find("zero_point false is not read"), std::string::npos) << e;
+  e = refused([](json& q) { q["bits"] = 3; });
+  EXPECT_NE(e.find("bits 3 is not read"), std::string::npos) << e;
+}
+
+// AWQ's values are packed along the output rows, so a column-parallel matrix's slice must hold
+// whole words of 8 rows; every kernel gives the dense product on the f16-rounded weights.
+TEST(Awq, ValuesPackedAlongTheRowsWithInterleavedNibbles) {
+  const WeightLayout l = WeightLayout::awq_groups(32);
+  const ParamSpec q = matrix_spec("model.layers.0.self_attn.q_proj.weight", {64, 128}, Split::rows, 16, l);
+  const ParamSpec v = q.values_part();
+  EXPECT_EQ(v.hf_name, "model.layers.0.self_attn.q_proj.qweight");
+  EXPECT_EQ(v.full, (Shape{128, 8}));
+  EXPECT_EQ(v.split, Split::columns);
+  EXPECT_EQ(v.shard_range(1), (std::pair<int64_t, int64_t>{2, 4}));
+  EXPECT_EQ(q.companions().size(), 2u);  // scales, qzeros: no g_idx
+  EXPECT_EQ(l.slice_unit(0), 8);
+  EXPECT_EQ(l.slice_unit(1), 32);
+  EXPECT_EQ(l.bytes({64, 128}, DType::f16), 64 * 64 + 4 * 64 * 2 + 4 * 8 * 4);
+
+  auto be = make_cpu_backend();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> nd;
+  const int64_t o = 48, in = 96;
+  const Words w = awq_words(o, in, 32, 4);
+  const Tensor m = be->upload_quantized_matrix({{w.qweight, w.scales, w.qzeros, in}}, l);
+  const Tensor dense = be->upload_matrix(w.dequantized);
+  std::vector<float> rows(static_cast<size_t>(o * in));
+  cpu::unpack_rows_int4_f32(m.storage()->data, m.storage()->packed_rows, in, 32, 0, o, rows.data(), DType::f16);
+  EXPECT_EQ(rows, w.dequantized.to_floats());
+  std::vector<float> xf(static_cast<size_t>(40 * in));
+  for (auto& x : xf) x = nd(rng);
+  const Tensor x = Tensor::from_floats({40, in}, xf);
+  expect_every_kernel_gives_the_dense_product(x, dense, 0, o, [&](int64_t n, const char* k, float* out) {
+    cpu::packed_matmul_int4(x.ptr<float>(), n, in, m.storage()->data, m.storage()->packed_rows, 32, 0, o, out, k,
+                            DType::f16);
+  }, "awq");
 }

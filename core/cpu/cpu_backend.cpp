@@ -213,24 +213,30 @@ Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const Weigh
   return packed_int4(q, scales, zeros, rows, cols, g, DType::f32);
 }
 
-// GPTQ's int4 parts, stored transposed: qweight I32 [in/8, out] (eight input rows a word, from
-// the low bits), scales [groups, out] (widened to f32), qzeros I32 [groups, out/8] (eight
-// output columns a word; v1 stores zero − 1: the word add restores it, carries and all, as
-// gptqmodel reads it). Unpacked to the rows' values, scales and zero points, stacked by rows,
-// and packed as int4 is; their dequantization rounded to the layout's dequant_dtype (f16).
-Tensor upload_gptq(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
-  const int64_t g = std::min(layout.block_cols, cols), kb = (cols + g - 1) / g, words = (cols + 7) / 8;
+// GPTQ's and AWQ's int4 parts, stored transposed and named after the module (scales
+// [groups, rows], widened to f32; zero points I32 [groups, rows/8], eight output rows a word):
+//   GPTQ: qweight I32 [cols/8, rows], eight input columns a word from the low bits; v1 stores
+//         zero − 1: the word add restores it, carries and all, as gptqmodel reads it.
+//   AWQ:  qweight I32 [cols, rows/8], eight output rows a word, nibble k holding row 8c +
+//         [0, 2, 4, 6, 1, 3, 5, 7][k] (the zero points alike), zero points as they are.
+// Unpacked to the rows' values, scales and zero points, stacked by rows, packed as int4 is;
+// their dequantization rounded to the layout's dequant_dtype (f16).
+Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
+  const int64_t g = std::min(layout.block_cols, cols), kb = (cols + g - 1) / g;
+  static constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // row j of a word: its nibble
+  auto nibble = [&](int64_t j) { return layout.interleaved_nibbles ? kAwqNibble[j] : static_cast<int>(j); };
   int64_t rows = 0;
   for (const auto& p : parts) {
-    const int64_t r = p.data.rank() == 2 ? p.data.dim(1) : 0;
-    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.dim(0) == words && !p.data.packed(),
-               "upload_quantized_matrix", str("i32 [", words, ", rows] words of 4-bit values, got ", p.data.describe()));
+    const int64_t r = p.scales.rank() == 2 ? p.scales.dim(1) : 0;
+    const Shape values = layout.values_along_rows ? Shape{cols, (r + 7) / 8} : Shape{(cols + 7) / 8, r};
+    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.shape() == values && !p.data.packed(),
+               "upload_quantized_matrix", str("i32 ", values.to_string(), " words of 4-bit values, got ", p.data.describe()));
     cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == Shape({kb, r}), "upload_quantized_matrix",
-               str("scales f32 [", kb, ", ", r, "] for groups of ", g, ", got ", p.scales.describe()));
+               str("scales f32 [", kb, ", rows] for groups of ", g, ", got ", p.scales.describe()));
     cpu_expect(p.zero_points.defined() && p.zero_points.dtype() == DType::i32 &&
                    p.zero_points.shape() == Shape({kb, (r + 7) / 8}),
                "upload_quantized_matrix",
-               str("zero points i32 [", kb, ", ", (r + 7) / 8, "] (8 columns a word), got ",
+               str("zero points i32 [", kb, ", ", (r + 7) / 8, "] (8 rows a word), got ",
                    p.zero_points.defined() ? p.zero_points.describe() : std::string("none")));
     rows += r;
   }
@@ -238,16 +244,18 @@ Tensor upload_gptq(const std::vector<Backend::QuantizedPart>& parts, const Weigh
   std::vector<float> scales(static_cast<size_t>(rows * kb));
   int64_t r0 = 0;
   for (const auto& p : parts) {
-    const int64_t r = p.data.dim(1), zw = (r + 7) / 8;
+    const int64_t r = p.scales.dim(1), rw = (r + 7) / 8;
     const auto* w = p.data.ptr<uint32_t>();
     const auto* z = p.zero_points.ptr<uint32_t>();
     const float* s = p.scales.ptr<float>();
     for (int64_t c = 0; c < cols; ++c)
-      for (int64_t i = 0; i < r; ++i) q[(r0 + i) * cols + c] = (w[(c / 8) * r + i] >> (4 * (c % 8))) & 15u;
+      for (int64_t i = 0; i < r; ++i)
+        q[(r0 + i) * cols + c] = layout.values_along_rows ? (w[c * rw + i / 8] >> (4 * nibble(i % 8))) & 15u
+                                                          : (w[(c / 8) * r + i] >> (4 * (c % 8))) & 15u;
     for (int64_t b = 0; b < kb; ++b)
       for (int64_t i = 0; i < r; ++i) {
         scales[(r0 + i) * kb + b] = s[b * r + i];
-        zeros[(r0 + i) * kb + b] = ((z[b * zw + i / 8] + layout.zero_point_word_add) >> (4 * (i % 8))) & 15u;
+        zeros[(r0 + i) * kb + b] = ((z[b * rw + i / 8] + layout.zero_point_word_add) >> (4 * nibble(i % 8))) & 15u;
       }
     p.data.drop_pages();
     r0 += r;
@@ -264,7 +272,7 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
   if (layout.format == WeightFormat::fp8 || layout.format == WeightFormat::int8) return upload_bytes(parts, layout);
   for (const auto& p : parts)
     cpu_expect(p.cols > 0 && p.cols == parts[0].cols, "upload_quantized_matrix", "int4 parts of one width, given as cols");
-  return layout.transposed ? upload_gptq(parts, layout, parts[0].cols) : upload_int4(parts, layout, parts[0].cols);
+  return layout.transposed ? upload_module_parts(parts, layout, parts[0].cols) : upload_int4(parts, layout, parts[0].cols);
 }
 
 int64_t packed_row0(const Tensor& w) {

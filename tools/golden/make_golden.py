@@ -441,6 +441,15 @@ ISSUE37_CASES = [
                 "token at run time (scale = amax / 127.5 over the token's inputs, round half to even, clamp to "
                 "[-128, 127]); embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
          steps=8, dtypes=[("_f32", "float32")], ct=CT_W8A8),
+    # AWQ (quant_method awq, version gemm: AutoAWQ's layout) written here by round to nearest with
+    # zero points (AutoAWQ's pseudo_quantize grid, no activation-aware search); see awq_rewrite.
+    # Hidden 128 so that groups of 32 fall whole on o_proj's columns at Shards 4. Reference as
+    # GPTQ's (checked by tools/golden/check_gptq.py against transformers + gptqmodel).
+    dict(family("awq", "LlamaForCausalLM in AWQ (gemm, 4 bits, groups of 32, zero points): q/k/v/o and "
+                "gate/up/down as qweight (I32 [in, out/8], nibbles interleaved [0,2,4,6,1,3,5,7]), qzeros (I32 "
+                "[groups, out/8], the same order), scales (F16 [groups, out]); round to nearest; embeddings, norms "
+                "and lm_head f16", **dict(FP8_LLAMA, hidden_size=128, intermediate_size=256)),
+         steps=8, dtypes=[("_f16", "float16")], awq=dict(group=32)),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -598,6 +607,83 @@ def gptq_rewrite(d, linears, gptq):
     return want
 
 
+AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]  # nibble k of a word holds column 8c + AWQ_ORDER[k]
+
+
+def awq_quantize(w, group):
+    """(q [in, out] 0..15, zero [groups, out] 0..15, scale f16 [groups, out]) of w [out, in] on
+    AutoAWQ's grid (pseudo_quantize_tensor with zero_point): per group of `group` input columns,
+    scale = max(max - min, 1e-5) / 15, zero = clamp(-round(min / scale), 0, 15), q = clamp(round(w /
+    scale) + zero, 0, 15), with the f16 scale."""
+    import torch
+    out_f, in_f = w.shape
+    g = w.float().t().reshape(in_f // group, group, out_f)
+    lo, hi = g.amin(1), g.amax(1)
+    scale = ((hi - lo).clamp(min=1e-5) / 15).half()
+    zero = (-torch.round(lo / scale.float())).clamp(0, 15)
+    q = (torch.round(g / scale.float().unsqueeze(1)) + zero.unsqueeze(1)).clamp(0, 15)
+    return q.reshape(in_f, out_f).to(torch.int64), zero.to(torch.int64), scale
+
+
+def awq_pack(x):
+    """[n, out] values 0..15 -> I32 [n, out/8], nibble k of word c holding column 8c + AWQ_ORDER[k]."""
+    import torch
+    w = torch.zeros(x.shape[0], x.shape[1] // 8, dtype=torch.int64)
+    for k, o in enumerate(AWQ_ORDER):
+        w |= x[:, o::8] << (4 * k)
+    return torch.from_numpy(w.numpy().astype("uint32").view("int32"))
+
+
+def awq_dequantize(qweight, qzeros, scales, group):
+    """A layer's weight [out, in] as gptqmodel 7.7.0 dequantizes AWQ gemm (checked by the GPTQ/AWQ
+    probe against its kernels): each word's nibbles in AWQ_ORDER along the output columns, zero
+    points as stored; W = f16(scales[i // group] * (q - zero)), the product rounded to f16."""
+    import numpy as np
+    import torch
+    def unpack(t):
+        v = t.numpy().view(np.uint32).astype(np.int64)
+        out = np.zeros((v.shape[0], v.shape[1] * 8), np.int64)
+        for k, o in enumerate(AWQ_ORDER):
+            out[:, o::8] = (v >> (4 * k)) & 15
+        return out
+    q, z = unpack(qweight), unpack(qzeros)  # [in, out], [groups, out]
+    gi = np.arange(q.shape[0]) // group
+    diff = torch.from_numpy((q - z[gi]).astype(np.float32))
+    return (scales[torch.from_numpy(gi)].float() * diff).half().float().t().contiguous()
+
+
+def awq_rewrite(d, linears, awq):
+    """Rewrites d's files into AWQ's gemm layout: each weight in `linears` becomes <module>.qweight,
+    .qzeros, .scales. Returns {weight name: its dequantized f32 weight}."""
+    import torch
+    from safetensors.torch import save_file, load_file
+    path = os.path.join(d, "model.safetensors")
+    st = load_file(path)
+    assert linears and linears <= set(st), sorted(linears - set(st))
+    out, want, group = {}, {}, awq["group"]
+    for k, v in st.items():
+        if k not in linears:
+            out[k] = v
+            continue
+        module = k[:-len(".weight")]
+        q, zero, scale = awq_quantize(v, group)
+        out[module + ".qweight"], out[module + ".qzeros"] = awq_pack(q), awq_pack(zero)
+        out[module + ".scales"] = scale.contiguous()
+        want[k] = awq_dequantize(out[module + ".qweight"], out[module + ".qzeros"], scale, group)
+        gi = torch.arange(v.shape[1]) // group
+        rq = (scale.float()[gi] * (q - zero[gi]).float()).half().float().t()
+        assert torch.equal(want[k], rq), f"{k}: the written words do not read back"
+    save_file(out, path, metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": group, "version": "gemm",
+                                  "zero_point": True, "modules_to_not_convert": None}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return want
+
+
 def dense_reference(d, weights):
     """The f32 transformers model of checkpoint `d` (its quantization_config left out) with each
     quantized layer's weight given dequantized in `weights`, the rest as saved (upcast)."""
@@ -608,7 +694,7 @@ def dense_reference(d, weights):
     del cfg.quantization_config
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
     state = {k: v.float() for k, v in load_file(os.path.join(d, "model.safetensors")).items()
-             if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}
+             if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}  # (GPTQ's, AWQ's parts)
     state.update(weights)
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
@@ -717,6 +803,12 @@ GPTQ_REFERENCE = (
     "dequantizes the saved qweight, qzeros, scales and g_idx (make_golden.py gptq_dequantize, checked bit for bit "
     "against gptqmodel's TorchQuantLinear; tools/golden/check_gptq.py loads the fixture with transformers 5.24 + "
     "gptqmodel and compares the logits)")
+
+
+AWQ_REFERENCE = (
+    "transformers 5.24's LlamaForCausalLM in f32 with each AWQ layer's weight dequantized as gptqmodel 7.7.0 "
+    "dequantizes the saved qweight, qzeros and scales (make_golden.py awq_dequantize); tools/golden/check_gptq.py "
+    "loads the fixture with transformers 5.24 + gptqmodel (its awq_torch_aten kernel, f32) and compares the logits")
 
 
 CT_ASYM_REFERENCE = (
@@ -1096,10 +1188,10 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         from transformers import FineGrainedFP8Config
         load_args["quantization_config"] = FineGrainedFP8Config(dequantize=True, **{
             k: v for k, v in fp8_config(quant).items() if k not in ("quant_method",)})
-    gptq, gptq_w = c.get("gptq"), {}
-    if gptq is not None:  # issue 37: the decoder layers' nn.Linear weights in GPTQ's layout
+    gptq, gptq_w = c.get("gptq") or c.get("awq"), {}
+    if gptq is not None:  # issue 37: the decoder layers' nn.Linear weights in GPTQ's or AWQ's layout
         linears = {n + ".weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in n}
-        gptq_w = gptq_rewrite(d, linears, gptq)
+        gptq_w = gptq_rewrite(d, linears, gptq) if c.get("gptq") else awq_rewrite(d, linears, gptq)
         want = dict(gptq_w)
     del model
 
@@ -1109,7 +1201,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         checks["reference"] = CT_ASYM_REFERENCE
     elif gptq_w:
         ref = dense_reference(d, gptq_w)
-        checks["reference"] = GPTQ_REFERENCE
+        checks["reference"] = AWQ_REFERENCE if c.get("awq") else GPTQ_REFERENCE
     else:
         with LogCapture(quant is not None or ct is not None) as log:
             ref, info = AutoModelForCausalLM.from_pretrained(
