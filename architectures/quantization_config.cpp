@@ -1,7 +1,7 @@
 // config.json's quantization_config → Quantization (layers/quantization.h). Read: Hugging
 // Face's fine-grained FP8 (quant_method "fp8": DeepSeek-V3/R1, Qwen3-*-FP8) and
-// compressed-tensors' float-quantized FP8, pack-quantized W4A16 and int-quantized W8A8
-// (llm-compressor's checkpoints), 4-bit GPTQ and AWQ. Every other method is refused by name, as is any key that
+// compressed-tensors' float-quantized FP8, pack-quantized W4A16, int-quantized W8A8 and
+// mxfp4-pack-quantized MXFP4A16 (llm-compressor's checkpoints), 4-bit GPTQ and AWQ. Every other method is refused by name, as is any key that
 // would change the numbers.
 #include <algorithm>
 #include <nlohmann/json.hpp>
@@ -120,6 +120,20 @@ WeightLayout int_quantized_weights(const ConfigReader& r, const json& w, const s
              "' is not supported with int-quantized weights (linnet reads channel and group)"));
 }
 
+// compressed-tensors' mxfp4-pack-quantized weights (its MXFP4A16 scheme): E2M1 values, E8M0
+// scales per block of 32 columns, symmetric, static.
+WeightLayout mxfp4_weights(const ConfigReader& r, const json& w, const std::string& wn) {
+  const char* scheme = "mxfp4-pack-quantized: E2M1 weights, E8M0 scales per group of 32, symmetric, static";
+  expect_arg(r, w, wn, "num_bits", 4, scheme);
+  expect_arg(r, w, wn, "type", "float", scheme);
+  expect_arg(r, w, wn, "symmetric", true, scheme);
+  expect_arg(r, w, wn, "dynamic", false, scheme);
+  expect_arg(r, w, wn, "strategy", "group", scheme);
+  expect_arg(r, w, wn, "group_size", 32, scheme);
+  if (given(w, "scale_dtype")) expect_arg(r, w, wn, "scale_dtype", "torch.uint8", scheme);
+  return WeightLayout::mxfp4_blocks();
+}
+
 // compressed-tensors' dynamic input_activations: rounded to `type` (float: FP8, int: int8) per
 // token or per group of columns, symmetric.
 ActivationRounding dynamic_activations(const ConfigReader& r, const json& a, const std::string& an, const char* type,
@@ -142,10 +156,11 @@ ActivationRounding dynamic_activations(const ConfigReader& r, const json& a, con
 // channel or per block, activations rounded to FP8 per token or per group at run time.
 Quantization compressed_tensors(const ConfigReader& r, const json& q) {
   const std::string format = given(q, "format") && q["format"].is_string() ? q["format"].get<std::string>() : "(none)";
-  if (format != "float-quantized" && format != "pack-quantized" && format != "int-quantized")
+  if (format != "float-quantized" && format != "pack-quantized" && format != "int-quantized" &&
+      format != "mxfp4-pack-quantized")
     r.fail(str("quantization_config.format '", format.size() > 40 ? format.substr(0, 37) + "..." : format,
                "' is not supported yet (linnet reads compressed-tensors' float-quantized FP8, pack-quantized "
-               "4-bit integers and int-quantized 8-bit integers)"));
+               "4-bit integers, int-quantized 8-bit integers and mxfp4-pack-quantized MXFP4)"));
   if (given(q, "quantization_status") && q["quantization_status"] != "compressed")
     r.fail(str("quantization_config.quantization_status is ", q["quantization_status"].dump(),
                "; linnet reads checkpoints stored compressed"));
@@ -178,6 +193,15 @@ Quantization compressed_tensors(const ConfigReader& r, const json& q) {
     if (given(g, "input_activations"))
       r.fail(str("quantization_config.", name,
                  ".input_activations is not supported with pack-quantized weights (linnet reads W4A16)"));
+    out.not_converted = string_list(r, q, "ignore");
+    out.compressed_tensors_names = true;
+    return out;
+  }
+  if (format == "mxfp4-pack-quantized") {
+    out.matrices = mxfp4_weights(r, w, wn);
+    if (given(g, "input_activations"))
+      r.fail(str("quantization_config.", name, ".input_activations is not supported with mxfp4-pack-quantized "
+                 "weights (linnet reads MXFP4A16: activations unquantized)"));
     out.not_converted = string_list(r, q, "ignore");
     out.compressed_tensors_names = true;
     return out;
@@ -289,14 +313,8 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
     r.fail("quantization_config has no quant_method (a string naming the format)");
   const std::string method = q["quant_method"].get<std::string>();
   if (method == "fp8") return fine_grained_fp8(r, q);
-  if (method == "awq") {
-    if (c.moe()) r.fail("quantization_config: AWQ mixtures of experts are not read yet (dense models are)");
-    return awq(r, q);
-  }
-  if (method == "gptq") {
-    if (c.moe()) r.fail("quantization_config: GPTQ mixtures of experts are not read yet (dense models are)");
-    return gptq(r, q);
-  }
+  if (method == "awq") return awq(r, q);
+  if (method == "gptq") return gptq(r, q);
   if (method == "compressed-tensors") {
     if (c.moe())
       r.fail("quantization_config: compressed-tensors mixtures of experts are not read yet (dense models are)");
@@ -304,7 +322,8 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   }
   r.fail(str("quantization_config.quant_method '", method.size() > 40 ? method.substr(0, 37) + "..." : method,
              "' is not supported yet (linnet reads fp8, Hugging Face's fine-grained FP8, and compressed-tensors' "
-             "float-quantized FP8, pack-quantized W4A16 and int-quantized W8A8, gptq and awq)"));
+             "float-quantized FP8, pack-quantized W4A16, int-quantized W8A8 and mxfp4-pack-quantized MXFP4A16, gptq "
+             "and awq)"));
 }
 
 }  // namespace linnet

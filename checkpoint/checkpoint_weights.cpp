@@ -44,11 +44,15 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   dir_.expect(p.hf_name, p.stored_shape());
   const DType stored = dir_.info(p.hf_name).dtype;
   const std::string& path = dir_.file_of(p.hf_name).path();
+  // E8M0 scales (MXFP4) are stored as F8_E8M0 or as U8 bytes (compressed-tensors, gpt-oss): the
+  // same bits, read as E8M0.
+  const bool e8m0_bytes = p.dtype == DType::f8_e8m0 && stored == DType::u8;
   if (p.dtype && !is_float(*p.dtype)) {
     // A quantized matrix's stored values: the dtype its format names.
-    if (stored != *p.dtype)
-      throw Error(str(path, ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored), ", but quantization_config (",
-                      p.layout.describe(), ") stores it as ", dtype_name(*p.dtype)));
+    if (stored != *p.dtype && !e8m0_bytes)
+      throw Error(str(path, ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored), ", but quantization_config",
+                      p.layout.dense() ? std::string() : str(" (", p.layout.describe(), ")"), " stores it as ",
+                      dtype_name(*p.dtype), *p.dtype == DType::f8_e8m0 ? " (or U8 bytes)" : ""));
   } else if (!is_float(stored)) {
     throw Error(str(path, ": tensor '", p.hf_name, "' has dtype ", dtype_name(stored),
                     ", expected a float dtype (bf16, f16 or f32)"));
@@ -71,6 +75,9 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
              : mirrored                         ? dir_.read(p.hf_name)
              : p.split == Split::columns        ? dir_.read_cols(p.hf_name, begin, end)
                                                 : dir_.read_rows(p.hf_name, begin, end);
+  if (e8m0_bytes) t = Tensor(t.storage(), static_cast<size_t>(static_cast<const char*>(t.data()) -
+                                                              static_cast<const char*>(t.storage()->data)),
+                             t.shape(), DType::f8_e8m0);
   check_finite(p, t, p.split == Split::columns ? 0 : begin, p.split == Split::columns ? begin : 0);
   if (whole || p.split == Split::columns) return t;
   Tensor rows = std::move(t);

@@ -61,8 +61,10 @@ DType dtype_from_safetensors(const std::string& path, const std::string& name, c
   if (s == "I64") return DType::i64;
   if (s == "F8_E4M3") return DType::f8_e4m3;
   if (s == "I8") return DType::i8;
+  if (s == "U8") return DType::u8;
+  if (s == "F8_E8M0") return DType::f8_e8m0;
   throw Error(str(path, ": tensor '", name, "' has unsupported dtype '", s.size() > 40 ? s.substr(0, 37) + "..." : s,
-                  "' (linnet reads BF16, F16, F32, I32, I64, F8_E4M3, I8)"));
+                  "' (linnet reads BF16, F16, F32, I32, I64, F8_E4M3, I8, U8, F8_E8M0)"));
 }
 
 // A non-negative JSON integer that fits in int64 (so it is also a valid shape dim and size_t).
@@ -165,6 +167,8 @@ const char* safetensors_dtype_name(DType t) {
     case DType::i64: return "I64";
     case DType::f8_e4m3: return "F8_E4M3";
     case DType::i8: return "I8";
+    case DType::u8: return "U8";
+    case DType::f8_e8m0: return "F8_E8M0";
   }
   return "?";
 }

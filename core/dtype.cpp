@@ -14,7 +14,9 @@ size_t dtype_size(DType t) {
     case DType::bf16:
     case DType::f16: return 2;
     case DType::f8_e4m3:
-    case DType::i8: return 1;
+    case DType::i8:
+    case DType::u8:
+    case DType::f8_e8m0: return 1;
     case DType::f32:
     case DType::i32: return 4;
     case DType::i64: return 8;
@@ -31,6 +33,8 @@ const char* dtype_name(DType t) {
     case DType::i64: return "i64";
     case DType::f8_e4m3: return "f8_e4m3";
     case DType::i8: return "i8";
+    case DType::u8: return "u8";
+    case DType::f8_e8m0: return "f8_e8m0";
   }
   return "?";
 }
@@ -43,7 +47,9 @@ DType parse_dtype(std::string_view s) {
   if (s == "i64" || s == "I64" || s == "int64") return DType::i64;
   if (s == "f8_e4m3" || s == "F8_E4M3" || s == "float8_e4m3fn") return DType::f8_e4m3;
   if (s == "i8" || s == "I8" || s == "int8") return DType::i8;
-  throw Error(str("unknown dtype '", s, "' (expected bf16, f16, f32, i32, i64, f8_e4m3 or i8)"));
+  if (s == "u8" || s == "U8" || s == "uint8") return DType::u8;
+  if (s == "f8_e8m0" || s == "F8_E8M0" || s == "float8_e8m0fnu") return DType::f8_e8m0;
+  throw Error(str("unknown dtype '", s, "' (expected bf16, f16, f32, i32, i64, f8_e4m3, i8, u8 or f8_e8m0)"));
 }
 
 bool is_float(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
@@ -102,6 +108,14 @@ float f8_e4m3_to_f32(uint8_t b) {
   return (b & 0x80) ? -mag : mag;
 }
 
+float f8_e8m0_to_f32(uint8_t e) {
+  if (e == 0xff) return std::numeric_limits<float>::quiet_NaN();
+  const uint32_t u = e == 0 ? 0x00400000u : static_cast<uint32_t>(e) << 23;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 uint8_t f32_to_f8_e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
@@ -140,6 +154,8 @@ double load(const void* p, DType t, size_t i) {
     case DType::i64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
     case DType::f8_e4m3: return f8_e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
     case DType::i8: return static_cast<const int8_t*>(p)[i];
+    case DType::u8: return static_cast<const uint8_t*>(p)[i];
+    case DType::f8_e8m0: return f8_e8m0_to_f32(static_cast<const uint8_t*>(p)[i]);
   }
   return 0;
 }
@@ -152,6 +168,9 @@ void store(void* p, DType t, size_t i, double v) {
     case DType::i64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
     case DType::f8_e4m3: static_cast<uint8_t*>(p)[i] = f32_to_f8_e4m3(static_cast<float>(v)); break;
     case DType::i8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
+    case DType::u8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); break;
+    case DType::f8_e8m0:
+      throw Error("f8_e8m0 is a storage type of scales only: nothing converts to it");
   }
 }
 }  // namespace
@@ -214,6 +233,8 @@ int64_t first_non_finite(const void* data, DType t, int64_t count) {
     case DType::f16: return first_with_exponent(static_cast<const uint16_t*>(data), count, uint16_t{0x7c00});
     // E4M3 has no infinities; its NaN is the one pattern with every exponent and mantissa bit.
     case DType::f8_e4m3: return first_with_exponent(static_cast<const uint8_t*>(data), count, uint8_t{0x7f});
+    // E8M0: 255 is NaN (there is no sign, mantissa or infinity).
+    case DType::f8_e8m0: return first_with_exponent(static_cast<const uint8_t*>(data), count, uint8_t{0xff});
     default: return -1;
   }
 }

@@ -12,12 +12,16 @@ namespace linnet {
 // f8_e4m3: OCP FP8 E4M3 "fn" (torch.float8_e4m3fn, safetensors F8_E4M3): 4 exponent bits of
 // bias 7, 3 mantissa bits, no infinities, NaN at S.1111.111; max ±448. A storage type of
 // quantized weights only: read, widened to f32, never written by an op.
-enum class DType : uint8_t { bf16, f16, f32, i32, i64, f8_e4m3, i8 };
+// u8: bytes (safetensors U8): MXFP4's packed values. f8_e8m0: OCP E8M0 (torch.float8_e8m0fnu,
+// safetensors F8_E8M0), a power of two 2^(e − 127), 255 = NaN: MX formats' block scales, which
+// checkpoints also store as U8.
+enum class DType : uint8_t { bf16, f16, f32, i32, i64, f8_e4m3, i8, u8, f8_e8m0 };
 
 size_t dtype_size(DType t);
-// The card's spelling: "bf16", "f16", "f32", "i32", "i64", "f8_e4m3", "i8".
+// The card's spelling: "bf16", "f16", "f32", "i32", "i64", "f8_e4m3", "i8", "u8", "f8_e8m0".
 const char* dtype_name(DType t);
-// Parses the card's spelling or safetensors' ("BF16", "F16", "F32", "I32", "I64", "F8_E4M3", "I8").
+// Parses the card's spelling or safetensors' ("BF16", "F16", "F32", "I32", "I64", "F8_E4M3", "I8", "U8",
+// "F8_E8M0").
 // Throws linnet::Error naming the text for anything else.
 DType parse_dtype(std::string_view text);
 bool is_float(DType t);
@@ -41,6 +45,8 @@ float f8_e4m3_to_f32(uint8_t b);
 // Round to nearest even, saturating to ±448 (as torch's cast of a finite value past the
 // range is not: it gives NaN; callers clamp first, as quantizers do); NaN stays NaN.
 uint8_t f32_to_f8_e4m3(float f);
+// E8M0 to f32: 2^(e − 127), exact (e = 0 is f32's subnormal 2^−127); 255 is NaN.
+float f8_e8m0_to_f32(uint8_t e);
 uint16_t f32_to_f16(float f);  // round to nearest even, overflow to infinity
 float f16_to_f32(uint16_t h);
 

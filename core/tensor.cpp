@@ -88,7 +88,9 @@ Tensor Tensor::from_ints(Shape shape, const std::vector<int64_t>& values, DType 
 }
 
 size_t Tensor::span_bytes() const {
-  if (!storage_ || storage_->packed_weights != WeightFormat::int4 || rank() != 2) return nbytes();
+  // (The 4-bit formats by name: this file links without weight_layout.cpp in the sanitizer build.)
+  const bool four_bit = storage_ && (storage_->packed_weights == WeightFormat::int4 || storage_->packed_weights == WeightFormat::mxfp4);
+  if (!four_bit || rank() != 2) return nbytes();
   return static_cast<size_t>(dim(0) * ((dim(1) + 1) / 2));
 }
 

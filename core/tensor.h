@@ -71,7 +71,7 @@ class Tensor {
   int64_t numel() const { return shape_.numel(); }
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
   // The bytes its view spans in its storage: nbytes, but for an int4 matrix (Storage::
-  // packed_weights) half a byte a value, ⌈cols/2⌉ a row (its rows are views by that measure).
+  // packed_weights) or MXFP4 one half a byte a value, ⌈cols/2⌉ a row (its rows are views by that measure).
   size_t span_bytes() const;
 
   void* data() { return static_cast<char*>(storage_->data) + offset_; }

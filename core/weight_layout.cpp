@@ -13,6 +13,7 @@ const WeightFormatTraits kTraits[] = {
     {"fp8", 128, 128, 8, DType::f32, std::nullopt, false, "_scale_inv"},
     {"int4", 1, 128, 4, DType::f32, DType::i32, false, "_scale"},
     {"int8", 1, int64_t{1} << 40, 8, DType::f32, std::nullopt, false, "_scale"},
+    {"mxfp4", 1, 32, 4, DType::f8_e8m0, std::nullopt, false, "_scale"},
 };
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -41,6 +42,7 @@ WeightLayout WeightLayout::of(WeightFormat f) {
   if (f == WeightFormat::fp8) l.data_dtype = DType::f8_e4m3;
   if (f == WeightFormat::int8) l.data_dtype = DType::i8;
   if (f == WeightFormat::int4) l.data_dtype = DType::i32, l.values_suffix = "_packed", l.values_per_word = 8, l.shape_suffix = "_shape";
+  if (f == WeightFormat::mxfp4) l.data_dtype = DType::u8, l.values_suffix = "_packed", l.values_per_word = 2;
   return l;
 }
 
@@ -59,6 +61,8 @@ WeightLayout WeightLayout::int8_groups(int64_t group) {
   l.block_cols = group;
   return l;
 }
+
+WeightLayout WeightLayout::mxfp4_blocks() { return of(WeightFormat::mxfp4); }
 
 WeightLayout WeightLayout::gptq_groups(int64_t group, bool v1) {
   LINNET_CHECK(group > 0, "gptq groups of ", group);
@@ -114,6 +118,7 @@ std::string WeightLayout::describe() const {
                zero_point_word_add || interleaved_nibbles ? "" : " (v2 zero points)", acts);
   const std::string zeros = zero_point_dtype ? " asymmetric" : "";
   if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", acts);
+  if (format == WeightFormat::mxfp4 && block_rows == 1) return str("mxfp4 blocks of ", block_cols, acts);
   if ((format == WeightFormat::int4 || format == WeightFormat::int8) && block_rows == 1)
     return str(weight_format_name(format), zeros, " groups of ", block_cols, acts);
   return str(weight_format_name(format), zeros, " ", block_rows, "×", block_cols, acts);

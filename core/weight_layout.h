@@ -22,7 +22,7 @@ namespace linnet {
 // pack-quantized W4A16; GPTQ, stored transposed), a scale per group of columns of a row and,
 // asymmetric, a zero point; weight = (q − zero) · scale. int8: 8-bit integers, one a byte (compressed-tensors'
 // int-quantized W8A8), a scale per row or group of columns; weight = q · scale.
-enum class WeightFormat : uint8_t { dense, fp8, int4, int8 };
+enum class WeightFormat : uint8_t { dense, fp8, int4, int8, mxfp4 };
 
 // One row of the traits table: what a format stores. A block is block_rows × block_cols
 // elements sharing one scale (and zero point); data_bits: bits per stored element (0: the
@@ -142,6 +142,11 @@ struct WeightLayout {
   // input columns (kWhole: per channel); v1 ("gptq" checkpoint_format): zero points stored
   // minus one.
   static WeightLayout gptq_groups(int64_t group, bool v1);
+  // MXFP4 (OCP microscaling FP4) as compressed-tensors' mxfp4-pack-quantized stores it:
+  // "…weight_packed" U8 [out, in/2], two E2M1 values a byte, the first in the low nibble; a
+  // "…weight_scale" U8 [out, in/32] of E8M0 exponents per block of 32 columns. (gpt-oss's
+  // "…_blocks" [.., out, in/32, 16] and "…_scales" hold the same bits.)
+  static WeightLayout mxfp4_blocks();
   // AWQ (quant_method "awq", version "gemm", 4 bits, zero points): qweight [in, out/8], qzeros
   // [groups, out/8] (zero as is), scales (f16) [groups, out], named after the module, stored
   // transposed, nibbles interleaved; weights rounded to f16 as GPTQ's.

@@ -103,7 +103,8 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
     for (size_t i = 0; i < companions.size(); ++i) {
       Tensor t = weights_.read(companions[i], shard_);
       switch (roles[i].role) {
-        case PartRole::scales: part.scales = converted(t, DType::f32); break;  // any float, widened exactly
+        // Any float widened exactly; E8M0 exponents (MXFP4) as stored, a byte each.
+        case PartRole::scales: part.scales = t.dtype() == DType::f8_e8m0 ? t : converted(t, DType::f32); break;
         case PartRole::zero_points: part.zero_points = t; break;
         case PartRole::group_index: expect_groups_in_order(companions[i], t, layout.block_cols, shard_); break;
         default: throw Error(str(companions[i].hf_name, ": an unexpected part of ", layout.describe()));

@@ -30,7 +30,9 @@ ncclDataType_t nccl_type(const Tensor& t) {
     case DType::i32: return ncclInt32;
     case DType::i64: return ncclInt64;
     case DType::f8_e4m3:
-    case DType::i8: break;  // weights only: never reduced
+    case DType::i8:
+    case DType::u8:
+    case DType::f8_e8m0: break;  // weights only: never reduced
   }
   throw Error(str("nccl: no NCCL type for ", t.describe()));
 }

@@ -343,7 +343,7 @@ TEST(Safetensors, HeaderNotAnObjectOrEntryMissingKeys) {
 
 TEST(Safetensors, UnsupportedDtypeNamesTensorAndDtype) {
   ScratchDir dir;
-  for (const std::string dt : {"F64", "U8", "BOOL", "F8_E5M2", "bf16", "Q4_0"})
+  for (const std::string dt : {"F64", "U16", "BOOL", "F8_E5M2", "bf16", "Q4_0"})
     EXPECT_THAT(open_error(dir, one_entry(R"({"dtype":")" + dt + R"(","shape":[3],"data_offsets":[0,24]})")),
                 AllOf(HasSubstr("tensor 'w'"), HasSubstr("unsupported dtype '" + dt + "'")));
 }

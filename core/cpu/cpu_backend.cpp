@@ -263,6 +263,42 @@ Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, con
   return packed_int4(q, scales, zeros, rows, cols, g, layout.dequant_dtype.value_or(DType::f32));
 }
 
+// MXFP4 parts (compressed-tensors' mxfp4-pack-quantized: values U8 [rows, cols/2], two E2M1
+// codes a byte, the first in the low nibble; scales E8M0 [rows, cols/32]) unpacked to one code
+// a byte, stacked by rows, each row's exponents beside it.
+Tensor upload_mxfp4(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
+  const int64_t bc = layout.block_cols, kb = (cols + bc - 1) / bc, bytes = (cols + 1) / 2;
+  int64_t rows = 0;
+  for (const auto& p : parts) {
+    const int64_t r = p.data.dim(0);
+    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::u8 && p.data.dim(1) == bytes && !p.data.packed(),
+               "upload_quantized_matrix", str("u8 [rows, ", bytes, "] bytes of two E2M1 values, got ", p.data.describe()));
+    cpu_expect(p.scales.dtype() == DType::f8_e8m0 && p.scales.shape() == Shape({r, kb}), "upload_quantized_matrix",
+               str("scales f8_e8m0 [", r, ", ", kb, "] for blocks of ", bc, ", got ", p.scales.describe()));
+    cpu_expect(!p.zero_points.defined(), "upload_quantized_matrix", "mxfp4 takes no zero points");
+    rows += r;
+  }
+  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), exps(static_cast<size_t>(rows * kb));
+  int64_t r0 = 0;
+  for (const auto& p : parts) {
+    const int64_t r = p.data.dim(0);
+    const auto* b = p.data.ptr<uint8_t>();
+    for (int64_t i = 0; i < r; ++i)
+      for (int64_t c = 0; c < cols; ++c) q[(r0 + i) * cols + c] = (b[i * bytes + c / 2] >> (4 * (c % 2))) & 15u;
+    std::memcpy(exps.data() + r0 * kb, p.scales.data(), p.scales.nbytes());
+    p.data.drop_pages();
+    r0 += r;
+  }
+  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st = Tensor::empty({static_cast<int64_t>((cpu::packed_mxfp4_bytes(rows, cols, bc) + 3) / 4)}, DType::i32).storage();
+  cpu::pack_mxfp4(q.data(), exps.data(), rows, cols, bc, st->data);
+  st->packed_cols = cols;
+  st->packed_weights = WeightFormat::mxfp4;
+  st->packed_block_cols = bc;
+  st->packed_rows = padded;
+  return Tensor(st, 0, {rows, cols}, DType::i32);
+}
+
 }  // namespace
 
 Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) {
@@ -271,7 +307,8 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
   cpu_expect(!parts.empty() && parts[0].data.rank() == 2, "upload_quantized_matrix", "no parts");
   if (layout.format == WeightFormat::fp8 || layout.format == WeightFormat::int8) return upload_bytes(parts, layout);
   for (const auto& p : parts)
-    cpu_expect(p.cols > 0 && p.cols == parts[0].cols, "upload_quantized_matrix", "int4 parts of one width, given as cols");
+    cpu_expect(p.cols > 0 && p.cols == parts[0].cols, "upload_quantized_matrix", "4-bit parts of one width, given as cols");
+  if (layout.format == WeightFormat::mxfp4) return upload_mxfp4(parts, layout, parts[0].cols);
   return layout.transposed ? upload_module_parts(parts, layout, parts[0].cols) : upload_int4(parts, layout, parts[0].cols);
 }
 
@@ -279,7 +316,8 @@ int64_t packed_row0(const Tensor& w) {
   const size_t off = static_cast<size_t>(static_cast<const char*>(w.data()) - static_cast<const char*>(w.storage()->data));
   // (A view's offset counts its rows as Tensor::rows does: span_bytes a row.)
   const size_t cols = static_cast<size_t>(w.storage()->packed_cols);
-  const size_t row_bytes = w.storage()->packed_weights == WeightFormat::int4 ? (cols + 1) / 2 : cols * dtype_size(w.dtype());
+  const size_t row_bytes =
+      weight_format_traits(w.storage()->packed_weights).data_bits == 4 ? (cols + 1) / 2 : cols * dtype_size(w.dtype());
   cpu_expect(off % row_bytes == 0, "packed matrix", "a view that does not start on a row: " + w.describe());
   return static_cast<int64_t>(off / row_bytes);
 }
@@ -304,7 +342,7 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   cpu_expect_f32(x, "matmul", "x");
   const WeightFormat format = w.packed() ? w.storage()->packed_weights : WeightFormat::dense;
   cpu_expect(format != WeightFormat::dense || w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16,
-             "matmul", str("w must be f32, bf16, f16 or an uploaded FP8, int4 or int8 matrix, got ", w.describe()));
+             "matmul", str("w must be f32, bf16, f16 or an uploaded FP8, int4, int8 or MXFP4 matrix, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
   const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
   if (n == 0) return;
@@ -323,6 +361,9 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
       break;
     case WeightFormat::fp8:
       cpu::packed_matmul_fp8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+      break;
+    case WeightFormat::mxfp4:
+      cpu::packed_matmul_mxfp4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
       break;
     case WeightFormat::int8:
       cpu::packed_matmul_int8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());

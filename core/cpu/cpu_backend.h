@@ -16,7 +16,7 @@ class CpuBackend : public Backend {  // not final: tests count its transfers
   DType weight_dtype(DType t) const override { return backend_weight_dtype("cpu", t); }
   // Dense only: its one product kernel widens bf16/f16/f32 (core/cpu/packed_matmul.h).
   bool supports(WeightFormat f) const override { return f == WeightFormat::dense || f == WeightFormat::fp8 || f == WeightFormat::int4 ||
-                                                         f == WeightFormat::int8;
+                                                         f == WeightFormat::int8 || f == WeightFormat::mxfp4;
   }
 
   Tensor empty(const Shape& shape, DType dtype) override { return pool_->empty(shape, dtype); }

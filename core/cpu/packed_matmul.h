@@ -71,7 +71,7 @@ void unpack_rows_int8_f32(const void* packed, int64_t padded_rows, int64_t cols,
 void packed_matmul_int8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                         int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 
-// ---- 4-bit integer weights with group scales and zero points (packed_matmul_int4.cpp) ----
+// ---- 4-bit integer weights with group scales and zero points (packed_matmul_4bit.cpp) ----
 // Kept at 4 bits: panels of 32 rows, each step 16 bytes (row j in the low nibble of byte j,
 // row j + 16 in its high one), then every panel's scales [⌈k/block_cols⌉][32] f32, then its
 // zero points [⌈k/block_cols⌉][32] u8. Weight (o, t) is (q − zero) · scale in f32, q and zero
@@ -86,6 +86,17 @@ void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols,
                           int64_t rows, float* dst, DType dequant = DType::f32);
 void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                         int64_t row0, int64_t o, float* out, const char* kernel = nullptr, DType dequant = DType::f32);
+
+// ---- MXFP4: E2M1 values with E8M0 scales per block of 32 columns (packed_matmul_4bit.cpp) ----
+// int4's panels of nibbles, then every panel's exponents [⌈k/block_cols⌉][32] u8. Weight (o, t)
+// is e2m1(q[o, t]) · 2^(e − 127), exact in f32; the product is the f32 path's on them.
+size_t packed_mxfp4_bytes(int64_t rows, int64_t cols, int64_t block_cols);
+// q: row-major [rows, cols], one E2M1 code (0…15) a byte; row_exps: [rows, ⌈cols/block_cols⌉] E8M0.
+void pack_mxfp4(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst);
+void unpack_rows_mxfp4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                           int64_t rows, float* dst);
+void packed_matmul_mxfp4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                         int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 
 // x [n, k] rounded and back as compressed-tensors' dynamic activations are, per row (group −1)
 // or per `group` columns of a row: FP8 s = amax|x| / 448, x' = e4m3(clamp(x / s, ±448)) · s;

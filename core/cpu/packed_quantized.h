@@ -1,5 +1,5 @@
-// The products of quantized weights read as stored (FP8: packed_matmul_8bit.cpp, int4:
-// packed_matmul_int4.cpp), written once for every format: a format says how one step of a
+// The products of quantized weights read as stored (FP8 and int8: packed_matmul_8bit.cpp; int4
+// and MXFP4: packed_matmul_4bit.cpp), written once for every format: a format says how one step of a
 // panel (32 rows, one column) widens to f32 weights — exactly the format's own
 // dequantization — and this header runs the f32 path's multiply-adds on them in the f32 path's
 // chain order (packed_walk.h). So every format's product has the bits of the dense f32 product

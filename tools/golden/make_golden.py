@@ -248,10 +248,11 @@ MOE_CASES = [
 ]
 
 
-def moe_case(source, name, note_prefix):
-    """MOE_CASES' case `source` (its config, inputs and special router) under another name."""
+def moe_case(source, name, note_prefix, **over):
+    """MOE_CASES' case `source` (its config, inputs and special router) under another name, its
+    config with `over`."""
     c = next(m for m in MOE_CASES if m["name"] == source)
-    return dict(c, name=name, note=note_prefix + c["note"], config=dict(c["config"]))
+    return dict(c, name=name, note=note_prefix + c["note"], config=dict(c["config"], **over))
 
 
 # --------------------------------------------------------------------------------------
@@ -369,6 +370,13 @@ CT_W4A16 = {"weights": dict(num_bits=4, type="int", symmetric=True, dynamic=Fals
 CT_W4A16_ASYM = {"weights": dict(num_bits=4, type="int", symmetric=False, dynamic=False, strategy="group",
                                  group_size=16)}
 
+# compressed-tensors' mxfp4-pack-quantized (its MXFP4A16 scheme, llm-compressor's MXFP4 weights):
+# `<linear>.weight_packed` U8 [out, in/2] (two E2M1 codes a byte, the first in the low nibble) and
+# `<linear>.weight_scale` U8 [out, in/32] of E8M0 exponents (scale 2^(e - 127): compressed-tensors'
+# generate_mx_scales from each group's amax); activations unquantized.
+CT_MXFP4A16 = {"weights": dict(num_bits=4, type="float", symmetric=True, dynamic=False, strategy="group", group_size=32,
+                               scale_dtype="uint8", zp_dtype="uint8")}
+
 ISSUE37_CASES = [
     dict(family("fp8_block", "LlamaForCausalLM in fine-grained FP8: q/k/v/o and gate/up/down weights F8_E4M3 "
                 "with float32 weight_scale_inv per [8, 16] block (scale = amax / 448), embeddings, norms and "
@@ -450,6 +458,31 @@ ISSUE37_CASES = [
                 "[groups, out/8], the same order), scales (F16 [groups, out]); round to nearest; embeddings, norms "
                 "and lm_head f16", **dict(FP8_LLAMA, hidden_size=128, intermediate_size=256)),
          steps=8, dtypes=[("_f16", "float16")], awq=dict(group=32)),
+    # MXFP4 (the format gpt-oss ships its experts in) on a dense Llama, as compressed-tensors writes
+    # it; hidden 128 so that blocks of 32 fall whole on o_proj's and down_proj's columns at Shards 4.
+    dict(family("ct_mxfp4", "LlamaForCausalLM in compressed-tensors MXFP4A16 (mxfp4-pack-quantized): q/k/v/o and "
+                "gate/up/down weights E2M1 packed two to a byte (weight_packed U8 [out, in/2]) with an E8M0 "
+                "weight_scale (U8 [out, in/32], 2^(e - 127)) per block of 32 columns; embeddings, norms and lm_head "
+                "(ignored) f32", **dict(FP8_LLAMA, hidden_size=128, intermediate_size=256)),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_MXFP4A16),
+    # GPTQ and AWQ mixtures of experts as their Qwen3-MoE checkpoints ship (Qwen/Qwen3-30B-A3B-GPTQ-Int4,
+    # the -AWQ ones): each expert's gate/up/down a quantized module of its own. Sizes chosen so that
+    # groups of 8 and words of 8 rows or columns fall whole on every slice at Shards 4 in both
+    # shardings (expert inner 32: 8 a shard).
+    dict(moe_case("qwen3_moe", "gptq_qwen3_moe", "Qwen3MoeForCausalLM in GPTQ (4 bits, groups of 8, sym, desc_act "
+                  "false, checkpoint_format gptq) with per-expert experts.E.gate_proj/up_proj/down_proj, q/k/v/o and "
+                  "the dense layer 1's gate/up/down as qweight/qzeros/scales/g_idx; routers (mlp.gate), embeddings, "
+                  "norms and lm_head f16; hidden 64, 8 heads of 8 over 4 KV heads, intermediate 64, experts' inner "
+                  "32. Otherwise qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8,
+                  num_key_value_heads=4, intermediate_size=64, moe_intermediate_size=32),
+         steps=8, dtypes=[("_f16", "float16")], gptq=dict(group=8, sym=True)),
+    dict(moe_case("qwen3_moe", "awq_qwen3_moe", "Qwen3MoeForCausalLM in AWQ (gemm, 4 bits, groups of 8, zero "
+                  "points) with per-expert experts.E.gate_proj/up_proj/down_proj, q/k/v/o and the dense layer 1's "
+                  "gate/up/down as qweight/qzeros/scales; routers (mlp.gate), embeddings, norms and lm_head f16; "
+                  "hidden 64, 8 heads of 8 over 4 KV heads, intermediate 64, experts' inner 32. Otherwise "
+                  "qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8, num_key_value_heads=4,
+                  intermediate_size=64, moe_intermediate_size=32),
+         steps=8, dtypes=[("_f16", "float16")], awq=dict(group=8)),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -711,8 +744,11 @@ FP8_EXPERT_WEIGHT = r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\
 def ct_quantization_config(ct):
     """compressed-tensors' QuantizationConfig of a case: one group, targets ["Linear"], lm_head ignored."""
     from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
+    import torch
     acts = ct.get("input_activations")
-    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**ct["weights"]),
+    # (dtypes named by their torch attribute: "uint8" -> torch.uint8)
+    weights = {k: getattr(torch, v) if k in ("scale_dtype", "zp_dtype") else v for k, v in ct["weights"].items()}
+    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**weights),
                                 input_activations=QuantizationArgs(**acts) if acts else None)
     return QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"], quantization_status="frozen")
 
@@ -755,6 +791,10 @@ def ct_quantize(model, ct):
     assert quantized and not any(n == "lm_head" for n in quantized)
     compressor = ModelCompressor.from_pretrained_model(model)
     int8 = ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8
+    if ct_is_mxfp4(ct):
+        assert compressor.quantization_config.format == "mxfp4-pack-quantized", compressor.quantization_config.format
+        compressor.compress_model(model)
+        return compressor, {n + ".weight": ct_mxfp4_unpack(m) for n, m in quantized.items()}
     if ct["weights"]["type"] == "int" and not int8:
         assert compressor.quantization_config.format == "pack-quantized", compressor.quantization_config.format
         compressor.compress_model(model)
@@ -775,6 +815,30 @@ def ct_quantize(model, ct):
             assert torch.equal(mine.view(torch.uint8), q.view(torch.uint8)), f"{n}: not e4m3(clamp(w / scale))"
         out[n + ".weight"] = (q.clone(), scale.clone())
     return compressor, out
+
+
+def ct_is_mxfp4(ct):
+    return ct["weights"]["type"] == "float" and ct["weights"]["num_bits"] == 4
+
+
+E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+def ct_mxfp4_unpack(m):
+    """(values, scale) of an mxfp4-pack-quantized layer, unpacked here as linnet reads the files
+    (not with compressed-tensors' unpack): weight_packed uint8 [out, in/2], element 2j in the low
+    nibble of byte j, each nibble an E2M1 code (bit 3 the sign); weight_scale uint8 [out, in/32]
+    E8M0, 2^(e - 127), none 255 (NaN). Their product is checked against compressed-tensors' own
+    decompression of every layer (the reference's weights)."""
+    import torch
+    packed, e = m.weight_packed.data, m.weight_scale.data
+    assert packed.dtype == torch.uint8 and e.dtype == torch.uint8, (packed.dtype, e.dtype)
+    rows, cols = packed.shape[0], packed.shape[1] * 2
+    assert e.shape == (rows, cols // 32) and int(e.max()) < 255, (tuple(e.shape), int(e.max()))
+    lut = torch.tensor(E2M1)
+    q = torch.stack([lut[(packed & 15).long()], lut[(packed >> 4).long()]], -1).flatten(1)
+    scale = torch.pow(2.0, e.double() - 127).float()
+    return q.clone(), scale.clone()
 
 
 def ct_int4_unpack(m):
@@ -818,13 +882,22 @@ CT_ASYM_REFERENCE = (
     "weight_zero_point unpacked, [out, groups], and refuses the saved [out/8, groups] as a size mismatch)")
 
 
+CT_MXFP4_REFERENCE = (
+    "compressed-tensors 0.20.1's own decompression (MXFP4PackedCompressor.decompress of each layer's weight_packed "
+    "and weight_scale as saved) loaded into transformers 5.24's model class in f32: transformers 5.24 loads the "
+    "checkpoint, but its decompressed weights are bf16 in an f32 model and the first forward fails (\"expected m1 "
+    "and m2 to have the same dtype\"). Every MXFP4 value times its power-of-two scale is exact in bf16 and f32")
+
+
 def ct_decompressed_reference(d, ct):
     """The model of checkpoint `d` with every pack-quantized layer decompressed by compressed-tensors
     itself, in a plain f32 transformers model (no quantization_config)."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
+    from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
     from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    compressor = MXFP4PackedCompressor if ct_is_mxfp4(ct) else PackedQuantizationCompressor
     cfg = AutoConfig.from_pretrained(d)
     del cfg.quantization_config
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
@@ -834,7 +907,7 @@ def ct_decompressed_reference(d, ct):
         if k.endswith(".weight_packed"):
             base = k[:-len("weight_packed")]
             local = {n[len(base):]: t for n, t in saved.items() if n.startswith(base) and n[len(base):].startswith("weight")}
-            state[base + "weight"] = PackedQuantizationCompressor.decompress(local, scheme)["weight"]
+            state[base + "weight"] = compressor.decompress(local, scheme)["weight"]
         elif not any(k.endswith(sfx) for sfx in ("weight_scale", "weight_zero_point", "weight_shape")):
             state[k] = v
     missing, unexpected = model.load_state_dict(state, strict=False)
@@ -1011,9 +1084,20 @@ def fp8_expected(fp8, block, state):
     Per-expert checkpoint tensors are fused the way transformers 5.24's conversion for qwen2_moe /
     qwen3_moe does it: experts.gate_up_proj [E, 2I, H] (expert e: gate rows, then up rows) and
     experts.down_proj [E, H, I]."""
+    deq = {k: q.float() * fp8_expand(s, block, q.shape) for k, (q, s) in fp8.items()}
+    want = fuse_experts(deq)
+    for k, w in want.items():
+        assert k in state and state[k].shape == w.shape, (k, tuple(w.shape), tuple(state[k].shape) if k in state else None)
+    return want
+
+
+def fuse_experts(deq):
+    """{checkpoint weight: dequantized f32} -> {model parameter: dequantized f32}: per-expert
+    checkpoint tensors fused the way transformers 5.24's conversion for qwen2_moe / qwen3_moe does
+    it, experts.gate_up_proj [E, 2I, H] (expert e: gate rows, then up rows) and experts.down_proj
+    [E, H, I]; every other weight as it is."""
     import re
     import torch
-    deq = {k: q.float() * fp8_expand(s, block, q.shape) for k, (q, s) in fp8.items()}
     want, experts = {}, {}
     for k, w in deq.items():
         m = re.match(FP8_EXPERT_WEIGHT, k)
@@ -1027,8 +1111,6 @@ def fp8_expected(fp8, block, state):
         want[pre + ".gate_up_proj"] = torch.stack(
             [torch.cat([ws[(e, "gate_proj")], ws[(e, "up_proj")]], 0) for e in range(n)])
         want[pre + ".down_proj"] = torch.stack([ws[(e, "down_proj")] for e in range(n)])
-    for k, w in want.items():
-        assert k in state and state[k].shape == w.shape, (k, tuple(w.shape), tuple(state[k].shape) if k in state else None)
     return want
 
 
@@ -1155,7 +1237,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     ct, ct_q, compressor = c.get("ct"), {}, None
     if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
         assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
-        if ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group"):
+        if ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group") and not ct_is_mxfp4(ct):
             # The model before quantization, kept for `linnet quantize --scheme fp8-channel|w8a8|w4a16`'s
             # test (it must write what compressed-tensors writes: tests/quantize_test.cpp).
             source = os.path.join(ROOT, "tests", "fixtures", "quantize", os.path.basename(d) + "_source")
@@ -1190,18 +1272,29 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             k: v for k, v in fp8_config(quant).items() if k not in ("quant_method",)})
     gptq, gptq_w = c.get("gptq") or c.get("awq"), {}
     if gptq is not None:  # issue 37: the decoder layers' nn.Linear weights in GPTQ's or AWQ's layout
+        import re
+        from safetensors import safe_open
         linears = {n + ".weight" for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and ".layers." in n}
+        with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
+            # a mixture of experts' per-expert weights, as GPTQ's and AWQ's MoE checkpoints store them
+            linears |= {k for k in f.keys() if re.match(FP8_EXPERT_WEIGHT, k)}
         gptq_w = gptq_rewrite(d, linears, gptq) if c.get("gptq") else awq_rewrite(d, linears, gptq)
+        gptq_w = fuse_experts(gptq_w)  # (the model's parameters: experts fused as transformers fuses them)
         want = dict(gptq_w)
     del model
 
-    by_decompression = bool(ct_q) and ct["weights"]["type"] == "int" and not ct["weights"]["symmetric"]
+    by_decompression = bool(ct_q) and ((ct["weights"]["type"] == "int" and not ct["weights"]["symmetric"]) or
+                                       ct_is_mxfp4(ct))
     if by_decompression:
         ref = ct_decompressed_reference(d, ct)
-        checks["reference"] = CT_ASYM_REFERENCE
+        checks["reference"] = CT_MXFP4_REFERENCE if ct_is_mxfp4(ct) else CT_ASYM_REFERENCE
     elif gptq_w:
         ref = dense_reference(d, gptq_w)
         checks["reference"] = AWQ_REFERENCE if c.get("awq") else GPTQ_REFERENCE
+        if "router" in c:  # (a mixture of experts: the model class is the case's, its experts fused)
+            checks["reference"] = (checks["reference"].replace("LlamaForCausalLM", cfg["architectures"][0]) +
+                                   "; each expert's dequantized gate/up/down fused into experts.gate_up_proj and "
+                                   "experts.down_proj as transformers 5.24 fuses per-expert checkpoint tensors")
     else:
         with LogCapture(quant is not None or ct is not None) as log:
             ref, info = AutoModelForCausalLM.from_pretrained(
@@ -1381,6 +1474,14 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             "activations": "every quantized layer's input x fake-quantized at run time per token: s = amax|x| / "
                            "127.5 in f32 (2^-23 where amax is 0), x' = round_half_even(clamp(x / s, -128, 127)) * s; "
                            "y = x' @ (q * weight_scale)^T"}
+    elif ct_q and ct_is_mxfp4(ct):
+        layout = {n: [list(q.shape), list(sc.shape)] for n, (q, sc) in ct_q.items()}
+        entry["compressed_tensors"] = {
+            "format": "mxfp4-pack-quantized", "weights": ct["weights"], "ignore": ["lm_head"],
+            "weight_packed_dtype": "U8", "scale_dtype": "U8 (E8M0)",
+            "weight_and_scale_shapes (unpacked)": dict(sorted(layout.items())),
+            "dequantized": "e2m1(q) * 2^(e - 127) per block of 32 columns; two E2M1 codes a byte, the first in the "
+                           "low nibble; exact in bf16 and f32"}
     elif ct_q and ct["weights"]["type"] == "int":
         layout = {n: [list(t[0].shape), list(t[1].shape)] for n, t in ct_q.items()}
         entry["compressed_tensors"] = {

@@ -1,8 +1,9 @@
-// The product of 4-bit integer weights with group scales and zero points, read as stored
-// (core/cpu/packed_matmul.h): each step's 32 weights widen from 16 bytes to f32 exactly as
-// the format's dequantization computes them, (q − zero) · scale, one f32 rounding; then the f32
-// path's multiply-adds (packed_quantized.h): the bits of the dense product on the dequantized
-// matrix.
+// The products of 4-bit weights read as stored (core/cpu/packed_matmul.h): integers with group
+// scales and zero points (int4) and MXFP4's E2M1 values with E8M0 block scales. Each step's 32
+// weights widen from 16 bytes to f32 exactly as the format's dequantization computes them
+// (int4: (q − zero) · scale, one f32 rounding; MXFP4: e2m1(q) · 2^(e − 127), exact); then the
+// f32 path's multiply-adds (packed_quantized.h): the bits of the dense product on the
+// dequantized matrix.
 #include <cstring>
 
 #include "core/cpu/packed_quantized.h"
@@ -107,6 +108,103 @@ struct Int4F16 : Int4 {
   }
 };
 
+// MXFP4 in int4's panels of nibbles (byte j: row j low, row j + 16 high); after them, on a cache
+// line, each panel's E8M0 exponents [⌈k/bc⌉][32] u8 — the file's one byte per 32 weights, no
+// zero points. A nibble is E2M1: bit 3 the sign, bits 0…2 index {0, ½, 1, 1½, 2, 3, 4, 6}; the
+// weight is that times 2^(e − 127), exact in f32 (E8M0's e = 0 is f32's subnormal 2^−127).
+constexpr float kE2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+size_t mx_scales_offset(int64_t padded_rows, int64_t cols) { return scales_offset(padded_rows, cols); }
+
+struct Mxfp4 {
+  struct Panel {
+    const uint8_t* q;
+    const uint8_t* exps;
+    int64_t block_cols;
+  };
+  static size_t panel_bytes(int64_t k) { return static_cast<size_t>(kPanel / 2 * k); }
+  static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
+    const uint8_t* base = static_cast<const uint8_t*>(w);
+    return {base + p * panel_bytes(k), base + mx_scales_offset(padded_rows, k) + p * ceil_div(k, block_cols) * kPanel,
+            block_cols};
+  }
+  static float weight(const Panel& p, int64_t t, int64_t c) {
+    const uint8_t byte = p.q[t * (kPanel / 2) + (c & 15)];
+    return kE2M1[(c < 16 ? byte : byte >> 4) & 15] * f8_e8m0_to_f32(p.exps[(t / p.block_cols) * kPanel + c]);
+  }
+
+  // 2^(e − 127) from 8 or 16 exponents: e << 23 is the f32, but for e = 0 (2^−127, subnormal).
+  __attribute__((target("avx2,fma"))) static __m256 scales8(const uint8_t* e) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(e)));
+    const __m256i bits = _mm256_blendv_epi8(_mm256_slli_epi32(v, 23), _mm256_set1_epi32(0x00400000),
+                                            _mm256_cmpeq_epi32(v, _mm256_setzero_si256()));
+    return _mm256_castsi256_ps(bits);
+  }
+  __attribute__((target("avx512f,avx512bw"))) static __m512 scales16(const uint8_t* e) {
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(e)));
+    const __mmask16 zero = _mm512_cmpeq_epi32_mask(v, _mm512_setzero_si512());
+    return _mm512_castsi512_ps(_mm512_mask_blend_epi32(zero, _mm512_slli_epi32(v, 23), _mm512_set1_epi32(0x00400000)));
+  }
+
+  struct Block512 {
+    __m512 s_lo, s_hi;
+  };
+  __attribute__((target("avx512f,avx512bw"))) static Block512 block512(const Panel& p, int64_t b) {
+    const uint8_t* e = p.exps + b * kPanel;
+    return {scales16(e), scales16(e + 16)};
+  }
+  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
+                                                                     __m512& lo, __m512& hi) {
+    const uint8_t* w = p.q + t * (kPanel / 2);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    const __m512 lut = _mm512_loadu_ps(kE2M1);
+    const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
+    // (vpermps reads the low 4 bits of each index.)
+    lo = _mm512_mul_ps(_mm512_permutexvar_ps(v, lut), b.s_lo);
+    hi = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), lut), b.s_hi);
+  }
+
+  struct Block2 {
+    __m256 s[4];
+  };
+  __attribute__((target("avx2,fma"))) static Block2 block2(const Panel& p, int64_t b) {
+    Block2 out;
+    for (int i = 0; i < 4; ++i) out.s[i] = scales8(p.exps + b * kPanel + 8 * i);
+    return out;
+  }
+  // The magnitude by vpermps (its index's low 3 bits), the sign bit 3 moved to bit 31.
+  __attribute__((target("avx2,fma"))) static __m256 e2m1(__m256i u) {
+    const __m256 mag = _mm256_permutevar8x32_ps(_mm256_loadu_ps(kE2M1), u);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(u, _mm256_set1_epi32(8)), 28);
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
+  }
+  __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
+    const uint8_t* w = p.q + t * (kPanel / 2);
+    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 8 * half)));
+      wv[half] = _mm256_mul_ps(e2m1(v), b.s[half]);
+      wv[2 + half] = _mm256_mul_ps(e2m1(_mm256_srli_epi32(v, 4)), b.s[2 + half]);
+    }
+  }
+};
+
+// Nibbles of rows × cols values (one a byte, low 4 bits) into int4's panel layout at `out`.
+void pack_nibbles(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out) {
+  const int64_t panels = ceil_div(rows, kPanel);
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; ++p) {
+    uint8_t* panel = out + p * Int4::panel_bytes(cols);
+    std::fill(panel, panel + Int4::panel_bytes(cols), uint8_t{0});
+    const int64_t real = std::min<int64_t>(kPanel, rows - p * kPanel);  // padding rows: 0
+    for (int64_t c = 0; c < real; ++c) {
+      const uint8_t* in = q + (p * kPanel + c) * cols;
+      const int shift = c < 16 ? 0 : 4;
+      for (int64_t t = 0; t < cols; ++t) panel[t * (kPanel / 2) + (c & 15)] |= static_cast<uint8_t>((in[t] & 15) << shift);
+    }
+  }
+}
+
 }  // namespace
 
 size_t packed_int4_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
@@ -120,19 +218,15 @@ void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zer
   uint8_t* out = static_cast<uint8_t*>(dst);
   float* scales = reinterpret_cast<float*>(out + scales_offset(padded, cols));
   uint8_t* zeros = out + zeros_offset(padded, cols, block_cols);
+  pack_nibbles(q, rows, cols, out);
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < panels; ++p) {
-    uint8_t* panel = out + p * Int4::panel_bytes(cols);
     float* ps = scales + p * kb * kPanel;
     uint8_t* pz = zeros + p * kb * kPanel;
     const int64_t real = std::min<int64_t>(kPanel, rows - p * kPanel);  // padding rows: weight 0, scale 0
-    std::fill(panel, panel + Int4::panel_bytes(cols), uint8_t{0});
     std::fill(ps, ps + kb * kPanel, 0.0f);
     std::fill(pz, pz + kb * kPanel, uint8_t{0});
     for (int64_t c = 0; c < real; ++c) {
-      const uint8_t* in = q + (p * kPanel + c) * cols;
-      const int shift = c < 16 ? 0 : 4;
-      for (int64_t t = 0; t < cols; ++t) panel[t * (kPanel / 2) + (c & 15)] |= static_cast<uint8_t>((in[t] & 15) << shift);
       for (int64_t b = 0; b < kb; ++b) {
         ps[b * kPanel + c] = row_scales[(p * kPanel + c) * kb + b];
         pz[b * kPanel + c] = row_zeros[(p * kPanel + c) * kb + b];
@@ -159,6 +253,35 @@ void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int
     quantized::product<Int4F16>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
   else
     quantized::product<Int4>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+}
+
+size_t packed_mxfp4_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
+  const int64_t padded = ceil_div(rows, kPanel) * kPanel;
+  return mx_scales_offset(padded, cols) + static_cast<size_t>(padded * ceil_div(cols, block_cols));
+}
+
+void pack_mxfp4(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst) {
+  const int64_t panels = ceil_div(rows, kPanel), padded = panels * kPanel, kb = ceil_div(cols, block_cols);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  pack_nibbles(q, rows, cols, out);
+  uint8_t* exps = out + mx_scales_offset(padded, cols);
+  std::fill(exps, exps + padded * kb, uint8_t{0});  // padding rows: value 0 (scale 2^−127)
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < kb; ++b) exps[((r / kPanel) * kb + b) * kPanel + r % kPanel] = row_exps[r * kb + b];
+}
+
+void unpack_rows_mxfp4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                           int64_t rows, float* dst) {
+  for (int64_t i = 0; i < rows; ++i) {
+    const int64_t r = row0 + i;
+    const Mxfp4::Panel p = Mxfp4::panel(packed, padded_rows, cols, block_cols, r / kPanel);
+    for (int64_t t = 0; t < cols; ++t) dst[i * cols + t] = Mxfp4::weight(p, t, r % kPanel);
+  }
+}
+
+void packed_matmul_mxfp4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                         int64_t row0, int64_t o, float* out, const char* kernel) {
+  quantized::product<Mxfp4>("packed_matmul_mxfp4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
 }
 
 }  // namespace linnet::cpu
