@@ -267,3 +267,31 @@ TEST(Int4, TheFootprintCountsStoredBytes) {
   }
   FAIL() << "no q_proj";
 }
+
+// A compressed-tensors mixture of experts: weight-only schemes are read (each expert's matrices
+// as their own layers; whole models: conformance's ct_w4a16_qwen3_moe_f32, ct_mxfp4_qwen3_moe_f32
+// in both shardings); one that rounds its inputs is refused by name, as SparseMoe's grouped
+// products take the experts' inputs as they are.
+TEST(Int4, CompressedTensorsMixturesOfExpertsAreReadWeightOnly) {
+  const json moe = json::parse(read_text(kGolden / "ct_w4a16_qwen3_moe_f32/config.json"));
+  const ModelConfig c = parse_hf_config(moe, "cfg");
+  ASSERT_TRUE(c.moe() && c.quantization);
+  EXPECT_EQ(c.quantization->matrices.describe(), "int4 groups of 8");
+  const Generics g = bind_generics(c, RunOptions{1, 32, 1, 8, std::nullopt});
+  int experts = 0;
+  for (const ParamSpec& p : parameter_specs(c, g)) {
+    if (p.hf_name.find(".mlp.experts.") != std::string::npos) {
+      EXPECT_EQ(p.layout.describe(), "int4 groups of 8") << p.hf_name;
+      ++experts;
+    }
+    if (p.hf_name.ends_with(".mlp.gate.weight")) EXPECT_TRUE(p.layout.dense()) << p.hf_name;  // the routers
+  }
+  EXPECT_EQ(experts, 2 * 8 * 3);  // two sparse layers of 8 experts' gate, up, down
+  json w8a8 = moe;
+  w8a8["quantization_config"] = json::parse(read_text(kGolden / "ct_w8a8_f32/config.json"))["quantization_config"];
+  const std::string e = error_of([&] { parse_hf_config(w8a8, "cfg"); });
+  EXPECT_NE(e.find("a compressed-tensors mixture of experts with quantized input_activations (int8 per channel, "
+                   "activations int8 per token) is not read yet"),
+            std::string::npos)
+      << e;
+}

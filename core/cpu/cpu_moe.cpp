@@ -56,10 +56,11 @@ void CpuBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std::
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t a = offsets[static_cast<size_t>(g)], b = offsets[static_cast<size_t>(g + 1)];
     if (a == b) continue;
-    grouped_weight_bytes_ += o * w.dim(1) * static_cast<int64_t>(dtype_size(w.dtype()));
     // The packed product on this group's rows: the same kernel and bits as for any row count.
+    const Tensor expert = w.rows(g * o, (g + 1) * o);
+    grouped_weight_bytes_ += static_cast<int64_t>(expert.span_bytes());  // (4-bit formats: half a byte a weight)
     Tensor rows = out.rows(a, b);
-    matmul(x.rows(a, b), w.rows(g * o, (g + 1) * o), nullptr, rows);
+    matmul(x.rows(a, b), expert, nullptr, rows);
   }
 }
 

@@ -483,6 +483,23 @@ ISSUE37_CASES = [
                   "qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8, num_key_value_heads=4,
                   intermediate_size=64, moe_intermediate_size=32),
          steps=8, dtypes=[("_f16", "float16")], awq=dict(group=8)),
+    # compressed-tensors W4A16 and MXFP4 mixtures of experts as llm-compressor writes them
+    # (RedHatAI's Qwen3-30B-A3B-quantized.w4a16): each expert's gate/up/down a quantized layer
+    # (weight_packed, weight_scale), the routers not.
+    dict(moe_case("qwen3_moe", "ct_w4a16_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors W4A16 "
+                  "(pack-quantized, symmetric, groups of 8) with per-expert experts.E.gate_proj/up_proj/down_proj, "
+                  "q/k/v/o and the dense layer 1's gate/up/down as weight_packed/weight_scale/weight_shape; routers, "
+                  "embeddings, norms and lm_head f32; hidden 64, 8 heads of 8 over 4 KV heads, intermediate 64, "
+                  "experts' inner 32. Otherwise qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8,
+                  num_key_value_heads=4, intermediate_size=64, moe_intermediate_size=32),
+         steps=8, dtypes=[("_f32", "float32")], ct=dict(CT_W4A16, weights=dict(CT_W4A16["weights"], group_size=8))),
+    dict(moe_case("qwen3_moe", "ct_mxfp4_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors MXFP4A16 "
+                  "(mxfp4-pack-quantized) with per-expert experts.E.gate_proj/up_proj/down_proj, q/k/v/o and the "
+                  "dense layer 1's gate/up/down as weight_packed/weight_scale; routers, embeddings, norms and lm_head "
+                  "f32; hidden 128, 8 heads of 16 over 4 KV heads, intermediate 128, experts' inner 128 (blocks of 32 "
+                  "whole at Shards 4). Otherwise qwen3_moe: ", hidden_size=128, head_dim=16, num_attention_heads=8,
+                  num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=128),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_MXFP4A16),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -841,6 +858,45 @@ def ct_mxfp4_unpack(m):
     return q.clone(), scale.clone()
 
 
+def ct_quantize_experts(d, ct):
+    """Rewrites d/model.safetensors' per-expert weights (FP8_EXPERT_WEIGHT) as compressed-tensors
+    0.20.1 compresses a layer of the case's scheme: each weight's scale (and zero point) from its
+    calculate_qparams on the per-group min and max, then the format's compressor (`compress` of
+    PackedQuantizationCompressor or MXFP4PackedCompressor on the layer's state dict). Returns
+    {weight name: unpacked parts} as ct_quantize does."""
+    import re
+    from types import SimpleNamespace
+    import torch
+    from safetensors.torch import load_file, save_file
+    from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
+    from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.quantization.utils import calculate_qparams
+    assert ct["weights"]["strategy"] == "group" and not ct.get("input_activations"), ct
+    scheme = ct_quantization_config(ct).config_groups["group_0"]
+    args, gs = scheme.weights, ct["weights"]["group_size"]
+    compressor = MXFP4PackedCompressor if ct_is_mxfp4(ct) else PackedQuantizationCompressor
+    path = os.path.join(d, "model.safetensors")
+    st, out, parts = load_file(path), {}, {}
+    for k, w in st.items():
+        if not re.match(FP8_EXPERT_WEIGHT, k):
+            out[k] = w
+            continue
+        R, C = w.shape
+        assert C % gs == 0, (k, tuple(w.shape), gs)
+        groups = w.reshape(R, C // gs, gs)
+        scale, zp = calculate_qparams(groups.amin(-1), groups.amax(-1), args)
+        local = {"weight": w, "weight_scale": scale, "weight_zero_point": zp}
+        packed = compressor.compress(local, scheme)
+        base = k[:-len("weight")]
+        for n, t in packed.items():
+            out[base + n] = t.contiguous()
+        m = SimpleNamespace(**{n: SimpleNamespace(data=t) for n, t in packed.items()})
+        parts[k] = ct_mxfp4_unpack(m) if ct_is_mxfp4(ct) else ct_int4_unpack(m)
+    assert parts, "no per-expert weights"
+    save_file(out, path, metadata={"format": "pt"})
+    return parts
+
+
 def ct_int4_unpack(m):
     """(q, scale, zero point) of a pack-quantized layer, unpacked here as linnet reads the files
     (not with compressed-tensors' unpack): weight_packed int32 [out, in/8] holds eight 4-bit values
@@ -889,6 +945,11 @@ CT_MXFP4_REFERENCE = (
     "and m2 to have the same dtype\"). Every MXFP4 value times its power-of-two scale is exact in bf16 and f32")
 
 
+CT_MOE_REFERENCE = (
+    "; each expert's decompressed gate/up/down fused into experts.gate_up_proj / experts.down_proj as transformers "
+    "5.24 fuses per-expert checkpoint tensors")
+
+
 def ct_decompressed_reference(d, ct):
     """The model of checkpoint `d` with every pack-quantized layer decompressed by compressed-tensors
     itself, in a plain f32 transformers model (no quantization_config)."""
@@ -910,6 +971,7 @@ def ct_decompressed_reference(d, ct):
             state[base + "weight"] = compressor.decompress(local, scheme)["weight"]
         elif not any(k.endswith(sfx) for sfx in ("weight_scale", "weight_zero_point", "weight_shape")):
             state[k] = v
+    state = fuse_experts(state)  # (a mixture of experts' per-expert weights, as transformers fuses them)
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
     if "lm_head.weight" in missing:
@@ -1237,7 +1299,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     ct, ct_q, compressor = c.get("ct"), {}, None
     if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
         assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
-        if ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group") and not ct_is_mxfp4(ct):
+        if (ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group") and not ct_is_mxfp4(ct)
+                and "router" not in c):
             # The model before quantization, kept for `linnet quantize --scheme fp8-channel|w8a8|w4a16`'s
             # test (it must write what compressed-tensors writes: tests/quantize_test.cpp).
             source = os.path.join(ROOT, "tests", "fixtures", "quantize", os.path.basename(d) + "_source")
@@ -1247,10 +1310,16 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     model.save_pretrained(d)
     if compressor is not None:
         compressor.update_config(d)
+    if ct is not None and "router" in c:
+        # a mixture of experts: its per-expert tensors compressed as compressed-tensors compresses a
+        # layer (transformers 5.24's experts are fused parameters, not nn.Linear, so
+        # apply_quantization_config leaves them out)
+        ct_q.update(ct_quantize_experts(d, ct))
     quant, fp8, load_args, want = c.get("quant"), {}, {}, {}
     if ct_q:
         # transformers decompresses each weight to e4m3(q) * scale (f32) on the first forward
-        want = {k: ct_dequantized(t) for k, t in ct_q.items()}
+        # (the experts fused as transformers fuses them)
+        want = fuse_experts({k: ct_dequantized(t) for k, t in ct_q.items()})
     if quant is not None:  # issue 37: the decoder layers' nn.Linear weights in fine-grained FP8
         import re
         from safetensors import safe_open
@@ -1288,6 +1357,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if by_decompression:
         ref = ct_decompressed_reference(d, ct)
         checks["reference"] = CT_MXFP4_REFERENCE if ct_is_mxfp4(ct) else CT_ASYM_REFERENCE
+        if "router" in c:
+            checks["reference"] += CT_MOE_REFERENCE
     elif gptq_w:
         ref = dense_reference(d, gptq_w)
         checks["reference"] = AWQ_REFERENCE if c.get("awq") else GPTQ_REFERENCE
@@ -1327,7 +1398,9 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         checks["gptq_quantized_tensors"] = len(gptq_w)
         checks["gptq_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in gptq_w), 6)
     if ct_q:
-        assert by_decompression or all(sd[k[:-len("weight")] + "weight_scale"].dtype == torch.float32 for k in ct_q)
+        import re
+        assert by_decompression or all(sd[k[:-len("weight")] + "weight_scale"].dtype == torch.float32 for k in ct_q
+                                       if not re.match(FP8_EXPERT_WEIGHT, k))  # (experts: fused, no scales kept)
         checks["ct_quantized_tensors"] = len(ct_q)
         checks["dequantized_equals_q_times_scale"] = True
         checks["ct_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
