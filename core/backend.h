@@ -9,6 +9,7 @@
 // - Ops run in order on the backend's stream; to_host() waits for them.
 // - An index of -1 in a control array means "skip this token" where stated.
 #pragma once
+#include <optional>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -44,6 +45,11 @@ struct AttentionDims {
   // A sliding window (0: none): a query at index t of its run (position t of its cache row)
   // attends the `window` keys t − window + 1 … t only, as transformers' sliding-window mask.
   int64_t window = 0;
+  // K and V rounded to this dtype before attention reads them (a KV cache narrower than the
+  // compute dtype, --kv-cache-dtype): kv_write stores them so, and attention_packed rounds the
+  // keys and values it reads from qkv the same way, so that a token's result does not depend on
+  // whether its keys came from the cache or from the call. Unset: as computed.
+  std::optional<DType> round_kv;
   float score_scale() const { return scale != 0 ? scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
   int64_t pages_per_row() const { return max_seq / page_size; }
   int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }

@@ -36,6 +36,8 @@ class BackendDevice {
   // Whether its products take matrices stored in format f (core/weight_layout.h); the loader
   // refuses a checkpoint whose format it does not (check_weight_layouts).
   virtual bool supports(WeightFormat f) const { return f == WeightFormat::dense; }
+  // Whether it keeps a KV cache in `cache` beside activations in `compute` (--kv-cache-dtype).
+  virtual bool supports_cache(DType cache, DType compute) const { return cache == compute; }
 
   // ---- memory ----
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;

@@ -1,6 +1,7 @@
 #include "core/dtype.h"
 
 #include <algorithm>
+#include <array>
 
 #include <cmath>
 #include <limits>
@@ -136,6 +137,7 @@ float round_to(DType t, float x) {
   switch (t) {
     case DType::bf16: return bf16_to_f32(f32_to_bf16(x));
     case DType::f16: return f16_to_f32(f32_to_f16(x));
+    case DType::f8_e4m3: return f8_e4m3_to_f32(f32_to_f8_e4m3(x));  // saturating at ±448
     default: return x;
   }
 }
@@ -192,6 +194,23 @@ void convert(const void* src, DType st, void* dst, DType dt, size_t n) {
     auto s = static_cast<const float*>(src);
     auto d = static_cast<uint16_t*>(dst);
     for (size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(s[i]);
+    return;
+  }
+  if (st == DType::f8_e4m3 && dt == DType::f32) {  // (a KV cache in FP8: every value by a table)
+    static const auto table = [] {
+      std::array<float, 256> t{};
+      for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = f8_e4m3_to_f32(static_cast<uint8_t>(b));
+      return t;
+    }();
+    auto s = static_cast<const uint8_t*>(src);
+    auto d = static_cast<float*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = table[s[i]];
+    return;
+  }
+  if (st == DType::f16 && dt == DType::f32) {
+    auto s = static_cast<const uint16_t*>(src);
+    auto d = static_cast<float*>(dst);
+    for (size_t i = 0; i < n; ++i) d[i] = f16_to_f32(s[i]);
     return;
   }
   if (st == DType::i64 && dt == DType::i32) {

@@ -50,7 +50,7 @@ float f8_e8m0_to_f32(uint8_t e);
 uint16_t f32_to_f16(float f);  // round to nearest even, overflow to infinity
 float f16_to_f32(uint16_t h);
 
-// Rounds a float through dtype t and back (identity for f32).
+// Rounds a float through dtype t and back (identity for f32; f8_e4m3 saturates at ±448).
 float round_to(DType t, float x);
 
 // Element-wise conversion between any two dtypes (floats round, ints truncate toward zero).

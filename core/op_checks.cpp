@@ -58,8 +58,10 @@ void check_cache(const Op& k, const AttentionDims& d, const Tensor& qkv, const T
   NEED(ck.shape() == cv.shape(), str("cache_k ", ck.describe(), " and cache_v ", cv.describe(), " differ"));
   NEED(ck.dim(1) == d.kv_heads && ck.dim(2) == d.max_seq && ck.dim(3) == d.head_dim,
        str("cache ", ck.describe(), " should be [rows, ", d.kv_heads, ", ", d.max_seq, ", ", d.head_dim, "]"));
-  NEED(ck.dtype() == qkv.dtype() && cv.dtype() == qkv.dtype(),
-       str("cache dtype ", dtype_name(ck.dtype()), " should match qkv ", qkv.describe()));
+  // (A narrower cache, --kv-cache-dtype: the dtype K and V are rounded to on every path.)
+  NEED((ck.dtype() == qkv.dtype() || (d.round_kv && ck.dtype() == *d.round_kv)) && cv.dtype() == ck.dtype(),
+       str("cache dtype ", dtype_name(ck.dtype()), " should match qkv ", qkv.describe(),
+           d.round_kv ? str(" or the K/V rounding ", dtype_name(*d.round_kv)) : std::string()));
 }
 void check_attention_out(const Op& k, const AttentionDims& d, const Tensor& qkv, const Tensor& out) {
   rank_is(k, "out", out, 2);

@@ -98,7 +98,7 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
   o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";
   o << "KV cache per rank\t" << f.kv_cache << " (" << human_bytes(static_cast<double>(f.kv_cache)) << ") = 2 × " << g.layers
     << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", " << g.head_dim()
-    << "]\n";
+    << "] " << dtype_name(g.cache_dtype(held)) << (g.kv_dtype ? " (--kv-cache-dtype)" : "") << "\n";
   o << "Total per rank\t" << f.total() << " (" << human_bytes(static_cast<double>(f.total())) << ")\n";
   if (c.moe()) {
     // Both ways to shard the experts, side by side (what --moe-sharding would change).
@@ -139,7 +139,7 @@ int cmd_inspect(const Args& args) {
   // when a sizing option was given, so `inspect` without one reproduces the card exactly.
   const bool sizing = vm.count("shards") || !vm["batch"].defaulted() || !vm["max-seq"].defaulted() ||
                       vm.count("page-size") || !vm["backend"].defaulted() || vm.count("dtype") ||
-                      !vm["moe-sharding"].defaulted();
+                      !vm["moe-sharding"].defaulted() || !vm["kv-cache-dtype"].defaulted();
   std::string out = "linnet inspect " + dir + "\n\n" + render_card(config, g);
   std::string backend = vm["backend"].as<std::string>();
   if (backend == "auto") backend = cuda_device_count() > 0 ? "cuda" : "cpu";

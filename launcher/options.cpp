@@ -98,7 +98,7 @@ std::string placeholder(const po::option_description& o) {
       {"host", "HOST"},             {"text", "TEXT"},         {"ids", "IDS"},               {"stop", "STR"},
       {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE.json"},   {"tools", "FILE.json"},
       {"input-file", "IN.jsonl"},   {"output-file", "OUT.jsonl"}, {"template", "NAME|FILE"},  {"kwargs", "JSON"},
-      {"moe-sharding", "expert|tensor"}, {"api-key", "KEY"},   {"allowed-origins", "JSON"},  {"allowed-methods", "JSON"},
+      {"moe-sharding", "expert|tensor"}, {"kv-cache-dtype", "auto|bf16|f16|fp8|f32"}, {"api-key", "KEY"},   {"allowed-origins", "JSON"},  {"allowed-methods", "JSON"},
       {"allowed-headers", "JSON"}};
   if (auto it = named.find(o.long_name()); it != named.end()) return it->second;
   const po::value_semantic* v = o.semantic().get();
@@ -177,7 +177,21 @@ void add_run_options(po::options_description& desc) {
        "CPU threads per rank (0: the cores it may run on, shared among a node's ranks; the start-up log says why)")
       ("moe-sharding", po::value<std::string>()->default_value("expert"),
        "mixtures of experts: expert (Experts/Shards whole experts per rank, rows sent to them and back) or tensor "
-       "(every expert sliced)");
+       "(every expert sliced)")
+      ("kv-cache-dtype", po::value<std::string>()->default_value("auto"),
+       "the KV cache's dtype: auto (the compute dtype: f32 on the CPU), bf16, f16, fp8 (E4M3, scale 1, as vLLM's "
+       "fp8 without calibrated scales) or f32; K and V are rounded to it where they are stored and read");
+}
+
+std::optional<DType> kv_cache_dtype_option(const std::string& v) {
+  // vLLM's spellings too (bfloat16, fp8_e4m3); its fp8_e5m2 is another format.
+  if (v == "auto") return std::nullopt;
+  if (v == "bf16" || v == "bfloat16") return DType::bf16;
+  if (v == "f16" || v == "float16" || v == "half") return DType::f16;
+  if (v == "f32" || v == "float32" || v == "float") return DType::f32;
+  if (v == "fp8" || v == "fp8_e4m3") return DType::f8_e4m3;
+  throw UsageError(str("--kv-cache-dtype '", v, "': expected auto, bf16, f16, fp8 (fp8_e4m3) or f32",
+                       v == "fp8_e5m2" ? " (E5M2 is not kept yet)" : ""));
 }
 
 RunOptions run_options(const po::variables_map& vm) {
@@ -196,6 +210,7 @@ RunOptions run_options(const po::variables_map& vm) {
     if (m != "expert" && m != "tensor") throw UsageError(str("--moe-sharding '", m, "': expected expert or tensor"));
     o.moe_sharding = m == "expert" ? MoeSharding::expert : MoeSharding::tensor;
   }
+  if (vm.count("kv-cache-dtype")) o.kv_cache_dtype = kv_cache_dtype_option(vm["kv-cache-dtype"].as<std::string>());
   return o;
 }
 

@@ -36,6 +36,8 @@ std::string usage_of(const std::string& command, const po::options_description& 
 // --batch, --max-seq, --page-size, --shards, --dtype, --threads.
 void add_run_options(po::options_description& desc);
 RunOptions run_options(const po::variables_map& vm);
+// --kv-cache-dtype's value: none for auto; a UsageError naming the value otherwise.
+std::optional<DType> kv_cache_dtype_option(const std::string& v);
 // --threads N (0: automatic, core/cpu/cpu_threads.h; at most 4 × the cores this rank may use).
 int threads_option(const po::variables_map& vm);
 // --tp K (0: every rank of the job in one replica).

@@ -12,6 +12,7 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
   GroupedQueryAttention A;
   const AttentionOptions ao = config.attention_options(i);
   A.dims = AttentionDims{qh, kvh, d, g.max_seq, g.page_size};
+  A.dims.round_kv = g.kv_dtype;  // a narrower cache: K and V rounded alike on every path
   A.dims.scale = ao.scale;
   A.dims.softcap = ao.softcap;
   if (ao.window) A.dims.window = *ao.window;

@@ -48,7 +48,7 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) { 
 
 Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DType weights) {
   Footprint f;
-  const int64_t e = static_cast<int64_t>(dtype_size(held));
+  const int64_t e = static_cast<int64_t>(dtype_size(g.cache_dtype(held)));
   for (const auto& p : parameter_specs(c, g)) {
     if (p.card_name == "lm_head.weight" && c.tie_word_embeddings) continue;  // shares the embedding
     if (!p.held_by(0)) continue;  // another rank's expert (every rank holds Experts/Shards of them)

@@ -34,6 +34,7 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   g.shards = o.shards == 0 ? 1 : o.shards;  // unresolved (no shard group): one
   g.page_size = o.page_size == 0 ? default_page_size(g.max_seq) : o.page_size;
   g.t = o.dtype.value_or(c.dtype);
+  g.kv_dtype = o.kv_cache_dtype;
   if (!is_float(g.t)) throw Error(str("T must be a float dtype, got ", dtype_name(g.t)));
   if (g.batch <= 0) throw Error(str("Batch must be positive, got ", g.batch));
   if (o.max_seq < 0) throw Error(str("MaxSeq must be positive, got ", o.max_seq));

@@ -28,6 +28,8 @@ struct RunOptions {
   int64_t page_size = 0;  // 0: default_page_size(MaxSeq)
   std::optional<DType> dtype;  // default: the checkpoint's torch_dtype
   MoeSharding moe_sharding = MoeSharding::expert;
+  // The KV cache's dtype (--kv-cache-dtype); default (auto): the backend's compute dtype.
+  std::optional<DType> kv_cache_dtype;
 };
 
 struct Generics {
@@ -38,6 +40,11 @@ struct Generics {
   MoeSharding moe_sharding = MoeSharding::expert;
   int64_t batch = 1, max_seq = 0, shards = 1, page_size = 64;
   DType t = DType::bf16;
+  // The KV cache's dtype when it is not the backend's compute dtype (--kv-cache-dtype): K and V
+  // are rounded to it as they are stored and as attention reads them.
+  std::optional<DType> kv_dtype;
+  // What the cache holds a value in, beside activations in `compute`.
+  DType cache_dtype(DType compute) const { return kv_dtype.value_or(compute); }
 
   int64_t head_dim() const { return d; }
   int64_t pages_per_row() const { return max_seq / page_size; }

@@ -13,6 +13,10 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
                  Communicator& comm)
     : config_(config), g_(g), be_(backend), comm_(comm), ctx_{backend, comm}, act_(backend.compute_dtype(g.t)) {
   LINNET_CHECK(comm.size() == g.shards, "communicator of ", comm.size(), " ranks for Shards=", g.shards);
+  // (Before any weight is read.)
+  if (!be_.supports_cache(g.cache_dtype(act_), act_))
+    throw Error(str("--kv-cache-dtype ", dtype_name(g.cache_dtype(act_)), ": the ", be_.name(), " backend keeps its KV cache in ",
+                    dtype_name(act_), be_.name() == "cpu" ? ", bf16, f16 or fp8 (f8_e4m3)" : " only (no narrower cache yet)"));
   const int64_t shard = comm.rank();
   WeightLoader w(config, g, weights, backend, shard);
   embedding_.weight = w.matrix("embedding.weight", {"embedding.weight"}, w.spec("embedding.weight").shard_shape());
@@ -42,7 +46,7 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
   for (int64_t i = 0; i < g.layers; ++i)
     layers_.push_back(def.layer ? def.layer(w, config, g, i, shard) : decoder_layer(w, config, g, i, shard));
   matrices_ = w.take_matrices();
-  cache_ = KvCache(be_, layer_states(config, g), g.batch, g.max_seq, act_);
+  cache_ = KvCache(be_, layer_states(config, g), g.batch, g.max_seq, g.cache_dtype(act_));
 
   std::vector<int32_t> table(static_cast<size_t>(g.num_pages()));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);  // row r, page j → r·PPR + j

@@ -471,3 +471,23 @@ TEST(Cli, InspectPrintsReplicatedKvHeads) {
                                  "--shards", "3"});
   EXPECT_NE(three.errors.find("does not divide by Shards=3"), std::string::npos) << three.errors;
 }
+
+// issue 37 item 4: --kv-cache-dtype. inspect counts the narrower cache and names its dtype; a
+// value that is not a dtype, or one linnet does not keep a cache in, is a usage error naming it.
+TEST(Cli, KvCacheDtypeIsCountedByInspectAndBadValuesAreRefused) {
+  const fs::path mqa = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/mqa";
+  auto r = run_linnet({"inspect", "--checkpoint", mqa.string(), "--kv-cache-dtype", "fp8"});
+  ASSERT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.output.find("= 2 × 2 layers × [1, 1, 64, 6] f8_e4m3 (--kv-cache-dtype)"), std::string::npos) << r.output;
+  r = run_linnet({"inspect", "--checkpoint", mqa.string(), "--kv-cache-dtype", "auto", "--shards", "4"});
+  EXPECT_NE(r.output.find("= 2 × 2 layers × [1, 1, 64, 6] f32\n"), std::string::npos) << r.output;
+  r = run_linnet({"inspect", "--checkpoint", mqa.string(), "--kv-cache-dtype", "fp8_e5m2"});
+  EXPECT_EQ(r.exit_code, 2) << r.errors;
+  EXPECT_NE(r.errors.find("--kv-cache-dtype 'fp8_e5m2': expected auto, bf16, f16, fp8 (fp8_e4m3) or f32 (E5M2 is not kept "
+                          "yet)"),
+            std::string::npos)
+      << r.errors;
+  r = run_linnet({"inspect", "--checkpoint", mqa.string(), "--kv-cache-dtype", "int4"});
+  EXPECT_EQ(r.exit_code, 2) << r.errors;
+  EXPECT_NE(r.errors.find("--kv-cache-dtype 'int4'"), std::string::npos) << r.errors;
+}

@@ -133,6 +133,55 @@ TEST(CpuBackend, AttentionPackedEqualsCacheEqualsReference) {
   EXPECT_LT(rel_err(out_c.to_floats(), ref), 1e-6);
 }
 
+// A KV cache narrower than f32 (--kv-cache-dtype bf16, f16, fp8): kv_write stores K and V rounded,
+// attention_cache widens them exactly, and attention_packed with round_kv rounds the K and V it
+// reads from qkv alike. So both paths give the bits of the f32 paths on a qkv whose K and V were
+// rounded first, whichever path a token's keys take.
+TEST(CpuBackend, ANarrowerCacheRoundsKeysAndValuesAlikeOnEveryPath) {
+  auto be = make_cpu_backend();
+  const int64_t n = 7;
+  for (const DType ct : {DType::bf16, DType::f16, DType::f8_e4m3}) {
+    AttentionDims d{4, 2, 8, 16, 4};
+    const int64_t w = d.qkv_width();
+    auto qv = randn(n * w, 9);
+    for (auto& v : qv) v *= 3.0f;  // (FP8: some values past its subnormals, none past ±448)
+    const Tensor qkv = Tensor::from_floats({n, w}, qv);
+    std::vector<float> rv = qv;  // K and V rounded to the cache's dtype, q as it is
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = d.q_heads * d.head_dim; c < w; ++c) rv[t * w + c] = round_to(ct, rv[t * w + c]);
+    const Tensor rounded = Tensor::from_floats({n, w}, rv);
+    EXPECT_NE(rv, qv) << dtype_name(ct);
+
+    std::vector<int64_t> start(n, 0), table = {0, 2, 3, 4, 6, 1, 5, 7}, slots(n), rows(n, 1), pos(n);
+    for (int64_t t = 0; t < n; ++t) pos[t] = t, slots[t] = table[4 + t / 4] * 4 + t % 4;
+    auto run = [&](const Tensor& x, const AttentionDims& dims, DType cache, bool packed) {
+      Tensor out = Tensor::zeros({n, d.q_heads * d.head_dim}, DType::f32);
+      if (packed) {
+        be->attention_packed(x, dims, Tensor::from_ints({n}, start), out);
+        return out.to_floats();
+      }
+      Tensor ck = Tensor::zeros({2, d.kv_heads, d.max_seq, d.head_dim}, cache), cv = ck.clone();
+      be->kv_write(x, dims, Tensor::from_ints({n}, slots), ck, cv);
+      be->attention_cache(x, dims, Tensor::from_ints({n}, rows), Tensor::from_ints({n}, pos),
+                          Tensor::from_ints({2, 4}, table), ck, cv, out);
+      return out.to_floats();
+    };
+    AttentionDims narrow = d;
+    narrow.round_kv = ct;
+    const std::vector<float> want_packed = run(rounded, d, DType::f32, true), want_cache = run(rounded, d, DType::f32, false);
+    EXPECT_EQ(run(qkv, narrow, DType::f32, true), want_packed) << dtype_name(ct);
+    EXPECT_EQ(run(qkv, narrow, ct, false), want_cache) << dtype_name(ct);
+    EXPECT_LT(rel_err(want_cache, std::vector<double>(want_packed.begin(), want_packed.end())), 1e-6) << dtype_name(ct);
+  }
+  // Only float caches the kernels widen.
+  AttentionDims d{4, 2, 8, 16, 4};
+  Tensor bad = Tensor::zeros({2, d.kv_heads, d.max_seq, d.head_dim}, DType::i32), bad_v = bad.clone();
+  const Tensor qkv = Tensor::zeros({1, d.qkv_width()}, DType::f32);
+  EXPECT_THROW(be->kv_write(qkv, d, Tensor::from_ints({1}, std::vector<int64_t>{0}), bad, bad_v), Error);
+  EXPECT_TRUE(be->supports_cache(DType::f8_e4m3, DType::f32));
+  EXPECT_FALSE(be->supports_cache(DType::i8, DType::f32));
+}
+
 // Random123's known-answer vectors for philox4x32-10.
 TEST(Philox, KnownAnswers) {
   using philox::U32x4;

@@ -36,11 +36,20 @@ void softcap_scores(float* s, int64_t count, float cap) {
 
 }  // namespace
 
+// A cache in f32, or narrower (--kv-cache-dtype): bf16, f16, FP8 E4M3 (saturating at ±448).
+static void expect_cache(const Tensor& cache, const char* op, const char* name) {
+  const DType t = cache.dtype();
+  cpu_expect(t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f8_e4m3, op,
+             str(name, " must be f32, bf16, f16 or f8_e4m3, got ", cache.describe()));
+}
+
 void CpuBackend::kv_write_op(const Tensor& qkv, const AttentionDims& d, const Tensor& slots,
                           Tensor& cache_k, Tensor& cache_v) {
   cpu_expect_f32(qkv, "kv_write", "qkv");
-  cpu_expect_f32(cache_k, "kv_write", "cache_k");
-  cpu_expect_f32(cache_v, "kv_write", "cache_v");
+  expect_cache(cache_k, "kv_write", "cache_k");
+  cpu_expect(cache_v.dtype() == cache_k.dtype(), "kv_write", "cache_k and cache_v of one dtype");
+  const DType ct = cache_k.dtype();
+  const size_t es = dtype_size(ct);
   const int64_t n = qkv.dim(0), w = d.qkv_width(), dh = d.head_dim;
   const int64_t rows = cache_k.dim(0);
   const int32_t* slot = slots.ptr<int32_t>();
@@ -52,8 +61,9 @@ void CpuBackend::kv_write_op(const Tensor& qkv, const AttentionDims& d, const Te
       const float* k = qkv.ptr<float>() + t * w + (d.q_heads + g) * dh;
       const float* v = k + d.kv_heads * dh;
       const int64_t off = ((a.row * d.kv_heads + g) * d.max_seq + a.pos) * dh;
-      std::copy(k, k + dh, cache_k.ptr<float>() + off);
-      std::copy(v, v + dh, cache_v.ptr<float>() + off);
+      // (Rounded to the cache's dtype: the one rounding attention_packed applies too.)
+      linnet::convert(k, DType::f32, static_cast<char*>(cache_k.data()) + off * es, ct, static_cast<size_t>(dh));
+      linnet::convert(v, DType::f32, static_cast<char*>(cache_v.data()) + off * es, ct, static_cast<size_t>(dh));
     }
   }
 }
@@ -65,6 +75,18 @@ void CpuBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& d, 
   const int32_t* start = run_start.ptr<int32_t>();
   const float scale = d.score_scale();
   const float* base = qkv.ptr<float>();
+  // A cache narrower than f32: the keys and values read here are rounded as kv_write stores them
+  // (a copy of qkv with its K and V columns rounded), so a token's result is the same whether its
+  // keys come from the call or from the cache.
+  std::vector<float> rounded;
+  if (d.round_kv && *d.round_kv != DType::f32) {
+    rounded.assign(base, base + n * w);
+    const DType rt = *d.round_kv;
+#pragma omp parallel for schedule(static) if (n > 16)
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t c = d.q_heads * dh; c < w; ++c) rounded[t * w + c] = round_to(rt, rounded[t * w + c]);
+    base = rounded.data();
+  }
   const cpu::AttentionKernels& k = cpu::attention_kernels();
 #pragma omp parallel
   {
@@ -94,8 +116,10 @@ void CpuBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& d, c
                                  const Tensor& positions, const Tensor& table, const Tensor& cache_k,
                                  const Tensor& cache_v, Tensor& out) {
   check_dims(qkv, d, out, "attention_cache");
-  cpu_expect_f32(cache_k, "attention_cache", "cache_k");
-  cpu_expect_f32(cache_v, "attention_cache", "cache_v");
+  expect_cache(cache_k, "attention_cache", "cache_k");
+  cpu_expect(cache_v.dtype() == cache_k.dtype(), "attention_cache", "cache_k and cache_v of one dtype");
+  const DType ct = cache_k.dtype();
+  const size_t es = dtype_size(ct);
   const int64_t n = qkv.dim(0), w = d.qkv_width(), dh = d.head_dim, group = d.q_heads / d.kv_heads;
   const int64_t pages = table.dim(1), cache_rows = cache_k.dim(0);
   const int32_t* row = rows.ptr<int32_t>();
@@ -124,6 +148,7 @@ void CpuBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& d, c
   {
     std::vector<float> scores;
     std::vector<const float*> values;
+    std::vector<float> wide_k, wide_v;  // a narrower cache's keys and values, widened (exactly) to f32
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < n * d.q_heads; ++task) {
       const int64_t t = task / d.q_heads, h = task % d.q_heads, g = h / group;
@@ -131,6 +156,7 @@ void CpuBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& d, c
       const int64_t lo = first_pos(t), count = pos[t] + 1 - lo;
       scores.resize(static_cast<size_t>(count));
       values.resize(static_cast<size_t>(count));
+      if (ct != DType::f32) wide_k.resize(static_cast<size_t>(count * dh)), wide_v.resize(static_cast<size_t>(count * dh));
       const float* q = qkv.ptr<float>() + t * w + h * dh;
       // Page by page: a page's positions are contiguous in its cache row.
       for (int64_t j0 = lo; j0 <= pos[t];) {
@@ -138,9 +164,15 @@ void CpuBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& d, c
         const CacheAddress a = slot_address(page * d.page_size, d);
         const int64_t in_page = j0 % d.page_size;
         const int64_t base = ((a.row * d.kv_heads + g) * d.max_seq + a.pos + in_page) * dh;
-        const float* k = cache_k.ptr<float>() + base;
-        const float* v = cache_v.ptr<float>() + base;
         const int64_t end = std::min(d.page_size - in_page, pos[t] + 1 - j0);
+        const float* k = ct == DType::f32 ? cache_k.ptr<float>() + base : wide_k.data() + (j0 - lo) * dh;
+        const float* v = ct == DType::f32 ? cache_v.ptr<float>() + base : wide_v.data() + (j0 - lo) * dh;
+        if (ct != DType::f32) {
+          linnet::convert(static_cast<const char*>(cache_k.data()) + base * es, ct, wide_k.data() + (j0 - lo) * dh,
+                          DType::f32, static_cast<size_t>(end * dh));
+          linnet::convert(static_cast<const char*>(cache_v.data()) + base * es, ct, wide_v.data() + (j0 - lo) * dh,
+                          DType::f32, static_cast<size_t>(end * dh));
+        }
         kern.scores(q, k, dh, end, dh, scale, scores.data() + (j0 - lo));
         for (int64_t i = 0; i < end; ++i) values[j0 - lo + i] = v + i * dh;
         j0 += end;

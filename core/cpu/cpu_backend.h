@@ -18,6 +18,11 @@ class CpuBackend : public Backend {  // not final: tests count its transfers
   bool supports(WeightFormat f) const override { return f == WeightFormat::dense || f == WeightFormat::fp8 || f == WeightFormat::int4 ||
                                                          f == WeightFormat::int8 || f == WeightFormat::mxfp4;
   }
+  // The cache in f32, or narrower: bf16, f16, FP8 E4M3 (widened exactly when read).
+  bool supports_cache(DType cache, DType compute) const override {
+    return compute == DType::f32 &&
+           (cache == DType::f32 || cache == DType::bf16 || cache == DType::f16 || cache == DType::f8_e4m3);
+  }
 
   Tensor empty(const Shape& shape, DType dtype) override { return pool_->empty(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }

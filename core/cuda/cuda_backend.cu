@@ -793,11 +793,20 @@ void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups,
                              sum_sq ? sum_sq->ptr<float>() : nullptr, count, stream_);
 }
 
+// The CUDA kernels keep the KV cache in the compute dtype (supports_cache): no narrower cache yet.
+static void same_cache(const char* op, const Tensor& qkv, const AttentionDims& dims, const Tensor& cache_k,
+                const Tensor& cache_v) {
+  need(cache_k.dtype() == qkv.dtype() && cache_v.dtype() == qkv.dtype() && (!dims.round_kv || *dims.round_kv == qkv.dtype()),
+       op, str("a KV cache in ", dtype_name(cache_k.dtype()), " beside ", dtype_name(qkv.dtype()),
+               " activations: the cuda backend keeps its cache in the compute dtype"));
+}
+
 void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
                            Tensor& cache_k, Tensor& cache_v) {
   const char* op = "kv_write";
   need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
+  same_cache(op, qkv, dims, cache_k, cache_v);
   activate();
   submit(launch::KvWrite{qkv.data(), slots.ptr<int32_t>(), cache_k.data(), cache_v.data(), qkv.dim(0),
                          geom(dims, cache_k.dim(0)), dt(qkv), 0});
@@ -808,6 +817,9 @@ void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& di
   const char* op = "attention_packed";
   need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
+  need(!dims.round_kv || *dims.round_kv == qkv.dtype(), op,
+       str("K and V rounded to ", dtype_name(*dims.round_kv), ": the cuda backend keeps its cache in ",
+           dtype_name(qkv.dtype())));
   activate();
   submit(launch::AttentionPacked{qkv.data(), run_start.ptr<int32_t>(), out.data(), qkv.dim(0), geom(dims, 0), dt(qkv),
                                  0});
@@ -819,6 +831,7 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
   const char* op = "attention_cache";
   need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
+  same_cache(op, qkv, dims, cache_k, cache_v);
   const int64_t N = qkv.dim(0);
   activate();
   if (N == 0) return;
