@@ -70,14 +70,22 @@ void expect_arg(const ConfigReader& r, const json& a, const std::string& where, 
                " (", scheme, ")"));
 }
 
-// compressed-tensors' pack-quantized weights (W4A16: llm-compressor's GPTQ/RTN 4-bit): 4-bit
-// integers, a scale per group of columns (or per channel), symmetric or with zero points.
+// compressed-tensors' pack-quantized weights (W4A16: llm-compressor's GPTQ/RTN 4-bit; W8A16):
+// 4-bit integers, a scale per group of columns (or per channel), symmetric or with zero points;
+// or 8-bit integers four to a word, symmetric.
 WeightLayout pack_quantized_weights(const ConfigReader& r, const json& w, const std::string& wn) {
-  expect_arg(r, w, wn, "num_bits", 4, "pack-quantized: 4-bit integer weights, static, groups or channels");
-  expect_arg(r, w, wn, "type", "int", "pack-quantized: 4-bit integer weights, static, groups or channels");
-  expect_arg(r, w, wn, "dynamic", false, "pack-quantized: 4-bit integer weights, static, groups or channels");
+  const char* scheme = "pack-quantized: 4- or 8-bit integer weights, static, groups or channels";
+  const json bits = w.value("num_bits", json());
+  if (bits != 4 && bits != 8)
+    r.fail(str("quantization_config.", wn, ".num_bits is ", bits.dump().substr(0, 20), "; linnet reads 4 or 8 (", scheme,
+               ")"));
+  expect_arg(r, w, wn, "type", "int", scheme);
+  expect_arg(r, w, wn, "dynamic", false, scheme);
   if (!w.contains("symmetric") || !w["symmetric"].is_boolean())
     r.fail(str("quantization_config.", wn, ".symmetric must be true or false"));
+  if (bits == 8 && !w["symmetric"].get<bool>())
+    r.fail(str("quantization_config.", wn, ".symmetric is false: asymmetric 8-bit pack-quantized weights (zero points) "
+               "are not read yet (linnet reads symmetric W8A16)"));
   if (given(w, "actorder") && w["actorder"] != "static")
     r.fail(str("quantization_config.", wn, ".actorder ", w["actorder"].dump().substr(0, 40),
                " is not supported yet (its weight_g_idx reorders the groups; linnet reads null and \"static\")"));
@@ -87,13 +95,13 @@ WeightLayout pack_quantized_weights(const ConfigReader& r, const json& w, const 
     const json& gs = w.value("group_size", json());
     if (!gs.is_number_integer() || gs.get<int64_t>() <= 0 || gs.get<int64_t>() % 8 != 0 ||
         gs.get<int64_t>() > (int64_t{1} << 20))
-      r.fail(str("quantization_config.", wn, ".group_size must be a positive multiple of 8 (eight 4-bit values a "
-                 "word), got ", gs.dump()));
+      r.fail(str("quantization_config.", wn, ".group_size must be a positive multiple of 8, got ", gs.dump()));
     group = gs.get<int64_t>();
   } else if (strategy != "channel") {
     r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
                "' is not supported with pack-quantized weights (linnet reads group and channel)"));
   }
+  if (bits == 8) return WeightLayout::int8_packed_groups(group);
   return WeightLayout::int4_groups(group, w["symmetric"].get<bool>());
 }
 

@@ -62,6 +62,15 @@ WeightLayout WeightLayout::int8_groups(int64_t group) {
   return l;
 }
 
+WeightLayout WeightLayout::int8_packed_groups(int64_t group) {
+  WeightLayout l = int8_groups(group);
+  l.data_dtype = DType::i32;
+  l.values_suffix = "_packed";
+  l.values_per_word = 4;
+  l.shape_suffix = "_shape";
+  return l;
+}
+
 WeightLayout WeightLayout::mxfp4_blocks() { return of(WeightFormat::mxfp4); }
 
 WeightLayout WeightLayout::gptq_groups(int64_t group, bool v1) {
@@ -117,10 +126,12 @@ std::string WeightLayout::describe() const {
     return str(interleaved_nibbles ? "awq int4 " : "gptq int4 ", whole(1) ? std::string("per channel") : str("groups of ", block_cols),
                zero_point_word_add || interleaved_nibbles ? "" : " (v2 zero points)", acts);
   const std::string zeros = zero_point_dtype ? " asymmetric" : "";
-  if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", acts);
+  // (compressed-tensors' W8A16: int8 values four to a word)
+  const std::string packed = format == WeightFormat::int8 && values_per_word > 1 ? " (packed)" : "";
+  if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", packed, acts);
   if (format == WeightFormat::mxfp4 && block_rows == 1) return str("mxfp4 blocks of ", block_cols, acts);
   if ((format == WeightFormat::int4 || format == WeightFormat::int8) && block_rows == 1)
-    return str(weight_format_name(format), zeros, " groups of ", block_cols, acts);
+    return str(weight_format_name(format), zeros, " groups of ", block_cols, packed, acts);
   return str(weight_format_name(format), zeros, " ", block_rows, "×", block_cols, acts);
 }
 

@@ -137,6 +137,10 @@ struct WeightLayout {
   // compressed-tensors' int-quantized 8-bit integers (W8A8): a scale per `group` columns of a
   // row (kWhole: per channel), symmetric.
   static WeightLayout int8_groups(int64_t group);
+  // compressed-tensors' pack-quantized 8-bit integers (W8A16): "…weight_packed" I32 [out, in/4],
+  // four values a word from the low bits, each stored +128; a scale per `group` columns of a row
+  // (kWhole: per channel), symmetric.
+  static WeightLayout int8_packed_groups(int64_t group);
   // GPTQ (quant_method "gptq", 4 bits): qweight, scales (f16), qzeros (always stored; 8 when
   // symmetric), g_idx, all named after the module and stored transposed; groups of `group`
   // input columns (kWhole: per channel); v1 ("gptq" checkpoint_format): zero points stored

@@ -280,3 +280,54 @@ TEST(Int8, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
   SingleCommunicator comm;
   EXPECT_NO_THROW(load_model(kFixture.string(), RunOptions{}, *be, comm));
 }
+
+// compressed-tensors' W8A16 (pack-quantized 8-bit): the words unpack to the int8 matrix (four
+// values a word from the low bits, each +128), whose product is then int8's; its config is read
+// (symmetric only) and bad words are refused. The whole model: conformance's ct_w8a16_f32.
+TEST(Int8, CompressedTensorsW8A16WordsAreTheInt8Matrix) {
+  auto be = make_cpu_backend();
+  const int64_t o = 37, in = 72;
+  const Quantized w = quantize(o, in, 16, 3);
+  Tensor words = Tensor::zeros({o, in / 4}, DType::i32);
+  for (int64_t r = 0; r < o; ++r)
+    for (int64_t c = 0; c < in; ++c)
+      words.ptr<uint32_t>()[r * (in / 4) + c / 4] |= static_cast<uint32_t>(w.q.ptr<int8_t>()[r * in + c] + 128) << (8 * (c % 4));
+  const Tensor packed = be->upload_quantized_matrix({{words, w.scales, Tensor(), in}}, WeightLayout::int8_packed_groups(16));
+  const Tensor bytes = be->upload_quantized_matrix({{w.q, w.scales, Tensor(), in}}, WeightLayout::int8_groups(16));
+  std::vector<float> xf(static_cast<size_t>(5 * in));
+  for (size_t i = 0; i < xf.size(); ++i) xf[i] = std::sin(0.37f * static_cast<float>(i));
+  const Tensor x = Tensor::from_floats({5, in}, xf);
+  Tensor a = Tensor::empty({5, o}, DType::f32), b = Tensor::empty({5, o}, DType::f32), dense = Tensor::empty({5, o}, DType::f32);
+  be->matmul(x, packed, nullptr, a);
+  be->matmul(x, bytes, nullptr, b);
+  be->matmul(x, be->upload_matrix(w.dequantized), nullptr, dense);
+  EXPECT_EQ(a.to_floats(), b.to_floats());
+  EXPECT_EQ(a.to_floats(), dense.to_floats());
+  const std::string e = error_of([&] {
+    be->upload_quantized_matrix({{Tensor::zeros({o, 17}, DType::i32), w.scales, Tensor(), in}}, WeightLayout::int8_packed_groups(16));
+  });
+  EXPECT_NE(e.find("i32 [rows, 18] words of 8-bit values"), std::string::npos) << e;
+
+  const fs::path fixture = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/ct_w8a16_f32";
+  const json cfg = json::parse(read_text(fixture / "config.json"));
+  const ModelConfig c = parse_hf_config(cfg, "cfg");
+  ASSERT_TRUE(c.quantization);
+  EXPECT_EQ(c.quantization->matrices.describe(), "int8 groups of 16 (packed)");
+  EXPECT_EQ(c.quantization->matrices.values_suffix, "_packed");
+  json asym = cfg;
+  asym["quantization_config"]["config_groups"]["group_0"]["weights"]["symmetric"] = false;
+  std::string r = error_of([&] { parse_hf_config(asym, "cfg"); });
+  EXPECT_NE(r.find("asymmetric 8-bit pack-quantized weights (zero points) are not read yet"), std::string::npos) << r;
+  json two = cfg;
+  two["quantization_config"]["config_groups"]["group_0"]["weights"]["num_bits"] = 2;
+  r = error_of([&] { parse_hf_config(two, "cfg"); });
+  EXPECT_NE(r.find("weights.num_bits is 2; linnet reads 4 or 8"), std::string::npos) << r;
+  // What it holds: one byte a weight and a scale per group (inspect's count: the file's words).
+  const Generics g = bind_generics(c, RunOptions{1, 32, 1, 8, std::nullopt});
+  for (const ParamSpec& p : parameter_specs(c, g))
+    if (p.card_name == "layers[0].attention.q_proj.weight") {
+      EXPECT_EQ(p.values_part().hf_name, "model.layers.0.self_attn.q_proj.weight_packed");
+      EXPECT_EQ(p.values_part().full, (Shape{64, 16}));
+      EXPECT_EQ(p.layout.bytes(p.full, DType::f32), 64 * 64 + 64 * 4 * 4);
+    }
+}

@@ -263,6 +263,27 @@ Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, con
   return packed_int4(q, scales, zeros, rows, cols, g, layout.dequant_dtype.value_or(DType::f32));
 }
 
+// compressed-tensors' W8A16 parts: I32 words of four 8-bit values from the low bits, each stored
+// +128, [rows, ⌈cols/4⌉] → the signed bytes [rows, cols] that int8's upload takes.
+std::vector<Backend::QuantizedPart> int8_words(const std::vector<Backend::QuantizedPart>& parts) {
+  std::vector<Backend::QuantizedPart> out = parts;
+  for (auto& p : out) {
+    const int64_t cols = p.cols, words = (cols + 3) / 4;
+    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.dim(1) == words && !p.data.packed(),
+               "upload_quantized_matrix", str("i32 [rows, ", words, "] words of 8-bit values, got ", p.data.describe()));
+    const int64_t rows = p.data.dim(0);
+    Tensor bytes = Tensor::empty({rows, cols}, DType::i8);
+    const auto* w = p.data.ptr<uint32_t>();
+    auto* b = bytes.ptr<int8_t>();
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        b[r * cols + c] = static_cast<int8_t>(static_cast<int>((w[r * words + c / 4] >> (8 * (c % 4))) & 255u) - 128);
+    p.data.drop_pages();
+    p.data = bytes;
+  }
+  return out;
+}
+
 // MXFP4 parts (compressed-tensors' mxfp4-pack-quantized: values U8 [rows, cols/2], two E2M1
 // codes a byte, the first in the low nibble; scales E8M0 [rows, cols/32]) unpacked to one code
 // a byte, stacked by rows, each row's exponents beside it.
@@ -305,6 +326,7 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
   cpu_expect(supports(layout.format) && !layout.dense(), "upload_quantized_matrix",
              str("no CPU kernels for ", layout.describe(), " weights"));
   cpu_expect(!parts.empty() && parts[0].data.rank() == 2, "upload_quantized_matrix", "no parts");
+  if (layout.format == WeightFormat::int8 && layout.values_per_word == 4) return upload_bytes(int8_words(parts), layout);
   if (layout.format == WeightFormat::fp8 || layout.format == WeightFormat::int8) return upload_bytes(parts, layout);
   for (const auto& p : parts)
     cpu_expect(p.cols > 0 && p.cols == parts[0].cols, "upload_quantized_matrix", "4-bit parts of one width, given as cols");

@@ -367,6 +367,9 @@ CT_W8A8 = {"weights": dict(num_bits=8, type="int", symmetric=True, dynamic=False
            "input_activations": dict(num_bits=8, type="int", symmetric=True, dynamic=True, strategy="token")}
 
 CT_W4A16 = {"weights": dict(num_bits=4, type="int", symmetric=True, dynamic=False, strategy="group", group_size=16)}
+# compressed-tensors' W8A16 (llm-compressor's W8A16: RedHatAI's "-quantized.w8a16" models): 8-bit
+# weights packed four to an int32 (pack-quantized), a scale per group; activations unquantized.
+CT_W8A16 = {"weights": dict(num_bits=8, type="int", symmetric=True, dynamic=False, strategy="group", group_size=16)}
 CT_W4A16_ASYM = {"weights": dict(num_bits=4, type="int", symmetric=False, dynamic=False, strategy="group",
                                  group_size=16)}
 
@@ -500,6 +503,10 @@ ISSUE37_CASES = [
                   "whole at Shards 4). Otherwise qwen3_moe: ", hidden_size=128, head_dim=16, num_attention_heads=8,
                   num_key_value_heads=4, intermediate_size=128, moe_intermediate_size=128),
          steps=8, dtypes=[("_f32", "float32")], ct=CT_MXFP4A16),
+    dict(family("ct_w8a16", "LlamaForCausalLM in compressed-tensors W8A16 (pack-quantized, symmetric): q/k/v/o "
+                "and gate/up/down weights 8-bit integers packed four to an int32 (weight_packed, each +128), float32 "
+                "weight_scale per group of 16 columns; embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_W8A16),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -807,7 +814,7 @@ def ct_quantize(model, ct):
         quantized[n], dense[n] = m, w.clone()
     assert quantized and not any(n == "lm_head" for n in quantized)
     compressor = ModelCompressor.from_pretrained_model(model)
-    int8 = ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8
+    int8 = ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8 and bool(ct.get("input_activations"))
     if ct_is_mxfp4(ct):
         assert compressor.quantization_config.format == "mxfp4-pack-quantized", compressor.quantization_config.format
         compressor.compress_model(model)
@@ -815,7 +822,7 @@ def ct_quantize(model, ct):
     if ct["weights"]["type"] == "int" and not int8:
         assert compressor.quantization_config.format == "pack-quantized", compressor.quantization_config.format
         compressor.compress_model(model)
-        return compressor, {n + ".weight": ct_int4_unpack(m) for n, m in quantized.items()}
+        return compressor, {n + ".weight": ct_int4_unpack(m, ct["weights"]["num_bits"]) for n, m in quantized.items()}
     want_format = "int-quantized" if int8 else "float-quantized"
     assert compressor.quantization_config.format == want_format, compressor.quantization_config.format
     compressor.compress_model(model)
@@ -897,17 +904,19 @@ def ct_quantize_experts(d, ct):
     return parts
 
 
-def ct_int4_unpack(m):
+def ct_int4_unpack(m, bits=4):
     """(q, scale, zero point) of a pack-quantized layer, unpacked here as linnet reads the files
     (not with compressed-tensors' unpack): weight_packed int32 [out, in/8] holds eight 4-bit values
-    a word from the low bits, each stored +8; weight_zero_point (asymmetric) int32 [out/8, groups]
-    packs eight rows a word alike. q and zero point int32 in -8..7, scale [out, groups]."""
+    a word from the low bits, each stored +8 (8 bits: four a word, each +128); weight_zero_point
+    (asymmetric, 4 bits) int32 [out/8, groups] packs eight rows a word alike. q and zero point
+    int32, scale [out, groups]."""
     import torch
     packed, scale = m.weight_packed.data, m.weight_scale.data
     rows, cols = (int(v) for v in m.weight_shape.data)
-    assert packed.dtype == torch.int32 and packed.shape == (rows, (cols + 7) // 8), (packed.dtype, packed.shape)
-    shifts = torch.arange(0, 32, 4, dtype=torch.int32)
-    q = ((packed.unsqueeze(-1) >> shifts) & 15).flatten(1)[:, :cols] - 8
+    per, mask, offset = 32 // bits, (1 << bits) - 1, 1 << (bits - 1)
+    assert packed.dtype == torch.int32 and packed.shape == (rows, (cols + per - 1) // per), (packed.dtype, packed.shape)
+    shifts = torch.arange(0, 32, bits, dtype=torch.int32)
+    q = ((packed.unsqueeze(-1) >> shifts) & mask).flatten(1)[:, :cols] - offset
     zp = getattr(m, "weight_zero_point", None)
     if zp is None:
         z = torch.zeros_like(scale, dtype=torch.int32)
@@ -1300,7 +1309,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
         assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
         if (ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group") and not ct_is_mxfp4(ct)
-                and "router" not in c):
+                and "router" not in c and (ct["weights"]["num_bits"] == 4 or ct.get("input_activations"))):
             # The model before quantization, kept for `linnet quantize --scheme fp8-channel|w8a8|w4a16`'s
             # test (it must write what compressed-tensors writes: tests/quantize_test.cpp).
             source = os.path.join(ROOT, "tests", "fixtures", "quantize", os.path.basename(d) + "_source")
@@ -1537,7 +1546,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if fp8:
         entry["fp8"] = {"weight_block_size": quant["weight_block_size"], "weight_dtype": "F8_E4M3",
                         "scale_dtype": "F32", "tensors": sorted(fp8)}
-    int8_ct = ct_q and ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8
+    int8_ct = ct_q and ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8 and ct.get("input_activations")
     if int8_ct:
         layout = {n: [list(q.shape), list(s.shape)] for n, (q, s) in ct_q.items()}
         entry["compressed_tensors"] = {
@@ -1563,7 +1572,9 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             "zero_point": "none (symmetric)" if ct["weights"]["symmetric"] else "I32 [out/8, groups], 8 rows a word",
             "weight_and_scale_shapes (unpacked)": dict(sorted(layout.items())),
             "dequantized": "(q - zero_point) * weight_scale per group of group_size columns, in f32; q and zero "
-                           "point 4-bit signed, packed +8 eight a word from the low bits"}
+                           "point 4-bit signed, packed +8 eight a word from the low bits" if ct["weights"]["num_bits"] == 4
+                           else "q * weight_scale per group of group_size columns, in f32; q 8-bit signed, packed +128 "
+                                "four a word from the low bits"}
     elif ct_q:
         layout = {n: [list(q.shape), list(s.shape)] for n, (q, s) in ct_q.items()}
         entry["compressed_tensors"] = {
