@@ -254,9 +254,9 @@ Quantization compressed_tensors(const ConfigReader& r, const json& q) {
 // fp16 scales, zero points and g_idx per module (WeightLayout::gptq_groups).
 Quantization gptq(const ConfigReader& r, const json& q) {
   const json bits = q.value("bits", json());
-  if (bits != 4)
+  if (bits != 4 && bits != 8)
     r.fail(str("quantization_config.bits ", bits.dump().substr(0, 20),
-               " is not read yet (linnet reads 4-bit GPTQ; 2, 3 and 8 bits pack otherwise)"));
+               " is not read yet (linnet reads 4- and 8-bit GPTQ; 2 and 3 bits pack otherwise)"));
   const json gs = q.value("group_size", json(128));
   if (!gs.is_number_integer() || (gs.get<int64_t>() <= 0 && gs.get<int64_t>() != -1) ||
       gs.get<int64_t>() > (int64_t{1} << 20))
@@ -275,10 +275,14 @@ Quantization gptq(const ConfigReader& r, const json& q) {
   if (given(q, "modules_in_block_to_quantize"))
     r.fail("quantization_config.modules_in_block_to_quantize is not read yet (linnet reads GPTQ checkpoints whose "
            "every linear layer in the decoder blocks is quantized)");
+  // 8 bits: the int8 kernels take q − 128, so every zero point must be 128 (symmetric).
+  if (bits == 8 && given(q, "sym") && q["sym"] == false)
+    r.fail("quantization_config.sym is false: 8-bit GPTQ with zero points other than 128 is not read yet (linnet reads "
+           "symmetric 8-bit GPTQ, as Qwen's -GPTQ-Int8 models ship)");
   Quantization out;
   out.method = "gptq";
   out.matrices = WeightLayout::gptq_groups(gs.get<int64_t>() == -1 ? WeightLayout::kWhole : gs.get<int64_t>(),
-                                           format == "gptq");
+                                           format == "gptq", bits.get<int>());
   out.not_converted = string_list(r, q, "modules_to_not_convert");
   if (std::find(out.not_converted.begin(), out.not_converted.end(), "lm_head") == out.not_converted.end())
     out.not_converted.push_back("lm_head");

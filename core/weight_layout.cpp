@@ -73,18 +73,21 @@ WeightLayout WeightLayout::int8_packed_groups(int64_t group) {
 
 WeightLayout WeightLayout::mxfp4_blocks() { return of(WeightFormat::mxfp4); }
 
-WeightLayout WeightLayout::gptq_groups(int64_t group, bool v1) {
-  LINNET_CHECK(group > 0, "gptq groups of ", group);
-  WeightLayout l = of(WeightFormat::int4);
+WeightLayout WeightLayout::gptq_groups(int64_t group, bool v1, int bits) {
+  LINNET_CHECK(group > 0 && (bits == 4 || bits == 8), "gptq ", bits, "-bit groups of ", group);
+  WeightLayout l = of(bits == 8 ? WeightFormat::int8 : WeightFormat::int4);
   l.block_cols = group;
-  l.zero_points_per_word = 8;
+  l.data_dtype = DType::i32;
+  l.values_per_word = 32 / bits;
+  l.zero_point_dtype = DType::i32;
+  l.zero_points_per_word = 32 / bits;
   l.group_index = true;
   l.transposed = true;
   l.module_names = true;
   l.values_suffix = "qweight";
   l.scale_suffix = "scales";
   l.shape_suffix.clear();
-  l.zero_point_word_add = v1 ? 0x11111111u : 0u;
+  l.zero_point_word_add = v1 ? (bits == 8 ? 0x01010101u : 0x11111111u) : 0u;
   l.scale_dtype = DType::f16;  // as stored (widened exactly when read)
   l.dequant_dtype = DType::f16;
   return l;
@@ -123,7 +126,8 @@ std::string WeightLayout::describe() const {
   if (dense()) return "dense";
   const std::string acts = activations.describe();
   if (module_names)  // GPTQ, AWQ: zero points always stored (GPTQ: 8 when symmetric)
-    return str(interleaved_nibbles ? "awq int4 " : "gptq int4 ", whole(1) ? std::string("per channel") : str("groups of ", block_cols),
+    return str(interleaved_nibbles ? "awq " : "gptq ", weight_format_name(format), " ",
+               whole(1) ? std::string("per channel") : str("groups of ", block_cols),
                zero_point_word_add || interleaved_nibbles ? "" : " (v2 zero points)", acts);
   const std::string zeros = zero_point_dtype ? " asymmetric" : "";
   // (compressed-tensors' W8A16: int8 values four to a word)

@@ -145,7 +145,9 @@ struct WeightLayout {
   // symmetric), g_idx, all named after the module and stored transposed; groups of `group`
   // input columns (kWhole: per channel); v1 ("gptq" checkpoint_format): zero points stored
   // minus one.
-  static WeightLayout gptq_groups(int64_t group, bool v1);
+  // 8 bits: int8's one-byte values, four a word (qweight [in/4, out], qzeros [groups, out/4],
+  // v1's word add 0x01010101); read symmetric (every zero point 128).
+  static WeightLayout gptq_groups(int64_t group, bool v1, int bits = 4);
   // MXFP4 (OCP microscaling FP4) as compressed-tensors' mxfp4-pack-quantized stores it:
   // "…weight_packed" U8 [out, in/2], two E2M1 values a byte, the first in the low nibble; a
   // "…weight_scale" U8 [out, in/32] of E8M0 exponents per block of 32 columns. (gpt-oss's

@@ -81,8 +81,8 @@ TEST(Gptq, ConfigIsReadOrRefusedByName) {
     edit(k["quantization_config"]);
     return error_of([&] { parse_hf_config(k, "cfg"); });
   };
-  std::string e = refused([](json& q) { q["bits"] = 8; });
-  EXPECT_NE(e.find("quantization_config.bits 8 is not read yet"), std::string::npos) << e;
+  std::string e = refused([](json& q) { q["bits"] = 2; });
+  EXPECT_NE(e.find("quantization_config.bits 2 is not read yet"), std::string::npos) << e;
   e = refused([](json& q) { q["checkpoint_format"] = "marlin"; });
   EXPECT_NE(e.find("checkpoint_format 'marlin' is not read"), std::string::npos) << e;
   e = refused([](json& q) { q["lm_head"] = true; });
@@ -322,4 +322,63 @@ TEST(Awq, ValuesPackedAlongTheRowsWithInterleavedNibbles) {
     cpu::packed_matmul_int4(x.ptr<float>(), n, in, m.storage()->data, m.storage()->packed_rows, 32, 0, o, out, k,
                             DType::f16);
   }, "awq");
+}
+
+// 8-bit GPTQ (Qwen's -GPTQ-Int8): four values a word along the input rows, zero points four
+// output columns a word (v1: each word + 0x01010101), symmetric (zero 128). Read into int8's
+// one-byte panels as q − 128, each weight rounded to f16 after the product with its f16 scale,
+// as gptqmodel does; a zero point other than 128 is refused. The whole model: gptq_int8_f16.
+TEST(Gptq, EightBitsAreInt8PanelsRoundedToF16) {
+  auto be = make_cpu_backend();
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> q8(0, 255);
+  std::normal_distribution<float> nd;
+  const int64_t o = 40, in = 64, group = 16, groups = in / group;
+  Tensor qweight = Tensor::zeros({in / 4, o}, DType::i32), scales = Tensor::empty({groups, o}, DType::f32),
+         qzeros = Tensor::zeros({groups, o / 4}, DType::i32), dequantized = Tensor::empty({o, in}, DType::f32);
+  for (int64_t b = 0; b < groups; ++b)
+    for (int64_t r = 0; r < o; ++r) {
+      scales.ptr<float>()[b * o + r] = f16_to_f32(f32_to_f16(std::fabs(nd(rng)) * 0.001f + 1e-4f));
+      qzeros.ptr<uint32_t>()[b * (o / 4) + r / 4] |= uint32_t{127} << (8 * (r % 4));  // v1: zero − 1
+    }
+  for (int64_t c = 0; c < in; ++c)
+    for (int64_t r = 0; r < o; ++r) {
+      const int q = q8(rng);
+      qweight.ptr<uint32_t>()[(c / 4) * o + r] |= static_cast<uint32_t>(q) << (8 * (c % 4));
+      dequantized.ptr<float>()[r * in + c] =
+          f16_to_f32(f32_to_f16(static_cast<float>(q - 128) * scales.ptr<float>()[(c / group) * o + r]));
+    }
+  const WeightLayout l = WeightLayout::gptq_groups(group, true, 8);
+  EXPECT_EQ(l.describe(), "gptq int8 groups of 16");
+  EXPECT_EQ(l.values_of({o, in}).shape, (Shape{in / 4, o}));
+  const Tensor q = be->upload_quantized_matrix({{qweight, scales, qzeros, in}}, l);
+  ASSERT_EQ(q.shape(), (Shape{o, in}));
+  std::vector<float> rows(static_cast<size_t>(o * in));
+  cpu::unpack_rows_int8_f32(q.storage()->data, q.storage()->packed_rows, in, group, 0, o, rows.data(), DType::f16);
+  EXPECT_EQ(rows, dequantized.to_floats());
+  std::vector<float> xf(static_cast<size_t>(40 * in));
+  for (auto& v : xf) v = nd(rng);
+  const Tensor x = Tensor::from_floats({40, in}, xf), dense = be->upload_matrix(dequantized);
+  expect_every_kernel_gives_the_dense_product(x, dense, 0, o, [&](int64_t n, const char* k, float* out) {
+    cpu::packed_matmul_int8(x.ptr<float>(), n, in, q.storage()->data, q.storage()->packed_rows, group, 0, o, out, k,
+                            DType::f16);
+  }, "gptq int8");
+  Tensor got = Tensor::empty({3, o}, DType::f32), want = Tensor::empty({3, o}, DType::f32);
+  be->matmul(x.rows(0, 3), q, nullptr, got);
+  be->matmul(x.rows(0, 3), dense, nullptr, want);
+  EXPECT_EQ(got.to_floats(), want.to_floats());
+  // A zero point that is not 128 (asymmetric): refused, naming it.
+  qzeros.ptr<uint32_t>()[1] = 0x7f7f7f00u;
+  const std::string e = error_of([&] { be->upload_quantized_matrix({{qweight, scales, qzeros, in}}, l); });
+  EXPECT_NE(e.find("8-bit zero point 1 at row 4, group 0"), std::string::npos) << e;
+
+  // The config: 8 bits read, asymmetric 8 bits and other widths refused by name.
+  json cfg = json::parse(read_text(fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/gptq_int8_f16/config.json"));
+  EXPECT_EQ(parse_hf_config(cfg, "cfg").quantization->matrices.describe(), "gptq int8 groups of 16");
+  cfg["quantization_config"]["sym"] = false;
+  std::string r = error_of([&] { parse_hf_config(cfg, "cfg"); });
+  EXPECT_NE(r.find("8-bit GPTQ with zero points other than 128 is not read yet"), std::string::npos) << r;
+  cfg["quantization_config"]["bits"] = 3;
+  r = error_of([&] { parse_hf_config(cfg, "cfg"); });
+  EXPECT_NE(r.find("quantization_config.bits 3 is not read yet (linnet reads 4- and 8-bit GPTQ"), std::string::npos) << r;
 }

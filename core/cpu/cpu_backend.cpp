@@ -155,6 +155,7 @@ Tensor upload_bytes(const std::vector<Backend::QuantizedPart>& parts, const Weig
   st->packed_block_cols = bc;
   st->activations = layout.activations;
   st->packed_rows = padded;
+  st->packed_dequant = layout.dequant_dtype.value_or(DType::f32);
   return Tensor(st, 0, {rows, cols}, dt);
 }
 
@@ -223,20 +224,23 @@ Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const Weigh
 // their dequantization rounded to the layout's dequant_dtype (f16).
 Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
   const int64_t g = std::min(layout.block_cols, cols), kb = (cols + g - 1) / g;
+  // Values a word: 8 of 4 bits, or 4 of 8 bits (GPTQ 8-bit).
+  const int64_t per = layout.values_per_word, bits = 32 / per, mask = (int64_t{1} << bits) - 1;
   static constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // row j of a word: its nibble
   auto nibble = [&](int64_t j) { return layout.interleaved_nibbles ? kAwqNibble[j] : static_cast<int>(j); };
   int64_t rows = 0;
   for (const auto& p : parts) {
     const int64_t r = p.scales.rank() == 2 ? p.scales.dim(1) : 0;
-    const Shape values = layout.values_along_rows ? Shape{cols, (r + 7) / 8} : Shape{(cols + 7) / 8, r};
+    const Shape values = layout.values_along_rows ? Shape{cols, (r + per - 1) / per} : Shape{(cols + per - 1) / per, r};
     cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.shape() == values && !p.data.packed(),
-               "upload_quantized_matrix", str("i32 ", values.to_string(), " words of 4-bit values, got ", p.data.describe()));
+               "upload_quantized_matrix",
+               str("i32 ", values.to_string(), " words of ", bits, "-bit values, got ", p.data.describe()));
     cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == Shape({kb, r}), "upload_quantized_matrix",
                str("scales f32 [", kb, ", rows] for groups of ", g, ", got ", p.scales.describe()));
     cpu_expect(p.zero_points.defined() && p.zero_points.dtype() == DType::i32 &&
-                   p.zero_points.shape() == Shape({kb, (r + 7) / 8}),
+                   p.zero_points.shape() == Shape({kb, (r + per - 1) / per}),
                "upload_quantized_matrix",
-               str("zero points i32 [", kb, ", ", (r + 7) / 8, "] (8 rows a word), got ",
+               str("zero points i32 [", kb, ", ", (r + per - 1) / per, "] (", per, " rows a word), got ",
                    p.zero_points.defined() ? p.zero_points.describe() : std::string("none")));
     rows += r;
   }
@@ -244,21 +248,37 @@ Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, con
   std::vector<float> scales(static_cast<size_t>(rows * kb));
   int64_t r0 = 0;
   for (const auto& p : parts) {
-    const int64_t r = p.scales.dim(1), rw = (r + 7) / 8;
+    const int64_t r = p.scales.dim(1), rw = (r + per - 1) / per;
     const auto* w = p.data.ptr<uint32_t>();
     const auto* z = p.zero_points.ptr<uint32_t>();
     const float* s = p.scales.ptr<float>();
     for (int64_t c = 0; c < cols; ++c)
       for (int64_t i = 0; i < r; ++i)
-        q[(r0 + i) * cols + c] = layout.values_along_rows ? (w[c * rw + i / 8] >> (4 * nibble(i % 8))) & 15u
-                                                          : (w[(c / 8) * r + i] >> (4 * (c % 8))) & 15u;
+        q[(r0 + i) * cols + c] = static_cast<uint8_t>(layout.values_along_rows
+                                                          ? (w[c * rw + i / per] >> (bits * nibble(i % per))) & mask
+                                                          : (w[(c / per) * r + i] >> (bits * (c % per))) & mask);
     for (int64_t b = 0; b < kb; ++b)
       for (int64_t i = 0; i < r; ++i) {
         scales[(r0 + i) * kb + b] = s[b * r + i];
-        zeros[(r0 + i) * kb + b] = ((z[b * rw + i / 8] + layout.zero_point_word_add) >> (4 * nibble(i % 8))) & 15u;
+        zeros[(r0 + i) * kb + b] =
+            static_cast<uint8_t>(((z[b * rw + i / per] + layout.zero_point_word_add) >> (bits * nibble(i % per))) & mask);
       }
     p.data.drop_pages();
     r0 += r;
+  }
+  if (layout.format == WeightFormat::int8) {
+    // 8 bits: the int8 kernels' signed bytes q − 128, every zero point 128 (symmetric; the config
+    // refuses sym false, a file that holds another zero is refused here).
+    for (size_t i = 0; i < zeros.size(); ++i)
+      cpu_expect(zeros[i] == 128, "upload_quantized_matrix",
+                 str("8-bit zero point ", int(zeros[i]), " at row ", i / static_cast<size_t>(kb), ", group ",
+                     i % static_cast<size_t>(kb), ": linnet reads symmetric 8-bit GPTQ (every zero point 128)"));
+    Tensor bytes = Tensor::empty({rows, cols}, DType::i8), sc = Tensor::empty({rows, kb}, DType::f32);
+    for (size_t i = 0; i < q.size(); ++i) bytes.ptr<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(q[i]) - 128);
+    std::memcpy(sc.data(), scales.data(), scales.size() * sizeof(float));
+    WeightLayout rows_layout = layout;
+    rows_layout.block_rows = 1;
+    return upload_bytes({Backend::QuantizedPart{bytes, sc, Tensor(), cols}}, rows_layout);
   }
   return packed_int4(q, scales, zeros, rows, cols, g, layout.dequant_dtype.value_or(DType::f32));
 }
@@ -326,12 +346,17 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
   cpu_expect(supports(layout.format) && !layout.dense(), "upload_quantized_matrix",
              str("no CPU kernels for ", layout.describe(), " weights"));
   cpu_expect(!parts.empty() && parts[0].data.rank() == 2, "upload_quantized_matrix", "no parts");
+  // (Packed values do not tell the matrix's columns: their parts give them as cols.)
+  const bool packed_values = layout.values_per_word > 1 || layout.transposed;
+  for (const auto& p : parts)
+    cpu_expect(!packed_values || (p.cols > 0 && p.cols == parts[0].cols), "upload_quantized_matrix",
+               "packed parts of one width, given as cols");
+  // GPTQ's and AWQ's parts, stored transposed and named after the module (4 or 8 bits).
+  if (layout.transposed) return upload_module_parts(parts, layout, parts[0].cols);
   if (layout.format == WeightFormat::int8 && layout.values_per_word == 4) return upload_bytes(int8_words(parts), layout);
   if (layout.format == WeightFormat::fp8 || layout.format == WeightFormat::int8) return upload_bytes(parts, layout);
-  for (const auto& p : parts)
-    cpu_expect(p.cols > 0 && p.cols == parts[0].cols, "upload_quantized_matrix", "4-bit parts of one width, given as cols");
   if (layout.format == WeightFormat::mxfp4) return upload_mxfp4(parts, layout, parts[0].cols);
-  return layout.transposed ? upload_module_parts(parts, layout, parts[0].cols) : upload_int4(parts, layout, parts[0].cols);
+  return upload_int4(parts, layout, parts[0].cols);
 }
 
 int64_t packed_row0(const Tensor& w) {
@@ -388,7 +413,8 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
       cpu::packed_matmul_mxfp4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
       break;
     case WeightFormat::int8:
-      cpu::packed_matmul_int8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+      cpu::packed_matmul_int8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>(),
+                              nullptr, st.packed_dequant);
       break;
     case WeightFormat::dense: cpu::packed_matmul(xs, n, in, st.data, w.dtype(), row0, o, out.ptr<float>()); break;
   }

@@ -66,10 +66,11 @@ void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int6
 // Packed as FP8 is (pack_fp8 on the bytes, packed_fp8_bytes): weight (o, t) is
 // int8(q[o, t]) · scale[o, t / block_cols] in f32 — one rounding, as compressed-tensors'
 // dequantization — and the product is the f32 path's on those weights, the same bits.
+// dequant: the dtype each dequantized weight is rounded to (f32: none more; f16: GPTQ 8-bit's).
 void unpack_rows_int8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
-                          int64_t rows, float* dst);
+                          int64_t rows, float* dst, DType dequant = DType::f32);
 void packed_matmul_int8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
-                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+                        int64_t row0, int64_t o, float* out, const char* kernel = nullptr, DType dequant = DType::f32);
 
 // ---- 4-bit integer weights with group scales and zero points (packed_matmul_4bit.cpp) ----
 // Kept at 4 bits: panels of 32 rows, each step 16 bytes (row j in the low nibble of byte j,

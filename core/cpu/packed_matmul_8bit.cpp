@@ -119,6 +119,23 @@ struct Int8 : BytePanels {
   }
 };
 
+// int8 whose format rounds each dequantized weight to f16 (GPTQ 8 bits: (q − 128) · scale in the
+// scales' fp16). The f32 product of an 8-bit integer and an f16 scale is exact (8 + 11 bits), so
+// rounding it to f16 (vcvtps2ph, nearest even) is the format's one rounding.
+struct Int8F16 : Int8 {
+  static float weight(const Panel& p, int64_t t, int64_t c) { return f16_to_f32(f32_to_f16(Int8::weight(p, t, c))); }
+  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
+                                                                     __m512& lo, __m512& hi) {
+    Int8::widen512(p, t, b, lo, hi);
+    lo = _mm512_cvtph_ps(_mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    hi = _mm512_cvtph_ps(_mm512_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  __attribute__((target("avx2,fma,f16c"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
+    Int8::widen2(p, t, b, wv);
+    for (int i = 0; i < 4; ++i) wv[i] = _mm256_cvtph_ps(_mm256_cvtps_ph(wv[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
+
 }  // namespace
 
 float round_to_e4m3(float v) {
@@ -206,8 +223,9 @@ void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, 
   unpack_rows_f32_as<Fp8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
 }
 void unpack_rows_int8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
-                          int64_t rows, float* dst) {
-  unpack_rows_f32_as<Int8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+                          int64_t rows, float* dst, DType dequant) {
+  if (dequant == DType::f16) unpack_rows_f32_as<Int8F16>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+  else unpack_rows_f32_as<Int8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
 }
 
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
@@ -215,8 +233,13 @@ void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int6
   quantized::product<Fp8>("packed_matmul_fp8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
 }
 void packed_matmul_int8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
-                        int64_t row0, int64_t o, float* out, const char* kernel) {
-  quantized::product<Int8>("packed_matmul_int8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+                        int64_t row0, int64_t o, float* out, const char* kernel, DType dequant) {
+  LINNET_CHECK(dequant == DType::f32 || dequant == DType::f16, "packed_matmul_int8: weights rounded to ",
+               dtype_name(dequant), " are not computed");
+  if (dequant == DType::f16)
+    quantized::product<Int8F16>("packed_matmul_int8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+  else
+    quantized::product<Int8>("packed_matmul_int8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
 }
 
 }  // namespace linnet::cpu

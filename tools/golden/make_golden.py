@@ -507,6 +507,12 @@ ISSUE37_CASES = [
                 "and gate/up/down weights 8-bit integers packed four to an int32 (weight_packed, each +128), float32 "
                 "weight_scale per group of 16 columns; embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
          steps=8, dtypes=[("_f32", "float32")], ct=CT_W8A16),
+    # GPTQ 8 bits (Qwen's -GPTQ-Int8 models): four values a word, symmetric (zero 128).
+    dict(family("gptq_int8", "LlamaForCausalLM in GPTQ (8 bits, groups of 16, sym, desc_act false, "
+                "checkpoint_format gptq): q/k/v/o and gate/up/down as qweight (I32 [in/4, out]), qzeros (I32 "
+                "[groups, out/4], zero - 1), scales (F16 [groups, out]), g_idx (I32 [in]); round to nearest; "
+                "embeddings, norms and lm_head f16", **FP8_LLAMA),
+         steps=8, dtypes=[("_f16", "float16")], gptq=dict(group=16, sym=True, bits=8)),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -573,56 +579,60 @@ def fp8_config(quant):
             "modules_to_not_convert": list(quant.get("modules_to_not_convert", ["lm_head"]))}
 
 
-def gptq_quantize(w, group, sym):
+def gptq_quantize(w, group, sym, bits=4):
     """(q [in, out] 0..15, zero [groups, out] 0..15, scale f16 [groups, out]) of a weight w [out, in]
     by round to nearest per group of `group` input columns, as GPTQ's quantizer sets its grid
     (gptqmodel's Quantizer.find_params without the GPTQ error feedback): sym: scale = 2 amax / 15,
     zero 8; asym: scale = (max(w, 0) - min(w, 0)) / 15, zero = round(-min / scale); q =
-    clamp(round(w / scale) + zero, 0, 15) with the f16 scale."""
+    clamp(round(w / scale) + zero, 0, 15) with the f16 scale. 8 bits: maxq 255 for 15, zero 128
+    for 8."""
     import torch
     out_f, in_f = w.shape
+    maxq = (1 << bits) - 1
     g = w.float().t().reshape(in_f // group, group, out_f)  # [groups, group, out]
     if sym:
         amax = g.abs().amax(1)
-        scale = (2 * amax / 15).half()
-        zero = torch.full_like(amax, 8.0)
+        scale = (2 * amax / maxq).half()
+        zero = torch.full_like(amax, float((maxq + 1) // 2))
     else:
         lo, hi = g.amin(1).clamp(max=0), g.amax(1).clamp(min=0)
-        scale = ((hi - lo) / 15).half()
-        zero = torch.round(-lo / scale.float()).clamp(0, 15)
+        scale = ((hi - lo) / maxq).half()
+        zero = torch.round(-lo / scale.float()).clamp(0, maxq)
     scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-    q = (torch.round(g / scale.float().unsqueeze(1)) + zero.unsqueeze(1)).clamp(0, 15)
+    q = (torch.round(g / scale.float().unsqueeze(1)) + zero.unsqueeze(1)).clamp(0, maxq)
     return q.reshape(in_f, out_f).to(torch.int64), zero.to(torch.int64), scale
 
 
-def gptq_pack(q, zero):
+def gptq_pack(q, zero, bits=4):
     """GPTQ's words: qweight I32 [in/8, out] (eight input rows a word from the low bits), qzeros
     I32 [groups, out/8] (eight output columns a word). The "gptq" v1 format stores zero - 1 as
     gptqmodel writes it: the word of zero points minus 0x11111111, borrows and all (so a zero of
-    0 survives its reading, which adds 0x11111111 back)."""
+    0 survives its reading, which adds 0x11111111 back). 8 bits: four a word, 0x01010101."""
     import torch
-    qw = torch.zeros(q.shape[0] // 8, q.shape[1], dtype=torch.int64)
-    for k in range(8):
-        qw |= q[k::8] << (4 * k)
-    zw = torch.zeros(zero.shape[0], zero.shape[1] // 8, dtype=torch.int64)
-    for k in range(8):
-        zw |= zero[:, k::8] << (4 * k)
-    zw = (zw - 0x11111111) & 0xFFFFFFFF
+    per, one = 32 // bits, (0x11111111 if bits == 4 else 0x01010101)
+    qw = torch.zeros(q.shape[0] // per, q.shape[1], dtype=torch.int64)
+    for k in range(per):
+        qw |= q[k::per] << (bits * k)
+    zw = torch.zeros(zero.shape[0], zero.shape[1] // per, dtype=torch.int64)
+    for k in range(per):
+        zw |= zero[:, k::per] << (bits * k)
+    zw = (zw - one) & 0xFFFFFFFF
     as_i32 = lambda t: torch.from_numpy(t.numpy().astype("uint32").view("int32"))
     return as_i32(qw), as_i32(zw)
 
 
-def gptq_dequantize(qweight, qzeros, scales, g_idx):
+def gptq_dequantize(qweight, qzeros, scales, g_idx, bits=4):
     """A layer's weight [out, in] as gptqmodel 7.7.0 dequantizes GPTQ v1 (verified bit for bit
     against its TorchQuantLinear): q from each qweight word's nibbles along the input rows; each
     qzeros word + 0x11111111 (one integer add on the word, carries and all) read as eight zero
     points; W = f16(scales[g_idx] * (q - zero[g_idx])), the product rounded to f16."""
     import numpy as np
     import torch
+    per, one, mask = 32 // bits, (0x11111111 if bits == 4 else 0x01010101), (1 << bits) - 1
     qw = qweight.numpy().view(np.uint32).astype(np.int64)
-    q = np.stack([(qw >> (4 * k)) & 15 for k in range(8)], 1).reshape(-1, qw.shape[1])  # [in, out]
-    zw = (qzeros.numpy().view(np.uint32).astype(np.int64) + 0x11111111) & 0xFFFFFFFF
-    z = np.stack([(zw >> (4 * k)) & 15 for k in range(8)], 2).reshape(zw.shape[0], -1)  # [groups, out]
+    q = np.stack([(qw >> (bits * k)) & mask for k in range(per)], 1).reshape(-1, qw.shape[1])  # [in, out]
+    zw = (qzeros.numpy().view(np.uint32).astype(np.int64) + one) & 0xFFFFFFFF
+    z = np.stack([(zw >> (bits * k)) & mask for k in range(per)], 2).reshape(zw.shape[0], -1)  # [groups, out]
     gi = g_idx.numpy().astype(np.int64)
     diff = torch.from_numpy((q - z[gi]).astype(np.float32))
     return (scales[gi].float() * diff).half().float().t().contiguous()
@@ -643,18 +653,19 @@ def gptq_rewrite(d, linears, gptq):
             out[k] = v
             continue
         module = k[:-len(".weight")]
-        q, zero, scale = gptq_quantize(v, group, gptq["sym"])
-        qweight, qzeros = gptq_pack(q, zero)
+        bits = gptq.get("bits", 4)
+        q, zero, scale = gptq_quantize(v, group, gptq["sym"], bits)
+        qweight, qzeros = gptq_pack(q, zero, bits)
         g_idx = (torch.arange(v.shape[1]) // group).to(torch.int32)
         out[module + ".qweight"], out[module + ".qzeros"] = qweight, qzeros
         out[module + ".scales"], out[module + ".g_idx"] = scale.contiguous(), g_idx
-        want[k] = gptq_dequantize(qweight, qzeros, scale, g_idx)
+        want[k] = gptq_dequantize(qweight, qzeros, scale, g_idx, bits)
         rq = (scale.float()[g_idx.long()] * (q - zero[g_idx.long()]).float()).half().float().t()
         assert torch.equal(want[k], rq), f"{k}: the written words do not read back"
     save_file(out, path, metadata={"format": "pt"})
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
-    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": group, "desc_act": False,
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": gptq.get("bits", 4), "group_size": group, "desc_act": False,
                                   "sym": gptq["sym"], "true_sequential": True, "damp_percent": 0.01,
                                   "static_groups": False, "lm_head": False, "checkpoint_format": "gptq",
                                   "meta": {"quantizer": ["linnet make_golden.py: round to nearest"]}}
