@@ -91,22 +91,8 @@ struct Int4 {
   }
 };
 
-// int4 whose format rounds each dequantized weight to f16 (GPTQ: (q − zero) · scale in the
-// scales' fp16). The f32 product of a 4-bit difference and an f16 scale is exact, so rounding
-// it to f16 (vcvtps2ph, nearest even) is the format's one rounding.
-struct Int4F16 : Int4 {
-  static float weight(const Panel& p, int64_t t, int64_t c) { return f16_to_f32(f32_to_f16(Int4::weight(p, t, c))); }
-  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
-                                                                     __m512& lo, __m512& hi) {
-    Int4::widen512(p, t, b, lo, hi);
-    lo = _mm512_cvtph_ps(_mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    hi = _mm512_cvtph_ps(_mm512_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  __attribute__((target("avx2,fma,f16c"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
-    Int4::widen2(p, t, b, wv);
-    for (int i = 0; i < 4; ++i) wv[i] = _mm256_cvtph_ps(_mm256_cvtps_ph(wv[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-};
+// int4 rounded to f16 after (q − zero) · scale: GPTQ's and AWQ's dequantization.
+using Int4F16 = quantized::F16Rounded<Int4>;
 
 // MXFP4 in int4's panels of nibbles (byte j: row j low, row j + 16 high); after them, on a cache
 // line, each panel's E8M0 exponents [⌈k/bc⌉][32] u8 — the file's one byte per 32 weights, no

@@ -119,22 +119,8 @@ struct Int8 : BytePanels {
   }
 };
 
-// int8 whose format rounds each dequantized weight to f16 (GPTQ 8 bits: (q − 128) · scale in the
-// scales' fp16). The f32 product of an 8-bit integer and an f16 scale is exact (8 + 11 bits), so
-// rounding it to f16 (vcvtps2ph, nearest even) is the format's one rounding.
-struct Int8F16 : Int8 {
-  static float weight(const Panel& p, int64_t t, int64_t c) { return f16_to_f32(f32_to_f16(Int8::weight(p, t, c))); }
-  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
-                                                                     __m512& lo, __m512& hi) {
-    Int8::widen512(p, t, b, lo, hi);
-    lo = _mm512_cvtph_ps(_mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    hi = _mm512_cvtph_ps(_mm512_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  __attribute__((target("avx2,fma,f16c"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
-    Int8::widen2(p, t, b, wv);
-    for (int i = 0; i < 4; ++i) wv[i] = _mm256_cvtph_ps(_mm256_cvtps_ph(wv[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-};
+// int8 rounded to f16 after (q − 128) · scale: 8-bit GPTQ's dequantization.
+using Int8F16 = quantized::F16Rounded<Int8>;
 
 }  // namespace
 

@@ -28,9 +28,31 @@
 #include <vector>
 
 #include "core/cpu/packed_walk.h"
+#include "core/dtype.h"
 #include "core/error.h"
 
 namespace linnet::cpu::quantized {
+
+// A format F whose dequantization rounds each weight to f16 (GPTQ and AWQ: (q − zero) · scale in
+// the scales' fp16). F's f32 weight is that product exactly (a 4- or 8-bit integer times an f16
+// scale), so rounding it to f16 (vcvtps2ph, nearest even) is the format's one rounding.
+template <class F>
+struct F16Rounded : F {
+  using Panel = typename F::Panel;
+  using Block512 = typename F::Block512;
+  using Block2 = typename F::Block2;
+  static float weight(const Panel& p, int64_t t, int64_t c) { return f16_to_f32(f32_to_f16(F::weight(p, t, c))); }
+  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
+                                                                     __m512& lo, __m512& hi) {
+    F::widen512(p, t, b, lo, hi);
+    lo = _mm512_cvtph_ps(_mm512_cvtps_ph(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    hi = _mm512_cvtph_ps(_mm512_cvtps_ph(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  __attribute__((target("avx2,fma,f16c"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
+    F::widen2(p, t, b, wv);
+    for (int i = 0; i < 4; ++i) wv[i] = _mm256_cvtph_ps(_mm256_cvtps_ph(wv[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+};
 
 // The column block [t, end) of a chain's steps that share one block's constants.
 inline int64_t block_end(int64_t t, int64_t chain_end, int64_t bc) { return std::min(chain_end, (t / bc + 1) * bc); }

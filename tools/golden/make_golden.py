@@ -513,6 +513,28 @@ ISSUE37_CASES = [
                 "[groups, out/4], zero - 1), scales (F16 [groups, out]), g_idx (I32 [in]); round to nearest; "
                 "embeddings, norms and lm_head f16", **FP8_LLAMA),
          steps=8, dtypes=[("_f16", "float16")], gptq=dict(group=16, sym=True, bits=8)),
+    # Generation past the boundaries on a quantized model: a sliding window with yarn RoPE at
+    # positions past original_max_position_embeddings (Qwen3), and Phi-3's longrope crossing
+    # original_max_position_embeddings during decode (its fused qkv_proj and gate_up_proj quantized
+    # whole), both in compressed-tensors W4A16. Sizes so that groups of 16 fall whole at Shards 4.
+    dict(family("ct_w4a16_qwen3", "Qwen3ForCausalLM in compressed-tensors W4A16 (pack-quantized, symmetric, groups "
+                "of 16): q_norm/k_norm per head, head_dim 8, sliding window 4 on layer 1, yarn RoPE factor 4 over "
+                "original 16, positions up to 31; hidden 64, 8 heads over 4 KV heads, intermediate 128",
+                inputs=LONG, architectures=["Qwen3ForCausalLM"], model_type="qwen3", head_dim=8, hidden_size=64,
+                intermediate_size=128, num_attention_heads=8, num_key_value_heads=4, use_sliding_window=True,
+                sliding_window=4, max_window_layers=1, rope_theta=1000000.0,
+                rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16},
+                attention_bias=False),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_W4A16),
+    dict(family("ct_w4a16_phi3_longrope", "Phi3ForCausalLM in compressed-tensors W4A16 (pack-quantized, symmetric, "
+                "groups of 16; the fused qkv_proj and gate_up_proj quantized whole), longrope over original 16: a "
+                "10-token prompt and 16 greedy steps, so the sequence reaches 17 tokens at step 7, where "
+                "transformers' generate drops its cache and recomputes every key with the long factors; hidden 64, "
+                "8 heads, intermediate 128",
+                inputs={"S": 12, "runs": [(5, 0), (7, 0), (4, 0), (6, 3)], "S0": 10},
+                **dict(PHI3_LONGROPE, hidden_size=64, intermediate_size=128, num_attention_heads=8,
+                       num_key_value_heads=8)),
+         steps=16, dtypes=[("_f32", "float32")], ct=CT_W4A16),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -1320,7 +1342,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
         assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
         if (ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group") and not ct_is_mxfp4(ct)
-                and "router" not in c and (ct["weights"]["num_bits"] == 4 or ct.get("input_activations"))):
+                and c["config"].get("model_type") == "llama"  # (the Llamas linnet quantize's test reads)
+                and (ct["weights"]["num_bits"] == 4 or ct.get("input_activations"))):
             # The model before quantization, kept for `linnet quantize --scheme fp8-channel|w8a8|w4a16`'s
             # test (it must write what compressed-tensors writes: tests/quantize_test.cpp).
             source = os.path.join(ROOT, "tests", "fixtures", "quantize", os.path.basename(d) + "_source")
