@@ -121,16 +121,16 @@ uint8_t f32_to_f8_e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0;
   const float a = std::min(std::fabs(f), 448.0f);
-  // The nearest of the 127 non-negative finite values, ties to the even code: a code's
-  // values grow with it, so a binary search over codes finds the pair around a.
-  int lo = 0, hi = 0x7e;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    (f8_e4m3_to_f32(static_cast<uint8_t>(mid)) <= a ? lo : hi) = mid;
-  }
-  const float dl = a - f8_e4m3_to_f32(static_cast<uint8_t>(lo)), dh = f8_e4m3_to_f32(static_cast<uint8_t>(hi)) - a;
-  const int code = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
-  return static_cast<uint8_t>(sign | code);
+  // Subnormals (and 0): multiples of 2^−9, to nearest even (a · 512 is exact; 8 is code 8,
+  // the smallest normal 2^−6).
+  if (a < 0x1p-6f) return static_cast<uint8_t>(sign | static_cast<int>(std::nearbyint(a * 512.0f)));
+  // Normals: the f32's mantissa rounded to 3 bits, ties to even (a carry moves the exponent up);
+  // then E4M3's exponent bias 7 for f32's 127. 448 (0x7e) is the largest after the clamp.
+  uint32_t u;
+  std::memcpy(&u, &a, 4);
+  u += 0x7ffffu + ((u >> 20) & 1u);
+  const int code = ((static_cast<int>(u >> 23) - 120) << 3) | static_cast<int>((u >> 20) & 7u);
+  return static_cast<uint8_t>(sign | std::min(code, 0x7e));
 }
 
 float round_to(DType t, float x) {

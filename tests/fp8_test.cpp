@@ -91,6 +91,28 @@ TEST(Fp8, E4m3ValuesAndRoundingAreTheFormats) {
   EXPECT_EQ(f32_to_f8_e4m3(1e9f), 0x7e);     // saturates at 448
   EXPECT_EQ(f32_to_f8_e4m3(-1e9f), 0xfe);
   EXPECT_EQ(f32_to_f8_e4m3(std::ldexp(1.0f, -11)), 0x00);  // a quarter of the smallest subnormal: 0
+  // Against the definition (the nearest finite code, ties to the even one, saturating at 448) on
+  // every code's neighbours, every midpoint between codes and a spread of random values.
+  auto nearest = [](float x) {
+    const float a = std::min(std::fabs(x), 448.0f);
+    int best = 0;
+    for (int c = 1; c <= 0x7e; ++c) {
+      const float d = std::fabs(f8_e4m3_to_f32(static_cast<uint8_t>(c)) - a),
+                  db = std::fabs(f8_e4m3_to_f32(static_cast<uint8_t>(best)) - a);
+      if (d < db || (d == db && c % 2 == 0)) best = c;
+    }
+    return static_cast<uint8_t>((std::signbit(x) ? 0x80 : 0) | best);
+  };
+  std::vector<float> probes = {0.0f, -0.0f, 448.0f, 449.0f, 464.0f, 1e-30f, 0x1p-6f, 0x1p-10f, 3 * 0x1p-11f};
+  for (int c = 0; c < 0x7e; ++c) {
+    const float lo = f8_e4m3_to_f32(static_cast<uint8_t>(c)), hi = f8_e4m3_to_f32(static_cast<uint8_t>(c + 1));
+    for (float v : {lo, hi, (lo + hi) / 2, std::nextafter((lo + hi) / 2, 0.0f), std::nextafter((lo + hi) / 2, 1e9f)})
+      probes.push_back(v), probes.push_back(-v);
+  }
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> e(-14.0f, 10.0f);
+  for (int i = 0; i < 20000; ++i) probes.push_back((i % 2 ? -1.0f : 1.0f) * std::exp2(e(rng)));
+  for (const float v : probes) ASSERT_EQ(f32_to_f8_e4m3(v), nearest(v)) << v;
   EXPECT_EQ(parse_dtype("F8_E4M3"), DType::f8_e4m3);
   EXPECT_EQ(dtype_size(DType::f8_e4m3), 1u);
   const uint8_t with_nan[] = {0x38, 0x7f, 0x01};
