@@ -361,10 +361,8 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
 
 int64_t packed_row0(const Tensor& w) {
   const size_t off = static_cast<size_t>(static_cast<const char*>(w.data()) - static_cast<const char*>(w.storage()->data));
-  // (A view's offset counts its rows as Tensor::rows does: span_bytes a row.)
-  const size_t cols = static_cast<size_t>(w.storage()->packed_cols);
-  const size_t row_bytes =
-      weight_format_traits(w.storage()->packed_weights).data_bits == 4 ? (cols + 1) / 2 : cols * dtype_size(w.dtype());
+  // (A view's offset counts its rows as Tensor::rows does: one row's span_bytes a row.)
+  const size_t row_bytes = Tensor(w.storage(), 0, {1, w.storage()->packed_cols}, w.dtype()).span_bytes();
   cpu_expect(off % row_bytes == 0, "packed matrix", "a view that does not start on a row: " + w.describe());
   return static_cast<int64_t>(off / row_bytes);
 }
