@@ -86,10 +86,20 @@ WeightLayout pack_quantized_weights(const ConfigReader& r, const json& w, const 
   if (bits == 8 && !w["symmetric"].get<bool>())
     r.fail(str("quantization_config.", wn, ".symmetric is false: asymmetric 8-bit pack-quantized weights (zero points) "
                "are not read yet (linnet reads symmetric W8A16)"));
-  if (given(w, "actorder") && w["actorder"] != "static")
+  // actorder "weight" (alias "static") only ordered the calibration: the groups stay in order.
+  // "group" (alias "dynamic") saves a weight_g_idx naming each column's group (4 bits here).
+  const bool reordered = given(w, "actorder") && (w["actorder"] == "group" || w["actorder"] == "dynamic");
+  if (given(w, "actorder") && !reordered && w["actorder"] != "weight" && w["actorder"] != "static")
     r.fail(str("quantization_config.", wn, ".actorder ", w["actorder"].dump().substr(0, 40),
-               " is not supported yet (its weight_g_idx reorders the groups; linnet reads null and \"static\")"));
+               " is not a compressed-tensors activation ordering (null, \"weight\", \"static\", \"group\", \"dynamic\")"));
+  if (reordered && bits == 8)
+    r.fail(str("quantization_config.", wn, ".actorder ", w["actorder"].dump().substr(0, 40),
+               " with 8-bit pack-quantized weights is not read yet (its weight_g_idx reorders the groups; linnet reads "
+               "it with 4-bit ones)"));
   const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
+  if (reordered && strategy != "group")
+    r.fail(str("quantization_config.", wn, ".actorder ", w["actorder"].dump().substr(0, 40),
+               " needs strategy \"group\" (its weight_g_idx names each column's group)"));
   int64_t group = WeightLayout::kWhole;
   if (strategy == "group") {
     const json& gs = w.value("group_size", json());
@@ -102,7 +112,7 @@ WeightLayout pack_quantized_weights(const ConfigReader& r, const json& w, const 
                "' is not supported with pack-quantized weights (linnet reads group and channel)"));
   }
   if (bits == 8) return WeightLayout::int8_packed_groups(group);
-  return WeightLayout::int4_groups(group, w["symmetric"].get<bool>());
+  return WeightLayout::int4_groups(group, w["symmetric"].get<bool>(), reordered);
 }
 
 // compressed-tensors' int-quantized weights (W8A8: llm-compressor's W8A8 and its SmoothQuant/GPTQ
@@ -113,9 +123,10 @@ WeightLayout int_quantized_weights(const ConfigReader& r, const json& w, const s
   expect_arg(r, w, wn, "type", "int", scheme);
   expect_arg(r, w, wn, "symmetric", true, scheme);
   expect_arg(r, w, wn, "dynamic", false, scheme);
-  if (given(w, "actorder") && w["actorder"] != "static")
+  if (given(w, "actorder") && w["actorder"] != "static" && w["actorder"] != "weight")
     r.fail(str("quantization_config.", wn, ".actorder ", w["actorder"].dump().substr(0, 40),
-               " is not supported yet (its weight_g_idx reorders the groups; linnet reads null and \"static\")"));
+               " is not supported yet (its weight_g_idx reorders the groups; linnet reads null, \"weight\" and "
+               "\"static\" with int-quantized weights)"));
   const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
   if (strategy == "channel") return WeightLayout::int8_groups(WeightLayout::kWhole);
   if (strategy == "group") {

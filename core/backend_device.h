@@ -60,6 +60,10 @@ class BackendDevice {
     Tensor scales;
     Tensor zero_points;  // undefined: symmetric
     int64_t cols = 0;    // the matrix's columns (packed values do not tell)
+    // Undefined: the groups in order (column c in group c / group). Else i32 [cols], each
+    // column's group (GPTQ's desc_act, compressed-tensors' actorder "group"); the scales and zero
+    // points then hold every group of the matrix, and every part of it has the same.
+    Tensor group_index;
   };
   virtual Tensor upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout);
   // The name of the layout upload_matrix gives (a packed file saved in it is taken as it is:

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "core/dtype.h"
 #include "core/error.h"
@@ -34,6 +35,10 @@ struct Storage {
   // The dtype its dequantized weights are rounded to (WeightLayout::dequant_dtype: GPTQ's
   // fp16); f32: one rounding, none more.
   DType packed_dequant = DType::f32;
+  // Non-empty: the packed matrix's packed_cols columns read x's columns in this order (−1: a
+  // zero column); its product gathers x first. GPTQ's desc_act groups made consecutive
+  // (core/cpu/group_order.h); the view's shape keeps the matrix's own columns.
+  std::vector<int32_t> column_gather;
   // Non-empty: gives the pages of [p, p + bytes) back to the system, the data staying valid
   // (a read-only file mapping: touched again, they are read again). A loader that has copied
   // a tensor out of the file calls it as it goes, so the weights are not held twice.

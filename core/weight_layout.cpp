@@ -46,10 +46,11 @@ WeightLayout WeightLayout::of(WeightFormat f) {
   return l;
 }
 
-WeightLayout WeightLayout::int4_groups(int64_t group, bool symmetric) {
+WeightLayout WeightLayout::int4_groups(int64_t group, bool symmetric, bool reordered) {
   LINNET_CHECK(group > 0, "int4 groups of ", group);
   WeightLayout l = of(WeightFormat::int4);
   l.block_cols = group;
+  l.group_index = reordered;
   if (symmetric) l.zero_point_dtype.reset();
   else l.zero_points_per_word = 8;
   return l;
@@ -135,7 +136,8 @@ std::string WeightLayout::describe() const {
   if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", packed, acts);
   if (format == WeightFormat::mxfp4 && block_rows == 1) return str("mxfp4 blocks of ", block_cols, acts);
   if ((format == WeightFormat::int4 || format == WeightFormat::int8) && block_rows == 1)
-    return str(weight_format_name(format), zeros, " groups of ", block_cols, packed, acts);
+    return str(weight_format_name(format), zeros, " groups of ", block_cols, packed,
+               group_index ? " with g_idx" : "", acts);
   return str(weight_format_name(format), zeros, " ", block_rows, "×", block_cols, acts);
 }
 

@@ -132,8 +132,9 @@ struct WeightLayout {
   // per block_rows × block_cols block.
   static WeightLayout fp8_blocks(int64_t block_rows, int64_t block_cols, std::string scale_suffix = "_scale_inv");
   // compressed-tensors' pack-quantized 4-bit integers: a scale per `group` columns of a row
-  // (kWhole: per channel), a zero point beside it unless symmetric.
-  static WeightLayout int4_groups(int64_t group, bool symmetric);
+  // (kWhole: per channel), a zero point beside it unless symmetric; reordered (actorder
+  // "group"): a "…weight_g_idx" I32 [cols] naming each column's group.
+  static WeightLayout int4_groups(int64_t group, bool symmetric, bool reordered = false);
   // compressed-tensors' int-quantized 8-bit integers (W8A8): a scale per `group` columns of a
   // row (kWhole: per channel), symmetric.
   static WeightLayout int8_groups(int64_t group);

@@ -66,19 +66,30 @@ RmsNorm WeightLoader::norm(const std::string& card_name) {
 }
 
 namespace {
-// A group index (GPTQ's g_idx: each input column's group) read as the groups' plain order,
-// column c in group c / group: what the kernels take. One that reorders the groups (GPTQ's
-// desc_act "act-order" checkpoints) is refused, naming the tensor and the first column out of
-// order. (A shard's g_idx is its columns' slice: `first` is its first column.)
-void expect_groups_in_order(const ParamSpec& g_idx, const Tensor& t, int64_t group, int64_t shard) {
+// A group index (GPTQ's g_idx, compressed-tensors' weight_g_idx: each input column's group) as
+// the backend takes it: undefined where it is the groups' plain order (column c in group
+// c / group); else, checked, each column's group — a desc_act ("act-order") checkpoint, whose
+// columns the backend puts in their groups' order (core/cpu/group_order.h). A group outside
+// the matrix's is refused, naming the tensor and column. (A shard's g_idx is its columns'
+// slice: `first` is its first column.)
+Tensor group_index(const ParamSpec& g_idx, const Tensor& t, int64_t group, int64_t cols, int64_t shard) {
   const int64_t first = g_idx.split == Split::rows ? g_idx.shard_range(shard).first : 0;
+  const int64_t whole = group >= WeightLayout::kWhole, groups = whole ? 1 : (cols + group - 1) / group;
   const auto v = t.to_ints();
+  bool in_order = true;
   for (size_t i = 0; i < v.size(); ++i) {
-    const int64_t c = first + static_cast<int64_t>(i), want = group >= WeightLayout::kWhole ? 0 : c / group;
-    if (v[i] != want)
-      throw Error(str(g_idx.hf_name, ": column ", c, " is in group ", v[i], ", not ", want, " (groups of ", group,
-                      " in order): a g_idx that reorders the columns' groups (desc_act) is not read yet"));
+    const int64_t c = first + static_cast<int64_t>(i);
+    if (v[i] < 0 || v[i] >= groups)
+      throw Error(str(g_idx.hf_name, ": column ", c, " is in group ", v[i], ", outside the matrix's ", groups,
+                      " groups [0, ", groups, ") of ", whole ? cols : group, " columns"));
+    in_order = in_order && v[i] == (whole ? 0 : c / group);
   }
+  return in_order ? Tensor() : Tensor::from_ints({static_cast<int64_t>(v.size())}, v, DType::i32);
+}
+
+bool same_ints(const Tensor& a, const Tensor& b) {
+  if (a.defined() != b.defined()) return false;
+  return !a.defined() || a.to_ints() == b.to_ints();
 }
 }  // namespace
 
@@ -92,6 +103,7 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
       throw Error(str(spec(n).hf_name, " is stored ", spec(n).layout.describe(), ", but ", first.hf_name,
                       " (one matrix with it) ", layout.describe(), ": quantization_config must convert both or neither"));
   std::vector<Backend::QuantizedPart> q;
+  std::string first_order_name;
   for (const auto& n : parts) {
     const ParamSpec& p = spec(n);
     LINNET_CHECK(p.held_by(shard_), n, " is held by shard ", p.owner, ", not ", shard_);
@@ -100,16 +112,34 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
     part.cols = p.shard_shape()[1];
     const std::vector<ParamSpec> companions = p.companions();
     const std::vector<WeightCompanion> roles = layout.companions_of(p.full);
+    // The group index first: one that reorders the groups puts any group in a shard's columns,
+    // so a row-parallel shard then reads every group's scales and zero points.
+    std::string order_name = p.hf_name;  // (its g_idx's name, for an error)
+    for (size_t i = 0; i < companions.size(); ++i)
+      if (roles[i].role == PartRole::group_index) {
+        part.group_index = group_index(companions[i], weights_.read(companions[i], shard_), layout.block_cols,
+                                       p.full[1], shard_);
+        order_name = companions[i].hf_name;
+      }
     for (size_t i = 0; i < companions.size(); ++i) {
-      Tensor t = weights_.read(companions[i], shard_);
+      if (roles[i].role == PartRole::group_index) continue;
+      ParamSpec c = companions[i];
+      if (part.group_index.defined() && p.split == Split::columns) c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
+      Tensor t = weights_.read(c, shard_);
       switch (roles[i].role) {
         // Any float widened exactly; E8M0 exponents (MXFP4) as stored, a byte each.
         case PartRole::scales: part.scales = t.dtype() == DType::f8_e8m0 ? t : converted(t, DType::f32); break;
         case PartRole::zero_points: part.zero_points = t; break;
-        case PartRole::group_index: expect_groups_in_order(companions[i], t, layout.block_cols, shard_); break;
         default: throw Error(str(companions[i].hf_name, ": an unexpected part of ", layout.describe()));
       }
     }
+    // Stacked parts (q|k|v, gate|up, the experts) are one matrix: one column order. GPTQ gives
+    // layers that share an input the same one (their Hessians are the same).
+    if (!q.empty() && !same_ints(part.group_index, q[0].group_index))
+      throw Error(str(order_name, " orders the columns' groups unlike ", first_order_name,
+                      ", stacked with it into one matrix: its parts must share one column order (experts reordered "
+                      "each their own way by desc_act are not read yet)"));
+    if (q.empty()) first_order_name = order_name;
     q.push_back(std::move(part));
   }
   return be_.upload_quantized_matrix(q, layout);

@@ -5,6 +5,7 @@
 // tests/conformance_test.cpp (fixtures gptq_f16, gptq_asym_f16, awq_f16 at Shards 1, 2 and 4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "checkpoint_test_util.h"
 #include "fixture_edit_util.h"
 #include "core/backend.h"
+#include "core/cpu/group_order.h"
 #include "core/cpu/packed_matmul.h"
 #include "layers/generics.h"
 #include "layers/parameters.h"
@@ -177,18 +179,155 @@ TEST(Gptq, EveryKernelRoundsTheDequantizedWeightsToF16) {
   }
 }
 
+// desc_act: g_idx names each column's group, the groups' columns scattered. The backend packs
+// the columns in their groups' order and gathers x so (core/cpu/group_order.h): the product's
+// bits are the dense product's on x and the weights taken in that order, for the whole matrix and
+// for a row-parallel shard's slice of its columns (which holds part of every group: its runs are
+// padded with zero columns).
+TEST(Gptq, DescActColumnsArePutInTheirGroupsOrderAndXGatheredSo) {
+  auto be = make_cpu_backend();
+  const int64_t o = 48, in = 96, group = 16;
+  // The matrix as GPTQ quantized it (groups of consecutive columns in its order), then stored
+  // with column c holding the ordered matrix's column place[c].
+  const Words ordered = gptq_words(o, in, group, 11);
+  std::vector<int64_t> place(static_cast<size_t>(in));
+  for (int64_t c = 0; c < in; ++c) place[static_cast<size_t>(c)] = c;
+  std::shuffle(place.begin(), place.end(), std::mt19937(5));
+  Tensor qweight = Tensor::zeros({in / 8, o}, DType::i32), dequantized = Tensor::empty({o, in}, DType::f32);
+  std::vector<int64_t> g_idx(static_cast<size_t>(in));
+  for (int64_t c = 0; c < in; ++c) {
+    const int64_t from = place[static_cast<size_t>(c)];
+    g_idx[static_cast<size_t>(c)] = from / group;
+    for (int64_t r = 0; r < o; ++r) {
+      const uint32_t q = (ordered.qweight.ptr<uint32_t>()[(from / 8) * o + r] >> (4 * (from % 8))) & 15u;
+      qweight.ptr<uint32_t>()[(c / 8) * o + r] |= q << (4 * (c % 8));
+      dequantized.ptr<float>()[r * in + c] = ordered.dequantized.ptr<float>()[r * in + from];
+    }
+  }
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd;
+  std::vector<float> xf(static_cast<size_t>(40 * in));
+  for (auto& v : xf) v = nd(rng);
+  const Tensor x = Tensor::from_floats({40, in}, xf);
+
+  // Columns [c0, c1) of the matrix, as a shard of a row-parallel layer reads them: its qweight
+  // words and g_idx sliced, every group's scales and zero points.
+  auto check = [&](int64_t c0, int64_t c1, bool padded) {
+    const int64_t k = c1 - c0;
+    Backend::QuantizedPart part{qweight.rows(c0 / 8, c1 / 8), ordered.scales, ordered.qzeros, k};
+    std::vector<int64_t> slice(g_idx.begin() + c0, g_idx.begin() + c1);
+    part.group_index = Tensor::from_ints({k}, slice);
+    const Tensor q = be->upload_quantized_matrix({part}, WeightLayout::gptq_groups(group, true));
+    ASSERT_EQ(q.shape(), (Shape{o, k}));
+    const std::vector<int32_t>& gather = q.storage()->column_gather;
+    ASSERT_EQ(static_cast<int64_t>(gather.size()), q.storage()->packed_cols);
+    // Every column once, in its group's order (−1: padding), the groups consecutive.
+    std::vector<int> seen(static_cast<size_t>(k));
+    int64_t last_group = -1, pads = 0;
+    for (const int32_t c : gather) {
+      if (c < 0) { ++pads; continue; }
+      ++seen[static_cast<size_t>(c)];
+      EXPECT_GE(slice[static_cast<size_t>(c)], last_group);
+      last_group = slice[static_cast<size_t>(c)];
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), k);
+    EXPECT_EQ(pads > 0, padded) << "columns [" << c0 << ", " << c1 << ")";
+    // The dense product on the gathered x and the weights in that order: the same bits.
+    const int64_t kp = static_cast<int64_t>(gather.size());
+    Tensor xg = Tensor::zeros({40, kp}, DType::f32), wg = Tensor::zeros({o, kp}, DType::f32);
+    for (int64_t j = 0; j < kp; ++j) {
+      const int32_t c = gather[static_cast<size_t>(j)];
+      if (c < 0) continue;
+      for (int64_t n = 0; n < 40; ++n) xg.ptr<float>()[n * kp + j] = xf[static_cast<size_t>(n * in + c0 + c)];
+      for (int64_t r = 0; r < o; ++r) wg.ptr<float>()[r * kp + j] = dequantized.ptr<float>()[r * in + c0 + c];
+    }
+    Tensor xs = Tensor::empty({40, k}, DType::f32);
+    for (int64_t n = 0; n < 40; ++n)
+      for (int64_t c = 0; c < k; ++c) xs.ptr<float>()[n * k + c] = xf[static_cast<size_t>(n * in + c0 + c)];
+    for (const int64_t rows : {int64_t{1}, int64_t{3}, int64_t{40}}) {
+      Tensor got = Tensor::empty({rows, o}, DType::f32), want = Tensor::empty({rows, o}, DType::f32);
+      be->matmul(xs.rows(0, rows), q, nullptr, got);
+      be->matmul(xg.rows(0, rows), be->upload_matrix(wg), nullptr, want);
+      EXPECT_EQ(got.to_floats(), want.to_floats()) << "columns [" << c0 << ", " << c1 << "), " << rows << " rows";
+    }
+    // And within f32's reordering of the sum of the product in the stored order.
+    Tensor got = Tensor::empty({40, o}, DType::f32), plain = Tensor::empty({40, o}, DType::f32);
+    Tensor ws = Tensor::empty({o, k}, DType::f32);
+    for (int64_t r = 0; r < o; ++r)
+      for (int64_t c = 0; c < k; ++c) ws.ptr<float>()[r * k + c] = dequantized.ptr<float>()[r * in + c0 + c];
+    be->matmul(xs, q, nullptr, got);
+    be->matmul(xs, be->upload_matrix(ws), nullptr, plain);
+    const auto a = got.to_floats(), b = plain.to_floats();
+    for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-4f * (1.0f + std::fabs(b[i]))) << i;
+  };
+  check(0, in, false);   // the whole matrix: each group's 16 columns, no padding
+  check(32, 80, true);   // a shard's 48 columns: parts of every group, padded
+  check(0, 48, true);
+
+  // Parts of one matrix with one order: another refused.
+  Backend::QuantizedPart a{qweight, ordered.scales, ordered.qzeros, in}, b = a;
+  a.group_index = Tensor::from_ints({in}, g_idx);
+  std::vector<int64_t> other = g_idx;
+  const auto j = std::find_if(other.begin(), other.end(), [&](int64_t v) { return v != other[0]; });
+  ASSERT_NE(j, other.end());
+  std::swap(other[0], *j);
+  b.group_index = Tensor::from_ints({in}, other);
+  EXPECT_NE(error_of([&] { be->upload_quantized_matrix({a, b}, WeightLayout::gptq_groups(group, true)); })
+                .find("parts of one matrix with different column orders"),
+            std::string::npos);
+}
+
+TEST(Gptq, GroupOrderPadsEachRunToItsSubGroups) {
+  // Whole groups in any order: no padding, a scale per group.
+  cpu::GroupOrder o = cpu::group_order({1, 0, 1, 0, 0, 1, 1, 0}, 2, 4, 4);
+  EXPECT_EQ(o.sub, 4);
+  EXPECT_EQ(o.gather, (std::vector<int32_t>{1, 3, 4, 7, 0, 2, 5, 6}));
+  EXPECT_EQ(o.group_of, (std::vector<int32_t>{0, 1}));
+  // A slice with runs of 5, 3 and 1 columns of groups of 16: sub-groups of 8, the last run unpadded.
+  std::vector<int32_t> g = {2, 0, 0, 0, 0, 2, 0, 5, 5, 2};
+  o = cpu::group_order(g, 6, 16, 4);
+  EXPECT_EQ(o.sub, 8);
+  EXPECT_EQ(o.gather, (std::vector<int32_t>{1, 2, 3, 4, 6, -1, -1, -1, 0, 5, 9, -1, -1, -1, -1, -1, 7, 8}));
+  EXPECT_EQ(o.group_of, (std::vector<int32_t>{0, 2, 5}));
+  // Applied: values gathered, padding at the group's zero point, scales per sub-group.
+  std::vector<uint8_t> values(20), zeros = {9, 9, 9, 7, 9, 9, 9, 9, 9, 9, 9, 4};
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<uint8_t>(i % 16);
+  std::vector<float> scales = {0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14, 15};
+  cpu::apply_group_order(o, 2, 10, 6, values, scales, zeros, 0);
+  EXPECT_EQ(scales, (std::vector<float>{0, 2, 5, 10, 12, 15}));
+  EXPECT_EQ(zeros, (std::vector<uint8_t>{9, 9, 9, 9, 9, 4}));
+  ASSERT_EQ(values.size(), 36u);
+  EXPECT_EQ(values[5], 9);   // row 0's padding in group 0: its zero point
+  EXPECT_EQ(values[8], 0);   // column 0
+  EXPECT_EQ(values[18 + 0], 11);  // row 1, column 1
+  EXPECT_EQ(values[18 + 12], 9);  // row 1's padding in group 2
+}
+
 TEST(Gptq, BadCheckpointsAreRefusedNamingFileTensorAndRule) {
   const fs::path sym = kGolden / "gptq_f16";
   const std::string m = "model.layers.1.self_attn.k_proj";
-  {  // desc_act: a g_idx that reorders the groups
+  {  // desc_act: k's g_idx reorders the groups, q's and v's do not (one matrix q|k|v: one order)
     ScratchDir d;
     std::vector<int64_t> g(64);
     for (int64_t i = 0; i < 64; ++i) g[static_cast<size_t>(i)] = (i * 5 % 64) / 16;
     edited_fixture(sym, d, [](json& j) { j["quantization_config"]["desc_act"] = true; },
                    {{m + ".g_idx", Tensor::from_ints({64}, g)}});
     const std::string e = load_error(d);
-    EXPECT_NE(e.find(m + ".g_idx: column 4 is in group 1, not 0"), std::string::npos) << e;
-    EXPECT_NE(e.find("a g_idx that reorders the columns' groups (desc_act) is not read yet"), std::string::npos) << e;
+    EXPECT_NE(e.find(m + ".g_idx orders the columns' groups unlike model.layers.1.self_attn.q_proj.g_idx, stacked with "
+                         "it into one matrix"),
+              std::string::npos)
+        << e;
+  }
+  {  // a g_idx out of range
+    ScratchDir d;
+    std::vector<int64_t> g(64);
+    for (int64_t i = 0; i < 64; ++i) g[static_cast<size_t>(i)] = i / 16;
+    g[4] = 9;
+    edited_fixture(sym, d, [](json&) {}, {{m + ".g_idx", Tensor::from_ints({64}, g)}});
+    const std::string e = load_error(d);
+    EXPECT_NE(e.find(m + ".g_idx: column 4 is in group 9, outside the matrix's 4 groups [0, 4) of 16 columns"),
+              std::string::npos)
+        << e;
   }
   {  // packed ints of the wrong count
     ScratchDir d;

@@ -153,8 +153,21 @@ TEST(Int4, CompressedTensorsPackQuantizedIsReadOrRefusedByName) {
   };
   std::string e = refused([](json& g) { g["weights"]["num_bits"] = 3; });
   EXPECT_NE(e.find("config_groups.group_0.weights.num_bits is 3; linnet reads 4 or 8"), std::string::npos) << e;
-  e = refused([](json& g) { g["weights"]["actorder"] = "group"; });
-  EXPECT_NE(e.find("weights.actorder \"group\" is not supported yet"), std::string::npos) << e;
+  // actorder: "weight"/"static" left the groups in order; "group"/"dynamic" saves weight_g_idx.
+  for (const char* order : {"weight", "static", "group", "dynamic"}) {
+    json k = sym;
+    k["quantization_config"]["config_groups"]["group_0"]["weights"]["actorder"] = order;
+    const ModelConfig r = parse_hf_config(k, "cfg");
+    const bool g_idx = std::string(order) == "group" || std::string(order) == "dynamic";
+    EXPECT_EQ(r.quantization->matrices.describe(), g_idx ? "int4 groups of 16 with g_idx" : "int4 groups of 16") << order;
+    EXPECT_EQ(r.quantization->matrices.companions_of({64, 64}).back().suffix, g_idx ? "_g_idx" : "_scale") << order;
+  }
+  e = refused([](json& g) { g["weights"]["actorder"] = "sideways"; });
+  EXPECT_NE(e.find("weights.actorder \"sideways\" is not a compressed-tensors activation ordering"), std::string::npos) << e;
+  e = refused([](json& g) { g["weights"]["actorder"] = "group", g["weights"]["strategy"] = "channel"; });
+  EXPECT_NE(e.find("weights.actorder \"group\" needs strategy \"group\""), std::string::npos) << e;
+  e = refused([](json& g) { g["weights"]["actorder"] = "group", g["weights"]["num_bits"] = 8; });
+  EXPECT_NE(e.find("weights.actorder \"group\" with 8-bit pack-quantized weights is not read yet"), std::string::npos) << e;
   e = refused([](json& g) { g["weights"]["group_size"] = 12; });
   EXPECT_NE(e.find("group_size must be a positive multiple of 8"), std::string::npos) << e;
   e = refused([](json& g) { g["weights"]["strategy"] = "tensor"; });

@@ -1,5 +1,6 @@
 #include "core/cpu/cpu_backend.h"
 #include "core/cpu/cpu_threads.h"
+#include "core/cpu/group_order.h"
 #include "core/cpu/packed_matmul.h"
 #include "core/op_checks.h"
 
@@ -121,12 +122,42 @@ Tensor CpuBackend::upload_matrix(const std::vector<Tensor>& parts) {
 
 namespace {
 
+// The parts' one column order (QuantizedPart::group_index) as each column's group in [0,
+// groups), checked; empty: the groups in order.
+std::vector<int32_t> parts_group_index(const std::vector<Backend::QuantizedPart>& parts, int64_t cols, int64_t groups) {
+  const Tensor& first = parts[0].group_index;
+  for (const auto& p : parts)
+    cpu_expect(p.group_index.defined() == first.defined(), "upload_quantized_matrix",
+               "parts of one matrix with and without a group index");
+  if (!first.defined()) return {};
+  cpu_expect(first.dtype() == DType::i32 && first.shape() == Shape({cols}), "upload_quantized_matrix",
+             str("group index i32 [", cols, "], got ", first.describe()));
+  const std::vector<int32_t> v(first.ptr<int32_t>(), first.ptr<int32_t>() + cols);
+  for (int64_t c = 0; c < cols; ++c)
+    cpu_expect(v[static_cast<size_t>(c)] >= 0 && v[static_cast<size_t>(c)] < groups, "upload_quantized_matrix",
+               str("column ", c, " in group ", v[static_cast<size_t>(c)], ", outside [0, ", groups, ")"));
+  for (const auto& p : parts)
+    cpu_expect(p.group_index.shape() == first.shape() &&
+                   std::memcmp(p.group_index.data(), first.data(), first.nbytes()) == 0,
+               "upload_quantized_matrix", "parts of one matrix with different column orders");
+  return v;
+}
+
+// `packed` (a matrix packed in `order`'s columns) as the matrix of `cols` columns it is: its
+// product gathers x in that order (Storage::column_gather).
+Tensor with_column_order(const Tensor& packed, const cpu::GroupOrder& order, int64_t cols) {
+  packed.storage()->column_gather = order.gather;
+  return Tensor(packed.storage(), 0, {packed.dim(0), cols}, packed.dtype());
+}
+
 // FP8 or int8 parts stacked by rows: the values as stored, each row's scales (its block row's)
 // beside it.
 Tensor upload_bytes(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout) {
   const DType dt = layout.format == WeightFormat::fp8 ? DType::f8_e4m3 : DType::i8;
   // A block as wide as any row (per channel) is the row here.
   const int64_t cols = parts[0].data.dim(1), bc = std::min(layout.block_cols, cols), kb = (cols + bc - 1) / bc;
+  cpu_expect(!parts[0].group_index.defined(), "upload_quantized_matrix",
+             str("a group index that reorders ", layout.describe(), " columns is not read"));
   int64_t rows = 0;
   for (const auto& p : parts) {
     const Shape want = {(p.data.dim(0) + layout.block_rows - 1) / layout.block_rows, kb};
@@ -178,7 +209,11 @@ Tensor packed_int4(const std::vector<uint8_t>& q, const std::vector<float>& scal
 // zero points packed alike along the rows) unpacked to one value a byte, stacked by rows,
 // each row's scales and zero points beside it; symmetric: zero 8 (value − 8 is the signed one).
 Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
-  const int64_t g = std::min(layout.block_cols, cols), kb = (cols + g - 1) / g, words = (cols + 7) / 8;
+  const int64_t g = std::min(layout.block_cols, cols), words = (cols + 7) / 8;
+  // Reordered groups: the scales hold every group of the matrix, a shard's too.
+  const int64_t kb = parts[0].group_index.defined() && parts[0].scales.rank() == 2 ? parts[0].scales.dim(1)
+                                                                                   : (cols + g - 1) / g;
+  const std::vector<int32_t> group_index = parts_group_index(parts, cols, kb);
   int64_t rows = 0;
   for (const auto& p : parts) {
     const int64_t r = p.data.dim(0);
@@ -211,7 +246,10 @@ Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const Weigh
     p.data.drop_pages();
     r0 += r;
   }
-  return packed_int4(q, scales, zeros, rows, cols, g, DType::f32);
+  if (group_index.empty()) return packed_int4(q, scales, zeros, rows, cols, g, DType::f32);
+  const cpu::GroupOrder order = cpu::group_order(group_index, kb, g, 4);
+  cpu::apply_group_order(order, rows, cols, kb, q, scales, zeros, 8);
+  return with_column_order(packed_int4(q, scales, zeros, rows, order.cols(), order.sub, DType::f32), order, cols);
 }
 
 // GPTQ's and AWQ's int4 parts, stored transposed and named after the module (scales
@@ -223,7 +261,11 @@ Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const Weigh
 // Unpacked to the rows' values, scales and zero points, stacked by rows, packed as int4 is;
 // their dequantization rounded to the layout's dequant_dtype (f16).
 Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
-  const int64_t g = std::min(layout.block_cols, cols), kb = (cols + g - 1) / g;
+  const int64_t g = std::min(layout.block_cols, cols);
+  // Reordered groups (desc_act): the scales hold every group of the matrix, a shard's too.
+  const int64_t kb = parts[0].group_index.defined() && parts[0].scales.rank() == 2 ? parts[0].scales.dim(0)
+                                                                                   : (cols + g - 1) / g;
+  const std::vector<int32_t> group_index = parts_group_index(parts, cols, kb);
   // Values a word: 8 of 4 bits, or 4 of 8 bits (GPTQ 8-bit).
   const int64_t per = layout.values_per_word, bits = 32 / per, mask = (int64_t{1} << bits) - 1;
   static constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // row j of a word: its nibble
@@ -266,21 +308,37 @@ Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, con
     p.data.drop_pages();
     r0 += r;
   }
+  // desc_act: the columns in their groups' order, x gathered so (core/cpu/group_order.h).
+  cpu::GroupOrder order;
+  int64_t packed_cols = cols, packed_group = g, packed_kb = kb;
+  if (!group_index.empty()) {
+    order = cpu::group_order(group_index, kb, g, static_cast<int>(bits));
+    cpu::apply_group_order(order, rows, cols, kb, q, scales, zeros, 0);
+    packed_cols = order.cols(), packed_group = order.sub, packed_kb = static_cast<int64_t>(order.group_of.size());
+  }
+  auto as_stored = [&](const Tensor& packed) {
+    return group_index.empty() ? packed : with_column_order(packed, order, cols);
+  };
   if (layout.format == WeightFormat::int8) {
     // 8 bits: the int8 kernels' signed bytes q − 128, every zero point 128 (symmetric; the config
     // refuses sym false, a file that holds another zero is refused here).
+    // (Checked before any reordering, naming the stored group: a padded column takes its zero.)
     for (size_t i = 0; i < zeros.size(); ++i)
       cpu_expect(zeros[i] == 128, "upload_quantized_matrix",
-                 str("8-bit zero point ", int(zeros[i]), " at row ", i / static_cast<size_t>(kb), ", group ",
-                     i % static_cast<size_t>(kb), ": linnet reads symmetric 8-bit GPTQ (every zero point 128)"));
-    Tensor bytes = Tensor::empty({rows, cols}, DType::i8), sc = Tensor::empty({rows, kb}, DType::f32);
+                 str("8-bit zero point ", int(zeros[i]), " at row ", i / static_cast<size_t>(packed_kb), ", group ",
+                     group_index.empty() ? static_cast<int64_t>(i % static_cast<size_t>(packed_kb))
+                                         : order.group_of[i % static_cast<size_t>(packed_kb)],
+                     ": linnet reads symmetric 8-bit GPTQ (every zero point 128)"));
+    Tensor bytes = Tensor::empty({rows, packed_cols}, DType::i8), sc = Tensor::empty({rows, packed_kb}, DType::f32);
     for (size_t i = 0; i < q.size(); ++i) bytes.ptr<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(q[i]) - 128);
     std::memcpy(sc.data(), scales.data(), scales.size() * sizeof(float));
     WeightLayout rows_layout = layout;
     rows_layout.block_rows = 1;
-    return upload_bytes({Backend::QuantizedPart{bytes, sc, Tensor(), cols}}, rows_layout);
+    rows_layout.block_cols = packed_group;
+    return as_stored(upload_bytes({Backend::QuantizedPart{bytes, sc, Tensor(), packed_cols}}, rows_layout));
   }
-  return packed_int4(q, scales, zeros, rows, cols, g, layout.dequant_dtype.value_or(DType::f32));
+  return as_stored(
+      packed_int4(q, scales, zeros, rows, packed_cols, packed_group, layout.dequant_dtype.value_or(DType::f32)));
 }
 
 // compressed-tensors' W8A16 parts: I32 words of four 8-bit values from the low bits, each stored
@@ -316,7 +374,8 @@ Tensor upload_mxfp4(const std::vector<Backend::QuantizedPart>& parts, const Weig
                "upload_quantized_matrix", str("u8 [rows, ", bytes, "] bytes of two E2M1 values, got ", p.data.describe()));
     cpu_expect(p.scales.dtype() == DType::f8_e8m0 && p.scales.shape() == Shape({r, kb}), "upload_quantized_matrix",
                str("scales f8_e8m0 [", r, ", ", kb, "] for blocks of ", bc, ", got ", p.scales.describe()));
-    cpu_expect(!p.zero_points.defined(), "upload_quantized_matrix", "mxfp4 takes no zero points");
+    cpu_expect(!p.zero_points.defined() && !p.group_index.defined(), "upload_quantized_matrix",
+               "mxfp4 takes no zero points or group index");
     rows += r;
   }
   std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), exps(static_cast<size_t>(rows * kb));
@@ -361,8 +420,9 @@ Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& par
 
 int64_t packed_row0(const Tensor& w) {
   const size_t off = static_cast<size_t>(static_cast<const char*>(w.data()) - static_cast<const char*>(w.storage()->data));
-  // (A view's offset counts its rows as Tensor::rows does: one row's span_bytes a row.)
-  const size_t row_bytes = Tensor(w.storage(), 0, {1, w.storage()->packed_cols}, w.dtype()).span_bytes();
+  // (A view's offset counts its rows as Tensor::rows does: one row's span_bytes a row, of the
+  // matrix's own columns, which a reordered one's packed columns may outnumber.)
+  const size_t row_bytes = Tensor(w.storage(), 0, {1, w.dim(1)}, w.dtype()).span_bytes();
   cpu_expect(off % row_bytes == 0, "packed matrix", "a view that does not start on a row: " + w.describe());
   return static_cast<int64_t>(off / row_bytes);
 }
@@ -389,7 +449,7 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   cpu_expect(format != WeightFormat::dense || w.dtype() == DType::f32 || w.dtype() == DType::bf16 || w.dtype() == DType::f16,
              "matmul", str("w must be f32, bf16, f16 or an uploaded FP8, int4, int8 or MXFP4 matrix, got ", w.describe()));
   cpu_expect_f32(out, "matmul", "out");
-  const int64_t n = x.dim(0), in = x.dim(1), o = w.dim(0);
+  const int64_t n = x.dim(0), o = w.dim(0);
   if (n == 0) return;
   // A weight not uploaded with upload_matrix (a test's, an op's operand) is packed for the
   // call: the same kernel, so the same bits.
@@ -399,6 +459,17 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   // layer's: layers/linear.h rounds x with round_activations first.)
   const float* xs = x.ptr<float>();
   const int64_t row0 = packed_row0(packed);
+  int64_t in = x.dim(1);
+  thread_local std::vector<float> gathered;
+  if (!st.column_gather.empty()) {  // desc_act: x's columns in the packed matrix's order
+    const int64_t k = st.packed_cols;
+    gathered.resize(static_cast<size_t>(n * k));
+    const int32_t* from = st.column_gather.data();
+#pragma omp parallel for if (n * k > 65536)
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < k; ++j) gathered[static_cast<size_t>(r * k + j)] = from[j] < 0 ? 0.0f : xs[r * x.dim(1) + from[j]];
+    xs = gathered.data(), in = k;
+  }
   switch (format) {
     case WeightFormat::int4:
       cpu::packed_matmul_int4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>(),

@@ -535,6 +535,29 @@ ISSUE37_CASES = [
                 **dict(PHI3_LONGROPE, hidden_size=64, intermediate_size=128, num_attention_heads=8,
                        num_key_value_heads=8)),
          steps=16, dtypes=[("_f32", "float32")], ct=CT_W4A16),
+    # GPTQ's desc_act ("act-order"): GPTQ quantizes a layer's input columns in the order of its
+    # Hessian's diagonal, so each group holds columns from anywhere in the row and g_idx names each
+    # column's group. Here the order is a seeded permutation per layer input (q/k/v share one, as
+    # do gate/up: GPTQ gives layers with one input one Hessian), asymmetric so that every group has
+    # its own zero point.
+    dict(family("gptq_desc_act", "LlamaForCausalLM in GPTQ (4 bits, groups of 16, sym false, desc_act true, "
+                "checkpoint_format gptq): each layer's input columns quantized in groups of 16 taken in a seeded "
+                "random order (one order for q/k/v, one for gate/up, one each for o and down), g_idx [in] naming "
+                "each column's group; otherwise as gptq_asym", **FP8_LLAMA),
+         steps=8, dtypes=[("_f16", "float16")], gptq=dict(group=16, sym=False, desc_act=True)),
+    # compressed-tensors' actorder "group" (llm-compressor's GPTQModifier with actorder="group",
+    # RedHatAI's w4a16 models of 2024-2025): the same act-order groups, weight_g_idx naming each
+    # column's group. compressed-tensors 0.20.1 no longer reads it (see CT_ACTORDER_REFERENCE), so
+    # the checkpoint is written here with its quantizer and packer: ct_actorder_rewrite.
+    dict(family("ct_w4a16_actorder", "LlamaForCausalLM in compressed-tensors W4A16 with actorder \"group\" "
+                "(pack-quantized, symmetric, groups of 16): each layer's input columns quantized in groups of 16 "
+                "taken in a seeded random order (one for q/k/v, one for gate/up, one each for o and down), "
+                "weight_g_idx I32 [in] naming each column's group; embeddings, norms and lm_head (ignored) f32",
+                **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct_actorder=dict(group=16)),
+    dict(family("gptq_int8_desc_act", "LlamaForCausalLM in GPTQ (8 bits, groups of 16, sym, desc_act true, "
+                "checkpoint_format gptq): as gptq_int8 with gptq_desc_act's act order", **FP8_LLAMA),
+         steps=8, dtypes=[("_f16", "float16")], gptq=dict(group=16, sym=True, bits=8, desc_act=True)),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -660,6 +683,75 @@ def gptq_dequantize(qweight, qzeros, scales, g_idx, bits=4):
     return (scales[gi].float() * diff).half().float().t().contiguous()
 
 
+def act_order(module, cols):
+    """(perm, place) of a layer's act order for a fixture: a permutation of its input columns seeded
+    by the layer's input (q/k/v share one, as do gate/up: GPTQ gives layers with one input one
+    Hessian, whose diagonal sets the order), and place[c], where column c comes in it."""
+    import re
+    import zlib
+    import torch
+    key = re.sub(r"\.(q_proj|k_proj|v_proj)$", ".qkv", re.sub(r"\.(gate_proj|up_proj)$", ".gate_up", module))
+    perm = torch.randperm(cols, generator=torch.Generator().manual_seed(zlib.crc32(key.encode())))
+    return perm, torch.argsort(perm)
+
+
+def ct_actorder_rewrite(d, linears, opts):
+    """Rewrites d/model.safetensors and d/config.json into compressed-tensors' pack-quantized W4A16
+    (symmetric) with actorder "group": each weight in `linears` becomes <linear>.weight_packed,
+    .weight_scale [out, groups], .weight_shape and .weight_g_idx [in]. The groups are `group`
+    columns in act_order's order; their scales are compressed-tensors' calculate_qparams on each
+    group's min and max and q its quantize (round, clamp to [-8, 7]), on the columns in that order;
+    q is then stored in the original column order, packed by compressed-tensors' pack_to_int32.
+    Returns {weight name: q * weight_scale[:, g_idx]} (f32), the dequantization compressed-tensors
+    did for actorder group before it dropped it."""
+    import torch
+    from safetensors.torch import save_file, load_file
+    from compressed_tensors.quantization import QuantizationArgs
+    from compressed_tensors.quantization.lifecycle.forward import quantize
+    from compressed_tensors.quantization.utils import calculate_qparams
+    from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
+    group = opts["group"]
+    args = QuantizationArgs(num_bits=4, type="int", symmetric=True, strategy="group", group_size=group)
+    path = os.path.join(d, "model.safetensors")
+    st = load_file(path)
+    assert linears and linears <= set(st), sorted(linears - set(st))
+    out, want = {}, {}
+    for k, v in st.items():
+        if k not in linears:
+            out[k] = v
+            continue
+        perm, place = act_order(k[:-len(".weight")], v.shape[1])
+        wp = v.float()[:, perm].contiguous()
+        (R, C) = wp.shape
+        groups = wp.reshape(R, C // group, group)
+        scale, zp = calculate_qparams(groups.amin(-1), groups.amax(-1), args)
+        qp = quantize(wp, scale, zp, args, dtype=torch.int8)
+        q = qp[:, place].contiguous()
+        g_idx = (place // group).to(torch.int32)
+        out[k + "_packed"] = pack_to_int32(q, 4)
+        out[k + "_scale"] = scale.contiguous()
+        out[k + "_shape"] = torch.tensor([R, C], dtype=torch.int64)
+        out[k + "_g_idx"] = g_idx
+        want[k] = q.float() * scale[:, g_idx.long()]
+        # (the order undone: the same weights as compressed-tensors' dequantization in its order)
+        assert torch.equal(want[k][:, perm], q.float()[:, perm] * scale.repeat_interleave(group, 1))
+    save_file(out, path, metadata={"format": "pt"})
+    with open(os.path.join(d, "config.json")) as f:
+        cfg = json.load(f)
+    weights = {"actorder": "group", "block_structure": None, "dynamic": False, "group_size": group, "num_bits": 4,
+               "observer": "minmax", "observer_kwargs": {}, "strategy": "group", "symmetric": True, "type": "int"}
+    cfg["quantization_config"] = {
+        "config_groups": {"group_0": {"format": "pack-quantized", "input_activations": None, "output_activations": None,
+                                      "targets": ["Linear"], "weights": weights}},
+        "format": "pack-quantized", "global_compression_ratio": None, "ignore": ["lm_head"], "kv_cache_scheme": None,
+        "quant_method": "compressed-tensors", "quantization_status": "compressed", "sparsity_config": {},
+        "version": "0.10.2"}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return want
+
+
 def gptq_rewrite(d, linears, gptq):
     """Rewrites d/model.safetensors and d/config.json into GPTQ's layout: each weight in `linears`
     becomes <module>.qweight, .qzeros, .scales, .g_idx. Returns {weight name: its dequantized f32
@@ -676,9 +768,18 @@ def gptq_rewrite(d, linears, gptq):
             continue
         module = k[:-len(".weight")]
         bits = gptq.get("bits", 4)
-        q, zero, scale = gptq_quantize(v, group, gptq["sym"], bits)
+        if gptq.get("desc_act"):
+            # act-order: groups of `group` columns taken in a permuted order (GPTQ's is the Hessian
+            # diagonal's, descending), q un-permuted to the stored column order, g_idx[c] = the
+            # group of c's place in the order. One order per input (q/k/v, gate/up share theirs).
+            perm, place = act_order(module, v.shape[1])
+            q, zero, scale = gptq_quantize(v[:, perm], group, gptq["sym"], bits)
+            q = q[place]
+            g_idx = (place // group).to(torch.int32)
+        else:
+            q, zero, scale = gptq_quantize(v, group, gptq["sym"], bits)
+            g_idx = (torch.arange(v.shape[1]) // group).to(torch.int32)
         qweight, qzeros = gptq_pack(q, zero, bits)
-        g_idx = (torch.arange(v.shape[1]) // group).to(torch.int32)
         out[module + ".qweight"], out[module + ".qzeros"] = qweight, qzeros
         out[module + ".scales"], out[module + ".g_idx"] = scale.contiguous(), g_idx
         want[k] = gptq_dequantize(qweight, qzeros, scale, g_idx, bits)
@@ -687,7 +788,8 @@ def gptq_rewrite(d, linears, gptq):
     save_file(out, path, metadata={"format": "pt"})
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
-    cfg["quantization_config"] = {"quant_method": "gptq", "bits": gptq.get("bits", 4), "group_size": group, "desc_act": False,
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": gptq.get("bits", 4), "group_size": group,
+                                  "desc_act": bool(gptq.get("desc_act", False)),
                                   "sym": gptq["sym"], "true_sequential": True, "damp_percent": 0.01,
                                   "static_groups": False, "lm_head": False, "checkpoint_format": "gptq",
                                   "meta": {"quantizer": ["linnet make_golden.py: round to nearest"]}}
@@ -784,7 +886,8 @@ def dense_reference(d, weights):
     del cfg.quantization_config
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32, attn_implementation="eager")
     state = {k: v.float() for k, v in load_file(os.path.join(d, "model.safetensors")).items()
-             if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx"))}  # (GPTQ's, AWQ's parts)
+             if not k.endswith((".qweight", ".qzeros", ".scales", ".g_idx",  # (GPTQ's, AWQ's parts)
+                                ".weight_packed", ".weight_scale", ".weight_shape", ".weight_g_idx"))}
     state.update(weights)
     missing, unexpected = model.load_state_dict(state, strict=False)
     assert not unexpected and all(k == "lm_head.weight" for k in missing), (missing, unexpected)
@@ -971,6 +1074,14 @@ AWQ_REFERENCE = (
     "transformers 5.24's LlamaForCausalLM in f32 with each AWQ layer's weight dequantized as gptqmodel 7.7.0 "
     "dequantizes the saved qweight, qzeros and scales (make_golden.py awq_dequantize); tools/golden/check_gptq.py "
     "loads the fixture with transformers 5.24 + gptqmodel (its awq_torch_aten kernel, f32) and compares the logits")
+
+
+CT_ACTORDER_REFERENCE = (
+    "transformers 5.24's LlamaForCausalLM in f32 with each layer's weight dequantized as compressed-tensors read "
+    "actorder \"group\" checkpoints (q * weight_scale[:, weight_g_idx], make_golden.py ct_actorder_rewrite): "
+    "compressed-tensors 0.20.1 dropped actorder group (its QuantizationArgs: \"removed 2026/08/27\") and no "
+    "longer reads weight_g_idx, and transformers 5.24 refuses the checkpoint (\"actorder='group' has been removed\"); "
+    "the values are compressed-tensors' own quantize and calculate_qparams on each group's columns")
 
 
 CT_ASYM_REFERENCE = (
@@ -1382,7 +1493,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         from transformers import FineGrainedFP8Config
         load_args["quantization_config"] = FineGrainedFP8Config(dequantize=True, **{
             k: v for k, v in fp8_config(quant).items() if k not in ("quant_method",)})
-    gptq, gptq_w = c.get("gptq") or c.get("awq"), {}
+    gptq, gptq_w = c.get("gptq") or c.get("awq") or c.get("ct_actorder"), {}
     if gptq is not None:  # issue 37: the decoder layers' nn.Linear weights in GPTQ's or AWQ's layout
         import re
         from safetensors import safe_open
@@ -1390,7 +1501,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         with safe_open(os.path.join(d, "model.safetensors"), "pt") as f:
             # a mixture of experts' per-expert weights, as GPTQ's and AWQ's MoE checkpoints store them
             linears |= {k for k in f.keys() if re.match(FP8_EXPERT_WEIGHT, k)}
-        gptq_w = gptq_rewrite(d, linears, gptq) if c.get("gptq") else awq_rewrite(d, linears, gptq)
+        gptq_w = (gptq_rewrite(d, linears, gptq) if c.get("gptq") else
+                  ct_actorder_rewrite(d, linears, gptq) if c.get("ct_actorder") else awq_rewrite(d, linears, gptq))
         gptq_w = fuse_experts(gptq_w)  # (the model's parameters: experts fused as transformers fuses them)
         want = dict(gptq_w)
     del model
@@ -1404,7 +1516,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             checks["reference"] += CT_MOE_REFERENCE
     elif gptq_w:
         ref = dense_reference(d, gptq_w)
-        checks["reference"] = AWQ_REFERENCE if c.get("awq") else GPTQ_REFERENCE
+        checks["reference"] = (AWQ_REFERENCE if c.get("awq") else
+                               CT_ACTORDER_REFERENCE if c.get("ct_actorder") else GPTQ_REFERENCE)
         if "router" in c:  # (a mixture of experts: the model class is the case's, its experts fused)
             checks["reference"] = (checks["reference"].replace("LlamaForCausalLM", cfg["architectures"][0]) +
                                    "; each expert's dequantized gate/up/down fused into experts.gate_up_proj and "
@@ -1438,8 +1551,9 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         # how far the FP8 weights are from the bf16 ones they were made from (largest relative L2)
         checks["fp8_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
     if gptq_w:
-        checks["gptq_quantized_tensors"] = len(gptq_w)
-        checks["gptq_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in gptq_w), 6)
+        which = "ct" if c.get("ct_actorder") else "gptq"
+        checks[which + "_quantized_tensors"] = len(gptq_w)
+        checks[which + "_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in gptq_w), 6)
     if ct_q:
         import re
         assert by_decompression or all(sd[k[:-len("weight")] + "weight_scale"].dtype == torch.float32 for k in ct_q
