@@ -153,6 +153,19 @@ WeightLayout mxfp4_weights(const ConfigReader& r, const json& w, const std::stri
   return WeightLayout::mxfp4_blocks();
 }
 
+// compressed-tensors' static input_activations (its FP8 scheme): FP8, symmetric, one scale per
+// tensor stored beside each layer ("…input_scale"), calibrated ahead.
+ActivationRounding static_activations(const ConfigReader& r, const json& a, const std::string& an) {
+  const char* scheme = "compressed-tensors FP8: static activations, one input_scale per layer";
+  expect_arg(r, a, an, "num_bits", 8, scheme);
+  expect_arg(r, a, an, "type", "float", scheme);
+  expect_arg(r, a, an, "symmetric", true, scheme);
+  expect_arg(r, a, an, "strategy", "tensor", scheme);
+  ActivationRounding out{ActivationFormat::fp8, 0};
+  out.stored = true;
+  return out;
+}
+
 // compressed-tensors' dynamic input_activations: rounded to `type` (float: FP8, int: int8) per
 // token or per group of columns, symmetric.
 ActivationRounding dynamic_activations(const ConfigReader& r, const json& a, const std::string& an, const char* type,
@@ -171,15 +184,98 @@ ActivationRounding dynamic_activations(const ConfigReader& r, const json& a, con
              "' is not supported (linnet reads token, and group with a group_size)"));
 }
 
-// compressed-tensors (llm-compressor's checkpoints): its float-quantized FP8 — weights per
-// channel or per block, activations rounded to FP8 per token or per group at run time.
+// One compressed-tensors config group's scheme, stored in `format`: its weights' layout and the
+// rounding of its input_activations. (Every key that would change the numbers is read or refused.)
+WeightLayout ct_group_layout(const ConfigReader& r, const json& g, const std::string& name, const std::string& format) {
+  if (given(g, "output_activations")) r.fail(str("quantization_config.", name, ".output_activations is not supported"));
+  if (!given(g, "weights") || !g["weights"].is_object()) r.fail(str("quantization_config.", name, ".weights is missing"));
+  const json& w = g["weights"];
+  const std::string wn = name + ".weights";
+  if (format == "pack-quantized") {
+    if (given(g, "input_activations"))
+      r.fail(str("quantization_config.", name,
+                 ".input_activations is not supported with pack-quantized weights (linnet reads W4A16)"));
+    return pack_quantized_weights(r, w, wn);
+  }
+  if (format == "mxfp4-pack-quantized") {
+    if (given(g, "input_activations"))
+      r.fail(str("quantization_config.", name, ".input_activations is not supported with mxfp4-pack-quantized "
+                 "weights (linnet reads MXFP4A16: activations unquantized)"));
+    return mxfp4_weights(r, w, wn);
+  }
+  if (format == "int-quantized") {
+    WeightLayout l = int_quantized_weights(r, w, wn);
+    if (given(g, "input_activations"))
+      l.activations = dynamic_activations(r, g["input_activations"], name + ".input_activations", "int",
+                                          "int-quantized: int8 activations, symmetric, dynamic");
+    return l;
+  }
+  expect_arg(r, w, wn, "num_bits", 8);
+  expect_arg(r, w, wn, "type", "float");
+  expect_arg(r, w, wn, "symmetric", true);
+  expect_arg(r, w, wn, "dynamic", false);
+  const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
+  WeightLayout l;
+  if (strategy == "tensor") {  // one weight_scale [1] a matrix
+    l = WeightLayout::fp8_blocks(WeightLayout::kWhole, WeightLayout::kWhole, "_scale");
+  } else if (strategy == "channel") {
+    l = WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale");
+  } else if (strategy == "block") {
+    const json& b = w.value("block_structure", json());
+    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
+        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > (int64_t{1} << 20) ||
+        b[1].get<int64_t>() > (int64_t{1} << 20))
+      r.fail(str("quantization_config.", wn, ".block_structure must be [rows, cols], got ", b.dump()));
+    l = WeightLayout::fp8_blocks(b[0].get<int64_t>(), b[1].get<int64_t>(), "_scale");
+  } else {
+    r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
+               "' is not supported yet (linnet reads tensor, channel and block)"));
+  }
+  if (given(g, "input_activations")) {
+    const json& a = g["input_activations"];
+    if (a.is_object() && a.value("dynamic", json(true)) == false)
+      l.activations = static_activations(r, a, name + ".input_activations");
+    else
+      l.activations = dynamic_activations(r, a, name + ".input_activations", "float",
+                                          "compressed-tensors FP8: float-quantized weights, dynamic activations");
+  }
+  return l;
+}
+
+// A config group's targets: "Linear" (every linear layer), "re:" and a regular expression
+// matched from a module name's start, or a module's whole name. A class name other than
+// Linear (an attention module's, for a KV cache scheme) names no linear layer: refused.
+std::vector<std::string> ct_targets(const ConfigReader& r, const json& g, const std::string& name) {
+  const json& t = g.is_object() ? g.value("targets", json()) : json();
+  if (!t.is_array() || t.empty())
+    r.fail(str("quantization_config.", name, ".targets must be a list of targets, got ", t.dump().substr(0, 60)));
+  std::vector<std::string> out;
+  for (const json& v : t) {
+    if (!v.is_string()) r.fail(str("quantization_config.", name, ".targets holds ", v.dump().substr(0, 40), ", not a string"));
+    const std::string s = v.get<std::string>();
+    if (s != "Linear" && s.rfind("re:", 0) != 0 && s.find('.') == std::string::npos)
+      r.fail(str("quantization_config.", name, ".targets holds '", s.substr(0, 60),
+                 "': linnet reads the targets Linear, re: patterns and module names (a class name other than "
+                 "Linear names no linear layer)"));
+    out.push_back(s);
+  }
+  return out;
+}
+
+// compressed-tensors (llm-compressor's checkpoints): float-quantized FP8 (weights per channel or
+// block, activations rounded to FP8 per token or per group at run time), pack-quantized 4- and
+// 8-bit integers, int-quantized W8A8, mxfp4-pack-quantized; one scheme for every linear layer,
+// or several config groups, each for its targets ("mixed-precision" where their formats differ).
 Quantization compressed_tensors(const ConfigReader& r, const json& q) {
   const std::string format = given(q, "format") && q["format"].is_string() ? q["format"].get<std::string>() : "(none)";
-  if (format != "float-quantized" && format != "pack-quantized" && format != "int-quantized" &&
-      format != "mxfp4-pack-quantized")
+  auto known = [](const std::string& f) {
+    return f == "float-quantized" || f == "pack-quantized" || f == "int-quantized" || f == "mxfp4-pack-quantized";
+  };
+  if (!known(format) && format != "mixed-precision")
     r.fail(str("quantization_config.format '", format.size() > 40 ? format.substr(0, 37) + "..." : format,
                "' is not supported yet (linnet reads compressed-tensors' float-quantized FP8, pack-quantized "
-               "4-bit integers, int-quantized 8-bit integers and mxfp4-pack-quantized MXFP4)"));
+               "4-bit integers, int-quantized 8-bit integers and mxfp4-pack-quantized MXFP4, and mixed-precision "
+               "groups of them)"));
   if (given(q, "quantization_status") && q["quantization_status"] != "compressed")
     r.fail(str("quantization_config.quantization_status is ", q["quantization_status"].dump(),
                "; linnet reads checkpoints stored compressed"));
@@ -188,75 +284,34 @@ Quantization compressed_tensors(const ConfigReader& r, const json& q) {
       r.fail(str("quantization_config.", key, " is not supported (", q[key].dump().substr(0, 60), ")"));
   if (!given(q, "config_groups") || !q["config_groups"].is_object() || q["config_groups"].empty())
     r.fail("quantization_config.config_groups must be an object of quantization groups");
-  const json& groups = q["config_groups"];
-  const json& g = groups.begin().value();
-  for (auto it = groups.begin(); it != groups.end(); ++it)
-    if (it.value() != g)
-      r.fail(str("quantization_config.config_groups: groups '", groups.begin().key(), "' and '", it.key(),
-                 "' differ; linnet reads one scheme for every linear layer"));
-  const std::string name = "config_groups." + groups.begin().key();
-  if (!g.is_object() || g.value("targets", json()) != json::array({"Linear"}))
-    r.fail(str("quantization_config.", name, ".targets must be [\"Linear\"], got ",
-               g.is_object() && g.contains("targets") ? g["targets"].dump() : "nothing"));
-  if (given(g, "output_activations")) r.fail(str("quantization_config.", name, ".output_activations is not supported"));
-  if (given(g, "format") && g["format"] != format)
-    r.fail(str("quantization_config.", name, ".format ", g["format"].dump().substr(0, 40), " differs from format '", format,
-               "'"));
-  if (!given(g, "weights") || !g["weights"].is_object()) r.fail(str("quantization_config.", name, ".weights is missing"));
-  const json& w = g["weights"];
-  const std::string wn = name + ".weights";
   Quantization out;
   out.method = "compressed-tensors";
-  if (format == "pack-quantized") {
-    out.matrices = pack_quantized_weights(r, w, wn);
-    if (given(g, "input_activations"))
-      r.fail(str("quantization_config.", name,
-                 ".input_activations is not supported with pack-quantized weights (linnet reads W4A16)"));
-    out.not_converted = string_list(r, q, "ignore");
-    out.compressed_tensors_names = true;
-    return out;
-  }
-  if (format == "mxfp4-pack-quantized") {
-    out.matrices = mxfp4_weights(r, w, wn);
-    if (given(g, "input_activations"))
-      r.fail(str("quantization_config.", name, ".input_activations is not supported with mxfp4-pack-quantized "
-                 "weights (linnet reads MXFP4A16: activations unquantized)"));
-    out.not_converted = string_list(r, q, "ignore");
-    out.compressed_tensors_names = true;
-    return out;
-  }
-  if (format == "int-quantized") {
-    out.matrices = int_quantized_weights(r, w, wn);
-    if (given(g, "input_activations"))
-      out.matrices.activations = dynamic_activations(r, g["input_activations"], name + ".input_activations", "int",
-                                                     "int-quantized: int8 activations, symmetric, dynamic");
-    out.not_converted = string_list(r, q, "ignore");
-    out.compressed_tensors_names = true;
-    return out;
-  }
-  expect_arg(r, w, wn, "num_bits", 8);
-  expect_arg(r, w, wn, "type", "float");
-  expect_arg(r, w, wn, "symmetric", true);
-  expect_arg(r, w, wn, "dynamic", false);
-  const std::string strategy = w.value("strategy", json("")).is_string() ? w.value("strategy", std::string()) : "";
-  if (strategy == "channel") {
-    out.matrices = WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale");
-  } else if (strategy == "block") {
-    const json& b = w.value("block_structure", json());
-    if (!b.is_array() || b.size() != 2 || !b[0].is_number_integer() || !b[1].is_number_integer() ||
-        b[0].get<int64_t>() <= 0 || b[1].get<int64_t>() <= 0 || b[0].get<int64_t>() > (int64_t{1} << 20) ||
-        b[1].get<int64_t>() > (int64_t{1} << 20))
-      r.fail(str("quantization_config.", wn, ".block_structure must be [rows, cols], got ", b.dump()));
-    out.matrices = WeightLayout::fp8_blocks(b[0].get<int64_t>(), b[1].get<int64_t>(), "_scale");
-  } else {
-    r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
-               "' is not supported yet (linnet reads channel and block)"));
-  }
-  if (given(g, "input_activations"))
-    out.matrices.activations = dynamic_activations(r, g["input_activations"], name + ".input_activations", "float",
-                                                   "compressed-tensors FP8: float-quantized weights, dynamic activations");
   out.not_converted = string_list(r, q, "ignore");
   out.compressed_tensors_names = true;
+  const json& groups = q["config_groups"];
+  for (auto it = groups.begin(); it != groups.end(); ++it) {
+    const std::string name = "config_groups." + it.key();
+    const json& g = it.value();
+    if (!g.is_object()) r.fail(str("quantization_config.", name, " must be an object"));
+    std::string fmt = format;
+    if (given(g, "format")) {
+      fmt = g["format"].is_string() ? g["format"].get<std::string>() : g["format"].dump();
+      if (format != "mixed-precision" && fmt != format)
+        r.fail(str("quantization_config.", name, ".format ", g["format"].dump().substr(0, 40), " differs from format '",
+                   format, "'"));
+      if (!known(fmt))
+        r.fail(str("quantization_config.", name, ".format '", fmt.substr(0, 40), "' is not supported yet"));
+    } else if (format == "mixed-precision") {
+      r.fail(str("quantization_config.", name, ".format is missing (the config's format is mixed-precision)"));
+    }
+    out.schemes.push_back({ct_targets(r, g, name), ct_group_layout(r, g, name, fmt)});
+  }
+  out.matrices = out.schemes.front().layout;
+  // One scheme for every linear layer: as one layout (describe and errors as before).
+  const bool one = std::all_of(out.schemes.begin(), out.schemes.end(), [&](const Quantization::Scheme& s) {
+    return s.targets == std::vector<std::string>{"Linear"} && s.layout.describe() == out.matrices.describe();
+  });
+  if (one) out.schemes.clear();
   return out;
 }
 
@@ -341,6 +396,11 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   if (method == "compressed-tensors") {
     Quantization out = compressed_tensors(r, q);
     // The experts' products (SparseMoe's grouped matmuls) take their inputs as they are.
+    if (c.moe() && std::any_of(out.schemes.begin(), out.schemes.end(),
+                               [](const Quantization::Scheme& s) { return s.layout.activations.any(); }))
+      r.fail(str("quantization_config: a compressed-tensors mixture of experts with quantized input_activations (",
+                 out.describe(), ") is not read yet: the experts' inputs are not rounded (weight-only "
+                 "schemes, W4A16 and MXFP4A16, are read)"));
     if (c.moe() && out.matrices.activations.any())
       r.fail(str("quantization_config: a compressed-tensors mixture of experts with quantized input_activations (",
                  out.matrices.describe(), ") is not read yet: the experts' inputs are not rounded (weight-only "

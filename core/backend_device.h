@@ -64,6 +64,8 @@ class BackendDevice {
     // column's group (GPTQ's desc_act, compressed-tensors' actorder "group"); the scales and zero
     // points then hold every group of the matrix, and every part of it has the same.
     Tensor group_index;
+    // Static activations (WeightLayout::activations.stored): f32 [1], the layer's input_scale.
+    Tensor input_scale;
   };
   virtual Tensor upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout);
   // The name of the layout upload_matrix gives (a packed file saved in it is taken as it is:

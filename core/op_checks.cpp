@@ -182,7 +182,8 @@ void round_activations(const char* backend, const Tensor& x, const ActivationRou
   rank_is(k, "x", x, 2);
   NEED(out.shape() == x.shape() && out.dtype() == x.dtype(),
        str("out ", out.describe(), " must have x's shape and dtype, ", x.describe()));
-  NEED(rounding.any() && rounding.group != 0, "no rounding given (format none, or group 0)");
+  NEED(rounding.any() && (rounding.group != 0 || (rounding.stored && rounding.scale > 0)),
+       "no rounding given (format none, group 0 without a stored scale)");
   if (row_amax) {
     dtype_is(k, "row_amax", *row_amax, DType::f32);
     NEED(rounding.per_token() && row_amax->numel() == x.dim(0),

@@ -102,6 +102,12 @@ WeightLayout WeightLayout::awq_groups(int64_t group) {
   return l;
 }
 
+std::string WeightLayout::part_name(const std::string& matrix, const WeightCompanion& part) const {
+  if (!part.module_part) return part_name(matrix, part.suffix);
+  const std::string module = matrix.ends_with(".weight") ? matrix.substr(0, matrix.size() - 7) : matrix;
+  return module + "." + part.suffix;
+}
+
 std::string WeightLayout::part_name(const std::string& matrix, const std::string& suffix) const {
   if (!module_names) return matrix + suffix;
   const std::string module = matrix.ends_with(".weight") ? matrix.substr(0, matrix.size() - 7) : matrix;
@@ -120,6 +126,7 @@ WeightLayout WeightLayout::fp8_blocks(int64_t block_rows, int64_t block_cols, st
 std::string ActivationRounding::describe() const {
   if (!any()) return "";
   const char* f = format == ActivationFormat::fp8 ? "fp8" : "int8";
+  if (stored) return str(", activations ", f, " static per tensor");
   return group < 0 ? str(", activations ", f, " per token") : str(", activations ", f, " per group of ", group);
 }
 
@@ -134,6 +141,7 @@ std::string WeightLayout::describe() const {
   // (compressed-tensors' W8A16: int8 values four to a word)
   const std::string packed = format == WeightFormat::int8 && values_per_word > 1 ? " (packed)" : "";
   if (block_rows == 1 && whole(1)) return str(weight_format_name(format), zeros, " per channel", packed, acts);
+  if (whole(0) && whole(1)) return str(weight_format_name(format), zeros, " per tensor", packed, acts);
   if (format == WeightFormat::mxfp4 && block_rows == 1) return str("mxfp4 blocks of ", block_cols, acts);
   if ((format == WeightFormat::int4 || format == WeightFormat::int8) && block_rows == 1)
     return str(weight_format_name(format), zeros, " groups of ", block_cols, packed,
@@ -154,7 +162,10 @@ std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
   std::vector<WeightCompanion> out;
   if (m.rank() != 2) return out;
   const Shape blocks = {ceil_div(m[0], block_rows), ceil_div(m[1], block_cols)};
-  if (scale_dtype) out.push_back({scale_suffix, blocks, *scale_dtype, PartRole::scales, block_rows, block_cols});
+  // One scale for the whole matrix (compressed-tensors' strategy "tensor") is stored [1].
+  const bool per_tensor = block_rows >= kWhole && block_cols >= kWhole;
+  if (scale_dtype)
+    out.push_back({scale_suffix, per_tensor ? Shape{1} : blocks, *scale_dtype, PartRole::scales, block_rows, block_cols});
   if (zero_point_dtype)
     out.push_back({module_names ? "qzeros" : "_zero_point",
                    Shape{ceil_div(m[0], block_rows * zero_points_per_word), blocks[1]}, *zero_point_dtype,
@@ -162,6 +173,10 @@ std::vector<WeightCompanion> WeightLayout::companions_of(const Shape& m) const {
   if (transposed)
     for (auto& c : out) c = transposed_part(c);
   if (group_index) out.push_back({module_names ? "g_idx" : "_g_idx", Shape{m[1]}, DType::i32, PartRole::group_index, 1, 1});
+  // A static activation scale: one a layer, named after the module.
+  if (activations.stored)
+    out.push_back({"input_scale", Shape{1}, scale_dtype.value_or(DType::f32), PartRole::input_scale, kWhole, kWhole,
+                   false, true});
   return out;
 }
 

@@ -44,7 +44,7 @@ const WeightFormatTraits& weight_format_traits(WeightFormat f);
 const char* weight_format_name(WeightFormat f);
 
 // What a stored tensor of a quantized matrix holds.
-enum class PartRole : uint8_t { values, scales, zero_points, group_index };
+enum class PartRole : uint8_t { values, scales, zero_points, group_index, input_scale };
 
 // A tensor stored for a matrix: its name suffix after the matrix's name ("model…q_proj.weight"
 // + "_scale"), its shape for a matrix of a given shape, its dtype, and how many of the
@@ -60,6 +60,9 @@ struct WeightCompanion {
   // Stored [columns, rows] of the matrix (GPTQ's qweight [in/8, out], scales [groups, out],
   // qzeros [groups, out/8]); `shape` is then that stored shape.
   bool transposed = false;
+  // Named after the module, not the weight ("…q_proj.input_scale": compressed-tensors' static
+  // activation scale), and held whole by every shard.
+  bool module_part = false;
   int64_t per(int dim) const { return dim == 0 ? per_rows : per_cols; }
 };
 
@@ -70,6 +73,10 @@ enum class ActivationFormat : uint8_t { none, fp8, int8 };
 struct ActivationRounding {
   ActivationFormat format = ActivationFormat::none;
   int64_t group = 0;  // -1: one scale per row (token); g > 0: one per g columns of a row
+  // Static (compressed-tensors' FP8 scheme): one scale for the whole input, the checkpoint's
+  // (each layer's "…input_scale"), which an uploaded matrix's copy holds in `scale`.
+  bool stored = false;
+  float scale = 0;
   bool any() const { return format != ActivationFormat::none; }
   bool per_token() const { return any() && group < 0; }
   // ", activations fp8 per token", ", activations int8 per group of 16"; "" for none.
@@ -161,6 +168,7 @@ struct WeightLayout {
   // The stored name of a part of matrix `matrix` ("…q_proj.weight"): `matrix` + suffix, or
   // with module_names the module's name + "." + suffix ("…q_proj.qweight").
   std::string part_name(const std::string& matrix, const std::string& suffix) const;
+  std::string part_name(const std::string& matrix, const WeightCompanion& part) const;
   // Whether the block along `dim` covers the whole dimension (a channel's scale): slices of it
   // all read scale index 0.
   bool whole(int dim) const { return block(dim) >= kWhole; }

@@ -24,8 +24,9 @@ void ParamTable::stored_as_checkpoint_says(ParamSpec& p) const {
   if (!c_.quantization) return;
   const std::string suffix = ".weight";
   const std::string module = p.hf_name.ends_with(suffix) ? p.hf_name.substr(0, p.hf_name.size() - suffix.size()) : p.hf_name;
-  if (!c_.quantization->converts(module)) return;
-  p.layout = c_.quantization->matrices;
+  const WeightLayout* layout = c_.quantization->layout_of(module);
+  if (!layout) return;
+  p.layout = *layout;
   p.dtype = p.layout.data_dtype;
 }
 

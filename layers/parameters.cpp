@@ -47,17 +47,21 @@ std::vector<ParamSpec> ParamSpec::companions() const {
   const std::vector<WeightCompanion> parts = layout.companions_of(full);
   for (size_t i = 0; i < parts.size(); ++i) {
     ParamSpec c = *this;
-    c.hf_name = layout.part_name(hf_name, parts[i].suffix);
-    c.card_name = layout.part_name(card_name, parts[i].suffix);
+    c.hf_name = layout.part_name(hf_name, parts[i]);
+    c.card_name = layout.part_name(card_name, parts[i]);
     c.full = parts[i].shape;  // as stored (turned, when transposed)
     c.layout = WeightLayout{};
     c.dtype = parts[i].dtype;
     c.optional_bias = false;
-    if (c.full.rank() == 1) {  // g_idx: one per input column, the stored tensor's
+    if (parts[i].role == PartRole::group_index) {  // g_idx: one per input column, the stored tensor's
       c.stored = Shape{};
       c.row_offset = 0;
       if (split == Split::columns) c.split = Split::rows;  // its dimension 0 is the columns
       if (split == Split::rows) c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
+    } else if (c.full.rank() == 1) {  // one for the whole tensor (a per-tensor or input scale): every shard's
+      c.stored = Shape{};
+      c.row_offset = 0;
+      if (split == Split::rows || split == Split::columns) c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
     } else {
       const int dim = split == Split::columns ? 1 : 0;
       const int64_t b = parts[i].per(dim);
@@ -94,7 +98,7 @@ void ParamSpec::check_blocks(int64_t shards) const {
     throw Error(str(hf_name, ": a part of a fused tensor (", stored.to_string(), ") in ", layout.describe(),
                     ", whose parts are stored transposed, is not read yet"));
   const ActivationRounding& acts = layout.activations;
-  if (split == Split::columns && shards > 1 && acts.any() && !acts.per_token()) {
+  if (split == Split::columns && shards > 1 && acts.any() && !acts.per_token() && !acts.stored) {
     // Per-group activation scales: a column slice must hold whole groups. (A per-token scale
     // spans the row: its amax is all-reduced across the shards, layers/linear.h.)
     for (int64_t s = 0; s < shards; ++s) {

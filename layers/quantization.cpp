@@ -5,6 +5,9 @@
 #include <pcre2.h>
 #endif
 
+#include <algorithm>
+#include <map>
+
 #include "core/error.h"
 
 namespace linnet {
@@ -65,7 +68,41 @@ bool Quantization::converts(const std::string& module) const {
   return true;
 }
 
+const WeightLayout* Quantization::layout_of(const std::string& module) const {
+  if (!converts(module)) return nullptr;
+  if (schemes.empty()) return &matrices;
+  // compressed-tensors' apply_quantization_config: each target names the last group that lists
+  // it; a module's matching targets, sorted (names before re: patterns, each alphabetically),
+  // then Linear (its class); the first one's scheme.
+  std::map<std::string, const WeightLayout*> scheme_of;
+  for (const Scheme& s : schemes)
+    for (const std::string& t : s.targets) scheme_of[t] = &s.layout;
+  std::vector<std::string> targets;
+  for (const auto& [t, l] : scheme_of) targets.push_back(t);
+  std::sort(targets.begin(), targets.end(), [](const std::string& a, const std::string& b) {
+    const bool ra = a.rfind("re:", 0) == 0, rb = b.rfind("re:", 0) == 0;
+    return ra != rb ? rb : a < b;
+  });
+  for (const std::string& t : targets) {
+    const bool re = t.rfind("re:", 0) == 0;
+    if (re ? matches_at_boundary(t.substr(3), module, false) : t == module) return scheme_of[t];
+  }
+  const auto linear = scheme_of.find("Linear");
+  return linear == scheme_of.end() ? nullptr : linear->second;
+}
+
 std::string Quantization::describe() const {
+  if (!schemes.empty()) {
+    std::string s;
+    for (const Scheme& g : schemes) {
+      s += s.empty() ? "" : "; ";
+      for (size_t i = 0; i < g.targets.size(); ++i) s += (i ? ", " : "") + g.targets[i];
+      s += ": " + g.layout.describe();
+    }
+    std::string ignored;
+    for (const auto& p : not_converted) ignored += " " + p;
+    return ignored.empty() ? s : s + " (not converted:" + ignored + ")";
+  }
   std::string s = matrices.describe();
   if (!not_converted.empty()) {
     s += " (not converted:";

@@ -130,6 +130,12 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
         // Any float widened exactly; E8M0 exponents (MXFP4) as stored, a byte each.
         case PartRole::scales: part.scales = t.dtype() == DType::f8_e8m0 ? t : converted(t, DType::f32); break;
         case PartRole::zero_points: part.zero_points = t; break;
+        case PartRole::input_scale:
+          part.input_scale = converted(t, DType::f32);
+          if (!(part.input_scale.ptr<float>()[0] > 0))
+            throw Error(str(c.hf_name, " is ", part.input_scale.ptr<float>()[0],
+                            ": a static activation scale must be positive (x is divided by it)"));
+          break;
         default: throw Error(str(companions[i].hf_name, ": an unexpected part of ", layout.describe()));
       }
     }
@@ -140,6 +146,15 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
                       ", stacked with it into one matrix: its parts must share one column order (experts reordered "
                       "each their own way by desc_act are not read yet)"));
     if (q.empty()) first_order_name = order_name;
+    // Static activations: one rounding of the matrix's input, so one input_scale (the parts share
+    // the input, and llm-compressor calibrates each on it).
+    if (!q.empty() && part.input_scale.defined() &&
+        part.input_scale.ptr<float>()[0] != q[0].input_scale.ptr<float>()[0])
+      throw Error(str(layout.part_name(p.hf_name, layout.companions_of(p.full).back()), " is ",
+                      part.input_scale.ptr<float>()[0], ", but ",
+                      layout.part_name(spec(parts[0]).hf_name, layout.companions_of(p.full).back()), " is ",
+                      q[0].input_scale.ptr<float>()[0],
+                      ": layers stacked into one matrix round their one input with one static scale"));
     q.push_back(std::move(part));
   }
   return be_.upload_quantized_matrix(q, layout);

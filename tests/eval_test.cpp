@@ -107,6 +107,54 @@ TEST(Eval, MatchesLmEvaluationHarness) {
   }
 }
 
+// A quantized checkpoint (compressed-tensors W4A16 of the same model, tools/lm_eval/
+// make_quantized_fixture.py) against lm-eval's hf backend on it: transformers decompresses each
+// layer; linnet reads the 4-bit words as stored. Loglikelihoods to 1e-4; an is_greedy flag is
+// compared where the continuation's least top-1 margin is above 1e-3 (a near tie may go either way
+// in another f32 order of summation).
+TEST(Eval, MatchesLmEvaluationHarnessOnAQuantizedCheckpoint) {
+  const json e = json::parse(std::ifstream(kFixture / "expected_w4a16.json"));
+  const fs::path d = fresh_dir("lm_eval_w4a16");
+  for (const char* tp : {"1", "2"}) {
+    SCOPED_TRACE(std::string("--tp ") + tp);
+    const int ranks = std::string(tp) == "2" ? 2 : 1;
+    std::vector<std::string> mc = args(kFixture / "mc.jsonl", d / "mc.jsonl", {"--tp", tp});
+    std::vector<std::string> rolling = args(kFixture / "rolling.jsonl", d / "rolling.jsonl", {"--tp", tp});
+    for (auto* a : {&mc, &rolling}) *std::find(a->begin(), a->end(), (kFixture / "model").string()) = (kFixture / "model_w4a16").string();
+    auto r = linnet_run(mc, 120, ranks);
+    if (r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    r = linnet_run(rolling, 120, ranks);
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    const auto m = results(d / "mc.jsonl"), ro = results(d / "rolling.jsonl");
+    size_t requests = 0, flags = 0;
+    for (const json& doc : e["mc"]["docs"]) {
+      const json& got = m.at(doc["id"].get<std::string>());
+      ASSERT_EQ(got["loglikelihood"].size(), doc["requests"].size());
+      for (size_t k = 0; k < doc["requests"].size(); ++k, ++requests) {
+        const json& want = doc["requests"][k];
+        const std::string what = doc["id"].get<std::string>() + " choice " + std::to_string(k);
+        expect_close(got["loglikelihood"][k].get<double>(), want["loglikelihood"].get<double>(), what);
+        if (std::abs(want["greedy_margin"].get<double>()) > 1e-3) {
+          EXPECT_EQ(got["is_greedy"][k], want["is_greedy"]) << what;
+          ++flags;
+        }
+      }
+    }
+    EXPECT_EQ(requests, 48u);
+    EXPECT_GE(flags, 40u);
+    double ll = 0;
+    int64_t bytes = 0;
+    for (const json& doc : e["rolling"]["docs"]) {
+      const json& got = ro.at(doc["id"].get<std::string>());
+      expect_close(got["loglikelihood"].get<double>(), doc["loglikelihood"].get<double>(), doc["id"].get<std::string>());
+      ll += got["loglikelihood"].get<double>();
+      bytes += got["bytes"].get<int64_t>();
+    }
+    EXPECT_LE(std::abs(-ll / bytes / std::log(2.0) - e["rolling"]["aggregates"]["bits_per_byte"].get<double>()), 1e-4);
+  }
+}
+
 TEST(Eval, TokenIdsAndSingleContinuations) {
   const fs::path d = fresh_dir("ids");
   std::ofstream(d / "in.jsonl") << R"({"id": "x", "context_tokens": [0, 644, 283], "continuation_tokens": [69, 84]})" "\n"

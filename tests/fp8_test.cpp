@@ -4,6 +4,7 @@
 // (fixtures fp8_block, fp8_block_f32 at Shards 1, 2 and 4).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -380,16 +381,95 @@ TEST(Fp8, CompressedTensorsConfigIsReadOrRefusedByName) {
   EXPECT_NE(e.find("weights.type is \"float\"; linnet reads \"int\""), std::string::npos) << e;
   e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["num_bits"] = 4; });
   EXPECT_NE(e.find("config_groups.group_0.weights.num_bits is 4; linnet reads 8"), std::string::npos) << e;
-  e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "tensor"; });
-  EXPECT_NE(e.find("weights.strategy 'tensor' is not supported yet"), std::string::npos) << e;
+  e = refused([](json& q) { q["config_groups"]["group_0"]["weights"]["strategy"] = "group"; });
+  EXPECT_NE(e.find("weights.strategy 'group' is not supported yet (linnet reads tensor, channel and block)"),
+            std::string::npos)
+      << e;
+  // Static activations are read per tensor only (the FP8 scheme's): a static per-token one is refused.
   e = refused([](json& q) { q["config_groups"]["group_0"]["input_activations"]["dynamic"] = false; });
-  EXPECT_NE(e.find("input_activations.dynamic is false; linnet reads true"), std::string::npos) << e;
-  e = refused([](json& q) { q["config_groups"]["group_0"]["targets"] = {"re:.*q_proj"}; });
-  EXPECT_NE(e.find("targets must be [\"Linear\"]"), std::string::npos) << e;
+  EXPECT_NE(e.find("input_activations.strategy is \"token\"; linnet reads \"tensor\""), std::string::npos) << e;
+  e = refused([](json& q) { q["config_groups"]["group_0"]["targets"] = {"LlamaAttention"}; });
+  EXPECT_NE(e.find("config_groups.group_0.targets holds 'LlamaAttention': linnet reads the targets Linear, re: "
+                   "patterns and module names"),
+            std::string::npos)
+      << e;
   e = refused([](json& q) { q["kv_cache_scheme"] = {{"num_bits", 8}}; });
   EXPECT_NE(e.find("kv_cache_scheme is not supported"), std::string::npos) << e;
   e = refused([](json& q) { q["quantization_status"] = "frozen"; });
   EXPECT_NE(e.find("quantization_status is \"frozen\""), std::string::npos) << e;
+}
+
+// compressed-tensors' config groups, each for its targets: a module takes the scheme of its most
+// specific target (its whole name, then re: patterns in sorted order, then the class Linear), as
+// apply_quantization_config does; a module no target names stays dense; stacked parts (q|k|v)
+// stored unalike are refused by name. Whole model: fixture ct_mixed_f32 (tests/conformance_test.cpp).
+TEST(Fp8, CompressedTensorsConfigGroupsEachTakeTheirTargets) {
+  const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
+  const json mixed = json::parse(read_text(golden / "ct_mixed_f32/config.json"));
+  const ModelConfig c = parse_hf_config(mixed, "cfg");
+  ASSERT_TRUE(c.quantization);
+  const Quantization& q = *c.quantization;
+  ASSERT_EQ(q.schemes.size(), 2u);
+  auto layout = [&](const std::string& m) {
+    const WeightLayout* l = q.layout_of(m);
+    return l ? l->describe() : std::string("dense");
+  };
+  EXPECT_EQ(layout("model.layers.0.self_attn.q_proj"), "fp8 per channel, activations fp8 per token");
+  EXPECT_EQ(layout("model.layers.1.self_attn.o_proj"), "fp8 per channel, activations fp8 per token");
+  EXPECT_EQ(layout("model.layers.0.mlp.down_proj"), "int4 groups of 16");
+  EXPECT_EQ(layout("lm_head"), "dense");
+  EXPECT_NE(q.describe().find("re:.*self_attn\\..*: fp8 per channel"), std::string::npos) << q.describe();
+
+  // Precedence: a whole name before patterns, patterns alphabetically, Linear last; a module
+  // no target names is not converted.
+  Quantization p = q;
+  p.schemes = {{{"re:.*mlp.*"}, WeightLayout::int4_groups(16, true)},
+               {{"model.layers.0.mlp.up_proj", "re:.*down_proj"}, WeightLayout::int8_groups(WeightLayout::kWhole)},
+               {{"re:.*self_attn.*"}, WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale")}};
+  auto of = [&](const std::string& m) {
+    const WeightLayout* l = p.layout_of(m);
+    return l ? l->describe() : std::string("dense");
+  };
+  EXPECT_EQ(of("model.layers.0.mlp.up_proj"), "int8 per channel");    // its whole name, before any pattern
+  EXPECT_EQ(of("model.layers.1.mlp.up_proj"), "int4 groups of 16");
+  EXPECT_EQ(of("model.layers.1.mlp.down_proj"), "int8 per channel");  // "re:.*down_proj" sorts before "re:.*mlp.*"
+  EXPECT_EQ(of("model.layers.1.self_attn.q_proj"), "fp8 per channel");
+  EXPECT_EQ(of("model.layers.1.other"), "dense");                      // no target: not converted
+  p.schemes.push_back({{"Linear"}, WeightLayout::int4_groups(32, false)});
+  EXPECT_EQ(of("model.layers.1.other"), "int4 asymmetric groups of 32");
+  p.not_converted = {"re:.*up_proj"};
+  EXPECT_EQ(of("model.layers.0.mlp.up_proj"), "dense");                // ignore first
+
+  // Read or refused by name.
+  auto refused = [&](const std::function<void(json&)>& edit) {
+    json k = mixed;
+    edit(k["quantization_config"]);
+    return error_of([&] { parse_hf_config(k, "cfg"); });
+  };
+  std::string e = refused([](json& j) { j["config_groups"]["group_1"].erase("format"); });
+  EXPECT_NE(e.find("config_groups.group_1.format is missing (the config's format is mixed-precision)"), std::string::npos)
+      << e;
+  e = refused([](json& j) { j["config_groups"]["group_1"]["targets"] = json::array(); });
+  EXPECT_NE(e.find("config_groups.group_1.targets must be a list of targets"), std::string::npos) << e;
+  e = refused([](json& j) { j["config_groups"]["group_0"]["format"] = "nvfp4-pack-quantized"; });
+  EXPECT_NE(e.find("config_groups.group_0.format 'nvfp4-pack-quantized' is not supported yet"), std::string::npos) << e;
+  // q's group and k's differ (k stored W4A16 as its group says): q|k|v is one matrix, refused at
+  // load naming both.
+  {
+    testutil::ScratchDir d;
+    const std::string k = "model.layers.0.self_attn.k_proj.weight";
+    testutil::edited_fixture(golden / "ct_mixed_f32", d, [](json& j) {
+      j["quantization_config"]["config_groups"]["group_0"]["targets"] = {"re:.*self_attn\\.(q|v|o)_proj",
+                                                                          "re:model\\.layers\\.1\\..*self_attn.*"};
+    }, {{k + "_packed", Tensor::zeros({32, 8}, DType::i32)},
+        {k + "_scale", Tensor::from_floats({32, 4}, std::vector<float>(128, 1.0f))},
+        {k + "_shape", Tensor::from_ints({2}, {32, 64}, DType::i64)}});
+    e = testutil::load_error(d);
+    EXPECT_NE(e.find("model.layers.0.self_attn.k_proj.weight is stored int4 groups of 16, but "
+                     "model.layers.0.self_attn.q_proj.weight (one matrix with it) fp8 per channel"),
+              std::string::npos)
+        << e;
+  }
 }
 
 // Per-token activation scales span a whole row: at Shards > 1 a row-parallel layer (o_proj,
@@ -433,4 +513,74 @@ TEST(Fp8, ActivationRoundingIsTheFormatsCast) {
   const float s = 3.0f / 448.0f;
   for (int c = 0; c < 4; ++c) EXPECT_EQ(out[c], cpu::round_to_e4m3(x[c] / s) * s) << c;
   for (int c = 4; c < 8; ++c) EXPECT_EQ(out[c], 0.0f);
+  // Static (compressed-tensors' FP8 scheme): the stored scale for every row and column, values
+  // beyond 448 of it clamped, a zero row kept zero.
+  ActivationRounding stat{ActivationFormat::fp8, 0};
+  stat.stored = true;
+  stat.scale = 0.005f;
+  cpu::round_activations(x.data(), 2, 4, stat, out.data());
+  for (int c = 0; c < 8; ++c)
+    EXPECT_EQ(out[c], cpu::round_to_e4m3(std::clamp(x[c] / 0.005f, -448.0f, 448.0f)) * 0.005f) << c;
+  EXPECT_EQ(out[1], -448.0f * 0.005f);  // −3 / 0.005 = −600: clamped
+}
+
+// compressed-tensors' FP8 scheme: one weight_scale [1] a tensor and a static input_scale [1] a
+// layer (…q_proj.input_scale), every shard reading both whole. Whole model: fixture
+// ct_fp8_static_f32 (tests/conformance_test.cpp) at Shards 1, 2 and 4.
+TEST(Fp8, CompressedTensorsStaticActivationScalesArePerLayer) {
+  const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
+  const json cfg = json::parse(read_text(golden / "ct_fp8_static_f32/config.json"));
+  const ModelConfig c = parse_hf_config(cfg, "cfg");
+  ASSERT_TRUE(c.quantization);
+  const WeightLayout& l = c.quantization->matrices;
+  EXPECT_EQ(l.describe(), "fp8 per tensor, activations fp8 static per tensor");
+  const ParamSpec o = testutil::matrix_spec("model.layers.0.self_attn.o_proj.weight", {64, 64}, Split::columns, 16, l);
+  const auto parts = o.companions();
+  ASSERT_EQ(parts.size(), 2u);
+  EXPECT_EQ(parts[0].hf_name, "model.layers.0.self_attn.o_proj.weight_scale");
+  EXPECT_EQ(parts[0].full, (Shape{1}));
+  EXPECT_EQ(parts[0].split, Split::mirrored);  // one scale: every shard's
+  EXPECT_EQ(parts[1].hf_name, "model.layers.0.self_attn.o_proj.input_scale");
+  EXPECT_EQ(parts[1].split, Split::mirrored);
+  EXPECT_NO_THROW(o.check_blocks(4));  // no block or group for a slice to cut
+  EXPECT_EQ(l.bytes({64, 64}, DType::f32), 64 * 64 + 4 + 4);
+
+  auto refused = [&](const std::function<void(json&)>& edit) {
+    json k = cfg;
+    edit(k["quantization_config"]["config_groups"]["group_0"]["input_activations"]);
+    return error_of([&] { parse_hf_config(k, "cfg"); });
+  };
+  std::string e = refused([](json& a) { a["strategy"] = "token"; });
+  EXPECT_NE(e.find("input_activations.strategy is \"token\"; linnet reads \"tensor\""), std::string::npos) << e;
+  e = refused([](json& a) { a["type"] = "int"; });
+  EXPECT_NE(e.find("input_activations.type is \"int\"; linnet reads \"float\""), std::string::npos) << e;
+
+  const std::string q = "model.layers.1.self_attn.q_proj.input_scale", k = "model.layers.1.self_attn.k_proj.input_scale";
+  {  // q's and k's differ: q|k|v rounds one input once
+    ScratchDir d;
+    edited_fixture(golden / "ct_fp8_static_f32", d, [](json&) {}, {{k, Tensor::from_floats({1}, {0.5f})}});
+    e = load_error(d);
+    EXPECT_NE(e.find(k + " is 0.5, but " + q + " is "), std::string::npos) << e;
+    EXPECT_NE(e.find("one static scale"), std::string::npos) << e;
+  }
+  {  // a zero scale
+    ScratchDir d;
+    edited_fixture(golden / "ct_fp8_static_f32", d, [](json&) {},
+                   {{"model.layers.0.mlp.down_proj.input_scale", Tensor::from_floats({1}, {0.0f})}});
+    e = load_error(d);
+    EXPECT_NE(e.find("model.layers.0.mlp.down_proj.input_scale is 0: a static activation scale must be positive"),
+              std::string::npos)
+        << e;
+  }
+  {  // a missing one
+    ScratchDir d;
+    SafetensorsFile f((golden / "ct_fp8_static_f32/model.safetensors").string());
+    std::vector<std::pair<std::string, Tensor>> kept;
+    for (const auto& n : f.names())
+      if (n != "model.layers.0.mlp.down_proj.input_scale") kept.emplace_back(n, f.read(n));
+    std::ofstream(d / "config.json") << cfg.dump(2);
+    save_safetensors(d / "model.safetensors", kept);
+    e = load_error(d);
+    EXPECT_NE(e.find("model.layers.0.mlp.down_proj.input_scale"), std::string::npos) << e;
+  }
 }

@@ -163,7 +163,10 @@ Tensor upload_bytes(const std::vector<Backend::QuantizedPart>& parts, const Weig
     const Shape want = {(p.data.dim(0) + layout.block_rows - 1) / layout.block_rows, kb};
     cpu_expect(p.data.rank() == 2 && p.data.dtype() == dt && p.data.dim(1) == cols && !p.data.packed(),
                "upload_quantized_matrix", str(dtype_name(dt), " row-major matrices of one width, got ", p.data.describe()));
-    cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == want, "upload_quantized_matrix",
+    // (One scale for the whole matrix may come as [1].)
+    cpu_expect(p.scales.dtype() == DType::f32 &&
+                   (p.scales.shape() == want || (p.scales.shape() == Shape{1} && want == Shape({1, 1}))),
+               "upload_quantized_matrix",
                str("scales f32 ", want.to_string(), " for ", p.data.describe(), " in ", layout.describe(), " blocks, got ",
                    p.scales.describe()));
     rows += p.data.dim(0);
@@ -185,6 +188,17 @@ Tensor upload_bytes(const std::vector<Backend::QuantizedPart>& parts, const Weig
   st->packed_weights = layout.format;
   st->packed_block_cols = bc;
   st->activations = layout.activations;
+  if (layout.activations.stored) {
+    // Static: one input_scale rounds the matrix's input, so its parts (q|k|v: one input, one
+    // calibration) must have the same one.
+    for (const auto& p : parts)
+      cpu_expect(p.input_scale.defined() && p.input_scale.numel() == 1 && p.input_scale.dtype() == DType::f32 &&
+                     p.input_scale.ptr<float>()[0] == parts[0].input_scale.ptr<float>()[0],
+                 "upload_quantized_matrix",
+                 str("parts of one matrix with static activations need one input_scale each, the same, got ",
+                     p.input_scale.defined() ? p.input_scale.describe() : std::string("none")));
+    st->activations.scale = parts[0].input_scale.ptr<float>()[0];
+  }
   st->packed_rows = padded;
   st->packed_dequant = layout.dequant_dtype.value_or(DType::f32);
   return Tensor(st, 0, {rows, cols}, dt);

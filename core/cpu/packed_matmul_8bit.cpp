@@ -141,7 +141,7 @@ float round_to_e4m3(float v) {
 
 void round_activations(const float* x, int64_t n, int64_t k, const ActivationRounding& r, float* out,
                        const float* row_amax) {
-  LINNET_CHECK(r.any() && r.group != 0, "round_activations: no rounding given");
+  LINNET_CHECK(r.any() && (r.group != 0 || (r.stored && r.scale > 0)), "round_activations: no rounding given");
   LINNET_CHECK(!row_amax || r.group < 0, "round_activations: a row's amax given for groups of ", r.group);
   const int64_t g = r.group > 0 ? r.group : k;
   const bool fp8 = r.format == ActivationFormat::fp8;
@@ -158,6 +158,7 @@ void round_activations(const float* x, int64_t n, int64_t k, const ActivationRou
         for (int64_t c = c0; c < c1; ++c) amax = std::isnan(in[c]) || std::isnan(amax) ? NAN : std::max(amax, std::fabs(in[c]));
       float s = amax / half_range;
       if (s == 0) s = std::numeric_limits<float>::epsilon();
+      if (r.stored) s = r.scale;  // static: the checkpoint's scale, whatever the row holds
       for (int64_t c = c0; c < c1; ++c) {
         const float q = in[c] / s;
         // (nearbyint: the default rounding mode, to nearest even, as torch.round)

@@ -355,6 +355,11 @@ CT_FP8_WEIGHTS = dict(num_bits=8, type="float", symmetric=True, dynamic=False)
 CT_FP8_INPUTS = dict(num_bits=8, type="float", symmetric=True, dynamic=True)
 CT_FP8_DYNAMIC = {"weights": dict(CT_FP8_WEIGHTS, strategy="channel"),
                   "input_activations": dict(CT_FP8_INPUTS, strategy="token")}
+# compressed-tensors' FP8 scheme (llm-compressor's "FP8": RedHatAI's "-FP8" models before FP8_DYNAMIC):
+# one weight_scale [1] per tensor, and input_activations static per tensor: each layer's
+# input_scale [1] calibrated (static min-max over calibration inputs), x' = e4m3(clamp(x / s)) * s.
+CT_FP8_STATIC = {"weights": dict(CT_FP8_WEIGHTS, strategy="tensor"),
+                 "input_activations": dict(CT_FP8_INPUTS, strategy="tensor", dynamic=False)}
 CT_FP8_BLOCK = {"weights": dict(CT_FP8_WEIGHTS, strategy="block", block_structure=[8, 16]),
                 "input_activations": dict(CT_FP8_INPUTS, strategy="group", group_size=16)}
 
@@ -558,6 +563,21 @@ ISSUE37_CASES = [
     dict(family("gptq_int8_desc_act", "LlamaForCausalLM in GPTQ (8 bits, groups of 16, sym, desc_act true, "
                 "checkpoint_format gptq): as gptq_int8 with gptq_desc_act's act order", **FP8_LLAMA),
          steps=8, dtypes=[("_f16", "float16")], gptq=dict(group=16, sym=True, bits=8, desc_act=True)),
+    # compressed-tensors' config groups, each for its targets ("mixed-precision" where their formats
+    # differ): every Linear in W4A16 but the attention's, which a re: target puts in FP8 dynamic
+    # (compressed-tensors takes a module's most specific target: a pattern before the class Linear).
+    dict(family("ct_mixed", "LlamaForCausalLM in compressed-tensors mixed-precision: group_0 targets Linear in W4A16 "
+                "(pack-quantized, symmetric, groups of 16), group_1 targets re:.*self_attn\\..* in FP8 dynamic "
+                "(float-quantized, channel weights, activations per token), so q/k/v/o take group_1 and gate/up/down "
+                "group_0; lm_head ignored", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")],
+         ct={"groups": [dict(CT_W4A16, targets=["Linear"]), dict(CT_FP8_DYNAMIC, targets=[r"re:.*self_attn\..*"])]}),
+    dict(family("ct_fp8_static", "LlamaForCausalLM in compressed-tensors FP8 (float-quantized, llm-compressor's FP8 "
+                "scheme): q/k/v/o and gate/up/down weights F8_E4M3 with one float32 weight_scale [1] per tensor "
+                "(amax / 448), and every quantized layer's input rounded to E4M3 with its static float32 input_scale "
+                "[1] (static min-max over 4 random calibration sequences of 12 tokens: inputs beyond it clamp at "
+                "448); embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_FP8_STATIC),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -901,16 +921,62 @@ def dense_reference(d, weights):
 FP8_EXPERT_WEIGHT = r"^(.*\.mlp\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$"
 
 
+def ct_groups(ct):
+    """A case's compressed-tensors groups: ct["groups"] (each its targets, weights and
+    input_activations: a mixed-precision checkpoint) or the one group ct describes, targets ["Linear"]."""
+    return ct["groups"] if "groups" in ct else [dict(ct, targets=["Linear"])]
+
+
 def ct_quantization_config(ct):
-    """compressed-tensors' QuantizationConfig of a case: one group, targets ["Linear"], lm_head ignored."""
+    """compressed-tensors' QuantizationConfig of a case: its groups (ct_groups), lm_head ignored."""
     from compressed_tensors.quantization import QuantizationArgs, QuantizationConfig, QuantizationScheme
     import torch
-    acts = ct.get("input_activations")
-    # (dtypes named by their torch attribute: "uint8" -> torch.uint8)
-    weights = {k: getattr(torch, v) if k in ("scale_dtype", "zp_dtype") else v for k, v in ct["weights"].items()}
-    scheme = QuantizationScheme(targets=["Linear"], weights=QuantizationArgs(**weights),
-                                input_activations=QuantizationArgs(**acts) if acts else None)
-    return QuantizationConfig(config_groups={"group_0": scheme}, ignore=["lm_head"], quantization_status="frozen")
+    config_groups = {}
+    for i, g in enumerate(ct_groups(ct)):
+        acts = g.get("input_activations")
+        # (dtypes named by their torch attribute: "uint8" -> torch.uint8)
+        weights = {k: getattr(torch, v) if k in ("scale_dtype", "zp_dtype") else v for k, v in g["weights"].items()}
+        config_groups[f"group_{i}"] = QuantizationScheme(targets=g["targets"], weights=QuantizationArgs(**weights),
+                                                         input_activations=QuantizationArgs(**acts) if acts else None)
+    return QuantizationConfig(config_groups=config_groups, ignore=["lm_head"], quantization_status="frozen")
+
+
+def ct_acts_of(ct, module):
+    """The input_activations of the scheme compressed-tensors gave `module` (its quantization_scheme
+    as ct_quantize left it, by the module's name: ct_q's keys)."""
+    return CT_MODULE_ACTS.get(module, ct.get("input_activations"))
+
+
+CT_MODULE_ACTS = {}  # module name -> its scheme's input_activations (a dict or None), set by ct_quantize
+CT_INPUT_SCALES = {}  # module name -> its static input_scale (compressed-tensors' "FP8"), set by ct_quantize
+
+
+def ct_calibrate_inputs(model, ct, samples=4, length=12, seed=77):
+    """{module name: (min, max)} of every nn.Linear's input over `samples` random token sequences
+    (llm-compressor's static min-max observer over its calibration set), or {} when no group's
+    input_activations are static."""
+    import torch
+    if not any((g.get("input_activations") or {}).get("dynamic") is False for g in ct_groups(ct)):
+        return {}
+    seen, hooks = {}, []
+    def observe(name):
+        def hook(mod, inputs):
+            x = inputs[0].detach()
+            lo, hi = seen.get(name, (x.min(), x.max()))
+            seen[name] = (torch.minimum(lo, x.min()), torch.maximum(hi, x.max()))
+        return hook
+    for n, m in model.named_modules():
+        if isinstance(m, torch.nn.Linear) and n != "lm_head":
+            hooks.append(m.register_forward_pre_hook(observe(n)))
+    gen = torch.Generator().manual_seed(seed)
+    try:
+        with torch.no_grad():
+            for _ in range(samples):
+                model(input_ids=torch.randint(0, model.config.vocab_size, (1, length), generator=gen))
+    finally:
+        for h in hooks:
+            h.remove()
+    return seen
 
 
 def ct_quantize(model, ct):
@@ -924,13 +990,16 @@ def ct_quantize(model, ct):
     from compressed_tensors.compressors import ModelCompressor
     from compressed_tensors.quantization import apply_quantization_config
     from compressed_tensors.quantization.utils import calculate_qparams
+    observed = ct_calibrate_inputs(model, ct)  # (before the scheme's hooks: the dense model's inputs)
     apply_quantization_config(model, ct_quantization_config(ct), show_progress=False)
     quantized, dense = {}, {}
     for n, m in model.named_modules():
         if getattr(m, "quantization_scheme", None) is None:
             continue
         args, w = m.quantization_scheme.weights, m.weight.data
-        if args.strategy == "channel":
+        if args.strategy == "tensor":
+            mn, mx = w.amin().reshape(1), w.amax().reshape(1)
+        elif args.strategy == "channel":
             mn, mx = w.amin(1, keepdim=True), w.amax(1, keepdim=True)
         elif args.strategy == "group":
             (R, C), gs = w.shape, args.group_size
@@ -947,9 +1016,19 @@ def ct_quantize(model, ct):
         assert scale.shape == m.weight_scale.shape and scale.dtype == m.weight_scale.dtype == w.dtype
         m.weight_scale.data.copy_(scale)
         m.weight_zero_point.data.copy_(zp)
+        acts = m.quantization_scheme.input_activations
+        if acts is not None and acts.dynamic is False:  # a static input_scale from the calibration
+            lo, hi = observed[n]
+            s_in, zp_in = calculate_qparams(lo.reshape(1), hi.reshape(1), acts)
+            assert s_in.shape == m.input_scale.shape, (n, s_in.shape, m.input_scale.shape)
+            m.input_scale.data.copy_(s_in)
+            m.input_zero_point.data.copy_(zp_in)
+            CT_INPUT_SCALES[n] = s_in.clone()
         quantized[n], dense[n] = m, w.clone()
     assert quantized and not any(n == "lm_head" for n in quantized)
     compressor = ModelCompressor.from_pretrained_model(model)
+    if "groups" in ct:  # mixed precision: each module as its own scheme says
+        return compressor, ct_quantize_mixed(compressor, model, quantized, dense)
     int8 = ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8 and bool(ct.get("input_activations"))
     if ct_is_mxfp4(ct):
         assert compressor.quantization_config.format == "mxfp4-pack-quantized", compressor.quantization_config.format
@@ -977,7 +1056,32 @@ def ct_quantize(model, ct):
     return compressor, out
 
 
+def ct_quantize_mixed(compressor, model, quantized, dense):
+    """ct_quantize's parts of a mixed-precision model (several config groups, each its format):
+    each module unpacked or checked as its own scheme's format is, its input_activations recorded
+    in CT_MODULE_ACTS."""
+    import torch
+    assert compressor.quantization_config.format == "mixed-precision", compressor.quantization_config.format
+    compressor.compress_model(model)
+    out = {}
+    for n, m in quantized.items():
+        args, acts = m.quantization_scheme.weights, m.quantization_scheme.input_activations
+        CT_MODULE_ACTS[n] = acts.model_dump(exclude_none=True, mode="json") if acts is not None else None
+        if args.type == "int" and acts is None:  # pack-quantized
+            out[n + ".weight"] = ct_int4_unpack(m, args.num_bits)
+            continue
+        assert args.type == "float" and args.num_bits == 8, (n, args)
+        q, scale = m.weight.data, m.weight_scale.data
+        assert q.dtype == torch.float8_e4m3fn and not hasattr(m, "weight_zero_point"), n
+        mine = (dense[n] / ct_expand(scale, q.shape)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+        assert torch.equal(mine.view(torch.uint8), q.view(torch.uint8)), f"{n}: not e4m3(clamp(w / scale))"
+        out[n + ".weight"] = (q.clone(), scale.clone())
+    return out
+
+
 def ct_is_mxfp4(ct):
+    if "groups" in ct:
+        return False
     return ct["weights"]["type"] == "float" and ct["weights"]["num_bits"] == 4
 
 
@@ -1144,13 +1248,15 @@ def ct_dequantized(t):
 
 
 def ct_expand(scale, shape):
-    """A compressed-tensors weight_scale ([out, 1] or one per block) spread to every element."""
+    """A compressed-tensors weight_scale ([1] per tensor, [out, 1] or one per block) spread to every element."""
+    if scale.ndim == 1:
+        return scale.reshape(1, 1).expand(shape)
     if scale.shape[1] == 1:
         return scale.expand(shape)
     return fp8_expand(scale, (shape[0] // scale.shape[0], shape[1] // scale.shape[1]), shape)
 
 
-def ct_linear_reference(x, q, scale, act):
+def ct_linear_reference(x, q, scale, act, s_static=None):
     """One quantized nn.Linear's output as compressed-tensors 0.20.1 computes it in an f32 model,
     re-derived here: the input fake-quantized per token (strategy "token") or per token and group
     of group_size columns ("group") with scale = amax|x| / 448 (f32 eps where amax is 0), x' =
@@ -1158,10 +1264,13 @@ def ct_linear_reference(x, q, scale, act):
     round(clamp(x / scale, -128, 127)) * scale; the weight q * its scale; then F.linear."""
     import torch
     xs = x.unflatten(-1, (x.shape[-1] // act["group_size"], act["group_size"])) if act["strategy"] == "group" else x
-    assert act["strategy"] in ("token", "group") and x.ndim == 3, (act, tuple(x.shape))
+    assert act["strategy"] in ("token", "group", "tensor") and x.ndim == 3, (act, tuple(x.shape))
     half = FP8_MAX if act["type"] == "float" else 127.5
-    s = xs.abs().amax(-1, keepdim=True) / half
-    s = torch.where(s == 0, torch.tensor(torch.finfo(torch.float32).eps), s)
+    if act["strategy"] == "tensor":  # static: the layer's calibrated input_scale
+        s = s_static
+    else:
+        s = xs.abs().amax(-1, keepdim=True) / half
+        s = torch.where(s == 0, torch.tensor(torch.finfo(torch.float32).eps), s)
     if act["type"] == "float":
         xq = (xs / s).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).to(torch.float32) * s
     else:
@@ -1188,22 +1297,28 @@ def ct_checks(ref, ct, ct_q, d, toks, logits):
     assert sorted(seen) == sorted(ct_q), sorted(set(ct_q) - set(seen))
     margin = float("inf")
     for k, calls in seen.items():
+        act = ct_acts_of(ct, k[:-len(".weight")])
         for x, y in calls:
-            want = ct_linear_reference(x, *ct_q[k], ct["input_activations"])
+            if act is None:  # (a weight-only layer of a mixed-precision model)
+                assert torch.equal(y, torch.nn.functional.linear(x, ct_dequantized(ct_q[k]))), k
+                continue
+            s_static = CT_INPUT_SCALES.get(k[:-len(".weight")])
+            want = ct_linear_reference(x, *ct_q[k], act, s_static)
             assert torch.equal(want, y), f"{k}: not the re-derived fake-quantized linear (rel {rel(y, want):.3g})"
-            v = ct_scaled_inputs(x, ct["input_activations"])
-            margin = min(margin, e4m3_rounding_margin(v) if ct["input_activations"]["type"] == "float"
-                         else int_rounding_margin(v))
-    with warnings.catch_warnings():  # "the quantization_config from the model will be used" (and dequantize ours)
-        warnings.simplefilter("ignore", UserWarning)
-        wo = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
-                                                  quantization_config=CompressedTensorsConfig(dequantize=True))
-    wo.eval()
-    weight_only = wo(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
-    r = rel(weight_only, logits)
-    assert r > 1e-3, f"activation quantization changed the logits by only {r:.3g}"
+            v = ct_scaled_inputs(x, act) if s_static is None else (x / s_static).clamp(-FP8_MAX, FP8_MAX)
+            margin = min(margin, e4m3_rounding_margin(v) if act["type"] == "float" else int_rounding_margin(v))
+    r = None
+    if "groups" not in ct:  # (transformers 5.24's dequantize=True load fails on a mixed-precision checkpoint)
+        with warnings.catch_warnings():  # "the quantization_config from the model will be used" (and dequantize ours)
+            warnings.simplefilter("ignore", UserWarning)
+            wo = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
+                                                      quantization_config=CompressedTensorsConfig(dequantize=True))
+        wo.eval()
+        weight_only = wo(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
+        r = round(rel(weight_only, logits), 6)
+        assert r > 1e-3, f"activation quantization changed the logits by only {r:.3g}"
     noise = {}
-    if ct["input_activations"]["type"] == "int":
+    if (ct.get("input_activations") or {}).get("type") == "int":
         # How far the reference's own logits move when every quantized layer's input is off by
         # float noise (relative 1e-7, three draws): int8 rounding flips, the scale conformance
         # holds these fixtures to (tests/conformance_test.cpp kInt8ActivationBound).
@@ -1221,7 +1336,7 @@ def ct_checks(ref, ct, ct_q, d, toks, logits):
             # the smallest relative distance of any x / s of the forward from an E4M3 rounding
             # boundary: inputs off by less than half of it (relative) round to the same E4M3 values
             "ct_forward_activation_min_rel_margin": float(f"{margin:.3g}"),
-            "ct_forward_logits_rel_vs_weight_only_dequantized": round(r, 6), **noise}
+            **({"ct_forward_logits_rel_vs_weight_only_dequantized": r} if r is not None else {}), **noise}
 
 
 def ct_scaled_inputs(x, act):
@@ -1251,6 +1366,10 @@ class ct_margin_hooks:
 
     def seen(self, mod, inputs, output):
         x = inputs[0]
+        if self.act.get("dynamic") is False:  # static FP8: the layer's input_scale, values past it clamped
+            v = (x / mod.input_scale).clamp(-FP8_MAX, FP8_MAX)
+            self.least = min(self.least, e4m3_rounding_margin(v[v.abs() < FP8_MAX]))
+            return
         v = ct_scaled_inputs(x if x.ndim == 3 else x.unsqueeze(0), self.act)
         self.least = min(self.least, int_rounding_margin(v))
 
@@ -1452,7 +1571,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     ct, ct_q, compressor = c.get("ct"), {}, None
     if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
         assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
-        if (ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group") and not ct_is_mxfp4(ct)
+        if ("weights" in ct and ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group")
+                and not ct_is_mxfp4(ct)
                 and c["config"].get("model_type") == "llama"  # (the Llamas linnet quantize's test reads)
                 and (ct["weights"]["num_bits"] == 4 or ct.get("input_activations"))):
             # The model before quantization, kept for `linnet quantize --scheme fp8-channel|w8a8|w4a16`'s
@@ -1507,8 +1627,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         want = dict(gptq_w)
     del model
 
-    by_decompression = bool(ct_q) and ((ct["weights"]["type"] == "int" and not ct["weights"]["symmetric"]) or
-                                       ct_is_mxfp4(ct))
+    by_decompression = bool(ct_q) and "weights" in ct and (
+        (ct["weights"]["type"] == "int" and not ct["weights"]["symmetric"]) or ct_is_mxfp4(ct))
     if by_decompression:
         ref = ct_decompressed_reference(d, ct)
         checks["reference"] = CT_MXFP4_REFERENCE if ct_is_mxfp4(ct) else CT_ASYM_REFERENCE
@@ -1570,8 +1690,11 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     # would round one way in torch and the other in any other f32 implementation (a step of
     # amax/127.5 in that input). Such inputs are drawn again until every quantized layer's input
     # of the forward, the packed runs and the greedy run is CT_INT8_MIN_MARGIN (relative) away
-    # from a boundary (ct_margin_hooks).
-    margins = ct_margin_hooks(ref, ct, ct_q) if ct_q and (ct.get("input_activations") or {}).get("type") == "int" else None
+    # from a boundary (ct_margin_hooks). Static FP8 activations alike: one E4M3 step of a value
+    # moves a logit by ~1e-2 (found on ct_fp8_static_f32's first draw: a packed run's value at a
+    # midpoint within 1e-7).
+    acts = ct.get("input_activations") or {} if ct_q else {}
+    margins = ct_margin_hooks(ref, ct, ct_q) if acts.get("type") == "int" or acts.get("dynamic") is False else None
     for draw in range(2000 if margins else 1):
         g = {}
         with torch.no_grad():
@@ -1596,7 +1719,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             logits = ref(input_ids=toks, attention_mask=torch.ones_like(toks)).logits.float()
             g["forward_tokens"] = toks.int()
             g["forward_logits"] = logits
-            if ct_q and ct.get("input_activations"):
+            if ct_q and any(g.get("input_activations") for g in ct_groups(ct)):
                 checks.update(ct_checks(ref, ct, ct_q, d, toks, logits))
             p_tok, p_pos, p_seg, p_tgt, p_lp, p_hid, p_logits = [], [], [], [], [], [], []
             for si, (ln, start) in enumerate(runs):
@@ -1668,8 +1791,9 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         raise AssertionError(f"{name}: no inputs with int8 activations clear of rounding boundaries")
     if margins is not None:
         margins.remove()
-        checks["ct_int8_activation_min_rel_margin"] = float(f"{margins.smallest():.3g}")
-        checks["ct_int8_input_draws"] = draw + 1
+        which = "int8" if acts.get("type") == "int" else "fp8_static"
+        checks[f"ct_{which}_activation_min_rel_margin"] = float(f"{margins.smallest():.3g}")
+        checks[f"ct_{which}_input_draws"] = draw + 1
     g = {k: v.contiguous() for k, v in g.items()}
     golden_path = os.path.join(d, "golden.safetensors")
     save_file(g, golden_path, metadata={"format": "pt"})
@@ -1694,8 +1818,14 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if fp8:
         entry["fp8"] = {"weight_block_size": quant["weight_block_size"], "weight_dtype": "F8_E4M3",
                         "scale_dtype": "F32", "tensors": sorted(fp8)}
-    int8_ct = ct_q and ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8 and ct.get("input_activations")
-    if int8_ct:
+    int8_ct = ct_q and "weights" in ct and ct["weights"]["type"] == "int" and ct["weights"]["num_bits"] == 8 and \
+        ct.get("input_activations")
+    if ct_q and "groups" in ct:
+        entry["compressed_tensors"] = {
+            "format": "mixed-precision", "groups": ct["groups"], "ignore": ["lm_head"],
+            "schemes (by module)": {k: "float-quantized FP8" if len(t) == 2 else "pack-quantized"
+                                    for k, t in sorted(ct_q.items())}}
+    elif int8_ct:
         layout = {n: [list(q.shape), list(s.shape)] for n, (q, s) in ct_q.items()}
         entry["compressed_tensors"] = {
             "format": "int-quantized", "weights": ct["weights"], "input_activations": ct["input_activations"],
