@@ -153,15 +153,16 @@ WeightLayout mxfp4_weights(const ConfigReader& r, const json& w, const std::stri
   return WeightLayout::mxfp4_blocks();
 }
 
-// compressed-tensors' static input_activations (its FP8 scheme): FP8, symmetric, one scale per
-// tensor stored beside each layer ("…input_scale"), calibrated ahead.
-ActivationRounding static_activations(const ConfigReader& r, const json& a, const std::string& an) {
-  const char* scheme = "compressed-tensors FP8: static activations, one input_scale per layer";
+// compressed-tensors' static input_activations (its FP8 scheme; int8 in static W8A8): `type`
+// (float: FP8, int: int8), symmetric, one scale per tensor stored beside each layer
+// ("…input_scale"), calibrated ahead.
+ActivationRounding static_activations(const ConfigReader& r, const json& a, const std::string& an, const char* type) {
+  const char* scheme = "compressed-tensors: static activations, symmetric, one input_scale per layer";
   expect_arg(r, a, an, "num_bits", 8, scheme);
-  expect_arg(r, a, an, "type", "float", scheme);
+  expect_arg(r, a, an, "type", type, scheme);
   expect_arg(r, a, an, "symmetric", true, scheme);
   expect_arg(r, a, an, "strategy", "tensor", scheme);
-  ActivationRounding out{ActivationFormat::fp8, 0};
+  ActivationRounding out{std::string(type) == "float" ? ActivationFormat::fp8 : ActivationFormat::int8, 0};
   out.stored = true;
   return out;
 }
@@ -205,9 +206,14 @@ WeightLayout ct_group_layout(const ConfigReader& r, const json& g, const std::st
   }
   if (format == "int-quantized") {
     WeightLayout l = int_quantized_weights(r, w, wn);
-    if (given(g, "input_activations"))
-      l.activations = dynamic_activations(r, g["input_activations"], name + ".input_activations", "int",
-                                          "int-quantized: int8 activations, symmetric, dynamic");
+    if (given(g, "input_activations")) {
+      const json& a = g["input_activations"];
+      if (a.is_object() && a.value("dynamic", json(true)) == false)
+        l.activations = static_activations(r, a, name + ".input_activations", "int");
+      else
+        l.activations = dynamic_activations(r, a, name + ".input_activations", "int",
+                                            "int-quantized: int8 activations, symmetric, dynamic");
+    }
     return l;
   }
   expect_arg(r, w, wn, "num_bits", 8);
@@ -234,7 +240,7 @@ WeightLayout ct_group_layout(const ConfigReader& r, const json& g, const std::st
   if (given(g, "input_activations")) {
     const json& a = g["input_activations"];
     if (a.is_object() && a.value("dynamic", json(true)) == false)
-      l.activations = static_activations(r, a, name + ".input_activations");
+      l.activations = static_activations(r, a, name + ".input_activations", "float");
     else
       l.activations = dynamic_activations(r, a, name + ".input_activations", "float",
                                           "compressed-tensors FP8: float-quantized weights, dynamic activations");

@@ -172,8 +172,17 @@ TEST(Int8, CompressedTensorsIntQuantizedIsReadOrRefusedByName) {
   EXPECT_NE(e.find("input_activations.symmetric is false; linnet reads true (int-quantized: int8 activations"),
             std::string::npos)
       << e;
+  // Static: per tensor only, an input_scale a layer (fixture ct_w8a8_static_f32).
   e = refused([](json& g) { g["input_activations"]["dynamic"] = false; });
-  EXPECT_NE(e.find("input_activations.dynamic is false; linnet reads true"), std::string::npos) << e;
+  EXPECT_NE(e.find("input_activations.strategy is \"token\"; linnet reads \"tensor\""), std::string::npos) << e;
+  {
+    json k = fixture;
+    auto& a = k["quantization_config"]["config_groups"]["group_0"]["input_activations"];
+    a["dynamic"] = false, a["strategy"] = "tensor";
+    const ModelConfig s = parse_hf_config(k, "cfg");
+    EXPECT_EQ(s.quantization->matrices.describe(), "int8 per channel, activations int8 static per tensor");
+    EXPECT_EQ(s.quantization->matrices.companions_of({64, 64}).back().suffix, "input_scale");
+  }
   e = refused([](json& g) { g["input_activations"]["type"] = "float"; });
   EXPECT_NE(e.find("input_activations.type is \"float\"; linnet reads \"int\""), std::string::npos) << e;
   e = refused([](json& g) { g["input_activations"]["strategy"] = "tensor"; });

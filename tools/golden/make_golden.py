@@ -360,6 +360,10 @@ CT_FP8_DYNAMIC = {"weights": dict(CT_FP8_WEIGHTS, strategy="channel"),
 # input_scale [1] calibrated (static min-max over calibration inputs), x' = e4m3(clamp(x / s)) * s.
 CT_FP8_STATIC = {"weights": dict(CT_FP8_WEIGHTS, strategy="tensor"),
                  "input_activations": dict(CT_FP8_INPUTS, strategy="tensor", dynamic=False)}
+# compressed-tensors' int-quantized W8A8 with static activations (SmoothQuant-era "INT8 static"
+# checkpoints): int8 weights per channel and each layer's input_scale [1] (static min-max / 127.5).
+CT_W8A8_STATIC = {"weights": dict(num_bits=8, type="int", symmetric=True, dynamic=False, strategy="channel"),
+                  "input_activations": dict(num_bits=8, type="int", symmetric=True, dynamic=False, strategy="tensor")}
 CT_FP8_BLOCK = {"weights": dict(CT_FP8_WEIGHTS, strategy="block", block_structure=[8, 16]),
                 "input_activations": dict(CT_FP8_INPUTS, strategy="group", group_size=16)}
 
@@ -578,6 +582,12 @@ ISSUE37_CASES = [
                 "[1] (static min-max over 4 random calibration sequences of 12 tokens: inputs beyond it clamp at "
                 "448); embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
          steps=8, dtypes=[("_f32", "float32")], ct=CT_FP8_STATIC),
+    dict(family("ct_w8a8_static", "LlamaForCausalLM in compressed-tensors W8A8 with static activations "
+                "(int-quantized): q/k/v/o and gate/up/down weights I8 with float32 weight_scale [out, 1] per "
+                "channel, every quantized layer's input rounded to int8 with its static float32 input_scale [1] "
+                "(static min-max / 127.5 over 4 random calibration sequences of 12 tokens; inputs beyond it clamp "
+                "at -128 and 127); embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_W8A8_STATIC),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -1305,8 +1315,9 @@ def ct_checks(ref, ct, ct_q, d, toks, logits):
             s_static = CT_INPUT_SCALES.get(k[:-len(".weight")])
             want = ct_linear_reference(x, *ct_q[k], act, s_static)
             assert torch.equal(want, y), f"{k}: not the re-derived fake-quantized linear (rel {rel(y, want):.3g})"
-            v = ct_scaled_inputs(x, act) if s_static is None else (x / s_static).clamp(-FP8_MAX, FP8_MAX)
-            margin = min(margin, e4m3_rounding_margin(v) if act["type"] == "float" else int_rounding_margin(v))
+            v = ct_scaled_inputs(x, act) if s_static is None else x / s_static
+            margin = min(margin, e4m3_rounding_margin(v[v.abs() < FP8_MAX]) if act["type"] == "float"
+                         else int_rounding_margin(v))
     r = None
     if "groups" not in ct:  # (transformers 5.24's dequantize=True load fails on a mixed-precision checkpoint)
         with warnings.catch_warnings():  # "the quantization_config from the model will be used" (and dequantize ours)
@@ -1366,9 +1377,10 @@ class ct_margin_hooks:
 
     def seen(self, mod, inputs, output):
         x = inputs[0]
-        if self.act.get("dynamic") is False:  # static FP8: the layer's input_scale, values past it clamped
-            v = (x / mod.input_scale).clamp(-FP8_MAX, FP8_MAX)
-            self.least = min(self.least, e4m3_rounding_margin(v[v.abs() < FP8_MAX]))
+        if self.act.get("dynamic") is False:  # static: the layer's input_scale, values past it clamped
+            v = x / mod.input_scale
+            self.least = min(self.least, e4m3_rounding_margin(v[v.abs() < FP8_MAX]) if self.act["type"] == "float"
+                             else int_rounding_margin(v))
             return
         v = ct_scaled_inputs(x if x.ndim == 3 else x.unsqueeze(0), self.act)
         self.least = min(self.least, int_rounding_margin(v))
@@ -1791,7 +1803,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         raise AssertionError(f"{name}: no inputs with int8 activations clear of rounding boundaries")
     if margins is not None:
         margins.remove()
-        which = "int8" if acts.get("type") == "int" else "fp8_static"
+        which = ("int8" if acts.get("type") == "int" else "fp8") + ("_static" if acts.get("dynamic") is False else "")
         checks[f"ct_{which}_activation_min_rel_margin"] = float(f"{margins.smallest():.3g}")
         checks[f"ct_{which}_input_draws"] = draw + 1
     g = {k: v.contiguous() for k, v in g.items()}
@@ -1831,9 +1843,12 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             "format": "int-quantized", "weights": ct["weights"], "input_activations": ct["input_activations"],
             "ignore": ["lm_head"], "weight_dtype": "I8", "scale_dtype": "F32",
             "weight_and_scale_shapes": dict(sorted(layout.items())),
-            "activations": "every quantized layer's input x fake-quantized at run time per token: s = amax|x| / "
-                           "127.5 in f32 (2^-23 where amax is 0), x' = round_half_even(clamp(x / s, -128, 127)) * s; "
-                           "y = x' @ (q * weight_scale)^T"}
+            "activations": ("every quantized layer's input x fake-quantized with its static input_scale s: x' = "
+                            "round_half_even(clamp(x / s, -128, 127)) * s; y = x' @ (q * weight_scale)^T"
+                            if ct["input_activations"].get("dynamic") is False else
+                            "every quantized layer's input x fake-quantized at run time per token: s = amax|x| / "
+                            "127.5 in f32 (2^-23 where amax is 0), x' = round_half_even(clamp(x / s, -128, 127)) * s; "
+                            "y = x' @ (q * weight_scale)^T")}
     elif ct_q and ct_is_mxfp4(ct):
         layout = {n: [list(q.shape), list(sc.shape)] for n, (q, sc) in ct_q.items()}
         entry["compressed_tensors"] = {
