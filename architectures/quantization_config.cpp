@@ -185,6 +185,17 @@ ActivationRounding dynamic_activations(const ConfigReader& r, const json& a, con
              "' is not supported (linnet reads token, and group with a group_size)"));
 }
 
+// A group's input_activations of `type` (float: FP8, int: int8), static or dynamic; none where
+// it has none.
+ActivationRounding input_activations(const ConfigReader& r, const json& g, const std::string& name, const char* type,
+                                     const char* dynamic_scheme) {
+  if (!given(g, "input_activations")) return {};
+  const json& a = g["input_activations"];
+  if (a.is_object() && a.value("dynamic", json(true)) == false)
+    return static_activations(r, a, name + ".input_activations", type);
+  return dynamic_activations(r, a, name + ".input_activations", type, dynamic_scheme);
+}
+
 // One compressed-tensors config group's scheme, stored in `format`: its weights' layout and the
 // rounding of its input_activations. (Every key that would change the numbers is read or refused.)
 WeightLayout ct_group_layout(const ConfigReader& r, const json& g, const std::string& name, const std::string& format) {
@@ -206,14 +217,7 @@ WeightLayout ct_group_layout(const ConfigReader& r, const json& g, const std::st
   }
   if (format == "int-quantized") {
     WeightLayout l = int_quantized_weights(r, w, wn);
-    if (given(g, "input_activations")) {
-      const json& a = g["input_activations"];
-      if (a.is_object() && a.value("dynamic", json(true)) == false)
-        l.activations = static_activations(r, a, name + ".input_activations", "int");
-      else
-        l.activations = dynamic_activations(r, a, name + ".input_activations", "int",
-                                            "int-quantized: int8 activations, symmetric, dynamic");
-    }
+    l.activations = input_activations(r, g, name, "int", "int-quantized: int8 activations, symmetric, dynamic");
     return l;
   }
   expect_arg(r, w, wn, "num_bits", 8);
@@ -237,14 +241,8 @@ WeightLayout ct_group_layout(const ConfigReader& r, const json& g, const std::st
     r.fail(str("quantization_config.", wn, ".strategy '", strategy.substr(0, 40),
                "' is not supported yet (linnet reads tensor, channel and block)"));
   }
-  if (given(g, "input_activations")) {
-    const json& a = g["input_activations"];
-    if (a.is_object() && a.value("dynamic", json(true)) == false)
-      l.activations = static_activations(r, a, name + ".input_activations", "float");
-    else
-      l.activations = dynamic_activations(r, a, name + ".input_activations", "float",
-                                          "compressed-tensors FP8: float-quantized weights, dynamic activations");
-  }
+  l.activations = input_activations(r, g, name, "float",
+                                    "compressed-tensors FP8: float-quantized weights, dynamic activations");
   return l;
 }
 

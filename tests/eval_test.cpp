@@ -8,6 +8,8 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -48,23 +50,38 @@ void expect_close(double got, double want, const std::string& what) {
   EXPECT_LE(std::abs(got - want), 1e-4 * std::max(1.0, std::abs(want))) << what << ": " << got << " vs " << want;
 }
 
+// linnet's multiple-choice results `m` against lm-eval's requests `docs`: every loglikelihood,
+// and each is_greedy flag `flag` says to compare (the count of those is returned); then `more`
+// on each (request, linnet's document, index).
+size_t check_mc(const json& docs, const std::map<std::string, json>& m, const std::function<bool(const json&)>& flag,
+                const std::function<void(const json&, const json&, size_t, const std::string&)>& more = {}) {
+  size_t requests = 0, flags = 0;
+  for (const json& doc : docs) {
+    const json& got = m.at(doc["id"].get<std::string>());
+    EXPECT_EQ(got["loglikelihood"].size(), doc["requests"].size());
+    for (size_t k = 0; k < doc["requests"].size() && k < got["loglikelihood"].size(); ++k, ++requests) {
+      const json& want = doc["requests"][k];
+      const std::string what = doc["id"].get<std::string>() + " choice " + std::to_string(k);
+      expect_close(got["loglikelihood"][k].get<double>(), want["loglikelihood"].get<double>(), what);
+      if (flag(want)) {
+        EXPECT_EQ(got["is_greedy"][k], want["is_greedy"]) << what;
+        ++flags;
+      }
+      if (more) more(want, got, k, what);
+    }
+  }
+  EXPECT_EQ(requests, 48u);
+  return flags;
+}
+
 void check_against_lm_eval(const fs::path& mc, const fs::path& rolling, const std::string& how) {
   SCOPED_TRACE(how);
   const json e = json::parse(std::ifstream(kFixture / "expected.json"));
   const auto m = results(mc), r = results(rolling);
-  size_t requests = 0;
-  for (const json& doc : e["mc"]["docs"]) {
-    const json& got = m.at(doc["id"].get<std::string>());
-    ASSERT_EQ(got["loglikelihood"].size(), doc["requests"].size());
-    for (size_t k = 0; k < doc["requests"].size(); ++k, ++requests) {
-      const json& want = doc["requests"][k];
-      const std::string what = doc["id"].get<std::string>() + " choice " + std::to_string(k);
-      expect_close(got["loglikelihood"][k].get<double>(), want["loglikelihood"].get<double>(), what);
-      EXPECT_EQ(got["is_greedy"][k], want["is_greedy"]) << what;
-      EXPECT_EQ(got["tokens"][k], want["continuation_enc"].size()) << what;
-    }
-  }
-  EXPECT_EQ(requests, 48u);
+  check_mc(e["mc"]["docs"], m, [](const json&) { return true; },
+           [](const json& want, const json& got, size_t k, const std::string& what) {
+             EXPECT_EQ(got["tokens"][k], want["continuation_enc"].size()) << what;
+           });
   double ll = 0;
   int64_t words = 0, bytes = 0;
   for (const json& doc : e["rolling"]["docs"]) {
@@ -127,21 +144,9 @@ TEST(Eval, MatchesLmEvaluationHarnessOnAQuantizedCheckpoint) {
     r = linnet_run(rolling, 120, ranks);
     ASSERT_EQ(r.exit_code, 0) << r.errors;
     const auto m = results(d / "mc.jsonl"), ro = results(d / "rolling.jsonl");
-    size_t requests = 0, flags = 0;
-    for (const json& doc : e["mc"]["docs"]) {
-      const json& got = m.at(doc["id"].get<std::string>());
-      ASSERT_EQ(got["loglikelihood"].size(), doc["requests"].size());
-      for (size_t k = 0; k < doc["requests"].size(); ++k, ++requests) {
-        const json& want = doc["requests"][k];
-        const std::string what = doc["id"].get<std::string>() + " choice " + std::to_string(k);
-        expect_close(got["loglikelihood"][k].get<double>(), want["loglikelihood"].get<double>(), what);
-        if (std::abs(want["greedy_margin"].get<double>()) > 1e-3) {
-          EXPECT_EQ(got["is_greedy"][k], want["is_greedy"]) << what;
-          ++flags;
-        }
-      }
-    }
-    EXPECT_EQ(requests, 48u);
+    const size_t flags = check_mc(e["mc"]["docs"], m, [](const json& want) {
+      return std::abs(want["greedy_margin"].get<double>()) > 1e-3;
+    });
     EXPECT_GE(flags, 40u);
     double ll = 0;
     int64_t bytes = 0;

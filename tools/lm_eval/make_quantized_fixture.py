@@ -20,19 +20,17 @@ Run it with `python3 tools/lm_eval/make_quantized_fixture.py` after make_fixture
 tools/lm_eval/.venv (requirements.txt beside this file, compressed-tensors included).
 Deterministic: the quantization is round to nearest; re-running writes the same files.
 """
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
-VENV = os.path.join(HERE, ".venv")
-VENV_PY = os.path.join(VENV, "bin", "python")
-FIXTURE = os.path.join(ROOT, "tests", "fixtures", "lm_eval")
-DENSE = os.path.join(FIXTURE, "model")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import make_fixture as mf  # noqa: E402  (its paths, offline environment and CLI runner)
+
+HERE, ROOT, VENV, VENV_PY = mf.HERE, mf.ROOT, mf.VENV, mf.VENV_PY
+FIXTURE = mf.OUT
+DENSE = mf.MODEL_DIR
 QUANTIZED = os.path.join(FIXTURE, "model_w4a16")
 GROUP = 32
 
@@ -117,8 +115,6 @@ def greedy_margins(model_dir, tmp, samples):
 
 def main():
     in_venv()
-    sys.path.insert(0, HERE)
-    import make_fixture as mf  # its offline environment and CLI runner
     tmp = tempfile.mkdtemp(prefix="linnet_lm_eval_q_")
     env = mf.offline_env(tmp)
     os.environ.clear()
