@@ -715,7 +715,8 @@ OPS_TEST(SumSquaresAndColumnNorms, "sum_squares", "rms_norm_cols") {
 }
 
 // compressed-tensors' dynamic activations: each row's amax, and x rounded to FP8 or int8 per row
-// (its own amax, or a given one: a row split across shards) or per group of columns.
+// (its own amax, or a given one: a row split across shards) or per group of columns; and static
+// ones: one stored scale for every element (group 1: none given, the checkpoint's 0.02).
 OPS_TEST(RowAmaxAndRoundActivations, "row_amax", "round_activations") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {
@@ -724,19 +725,21 @@ OPS_TEST(RowAmaxAndRoundActivations, "row_amax", "round_activations") {
   for (const Case c : {Case{1, 16}, Case{7, 300}, Case{33, 1024}})
     for (DType act : kActs)
       for (ActivationFormat f : {ActivationFormat::fp8, ActivationFormat::int8})
-        for (int64_t group : {int64_t{-1}, int64_t{0}, int64_t{16}}) {  // 0: per row, the amax given
+        for (int64_t group : {int64_t{-1}, int64_t{0}, int64_t{16}, int64_t{1}}) {  // 0: amax given; 1: static
           const auto xv = in_dtype(randn(c.n * c.width, 157, 3.0f), act);
           OpRun run = [&](Backend& be, bool ref) -> Outputs {
             Tensor x = put(be, ref, {c.n, c.width}, xv, act);
             Tensor amax = poison(be, ref, {c.n}, DType::f32), out = poison(be, ref, {c.n, c.width}, act);
             be.row_amax(x, amax);
             if (group == 0) be.pointwise(amax, Backend::Pointwise::multiply, 1.5f);  // another shard's larger
-            be.round_activations(x, {f, group == 0 ? -1 : group}, group == 0 ? &amax : nullptr, out);
+            ActivationRounding r{f, group == 0 ? -1 : group};
+            if (group == 1) r.group = 0, r.stored = true, r.scale = 0.02f;  // (3σ inputs: some clamp)
+            be.round_activations(x, r, group == 0 ? &amax : nullptr, out);
             return {be.to_host(amax), be.to_host(out)};
           };
           check_op("round_activations",
                    str(c.n, "x", c.width, f == ActivationFormat::fp8 ? " fp8" : " int8",
-                       group < 0 ? " per row" : group == 0 ? " per row, amax given" : " per 16"),
+                       group < 0 ? " per row" : group == 0 ? " per row, amax given" : group == 1 ? " static" : " per 16"),
                    dts(act, act), run, {{"amax", 0.0, true}, {"out", bound_for(act), act == DType::f32}});
         }
 }

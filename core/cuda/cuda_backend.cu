@@ -776,13 +776,11 @@ void CudaBackend::row_amax_op(const Tensor& x, Tensor& out) {
 void CudaBackend::round_activations_op(const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax,
                                        Tensor& out) {
   act_type("round_activations", "x", x);
-  if (rounding.stored)
-    throw Error("cuda backend round_activations: static activation scales (compressed-tensors' FP8 scheme) are not "
-                "computed on CUDA yet");
   activate();
   flush();
   cuda::launch_round_activations(dt(x), x.data(), x.dim(0), x.dim(1), rounding.format == ActivationFormat::fp8,
-                                 rounding.group, row_amax ? row_amax->ptr<float>() : nullptr, out.data(), stream_);
+                                 rounding.group, row_amax ? row_amax->ptr<float>() : nullptr,
+                                 rounding.stored ? rounding.scale : 0.0f, out.data(), stream_);
 }
 
 void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,

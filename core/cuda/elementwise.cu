@@ -181,7 +181,7 @@ __global__ void row_amax_kernel(const T* x, int64_t W, float* out) {
 // s, ±448)) · s or rint(clamp(x / s, −128, 127)) · s, correctly rounded division and products.
 template <class T>
 __global__ void round_activations_kernel(const T* x, int64_t W, int64_t group, int64_t groups, bool fp8,
-                                         const float* row_amax, T* out) {
+                                         const float* row_amax, float static_scale, T* out) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x / groups, c0 = (blockIdx.x % groups) * group, c1 = min(W, c0 + group);
   const T* in = x + r * W;
@@ -195,6 +195,7 @@ __global__ void round_activations_kernel(const T* x, int64_t W, int64_t group, i
   }
   float s = __fdiv_rn(amax, fp8 ? 448.f : 127.5f);
   if (s == 0.f) s = 1.1920928955078125e-7f;  // 2^-23
+  if (static_scale > 0.f) s = static_scale;   // static: the checkpoint's input_scale
   for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
     const float q = __fdiv_rn(to_f(in[c]), s);
     float v;
@@ -377,12 +378,12 @@ void launch_row_amax(int dt, const void* x, int64_t N, int64_t W, float* out, cu
 }
 
 void launch_round_activations(int dt, const void* x, int64_t N, int64_t W, bool fp8, int64_t group,
-                              const float* row_amax, void* out, cudaStream_t s) {
+                              const float* row_amax, float static_scale, void* out, cudaStream_t s) {
   if (N == 0 || W == 0) return;
   const int64_t g = group > 0 ? group : W, groups = (W + g - 1) / g;
   by_act(dt, "round_activations", [&]<class T>() {
     round_activations_kernel<T><<<static_cast<unsigned>(N * groups), 128, 0, s>>>(
-        static_cast<const T*>(x), W, g, groups, fp8, row_amax, static_cast<T*>(out));
+        static_cast<const T*>(x), W, g, groups, fp8, row_amax, static_scale, static_cast<T*>(out));
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }

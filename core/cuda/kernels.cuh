@@ -31,9 +31,10 @@ void launch_sum_squares(int dt, const void* x, int64_t N, int64_t W, int64_t c0,
 // max |x| of each row of x [N, W] into out [N] f32.
 void launch_row_amax(int dt, const void* x, int64_t N, int64_t W, float* out, cudaStream_t s);
 // x [N, W] rounded into out (same dtype) as compressed-tensors' dynamic activations: fp8 (true)
-// or int8, per row (group < 0) or per `group` columns; row_amax [N] given or null.
+// or int8, per row (group < 0) or per `group` columns; row_amax [N] given or null; static_scale
+// > 0: that scale for every element instead (static activations: the checkpoint's input_scale).
 void launch_round_activations(int dt, const void* x, int64_t N, int64_t W, bool fp8, int64_t group,
-                              const float* row_amax, void* out, cudaStream_t s);
+                              const float* row_amax, float static_scale, void* out, cudaStream_t s);
 void launch_rms_norm_cols(int dt, void* x, int64_t N, int64_t W, int64_t c0, int64_t groups, int64_t width,
                           const void* w, int wdt, float eps, const float* sum_sq, int64_t count, cudaStream_t s);
 // out[m] = src[index[m]] (row_bytes each) or zeros where index[m] < 0 or >= src_rows.
