@@ -399,16 +399,15 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   if (method == "gptq") return gptq(r, q);
   if (method == "compressed-tensors") {
     Quantization out = compressed_tensors(r, q);
-    // The experts' products (SparseMoe's grouped matmuls) take their inputs as they are.
-    if (c.moe() && std::any_of(out.schemes.begin(), out.schemes.end(),
-                               [](const Quantization::Scheme& s) { return s.layout.activations.any(); }))
-      r.fail(str("quantization_config: a compressed-tensors mixture of experts with quantized input_activations (",
-                 out.describe(), ") is not read yet: the experts' inputs are not rounded (weight-only "
-                 "schemes, W4A16 and MXFP4A16, are read)"));
-    if (c.moe() && out.matrices.activations.any())
-      r.fail(str("quantization_config: a compressed-tensors mixture of experts with quantized input_activations (",
-                 out.matrices.describe(), ") is not read yet: the experts' inputs are not rounded (weight-only "
-                 "schemes, W4A16 and MXFP4A16, are read)"));
+    // The experts' grouped products round their rows' inputs as a Linear does (dynamic scales: a
+    // row's own). Static ones are one input_scale per expert, which one stacked matrix cannot hold.
+    const auto is_static = [](const WeightLayout& l) { return l.activations.stored; };
+    if (c.moe() && (is_static(out.matrices) ||
+                    std::any_of(out.schemes.begin(), out.schemes.end(),
+                                [&](const Quantization::Scheme& s) { return is_static(s.layout); })))
+      r.fail(str("quantization_config: a compressed-tensors mixture of experts with static input_activations (",
+                 out.describe(), ") is not read yet: each expert has its own input_scale (dynamic activations, "
+                 "and weight-only schemes, are read)"));
     return out;
   }
   r.fail(str("quantization_config.quant_method '", method.size() > 40 ? method.substr(0, 37) + "..." : method,

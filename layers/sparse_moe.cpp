@@ -29,10 +29,13 @@ void SparseMoe::run_experts(Context& ctx, const Tensor& xs, const std::vector<in
   Backend& be = ctx.backend;
   const int64_t m = xs.dim(0);
   Tensor gu = be.empty({m, 2 * inner}, xs.dtype());
-  be.grouped_matmul(xs, gate_up.weight, offsets, gu);
+  be.grouped_matmul(gate_up.rounded_input(ctx, xs, false), gate_up.weight, offsets, gu);
   Tensor act = be.empty({m, inner}, xs.dtype());
   be.swiglu(gu, act);
-  be.grouped_matmul(act, down.weight, offsets, y);
+  // Tensor sharding slices down by columns: a per-token scale takes the whole row's amax, all-reduced
+  // (every rank holds the same rows in the same order). Expert sharding holds experts whole.
+  const bool columns_split = !expert_parallel && ctx.comm.size() > 1;
+  be.grouped_matmul(down.rounded_input(ctx, act, columns_split), down.weight, offsets, y);
 }
 
 void SparseMoe::forward(Context& ctx, const Tensor& x, Tensor& out) const {

@@ -62,7 +62,9 @@ class SparseMoe {
   // Every expert on this rank (one rank, or tensor sharding and its all-reduce).
   void forward_local(Context& ctx, const Tensor& x, Tensor& out) const;
   void forward_expert_parallel(Context& ctx, const Tensor& x, Tensor& out) const;
-  // The local experts' SwiGLU over rows grouped by expert (offsets: local experts + 1).
+  // The local experts' SwiGLU over rows grouped by expert (offsets: local experts + 1). A format
+  // that rounds a Linear's input (compressed-tensors' dynamic activations) rounds each product's
+  // rows alike, per row: a row's numbers stay its own whatever its expert's other rows.
   void run_experts(Context& ctx, const Tensor& xs, const std::vector<int64_t>& offsets, Tensor& y) const;
 };
 

@@ -285,7 +285,7 @@ TEST(Int4, TheFootprintCountsStoredBytes) {
 // as their own layers; whole models: conformance's ct_w4a16_qwen3_moe_f32, ct_mxfp4_qwen3_moe_f32
 // in both shardings); one that rounds its inputs is refused by name, as SparseMoe's grouped
 // products take the experts' inputs as they are.
-TEST(Int4, CompressedTensorsMixturesOfExpertsAreReadWeightOnly) {
+TEST(Int4, CompressedTensorsMixturesOfExpertsAreRead) {
   const json moe = json::parse(read_text(kGolden / "ct_w4a16_qwen3_moe_f32/config.json"));
   const ModelConfig c = parse_hf_config(moe, "cfg");
   ASSERT_TRUE(c.moe() && c.quantization);
@@ -300,11 +300,15 @@ TEST(Int4, CompressedTensorsMixturesOfExpertsAreReadWeightOnly) {
     if (p.hf_name.ends_with(".mlp.gate.weight")) EXPECT_TRUE(p.layout.dense()) << p.hf_name;  // the routers
   }
   EXPECT_EQ(experts, 2 * 8 * 3);  // two sparse layers of 8 experts' gate, up, down
+  // Dynamic activations: read, the experts' inputs rounded as a Linear's (fixture
+  // ct_fp8_dynamic_qwen3_moe_f32); static ones (an input_scale per expert) refused.
   json w8a8 = moe;
   w8a8["quantization_config"] = json::parse(read_text(kGolden / "ct_w8a8_f32/config.json"))["quantization_config"];
+  EXPECT_EQ(parse_hf_config(w8a8, "cfg").quantization->matrices.describe(), "int8 per channel, activations int8 per token");
+  w8a8["quantization_config"] = json::parse(read_text(kGolden / "ct_w8a8_static_f32/config.json"))["quantization_config"];
   const std::string e = error_of([&] { parse_hf_config(w8a8, "cfg"); });
-  EXPECT_NE(e.find("a compressed-tensors mixture of experts with quantized input_activations (int8 per channel, "
-                   "activations int8 per token) is not read yet"),
+  EXPECT_NE(e.find("a compressed-tensors mixture of experts with static input_activations (int8 per channel, "
+                   "activations int8 static per tensor (not converted: lm_head)) is not read yet"),
             std::string::npos)
       << e;
 }

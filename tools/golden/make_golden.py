@@ -588,6 +588,17 @@ ISSUE37_CASES = [
                 "(static min-max / 127.5 over 4 random calibration sequences of 12 tokens; inputs beyond it clamp "
                 "at -128 and 127); embeddings, norms and lm_head (ignored) f32", **FP8_LLAMA),
          steps=8, dtypes=[("_f32", "float32")], ct=CT_W8A8_STATIC),
+    # compressed-tensors FP8 dynamic in a mixture of experts (RedHatAI's Qwen3-30B-A3B-FP8-dynamic):
+    # every expert's gate/up/down rounds its input per token as a Linear does. transformers 5.24
+    # fuses the experts into parameters, which compressed-tensors' hooks do not reach, so the
+    # reference rounds them in ct_moe_rounding (compressed-tensors' forward on each expert's rows).
+    dict(moe_case("qwen3_moe", "ct_fp8_dynamic_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors FP8 dynamic "
+                  "(float-quantized, weights per channel, activations per token) with per-expert "
+                  "experts.E.gate_proj/up_proj/down_proj, q/k/v/o and the dense layer 1's gate/up/down; routers, "
+                  "embeddings, norms and lm_head f32; hidden 64, 8 heads of 8 over 4 KV heads, intermediate 64, "
+                  "experts' inner 32. Otherwise qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8,
+                  num_key_value_heads=4, intermediate_size=64, moe_intermediate_size=32),
+         steps=8, dtypes=[("_f32", "float32")], ct=CT_FP8_DYNAMIC),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
@@ -1127,11 +1138,15 @@ def ct_quantize_experts(d, ct):
     from safetensors.torch import load_file, save_file
     from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
     from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+    from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor
     from compressed_tensors.quantization.utils import calculate_qparams
-    assert ct["weights"]["strategy"] == "group" and not ct.get("input_activations"), ct
+    fp8 = ct["weights"]["type"] == "float" and ct["weights"]["num_bits"] == 8
+    assert (ct["weights"]["strategy"] == "group" and not ct.get("input_activations")) or \
+        (fp8 and ct["weights"]["strategy"] == "channel"), ct
     scheme = ct_quantization_config(ct).config_groups["group_0"]
-    args, gs = scheme.weights, ct["weights"]["group_size"]
-    compressor = MXFP4PackedCompressor if ct_is_mxfp4(ct) else PackedQuantizationCompressor
+    args, gs = scheme.weights, ct["weights"].get("group_size")
+    compressor = (FloatQuantizationCompressor if fp8 else
+                  MXFP4PackedCompressor if ct_is_mxfp4(ct) else PackedQuantizationCompressor)
     path = os.path.join(d, "model.safetensors")
     st, out, parts = load_file(path), {}, {}
     for k, w in st.items():
@@ -1139,14 +1154,23 @@ def ct_quantize_experts(d, ct):
             out[k] = w
             continue
         R, C = w.shape
-        assert C % gs == 0, (k, tuple(w.shape), gs)
-        groups = w.reshape(R, C // gs, gs)
-        scale, zp = calculate_qparams(groups.amin(-1), groups.amax(-1), args)
+        if fp8:  # per channel
+            scale, zp = calculate_qparams(w.amin(1, keepdim=True), w.amax(1, keepdim=True), args)
+        else:
+            assert C % gs == 0, (k, tuple(w.shape), gs)
+            groups = w.reshape(R, C // gs, gs)
+            scale, zp = calculate_qparams(groups.amin(-1), groups.amax(-1), args)
         local = {"weight": w, "weight_scale": scale, "weight_zero_point": zp}
         packed = compressor.compress(local, scheme)
         base = k[:-len("weight")]
         for n, t in packed.items():
             out[base + n] = t.contiguous()
+        if fp8:
+            q = packed["weight"]
+            mine = (w / ct_expand(scale, q.shape)).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+            assert torch.equal(mine.view(torch.uint8), q.view(torch.uint8)), f"{k}: not e4m3(clamp(w / scale))"
+            parts[k] = (q.clone(), packed["weight_scale"].clone())
+            continue
         m = SimpleNamespace(**{n: SimpleNamespace(data=t) for n, t in packed.items()})
         parts[k] = ct_mxfp4_unpack(m) if ct_is_mxfp4(ct) else ct_int4_unpack(m)
     assert parts, "no per-expert weights"
@@ -1212,6 +1236,14 @@ CT_MXFP4_REFERENCE = (
     "and m2 to have the same dtype\"). Every MXFP4 value times its power-of-two scale is exact in bf16 and f32")
 
 
+CT_MOE_ROUNDING_REFERENCE = (
+    "transformers 5.24's default load (compressed-tensors 0.20.1 decompressing every layer, its hooks rounding each "
+    "Linear's input to FP8 per token) with each fused experts module's forward made to round every expert's inputs "
+    "alike before its gate_up and down products (make_golden.py ct_moe_rounding): transformers 5.24 fuses the "
+    "per-expert checkpoint tensors into parameters, which compressed-tensors' hooks do not reach, so its own "
+    "forward would leave the experts' inputs unrounded, unlike the format (per-expert Linear layers) and vLLM")
+
+
 CT_MOE_REFERENCE = (
     "; each expert's decompressed gate/up/down fused into experts.gate_up_proj / experts.down_proj as transformers "
     "5.24 fuses per-expert checkpoint tensors")
@@ -1266,6 +1298,62 @@ def ct_expand(scale, shape):
     return fp8_expand(scale, (shape[0] // scale.shape[0], shape[1] // scale.shape[1]), shape)
 
 
+def ct_round_inputs(x, act):
+    """x [..., in] rounded per token as compressed-tensors' dynamic input_activations round a
+    Linear's input (ct_linear_reference's rounding; any number of leading dimensions)."""
+    import torch
+    assert act["strategy"] == "token" and act.get("dynamic", True), act
+    s = x.abs().amax(-1, keepdim=True) / (FP8_MAX if act["type"] == "float" else 127.5)
+    s = torch.where(s == 0, torch.tensor(torch.finfo(torch.float32).eps), s)
+    v = x / s
+    CT_ROUNDED_MARGIN[0] = min(CT_ROUNDED_MARGIN[0], e4m3_rounding_margin(v[v.abs() < FP8_MAX])
+                               if act["type"] == "float" else int_rounding_margin(v))
+    if act["type"] == "float":
+        return v.clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).to(torch.float32) * s
+    return torch.round(v.clamp(-128, 127)) * s
+
+
+CT_ROUNDED_MARGIN = [float("inf")]  # the least rounding margin of ct_round_inputs' values (ct_margin_hooks)
+
+
+def ct_moe_rounding(ref, act):
+    """Each fused experts module of `ref` (transformers 5.24's Qwen3MoeExperts: its gate_up_proj and
+    down_proj parameters, which compressed-tensors' Linear hooks do not reach) made to round each
+    expert's inputs per token before its two products (ct_round_inputs), as compressed-tensors
+    rounds them on per-expert Linear layers (transformers 4, vLLM). Its forward otherwise as
+    transformers 5.24 writes it."""
+    import types
+    import torch
+    from torch import nn
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        final_hidden_states = torch.zeros_like(hidden_states)
+        with torch.no_grad():
+            expert_mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1)
+            expert_mask = expert_mask.permute(2, 1, 0)
+            expert_hit = torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero()
+        for expert_idx in expert_hit:
+            expert_idx = expert_idx[0]
+            if expert_idx == self.num_experts:
+                continue
+            top_k_pos, token_idx = torch.where(expert_mask[expert_idx])
+            current_state = ct_round_inputs(hidden_states[token_idx], act)
+            gate, up = nn.functional.linear(current_state, self.gate_up_proj[expert_idx]).chunk(2, dim=-1)
+            current_hidden_states = ct_round_inputs(self.act_fn(gate) * up, act)
+            current_hidden_states = nn.functional.linear(current_hidden_states, self.down_proj[expert_idx])
+            current_hidden_states = current_hidden_states * top_k_weights[token_idx, top_k_pos, None]
+            final_hidden_states.index_add_(0, token_idx, current_hidden_states.to(final_hidden_states.dtype))
+        return final_hidden_states
+
+    n = 0
+    for m in ref.modules():
+        if type(m).__name__ == "Qwen3MoeExperts":
+            m.forward = types.MethodType(forward, m)
+            n += 1
+    assert n, "no fused experts to round"
+    return n
+
+
 def ct_linear_reference(x, q, scale, act, s_static=None):
     """One quantized nn.Linear's output as compressed-tensors 0.20.1 computes it in an f32 model,
     re-derived here: the input fake-quantized per token (strategy "token") or per token and group
@@ -1294,8 +1382,10 @@ def ct_checks(ref, ct, ct_q, d, toks, logits):
     dequantization (CompressedTensorsConfig(dequantize=True): no activation quantization)."""
     import torch
     from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+    import re
     seen, hooks = {}, []
-    for k in ct_q:
+    linears = [k for k in ct_q if not re.match(FP8_EXPERT_WEIGHT, k)]  # (experts: fused, ct_moe_rounding)
+    for k in linears:
         m = ref.get_submodule(k[:-len(".weight")])
         hooks.append(m.register_forward_hook(lambda mod, i, o, k=k: seen.setdefault(k, []).append((i[0], o))))
     try:
@@ -1304,7 +1394,7 @@ def ct_checks(ref, ct, ct_q, d, toks, logits):
         for h in hooks:
             h.remove()
     assert torch.equal(again, logits)
-    assert sorted(seen) == sorted(ct_q), sorted(set(ct_q) - set(seen))
+    assert sorted(seen) == sorted(linears), sorted(set(linears) - set(seen))
     margin = float("inf")
     for k, calls in seen.items():
         act = ct_acts_of(ct, k[:-len(".weight")])
@@ -1372,8 +1462,12 @@ class ct_margin_hooks:
     of its inputs' x / s (ct_scaled_inputs) over every call until reset()."""
 
     def __init__(self, ref, ct, ct_q):
+        import re
         self.act, self.least = ct["input_activations"], float("inf")
-        self.hooks = [ref.get_submodule(k[:-len(".weight")]).register_forward_hook(self.seen) for k in ct_q]
+        # (a mixture's experts are fused: ct_round_inputs records theirs in CT_ROUNDED_MARGIN)
+        self.hooks = [ref.get_submodule(k[:-len(".weight")]).register_forward_hook(self.seen) for k in ct_q
+                      if not re.match(FP8_EXPERT_WEIGHT, k)]
+        CT_ROUNDED_MARGIN[0] = float("inf")
 
     def seen(self, mod, inputs, output):
         x = inputs[0]
@@ -1383,13 +1477,15 @@ class ct_margin_hooks:
                              else int_rounding_margin(v))
             return
         v = ct_scaled_inputs(x if x.ndim == 3 else x.unsqueeze(0), self.act)
-        self.least = min(self.least, int_rounding_margin(v))
+        self.least = min(self.least, int_rounding_margin(v) if self.act["type"] == "int"
+                         else e4m3_rounding_margin(v[v.abs() < FP8_MAX]))
 
     def smallest(self):
-        return self.least
+        return min(self.least, CT_ROUNDED_MARGIN[0])
 
     def reset(self):
         self.least = float("inf")
+        CT_ROUNDED_MARGIN[0] = float("inf")
 
     def remove(self):
         for h in self.hooks:
@@ -1665,6 +1761,9 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         # compressed-tensors' decompression (what the first forward's hook does), done now so that
         # the weights can be checked; the layers keep their activation-quantizing forward
         ref.hf_quantizer.compressor.decompress_model(ref)
+    if ct_q and "router" in c and ct.get("input_activations"):
+        checks["ct_fused_experts_inputs_rounded"] = ct_moe_rounding(ref, ct["input_activations"])
+        checks["reference"] = CT_MOE_ROUNDING_REFERENCE
     sd = ref.state_dict()
     for k, v in state.items():
         if k in want:
@@ -1706,7 +1805,10 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     # moves a logit by ~1e-2 (found on ct_fp8_static_f32's first draw: a packed run's value at a
     # midpoint within 1e-7).
     acts = ct.get("input_activations") or {} if ct_q else {}
-    margins = ct_margin_hooks(ref, ct, ct_q) if acts.get("type") == "int" or acts.get("dynamic") is False else None
+    # A mixture of experts with FP8 activations alike (its fused experts' rounding, ct_moe_rounding:
+    # the first draw had a flip, 1.5e-5 in the forward's logits).
+    margins = (ct_margin_hooks(ref, ct, ct_q) if acts.get("type") == "int" or acts.get("dynamic") is False
+               or (acts and "router" in c) else None)
     for draw in range(2000 if margins else 1):
         g = {}
         with torch.no_grad():
@@ -1804,6 +1906,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     if margins is not None:
         margins.remove()
         which = ("int8" if acts.get("type") == "int" else "fp8") + ("_static" if acts.get("dynamic") is False else "")
+        which += "_moe" if "router" in c else ""
         checks[f"ct_{which}_activation_min_rel_margin"] = float(f"{margins.smallest():.3g}")
         checks[f"ct_{which}_input_draws"] = draw + 1
     g = {k: v.contiguous() for k, v in g.items()}
