@@ -389,6 +389,18 @@ CT_W4A16_ASYM = {"weights": dict(num_bits=4, type="int", symmetric=False, dynami
 CT_MXFP4A16 = {"weights": dict(num_bits=4, type="float", symmetric=True, dynamic=False, strategy="group", group_size=32,
                                scale_dtype="uint8", zp_dtype="uint8")}
 
+# The quantized mixtures of experts' sizes: groups of 8 and words of 8 rows or columns fall whole on
+# every slice at Shards 4 in both shardings (expert inner 32: 8 a shard).
+QUANT_MOE = dict(hidden_size=64, head_dim=8, num_attention_heads=8, num_key_value_heads=4, intermediate_size=64,
+                 moe_intermediate_size=32)
+
+
+def quant_moe_case(name, note_prefix, dtypes, **fmt):
+    """A quantized Qwen3-MoE case: qwen3_moe's at QUANT_MOE's sizes, 8 greedy steps, its format's
+    keys (gptq=, awq=, ct=)."""
+    return dict(moe_case("qwen3_moe", name, note_prefix, **QUANT_MOE), steps=8, dtypes=dtypes, **fmt)
+
+
 ISSUE37_CASES = [
     dict(family("fp8_block", "LlamaForCausalLM in fine-grained FP8: q/k/v/o and gate/up/down weights F8_E4M3 "
                 "with float32 weight_scale_inv per [8, 16] block (scale = amax / 448), embeddings, norms and "
@@ -481,13 +493,12 @@ ISSUE37_CASES = [
     # the -AWQ ones): each expert's gate/up/down a quantized module of its own. Sizes chosen so that
     # groups of 8 and words of 8 rows or columns fall whole on every slice at Shards 4 in both
     # shardings (expert inner 32: 8 a shard).
-    dict(moe_case("qwen3_moe", "gptq_qwen3_moe", "Qwen3MoeForCausalLM in GPTQ (4 bits, groups of 8, sym, desc_act "
+    quant_moe_case("gptq_qwen3_moe", "Qwen3MoeForCausalLM in GPTQ (4 bits, groups of 8, sym, desc_act "
                   "false, checkpoint_format gptq) with per-expert experts.E.gate_proj/up_proj/down_proj, q/k/v/o and "
                   "the dense layer 1's gate/up/down as qweight/qzeros/scales/g_idx; routers (mlp.gate), embeddings, "
                   "norms and lm_head f16; hidden 64, 8 heads of 8 over 4 KV heads, intermediate 64, experts' inner "
-                  "32. Otherwise qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8,
-                  num_key_value_heads=4, intermediate_size=64, moe_intermediate_size=32),
-         steps=8, dtypes=[("_f16", "float16")], gptq=dict(group=8, sym=True)),
+                  "32. Otherwise qwen3_moe: ",
+                   [("_f16", "float16")], gptq=dict(group=8, sym=True)),
     dict(moe_case("qwen3_moe", "awq_qwen3_moe", "Qwen3MoeForCausalLM in AWQ (gemm, 4 bits, groups of 8, zero "
                   "points) with per-expert experts.E.gate_proj/up_proj/down_proj, q/k/v/o and the dense layer 1's "
                   "gate/up/down as qweight/qzeros/scales; routers (mlp.gate), embeddings, norms and lm_head f16; "
@@ -498,13 +509,12 @@ ISSUE37_CASES = [
     # compressed-tensors W4A16 and MXFP4 mixtures of experts as llm-compressor writes them
     # (RedHatAI's Qwen3-30B-A3B-quantized.w4a16): each expert's gate/up/down a quantized layer
     # (weight_packed, weight_scale), the routers not.
-    dict(moe_case("qwen3_moe", "ct_w4a16_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors W4A16 "
+    quant_moe_case("ct_w4a16_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors W4A16 "
                   "(pack-quantized, symmetric, groups of 8) with per-expert experts.E.gate_proj/up_proj/down_proj, "
                   "q/k/v/o and the dense layer 1's gate/up/down as weight_packed/weight_scale/weight_shape; routers, "
                   "embeddings, norms and lm_head f32; hidden 64, 8 heads of 8 over 4 KV heads, intermediate 64, "
-                  "experts' inner 32. Otherwise qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8,
-                  num_key_value_heads=4, intermediate_size=64, moe_intermediate_size=32),
-         steps=8, dtypes=[("_f32", "float32")], ct=dict(CT_W4A16, weights=dict(CT_W4A16["weights"], group_size=8))),
+                  "experts' inner 32. Otherwise qwen3_moe: ",
+                   [("_f32", "float32")], ct=dict(CT_W4A16, weights=dict(CT_W4A16["weights"], group_size=8))),
     dict(moe_case("qwen3_moe", "ct_mxfp4_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors MXFP4A16 "
                   "(mxfp4-pack-quantized) with per-expert experts.E.gate_proj/up_proj/down_proj, q/k/v/o and the "
                   "dense layer 1's gate/up/down as weight_packed/weight_scale; routers, embeddings, norms and lm_head "
@@ -592,13 +602,12 @@ ISSUE37_CASES = [
     # every expert's gate/up/down rounds its input per token as a Linear does. transformers 5.24
     # fuses the experts into parameters, which compressed-tensors' hooks do not reach, so the
     # reference rounds them in ct_moe_rounding (compressed-tensors' forward on each expert's rows).
-    dict(moe_case("qwen3_moe", "ct_fp8_dynamic_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors FP8 dynamic "
+    quant_moe_case("ct_fp8_dynamic_qwen3_moe", "Qwen3MoeForCausalLM in compressed-tensors FP8 dynamic "
                   "(float-quantized, weights per channel, activations per token) with per-expert "
                   "experts.E.gate_proj/up_proj/down_proj, q/k/v/o and the dense layer 1's gate/up/down; routers, "
                   "embeddings, norms and lm_head f32; hidden 64, 8 heads of 8 over 4 KV heads, intermediate 64, "
-                  "experts' inner 32. Otherwise qwen3_moe: ", hidden_size=64, head_dim=8, num_attention_heads=8,
-                  num_key_value_heads=4, intermediate_size=64, moe_intermediate_size=32),
-         steps=8, dtypes=[("_f32", "float32")], ct=CT_FP8_DYNAMIC),
+                  "experts' inner 32. Otherwise qwen3_moe: ",
+                   [("_f32", "float32")], ct=CT_FP8_DYNAMIC),
 ]
 
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
