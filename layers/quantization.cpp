@@ -92,18 +92,12 @@ const WeightLayout* Quantization::layout_of(const std::string& module) const {
 }
 
 std::string Quantization::describe() const {
-  if (!schemes.empty()) {
-    std::string s;
-    for (const Scheme& g : schemes) {
-      s += s.empty() ? "" : "; ";
-      for (size_t i = 0; i < g.targets.size(); ++i) s += (i ? ", " : "") + g.targets[i];
-      s += ": " + g.layout.describe();
-    }
-    std::string ignored;
-    for (const auto& p : not_converted) ignored += " " + p;
-    return ignored.empty() ? s : s + " (not converted:" + ignored + ")";
+  std::string s = schemes.empty() ? matrices.describe() : "";
+  for (const Scheme& g : schemes) {  // "Linear: int4 groups of 16; re:.*self_attn.*: fp8 per channel"
+    s += s.empty() ? "" : "; ";
+    for (size_t i = 0; i < g.targets.size(); ++i) s += (i ? ", " : "") + g.targets[i];
+    s += ": " + g.layout.describe();
   }
-  std::string s = matrices.describe();
   if (!not_converted.empty()) {
     s += " (not converted:";
     for (const auto& p : not_converted) s += " " + p;

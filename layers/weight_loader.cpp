@@ -103,7 +103,7 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
       throw Error(str(spec(n).hf_name, " is stored ", spec(n).layout.describe(), ", but ", first.hf_name,
                       " (one matrix with it) ", layout.describe(), ": quantization_config must convert both or neither"));
   std::vector<Backend::QuantizedPart> q;
-  std::string first_order_name;
+  std::string first_order_name, first_scale_name;
   for (const auto& n : parts) {
     const ParamSpec& p = spec(n);
     LINNET_CHECK(p.held_by(shard_), n, " is held by shard ", p.owner, ", not ", shard_);
@@ -114,7 +114,7 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
     const std::vector<WeightCompanion> roles = layout.companions_of(p.full);
     // The group index first: one that reorders the groups puts any group in a shard's columns,
     // so a row-parallel shard then reads every group's scales and zero points.
-    std::string order_name = p.hf_name;  // (its g_idx's name, for an error)
+    std::string order_name = p.hf_name, scale_name;  // (its g_idx's and input_scale's names, for an error)
     for (size_t i = 0; i < companions.size(); ++i)
       if (roles[i].role == PartRole::group_index) {
         part.group_index = group_index(companions[i], weights_.read(companions[i], shard_), layout.block_cols,
@@ -131,6 +131,7 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
         case PartRole::scales: part.scales = t.dtype() == DType::f8_e8m0 ? t : converted(t, DType::f32); break;
         case PartRole::zero_points: part.zero_points = t; break;
         case PartRole::input_scale:
+          scale_name = c.hf_name;
           part.input_scale = converted(t, DType::f32);
           if (!(part.input_scale.ptr<float>()[0] > 0))
             throw Error(str(c.hf_name, " is ", part.input_scale.ptr<float>()[0],
@@ -145,14 +146,12 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
       throw Error(str(order_name, " orders the columns' groups unlike ", first_order_name,
                       ", stacked with it into one matrix: its parts must share one column order (experts reordered "
                       "each their own way by desc_act are not read yet)"));
-    if (q.empty()) first_order_name = order_name;
+    if (q.empty()) first_order_name = order_name, first_scale_name = scale_name;
     // Static activations: one rounding of the matrix's input, so one input_scale (the parts share
     // the input, and llm-compressor calibrates each on it).
     if (!q.empty() && part.input_scale.defined() &&
         part.input_scale.ptr<float>()[0] != q[0].input_scale.ptr<float>()[0])
-      throw Error(str(layout.part_name(p.hf_name, layout.companions_of(p.full).back()), " is ",
-                      part.input_scale.ptr<float>()[0], ", but ",
-                      layout.part_name(spec(parts[0]).hf_name, layout.companions_of(p.full).back()), " is ",
+      throw Error(str(scale_name, " is ", part.input_scale.ptr<float>()[0], ", but ", first_scale_name, " is ",
                       q[0].input_scale.ptr<float>()[0],
                       ": layers stacked into one matrix round their one input with one static scale"));
     q.push_back(std::move(part));

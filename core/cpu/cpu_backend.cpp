@@ -336,7 +336,7 @@ Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, con
   if (layout.format == WeightFormat::int8) {
     // 8 bits: the int8 kernels' signed bytes q − 128, every zero point 128 (symmetric; the config
     // refuses sym false, a file that holds another zero is refused here).
-    // (Checked before any reordering, naming the stored group: a padded column takes its zero.)
+    // (After any reordering the zero points are a sub-group's: the error names its stored group.)
     for (size_t i = 0; i < zeros.size(); ++i)
       cpu_expect(zeros[i] == 128, "upload_quantized_matrix",
                  str("8-bit zero point ", int(zeros[i]), " at row ", i / static_cast<size_t>(packed_kb), ", group ",

@@ -152,13 +152,15 @@ void round_activations(const float* x, int64_t n, int64_t k, const ActivationRou
     for (int64_t c0 = 0; c0 < k; c0 += g) {
       const int64_t c1 = std::min(k, c0 + g);
       const float* in = x + row * k;
-      float amax = 0;
-      if (row_amax) amax = row_amax[row];
-      else
-        for (int64_t c = c0; c < c1; ++c) amax = std::isnan(in[c]) || std::isnan(amax) ? NAN : std::max(amax, std::fabs(in[c]));
-      float s = amax / half_range;
-      if (s == 0) s = std::numeric_limits<float>::epsilon();
-      if (r.stored) s = r.scale;  // static: the checkpoint's scale, whatever the row holds
+      float s = r.scale;  // static: the checkpoint's scale, whatever the row holds
+      if (!r.stored) {
+        float amax = 0;
+        if (row_amax) amax = row_amax[row];
+        else
+          for (int64_t c = c0; c < c1; ++c) amax = std::isnan(in[c]) || std::isnan(amax) ? NAN : std::max(amax, std::fabs(in[c]));
+        s = amax / half_range;
+        if (s == 0) s = std::numeric_limits<float>::epsilon();
+      }
       for (int64_t c = c0; c < c1; ++c) {
         const float q = in[c] / s;
         // (nearbyint: the default rounding mode, to nearest even, as torch.round)

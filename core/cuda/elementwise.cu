@@ -185,17 +185,21 @@ __global__ void round_activations_kernel(const T* x, int64_t W, int64_t group, i
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x / groups, c0 = (blockIdx.x % groups) * group, c1 = min(W, c0 + group);
   const T* in = x + r * W;
-  float amax;
-  if (row_amax) {
-    amax = row_amax[r];
-  } else {
-    float m = 0.f;
-    for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) m = fmaxf(m, fabsf(to_f(in[c])));
-    amax = block_max(m, scratch);
+  // Static: the checkpoint's input_scale (one value for the launch, so every thread of the block
+  // takes the same branch around block_max's barriers).
+  float s = static_scale;
+  if (static_scale <= 0.f) {
+    float amax;
+    if (row_amax) {
+      amax = row_amax[r];
+    } else {
+      float m = 0.f;
+      for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) m = fmaxf(m, fabsf(to_f(in[c])));
+      amax = block_max(m, scratch);
+    }
+    s = __fdiv_rn(amax, fp8 ? 448.f : 127.5f);
+    if (s == 0.f) s = 1.1920928955078125e-7f;  // 2^-23
   }
-  float s = __fdiv_rn(amax, fp8 ? 448.f : 127.5f);
-  if (s == 0.f) s = 1.1920928955078125e-7f;  // 2^-23
-  if (static_scale > 0.f) s = static_scale;   // static: the checkpoint's input_scale
   for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
     const float q = __fdiv_rn(to_f(in[c]), s);
     float v;

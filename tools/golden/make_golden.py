@@ -1810,9 +1810,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     # would round one way in torch and the other in any other f32 implementation (a step of
     # amax/127.5 in that input). Such inputs are drawn again until every quantized layer's input
     # of the forward, the packed runs and the greedy run is CT_INT8_MIN_MARGIN (relative) away
-    # from a boundary (ct_margin_hooks). Static FP8 activations alike: one E4M3 step of a value
-    # moves a logit by ~1e-2 (found on ct_fp8_static_f32's first draw: a packed run's value at a
-    # midpoint within 1e-7).
+    # from a boundary (ct_margin_hooks). Static FP8 activations alike: one E4M3 step of one value
+    # moved a packed run's hidden states by 1.3e-2 (relative) on ct_fp8_static_f32's first draw.
     acts = ct.get("input_activations") or {} if ct_q else {}
     # A mixture of experts with FP8 activations alike (its fused experts' rounding, ct_moe_rounding:
     # the first draw had a flip, 1.5e-5 in the forward's logits).
