@@ -25,8 +25,8 @@ struct Storage {
   // > 0: one matrix of this many columns packed for a backend's kernels (the CPU's panels,
   // core/cpu/packed_matmul.h), not row-major: only that backend's ops read it.
   int64_t packed_cols = 0;
-  // A packed quantized matrix (FP8, int4, int8: core/cpu/packed_matmul.h): its format, the columns
-  // a scale covers and the rows held (whole panels); dense and 0 for the others.
+  // A quantized matrix (core/cpu/packed_matmul.h; core/cuda/kernels.cuh QuantWeights): its format,
+  // the columns a scale covers, the rows held (CPU: whole panels); dense and 0 for the others.
   WeightFormat packed_weights = WeightFormat::dense;
   int64_t packed_block_cols = 0;
   int64_t packed_rows = 0;
@@ -35,6 +35,10 @@ struct Storage {
   // The dtype its dequantized weights are rounded to (WeightLayout::dequant_dtype: GPTQ's
   // fp16); f32: one rounding, none more.
   DType packed_dequant = DType::f32;
+  // A quantized matrix on a device (core/cuda: core/quantized_parts.h's rows as they are): its
+  // scales a row, and whether a group index (one i32 a column) follows them.
+  int64_t packed_groups = 0;
+  bool packed_group_index = false;
   // Non-empty: the packed matrix's packed_cols columns read x's columns in this order (−1: a
   // zero column); its product gathers x first. GPTQ's desc_act groups made consecutive
   // (core/cpu/group_order.h); the view's shape keeps the matrix's own columns.

@@ -925,6 +925,189 @@ OPS_TEST(GroupedMatmul, "grouped_matmul") {
   }
 }
 
+// ---- quantized matrices (core/quantized_parts.h, core/cuda/quantized_weights.cuh) ------------
+namespace {
+
+// A quantized matrix's parts as a checkpoint stores them, and its weights dequantized on the
+// host by the format's own rule (the f32 matrix the product must equal).
+struct QuantCase {
+  std::string name;
+  WeightLayout layout;
+  std::vector<Backend::QuantizedPart> parts;
+  std::vector<float> dequantized;  // [rows, cols]
+  int64_t rows, cols;
+};
+
+Tensor host_bytes(Shape s, DType dt, const std::vector<uint8_t>& v) {
+  Tensor t = Tensor::empty(std::move(s), dt);
+  std::memcpy(t.data(), v.data(), v.size());
+  return t;
+}
+
+// rows × cols in `fmt`, groups (blocks) of 16 columns (MXFP4: 32), random values and scales.
+QuantCase quant_case(const std::string& fmt, int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 g(seed);
+  std::uniform_int_distribution<int> byte(0, 255), nib(0, 15), e8(118, 130);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  QuantCase c{fmt, {}, {}, std::vector<float>(static_cast<size_t>(rows * cols)), rows, cols};
+  const int64_t gs = 16, groups = cols / gs;
+  if (fmt == "fp8 8x16") {
+    c.layout = WeightLayout::fp8_blocks(8, 16);
+    std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+    for (auto& b : q) do b = static_cast<uint8_t>(byte(g)); while ((b & 0x7f) == 0x7f);  // no NaN
+    const int64_t br = (rows + 7) / 8;
+    std::vector<float> sc(static_cast<size_t>(br * groups));
+    for (auto& v : sc) v = scale(g);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k)
+        c.dequantized[r * cols + k] = f8_e4m3_to_f32(q[r * cols + k]) * sc[(r / 8) * groups + k / gs];
+    c.parts.push_back({host_bytes({rows, cols}, DType::f8_e4m3, q), Tensor::from_floats({br, groups}, sc), Tensor(), cols});
+  } else if (fmt == "int8 g16") {
+    c.layout = WeightLayout::int8_groups(16);
+    std::vector<uint8_t> q(static_cast<size_t>(rows * cols));
+    for (auto& b : q) b = static_cast<uint8_t>(byte(g));
+    std::vector<float> sc(static_cast<size_t>(rows * groups));
+    for (auto& v : sc) v = scale(g);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k)
+        c.dequantized[r * cols + k] =
+            static_cast<float>(static_cast<int8_t>(q[r * cols + k])) * sc[r * groups + k / gs];
+    c.parts.push_back({host_bytes({rows, cols}, DType::i8, q), Tensor::from_floats({rows, groups}, sc), Tensor(), cols});
+  } else if (fmt == "int4 asym g16 act-order" || fmt == "int4 sym g16 f16") {
+    const bool asym = fmt.find("asym") != std::string::npos, reordered = asym;
+    c.layout = WeightLayout::int4_groups(16, !asym, reordered);
+    if (!asym) c.layout.dequant_dtype = DType::f16;  // GPTQ's and AWQ's rounding, on compressed-tensors' packing
+    std::vector<uint32_t> words(static_cast<size_t>(rows * cols / 8), 0), zw(static_cast<size_t>((rows + 7) / 8 * groups), 0);
+    std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), z(static_cast<size_t>(rows * groups), 8);
+    for (auto& v : q) v = static_cast<uint8_t>(nib(g));
+    if (asym)
+      for (auto& v : z) v = static_cast<uint8_t>(nib(g));
+    std::vector<float> sc(static_cast<size_t>(rows * groups));
+    for (auto& v : sc) v = round_to(DType::f16, scale(g));
+    std::vector<int32_t> gidx(static_cast<size_t>(cols));
+    for (int64_t k = 0; k < cols; ++k) gidx[k] = static_cast<int32_t>(reordered ? (k * 7 + 3) % groups : k / gs);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) {
+        words[r * (cols / 8) + k / 8] |= uint32_t{q[r * cols + k]} << (4 * (k % 8));
+        const int64_t b = r * groups + gidx[k];
+        const float w = (static_cast<float>(q[r * cols + k]) - static_cast<float>(z[b])) * sc[b];
+        c.dequantized[r * cols + k] = asym ? w : round_to(DType::f16, w);
+      }
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < groups; ++b) zw[(r / 8) * groups + b] |= uint32_t{z[r * groups + b]} << (4 * (r % 8));
+    Backend::QuantizedPart p;
+    p.data = Tensor::empty({rows, cols / 8}, DType::i32);
+    std::memcpy(p.data.data(), words.data(), words.size() * 4);
+    p.scales = Tensor::from_floats({rows, groups}, sc);
+    if (asym) {
+      p.zero_points = Tensor::empty({(rows + 7) / 8, groups}, DType::i32);
+      std::memcpy(p.zero_points.data(), zw.data(), zw.size() * 4);
+    }
+    if (reordered) p.group_index = Tensor::from_ints({cols}, std::vector<int64_t>(gidx.begin(), gidx.end()), DType::i32);
+    p.cols = cols;
+    c.parts.push_back(p);
+  } else {  // "mxfp4"
+    c.layout = WeightLayout::mxfp4_blocks();
+    static const float kE2M1[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    const int64_t blocks = cols / 32;
+    std::vector<uint8_t> packed(static_cast<size_t>(rows * cols / 2), 0), e(static_cast<size_t>(rows * blocks));
+    for (auto& v : e) v = static_cast<uint8_t>(e8(g));
+    e[0] = 0;  // 2^-127: f32's subnormal
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t k = 0; k < cols; ++k) {
+        const int code = nib(g);
+        packed[r * (cols / 2) + k / 2] |= static_cast<uint8_t>(code << (4 * (k % 2)));
+        const float m = kE2M1[code & 7];
+        c.dequantized[r * cols + k] = (code & 8 ? -m : m) * f8_e8m0_to_f32(e[r * blocks + k / 32]);
+      }
+    c.parts.push_back({host_bytes({rows, cols / 2}, DType::u8, packed), host_bytes({rows, blocks}, DType::f8_e8m0, e),
+                       Tensor(), cols});
+  }
+  return c;
+}
+
+const char* const kQuantFormats[] = {"fp8 8x16", "int8 g16", "int4 asym g16 act-order", "int4 sym g16 f16", "mxfp4"};
+
+}  // namespace
+
+// The cases' host dequantization is the CPU's: its quantized product has the bits of its dense
+// product on those weights (act-order: its columns summed in their groups' order, so within
+// f32's rounding). Runs without a device: the device case below leans on it.
+TEST(BackendOps, QuantizedCasesDequantizeAsTheCpuDoes) {
+  auto cpu = make_cpu_backend();
+  uint32_t seed = 900;
+  for (const char* fmt : kQuantFormats) {
+    const int64_t rows = 96, cols = 128, n = 37;
+    const QuantCase c = quant_case(fmt, rows, cols, ++seed);
+    const auto xv = randn(n * cols, ++seed);
+    Tensor x = Tensor::from_floats({n, cols}, xv);
+    Tensor wq = cpu->upload_quantized_matrix(c.parts, c.layout);
+    Tensor wd = cpu->upload_matrix(Tensor::from_floats({rows, cols}, c.dequantized));
+    Tensor yq = Tensor::empty({n, rows}, DType::f32), yd = Tensor::empty({n, rows}, DType::f32);
+    cpu->matmul(x, wq, nullptr, yq);
+    cpu->matmul(x, wd, nullptr, yd);
+    const auto a = yq.to_floats(), b = yd.to_floats();
+    double num = 0, den = 0;
+    for (size_t i = 0; i < a.size(); ++i) num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]), den += double(b[i]) * b[i];
+    if (std::string(fmt).find("act-order") != std::string::npos)
+      EXPECT_LT(std::sqrt(num / den), 1e-6) << fmt;
+    else
+      EXPECT_TRUE(same_bytes(yq, yd)) << fmt << ": " << std::sqrt(num / den);
+  }
+}
+
+// Every format's product is the dense product on its dequantized weights: on the CPU within
+// f32's bound of it (the CPU sums in its own order); on the device bit for bit against the
+// device's own dense product (the same SIMT tile, the weights read through the format), for
+// any N (a row alone gives its bits among 37), through a view of rows, and grouped.
+OPS_TEST(QuantizedMatmul, "matmul", "grouped_matmul") {
+  NEED_DEVICE_BACKENDS(devs);
+  uint32_t seed = 900;
+  for (const char* fmt : kQuantFormats) {
+    const int64_t rows = 96, cols = 128, n = 37;
+    const QuantCase c = quant_case(fmt, rows, cols, ++seed);
+    const auto xv = randn(n * cols, ++seed);
+    for (DType xt : {DType::f32, DType::bf16}) {
+      const auto xq = in_dtype(xv, xt);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, cols}, xq, xt);
+        Tensor w = be.upload_quantized_matrix(c.parts, c.layout);
+        Tensor y = poison(be, ref, {n, rows}, ref ? DType::f32 : xt);
+        be.matmul(x, w, nullptr, y);
+        Tensor yv = poison(be, ref, {n, 32}, ref ? DType::f32 : xt);  // rows [64, 96) through a view
+        be.matmul(x, w.rows(64, 96), nullptr, yv);
+        return {be.to_host(y), be.to_host(yv)};
+      };
+      check_op("matmul", str("quantized ", n, "x", cols, "->", rows), str("x=", dtype_name(xt), ",w=", fmt), run,
+               {{"out", bound_for(xt, 2e-5)}, {"rows 64..96", bound_for(xt, 2e-5)}});
+    }
+    for (auto& be : devs) {
+      Tensor x = be->upload(Tensor::from_floats({n, cols}, xv));
+      Tensor wq = be->upload_quantized_matrix(c.parts, c.layout);
+      Tensor wd = be->upload(Tensor::from_floats({rows, cols}, c.dequantized));
+      Tensor yq = be->empty({n, rows}, DType::f32), yd = be->empty({n, rows}, DType::f32);
+      Tensor one = be->empty({1, rows}, DType::f32), view = be->empty({n, 32}, DType::f32);
+      be->matmul(x, wq, nullptr, yq);
+      be->matmul(x, wd, nullptr, yd);
+      be->matmul(x.rows(5, 6), wq, nullptr, one);
+      be->matmul(x, wq.rows(64, 96), nullptr, view);
+      const Tensor hq = be->to_host(yq), hd = be->to_host(yd);
+      EXPECT_TRUE(same_bytes(hq, hd)) << fmt << ": the quantized product is not the dense one on its weights";
+      EXPECT_TRUE(same_bytes(hq.rows(5, 6).clone(), be->to_host(one))) << fmt << ": a row alone differs";
+      const auto hv = be->to_host(view).to_floats(), all = hq.to_floats();
+      for (int64_t r = 0; r < n; ++r)
+        for (int64_t o = 0; o < 32; ++o)
+          ASSERT_EQ(hv[r * 32 + o], all[r * rows + 64 + o]) << fmt << ": a view of rows [64, 96) differs at " << r << ", " << o;
+      // Grouped: three groups of 32 weight rows (the matrix as three experts).
+      const std::vector<int64_t> offsets = {0, 10, 10, n};
+      Tensor gq = be->empty({n, 32}, DType::f32), gd = be->empty({n, 32}, DType::f32);
+      be->grouped_matmul(x, wq, offsets, gq);
+      be->grouped_matmul(x, wd, offsets, gd);
+      EXPECT_TRUE(same_bytes(be->to_host(gq), be->to_host(gd))) << fmt << ": grouped, not the dense product's bits";
+    }
+  }
+}
+
 OPS_TEST(MoeCombine, "moe_combine") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {

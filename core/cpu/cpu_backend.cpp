@@ -3,6 +3,7 @@
 #include "core/cpu/group_order.h"
 #include "core/cpu/packed_matmul.h"
 #include "core/op_checks.h"
+#include "core/quantized_parts.h"
 
 #include <sys/mman.h>
 
@@ -122,295 +123,73 @@ Tensor CpuBackend::upload_matrix(const std::vector<Tensor>& parts) {
 
 namespace {
 
-// The parts' one column order (QuantizedPart::group_index) as each column's group in [0,
-// groups), checked; empty: the groups in order.
-std::vector<int32_t> parts_group_index(const std::vector<Backend::QuantizedPart>& parts, int64_t cols, int64_t groups) {
-  const Tensor& first = parts[0].group_index;
-  for (const auto& p : parts)
-    cpu_expect(p.group_index.defined() == first.defined(), "upload_quantized_matrix",
-               "parts of one matrix with and without a group index");
-  if (!first.defined()) return {};
-  cpu_expect(first.dtype() == DType::i32 && first.shape() == Shape({cols}), "upload_quantized_matrix",
-             str("group index i32 [", cols, "], got ", first.describe()));
-  const std::vector<int32_t> v(first.ptr<int32_t>(), first.ptr<int32_t>() + cols);
-  for (int64_t c = 0; c < cols; ++c)
-    cpu_expect(v[static_cast<size_t>(c)] >= 0 && v[static_cast<size_t>(c)] < groups, "upload_quantized_matrix",
-               str("column ", c, " in group ", v[static_cast<size_t>(c)], ", outside [0, ", groups, ")"));
-  for (const auto& p : parts)
-    cpu_expect(p.group_index.shape() == first.shape() &&
-                   std::memcmp(p.group_index.data(), first.data(), first.nbytes()) == 0,
-               "upload_quantized_matrix", "parts of one matrix with different column orders");
-  return v;
+// Rows of one value a byte, scales and zero points [rows, groups] (zero points may be empty) in
+// the packed matrix's order: with a group index (GPTQ's desc_act, compressed-tensors' actorder
+// "group"), the columns put in their groups' order and x gathered so (core/cpu/group_order.h,
+// Storage::column_gather); `pad` is a padded column's value where there are no zero points.
+struct InGroupOrder {
+  cpu::GroupOrder order;  // empty gather: the stored order
+  int64_t cols, group, groups;
+};
+InGroupOrder put_in_group_order(QuantizedRows& m, int bits, uint8_t pad) {
+  if (m.group_index.empty()) return {{}, m.cols, m.group, m.groups};
+  cpu::GroupOrder order = cpu::group_order(m.group_index, m.groups, m.group, bits);
+  cpu::apply_group_order(order, m.rows, m.cols, m.groups, m.values, m.scales, m.zeros, pad);
+  const int64_t cols = order.cols(), sub = order.sub, kb = static_cast<int64_t>(order.group_of.size());
+  return {std::move(order), cols, sub, kb};
 }
 
 // `packed` (a matrix packed in `order`'s columns) as the matrix of `cols` columns it is: its
 // product gathers x in that order (Storage::column_gather).
-Tensor with_column_order(const Tensor& packed, const cpu::GroupOrder& order, int64_t cols) {
-  packed.storage()->column_gather = order.gather;
+Tensor as_stored(const Tensor& packed, const InGroupOrder& o, int64_t cols) {
+  if (o.order.gather.empty()) return packed;
+  packed.storage()->column_gather = o.order.gather;
   return Tensor(packed.storage(), 0, {packed.dim(0), cols}, packed.dtype());
 }
 
-// FP8 or int8 parts stacked by rows: the values as stored, each row's scales (its block row's)
-// beside it.
-Tensor upload_bytes(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout) {
-  const DType dt = layout.format == WeightFormat::fp8 ? DType::f8_e4m3 : DType::i8;
-  // A block as wide as any row (per channel) is the row here.
-  const int64_t cols = parts[0].data.dim(1), bc = std::min(layout.block_cols, cols), kb = (cols + bc - 1) / bc;
-  cpu_expect(!parts[0].group_index.defined(), "upload_quantized_matrix",
-             str("a group index that reorders ", layout.describe(), " columns is not read"));
-  int64_t rows = 0;
-  for (const auto& p : parts) {
-    const Shape want = {(p.data.dim(0) + layout.block_rows - 1) / layout.block_rows, kb};
-    cpu_expect(p.data.rank() == 2 && p.data.dtype() == dt && p.data.dim(1) == cols && !p.data.packed(),
-               "upload_quantized_matrix", str(dtype_name(dt), " row-major matrices of one width, got ", p.data.describe()));
-    // (One scale for the whole matrix may come as [1].)
-    cpu_expect(p.scales.dtype() == DType::f32 &&
-                   (p.scales.shape() == want || (p.scales.shape() == Shape{1} && want == Shape({1, 1}))),
-               "upload_quantized_matrix",
-               str("scales f32 ", want.to_string(), " for ", p.data.describe(), " in ", layout.describe(), " blocks, got ",
-                   p.scales.describe()));
-    rows += p.data.dim(0);
-  }
-  Tensor q = Tensor::empty({rows, cols}, dt), row_scales = Tensor::empty({rows, kb}, DType::f32);
-  int64_t r0 = 0;
-  for (const auto& p : parts) {
-    std::memcpy(q.ptr<uint8_t>() + r0 * cols, p.data.data(), p.data.nbytes());
-    const float* s = p.scales.ptr<float>();
-    for (int64_t r = 0; r < p.data.dim(0); ++r)
-      std::memcpy(row_scales.ptr<float>() + (r0 + r) * kb, s + (r / layout.block_rows) * kb, kb * sizeof(float));
-    p.data.drop_pages();
-    r0 += p.data.dim(0);
-  }
-  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
-  auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(rows, cols, bc))}, dt).storage();
-  cpu::pack_fp8(q.ptr<uint8_t>(), row_scales.ptr<float>(), rows, cols, bc, st->data);
-  st->packed_cols = cols;
-  st->packed_weights = layout.format;
-  st->packed_block_cols = bc;
-  st->activations = layout.activations;
-  if (layout.activations.stored) {
-    // Static: one input_scale rounds the matrix's input, so its parts (q|k|v: one input, one
-    // calibration) must have the same one.
-    for (const auto& p : parts)
-      cpu_expect(p.input_scale.defined() && p.input_scale.numel() == 1 && p.input_scale.dtype() == DType::f32 &&
-                     p.input_scale.ptr<float>()[0] == parts[0].input_scale.ptr<float>()[0],
-                 "upload_quantized_matrix",
-                 str("parts of one matrix with static activations need one input_scale each, the same, got ",
-                     p.input_scale.defined() ? p.input_scale.describe() : std::string("none")));
-    st->activations.scale = parts[0].input_scale.ptr<float>()[0];
-  }
+// FP8 or int8 rows (GPTQ 8-bit reordered too): the values as stored, each row's scales beside them.
+Tensor pack_bytes(QuantizedRows& m) {
+  const DType dt = m.format == WeightFormat::fp8 ? DType::f8_e4m3 : DType::i8;
+  const InGroupOrder o = put_in_group_order(m, 8, 0);
+  const int64_t padded = (m.rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(m.rows, o.cols, o.group))}, dt).storage();
+  cpu::pack_fp8(m.values.data(), m.scales.data(), m.rows, o.cols, o.group, st->data);
+  st->packed_cols = o.cols;
+  st->packed_weights = m.format;
+  st->packed_block_cols = o.group;
+  st->activations = m.activations;
   st->packed_rows = padded;
-  st->packed_dequant = layout.dequant_dtype.value_or(DType::f32);
-  return Tensor(st, 0, {rows, cols}, dt);
+  st->packed_dequant = m.dequant;
+  return as_stored(Tensor(st, 0, {m.rows, o.cols}, dt), o, m.cols);
 }
 
-// rows × cols 4-bit values (one a byte, 0…15), their scales and zero points [rows, ⌈cols/g⌉],
-// packed for the int4 kernels; each weight rounded to `dequant` after (q − zero) · scale.
-Tensor packed_int4(const std::vector<uint8_t>& q, const std::vector<float>& scales, const std::vector<uint8_t>& zeros,
-                   int64_t rows, int64_t cols, int64_t g, DType dequant) {
-  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
-  auto st = Tensor::empty({static_cast<int64_t>((cpu::packed_int4_bytes(rows, cols, g) + 3) / 4)}, DType::i32).storage();
-  cpu::pack_int4(q.data(), scales.data(), zeros.data(), rows, cols, g, st->data);
-  st->packed_cols = cols;
+// int4 rows (0…15 a byte) with their scales and zero points, packed for the int4 kernels; each
+// weight rounded to m.dequant after (q − zero) · scale.
+Tensor pack_int4(QuantizedRows& m) {
+  const InGroupOrder o = put_in_group_order(m, 4, 8);
+  const int64_t padded = (m.rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st =
+      Tensor::empty({static_cast<int64_t>((cpu::packed_int4_bytes(m.rows, o.cols, o.group) + 3) / 4)}, DType::i32).storage();
+  cpu::pack_int4(m.values.data(), m.scales.data(), m.zeros.data(), m.rows, o.cols, o.group, st->data);
+  st->packed_cols = o.cols;
   st->packed_weights = WeightFormat::int4;
-  st->packed_block_cols = g;
+  st->packed_block_cols = o.group;
   st->packed_rows = padded;
-  st->packed_dequant = dequant;
-  return Tensor(st, 0, {rows, cols}, DType::i32);
+  st->packed_dequant = m.dequant;
+  return as_stored(Tensor(st, 0, {m.rows, o.cols}, DType::i32), o, m.cols);
 }
 
-// int4 parts (compressed-tensors' packing: eight values a word from the low bits, each +8;
-// zero points packed alike along the rows) unpacked to one value a byte, stacked by rows,
-// each row's scales and zero points beside it; symmetric: zero 8 (value − 8 is the signed one).
-Tensor upload_int4(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
-  const int64_t g = std::min(layout.block_cols, cols), words = (cols + 7) / 8;
-  // Reordered groups: the scales hold every group of the matrix, a shard's too.
-  const int64_t kb = parts[0].group_index.defined() && parts[0].scales.rank() == 2 ? parts[0].scales.dim(1)
-                                                                                   : (cols + g - 1) / g;
-  const std::vector<int32_t> group_index = parts_group_index(parts, cols, kb);
-  int64_t rows = 0;
-  for (const auto& p : parts) {
-    const int64_t r = p.data.dim(0);
-    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.dim(1) == words && !p.data.packed(),
-               "upload_quantized_matrix", str("i32 [rows, ", words, "] words of 4-bit values, got ", p.data.describe()));
-    cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == Shape({r, kb}), "upload_quantized_matrix",
-               str("scales f32 [", r, ", ", kb, "] for groups of ", g, ", got ", p.scales.describe()));
-    cpu_expect(layout.zero_point_dtype.has_value() == p.zero_points.defined(), "upload_quantized_matrix",
-               str(layout.describe(), " takes ", layout.zero_point_dtype ? "zero points" : "no zero points"));
-    if (p.zero_points.defined())
-      cpu_expect(p.zero_points.dtype() == DType::i32 && p.zero_points.shape() == Shape({(r + 7) / 8, kb}),
-                 "upload_quantized_matrix",
-                 str("zero points i32 [", (r + 7) / 8, ", ", kb, "] (8 rows a word), got ", p.zero_points.describe()));
-    rows += r;
-  }
-  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), zeros(static_cast<size_t>(rows * kb), 8);
-  std::vector<float> scales(static_cast<size_t>(rows * kb));
-  int64_t r0 = 0;
-  for (const auto& p : parts) {
-    const int64_t r = p.data.dim(0);
-    const auto* w = p.data.ptr<uint32_t>();
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t c = 0; c < cols; ++c) q[(r0 + i) * cols + c] = (w[i * words + c / 8] >> (4 * (c % 8))) & 15u;
-    std::memcpy(scales.data() + r0 * kb, p.scales.data(), p.scales.nbytes());
-    if (p.zero_points.defined()) {
-      const auto* z = p.zero_points.ptr<uint32_t>();
-      for (int64_t i = 0; i < r; ++i)
-        for (int64_t b = 0; b < kb; ++b) zeros[(r0 + i) * kb + b] = (z[(i / 8) * kb + b] >> (4 * (i % 8))) & 15u;
-    }
-    p.data.drop_pages();
-    r0 += r;
-  }
-  if (group_index.empty()) return packed_int4(q, scales, zeros, rows, cols, g, DType::f32);
-  const cpu::GroupOrder order = cpu::group_order(group_index, kb, g, 4);
-  cpu::apply_group_order(order, rows, cols, kb, q, scales, zeros, 8);
-  return with_column_order(packed_int4(q, scales, zeros, rows, order.cols(), order.sub, DType::f32), order, cols);
-}
-
-// GPTQ's and AWQ's int4 parts, stored transposed and named after the module (scales
-// [groups, rows], widened to f32; zero points I32 [groups, rows/8], eight output rows a word):
-//   GPTQ: qweight I32 [cols/8, rows], eight input columns a word from the low bits; v1 stores
-//         zero − 1: the word add restores it, carries and all, as gptqmodel reads it.
-//   AWQ:  qweight I32 [cols, rows/8], eight output rows a word, nibble k holding row 8c +
-//         [0, 2, 4, 6, 1, 3, 5, 7][k] (the zero points alike), zero points as they are.
-// Unpacked to the rows' values, scales and zero points, stacked by rows, packed as int4 is;
-// their dequantization rounded to the layout's dequant_dtype (f16).
-Tensor upload_module_parts(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
-  const int64_t g = std::min(layout.block_cols, cols);
-  // Reordered groups (desc_act): the scales hold every group of the matrix, a shard's too.
-  const int64_t kb = parts[0].group_index.defined() && parts[0].scales.rank() == 2 ? parts[0].scales.dim(0)
-                                                                                   : (cols + g - 1) / g;
-  const std::vector<int32_t> group_index = parts_group_index(parts, cols, kb);
-  // Values a word: 8 of 4 bits, or 4 of 8 bits (GPTQ 8-bit).
-  const int64_t per = layout.values_per_word, bits = 32 / per, mask = (int64_t{1} << bits) - 1;
-  static constexpr int kAwqNibble[8] = {0, 4, 1, 5, 2, 6, 3, 7};  // row j of a word: its nibble
-  auto nibble = [&](int64_t j) { return layout.interleaved_nibbles ? kAwqNibble[j] : static_cast<int>(j); };
-  int64_t rows = 0;
-  for (const auto& p : parts) {
-    const int64_t r = p.scales.rank() == 2 ? p.scales.dim(1) : 0;
-    const Shape values = layout.values_along_rows ? Shape{cols, (r + per - 1) / per} : Shape{(cols + per - 1) / per, r};
-    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.shape() == values && !p.data.packed(),
-               "upload_quantized_matrix",
-               str("i32 ", values.to_string(), " words of ", bits, "-bit values, got ", p.data.describe()));
-    cpu_expect(p.scales.dtype() == DType::f32 && p.scales.shape() == Shape({kb, r}), "upload_quantized_matrix",
-               str("scales f32 [", kb, ", rows] for groups of ", g, ", got ", p.scales.describe()));
-    cpu_expect(p.zero_points.defined() && p.zero_points.dtype() == DType::i32 &&
-                   p.zero_points.shape() == Shape({kb, (r + per - 1) / per}),
-               "upload_quantized_matrix",
-               str("zero points i32 [", kb, ", ", (r + per - 1) / per, "] (", per, " rows a word), got ",
-                   p.zero_points.defined() ? p.zero_points.describe() : std::string("none")));
-    rows += r;
-  }
-  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), zeros(static_cast<size_t>(rows * kb));
-  std::vector<float> scales(static_cast<size_t>(rows * kb));
-  int64_t r0 = 0;
-  for (const auto& p : parts) {
-    const int64_t r = p.scales.dim(1), rw = (r + per - 1) / per;
-    const auto* w = p.data.ptr<uint32_t>();
-    const auto* z = p.zero_points.ptr<uint32_t>();
-    const float* s = p.scales.ptr<float>();
-    for (int64_t c = 0; c < cols; ++c)
-      for (int64_t i = 0; i < r; ++i)
-        q[(r0 + i) * cols + c] = static_cast<uint8_t>(layout.values_along_rows
-                                                          ? (w[c * rw + i / per] >> (bits * nibble(i % per))) & mask
-                                                          : (w[(c / per) * r + i] >> (bits * (c % per))) & mask);
-    for (int64_t b = 0; b < kb; ++b)
-      for (int64_t i = 0; i < r; ++i) {
-        scales[(r0 + i) * kb + b] = s[b * r + i];
-        zeros[(r0 + i) * kb + b] =
-            static_cast<uint8_t>(((z[b * rw + i / per] + layout.zero_point_word_add) >> (bits * nibble(i % per))) & mask);
-      }
-    p.data.drop_pages();
-    r0 += r;
-  }
-  // desc_act: the columns in their groups' order, x gathered so (core/cpu/group_order.h).
-  cpu::GroupOrder order;
-  int64_t packed_cols = cols, packed_group = g, packed_kb = kb;
-  if (!group_index.empty()) {
-    order = cpu::group_order(group_index, kb, g, static_cast<int>(bits));
-    cpu::apply_group_order(order, rows, cols, kb, q, scales, zeros, 0);
-    packed_cols = order.cols(), packed_group = order.sub, packed_kb = static_cast<int64_t>(order.group_of.size());
-  }
-  auto as_stored = [&](const Tensor& packed) {
-    return group_index.empty() ? packed : with_column_order(packed, order, cols);
-  };
-  if (layout.format == WeightFormat::int8) {
-    // 8 bits: the int8 kernels' signed bytes q − 128, every zero point 128 (symmetric; the config
-    // refuses sym false, a file that holds another zero is refused here).
-    // (After any reordering the zero points are a sub-group's: the error names its stored group.)
-    for (size_t i = 0; i < zeros.size(); ++i)
-      cpu_expect(zeros[i] == 128, "upload_quantized_matrix",
-                 str("8-bit zero point ", int(zeros[i]), " at row ", i / static_cast<size_t>(packed_kb), ", group ",
-                     group_index.empty() ? static_cast<int64_t>(i % static_cast<size_t>(packed_kb))
-                                         : order.group_of[i % static_cast<size_t>(packed_kb)],
-                     ": linnet reads symmetric 8-bit GPTQ (every zero point 128)"));
-    Tensor bytes = Tensor::empty({rows, packed_cols}, DType::i8), sc = Tensor::empty({rows, packed_kb}, DType::f32);
-    for (size_t i = 0; i < q.size(); ++i) bytes.ptr<int8_t>()[i] = static_cast<int8_t>(static_cast<int>(q[i]) - 128);
-    std::memcpy(sc.data(), scales.data(), scales.size() * sizeof(float));
-    WeightLayout rows_layout = layout;
-    rows_layout.block_rows = 1;
-    rows_layout.block_cols = packed_group;
-    return as_stored(upload_bytes({Backend::QuantizedPart{bytes, sc, Tensor(), packed_cols}}, rows_layout));
-  }
-  return as_stored(
-      packed_int4(q, scales, zeros, rows, packed_cols, packed_group, layout.dequant_dtype.value_or(DType::f32)));
-}
-
-// compressed-tensors' W8A16 parts: I32 words of four 8-bit values from the low bits, each stored
-// +128, [rows, ⌈cols/4⌉] → the signed bytes [rows, cols] that int8's upload takes.
-std::vector<Backend::QuantizedPart> int8_words(const std::vector<Backend::QuantizedPart>& parts) {
-  std::vector<Backend::QuantizedPart> out = parts;
-  for (auto& p : out) {
-    const int64_t cols = p.cols, words = (cols + 3) / 4;
-    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::i32 && p.data.dim(1) == words && !p.data.packed(),
-               "upload_quantized_matrix", str("i32 [rows, ", words, "] words of 8-bit values, got ", p.data.describe()));
-    const int64_t rows = p.data.dim(0);
-    Tensor bytes = Tensor::empty({rows, cols}, DType::i8);
-    const auto* w = p.data.ptr<uint32_t>();
-    auto* b = bytes.ptr<int8_t>();
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c)
-        b[r * cols + c] = static_cast<int8_t>(static_cast<int>((w[r * words + c / 4] >> (8 * (c % 4))) & 255u) - 128);
-    p.data.drop_pages();
-    p.data = bytes;
-  }
-  return out;
-}
-
-// MXFP4 parts (compressed-tensors' mxfp4-pack-quantized: values U8 [rows, cols/2], two E2M1
-// codes a byte, the first in the low nibble; scales E8M0 [rows, cols/32]) unpacked to one code
-// a byte, stacked by rows, each row's exponents beside it.
-Tensor upload_mxfp4(const std::vector<Backend::QuantizedPart>& parts, const WeightLayout& layout, int64_t cols) {
-  const int64_t bc = layout.block_cols, kb = (cols + bc - 1) / bc, bytes = (cols + 1) / 2;
-  int64_t rows = 0;
-  for (const auto& p : parts) {
-    const int64_t r = p.data.dim(0);
-    cpu_expect(p.data.rank() == 2 && p.data.dtype() == DType::u8 && p.data.dim(1) == bytes && !p.data.packed(),
-               "upload_quantized_matrix", str("u8 [rows, ", bytes, "] bytes of two E2M1 values, got ", p.data.describe()));
-    cpu_expect(p.scales.dtype() == DType::f8_e8m0 && p.scales.shape() == Shape({r, kb}), "upload_quantized_matrix",
-               str("scales f8_e8m0 [", r, ", ", kb, "] for blocks of ", bc, ", got ", p.scales.describe()));
-    cpu_expect(!p.zero_points.defined() && !p.group_index.defined(), "upload_quantized_matrix",
-               "mxfp4 takes no zero points or group index");
-    rows += r;
-  }
-  std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), exps(static_cast<size_t>(rows * kb));
-  int64_t r0 = 0;
-  for (const auto& p : parts) {
-    const int64_t r = p.data.dim(0);
-    const auto* b = p.data.ptr<uint8_t>();
-    for (int64_t i = 0; i < r; ++i)
-      for (int64_t c = 0; c < cols; ++c) q[(r0 + i) * cols + c] = (b[i * bytes + c / 2] >> (4 * (c % 2))) & 15u;
-    std::memcpy(exps.data() + r0 * kb, p.scales.data(), p.scales.nbytes());
-    p.data.drop_pages();
-    r0 += r;
-  }
-  const int64_t padded = (rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
-  auto st = Tensor::empty({static_cast<int64_t>((cpu::packed_mxfp4_bytes(rows, cols, bc) + 3) / 4)}, DType::i32).storage();
-  cpu::pack_mxfp4(q.data(), exps.data(), rows, cols, bc, st->data);
-  st->packed_cols = cols;
+// MXFP4 rows (one E2M1 code a byte), each row's exponents beside them.
+Tensor pack_mxfp4(const QuantizedRows& m) {
+  const int64_t padded = (m.rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
+  auto st =
+      Tensor::empty({static_cast<int64_t>((cpu::packed_mxfp4_bytes(m.rows, m.cols, m.group) + 3) / 4)}, DType::i32).storage();
+  cpu::pack_mxfp4(m.values.data(), m.zeros.data(), m.rows, m.cols, m.group, st->data);
+  st->packed_cols = m.cols;
   st->packed_weights = WeightFormat::mxfp4;
-  st->packed_block_cols = bc;
+  st->packed_block_cols = m.group;
   st->packed_rows = padded;
-  return Tensor(st, 0, {rows, cols}, DType::i32);
+  return Tensor(st, 0, {m.rows, m.cols}, DType::i32);
 }
 
 }  // namespace
@@ -418,18 +197,13 @@ Tensor upload_mxfp4(const std::vector<Backend::QuantizedPart>& parts, const Weig
 Tensor CpuBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) {
   cpu_expect(supports(layout.format) && !layout.dense(), "upload_quantized_matrix",
              str("no CPU kernels for ", layout.describe(), " weights"));
-  cpu_expect(!parts.empty() && parts[0].data.rank() == 2, "upload_quantized_matrix", "no parts");
-  // (Packed values do not tell the matrix's columns: their parts give them as cols.)
-  const bool packed_values = layout.values_per_word > 1 || layout.transposed;
-  for (const auto& p : parts)
-    cpu_expect(!packed_values || (p.cols > 0 && p.cols == parts[0].cols), "upload_quantized_matrix",
-               "packed parts of one width, given as cols");
-  // GPTQ's and AWQ's parts, stored transposed and named after the module (4 or 8 bits).
-  if (layout.transposed) return upload_module_parts(parts, layout, parts[0].cols);
-  if (layout.format == WeightFormat::int8 && layout.values_per_word == 4) return upload_bytes(int8_words(parts), layout);
-  if (layout.format == WeightFormat::fp8 || layout.format == WeightFormat::int8) return upload_bytes(parts, layout);
-  if (layout.format == WeightFormat::mxfp4) return upload_mxfp4(parts, layout, parts[0].cols);
-  return upload_int4(parts, layout, parts[0].cols);
+  QuantizedRows m = read_quantized_parts(parts, layout, "cpu backend");
+  switch (m.format) {
+    case WeightFormat::fp8:
+    case WeightFormat::int8: return pack_bytes(m);
+    case WeightFormat::mxfp4: return pack_mxfp4(m);
+    default: return pack_int4(m);
+  }
 }
 
 int64_t packed_row0(const Tensor& w) {

@@ -20,6 +20,7 @@
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/kernels.cuh"
 #include "core/op_checks.h"
+#include "core/quantized_parts.h"
 
 namespace linnet {
 namespace cuda {
@@ -642,6 +643,93 @@ Tensor CudaBackend::upload_matrix(const std::vector<Tensor>& parts) {
   return out;
 }
 
+namespace {
+
+// Where a quantized matrix's parts lie in its one allocation (cuda::QuantWeights), each
+// 256-byte aligned: values, scales (f32; none for MXFP4), zeros (int4's zero points, MXFP4's
+// exponents; a byte each), the group index (i32 a column) where there is one.
+struct QuantizedBytes {
+  size_t values = 0, scales = 0, zeros = 0, group_index = 0, total = 0;
+};
+QuantizedBytes quantized_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t groups, bool group_index) {
+  auto up = [](size_t n) { return (n + 255) / 256 * 256; };
+  const bool four_bit = f == WeightFormat::int4 || f == WeightFormat::mxfp4;
+  const auto r = static_cast<size_t>(rows), c = static_cast<size_t>(cols), g = static_cast<size_t>(groups);
+  QuantizedBytes b;
+  b.scales = up(r * (four_bit ? (c + 1) / 2 : c));
+  b.zeros = b.scales + up(f == WeightFormat::mxfp4 ? 0 : r * g * sizeof(float));
+  b.group_index = b.zeros + up(four_bit ? r * g : 0);
+  b.total = b.group_index + (group_index ? c * sizeof(int32_t) : 0);
+  return b;
+}
+
+// The device matrix's parts as the kernels take them; row0: a view's first row.
+cuda::QuantWeights quant_weights(const Tensor& w, int64_t& row0) {
+  const Storage& st = *w.storage();
+  const QuantizedBytes b = quantized_bytes(st.packed_weights, st.packed_rows, st.packed_cols, st.packed_groups,
+                                           st.packed_group_index);
+  const auto* base = static_cast<const uint8_t*>(st.data);
+  const size_t off = static_cast<size_t>(static_cast<const uint8_t*>(w.data()) - base);
+  const size_t row_bytes = Tensor(w.storage(), 0, {1, st.packed_cols}, w.dtype()).span_bytes();
+  need(off % row_bytes == 0, "matmul", "a view of a quantized matrix that does not start on a row: " + w.describe());
+  row0 = static_cast<int64_t>(off / row_bytes);
+  cuda::QuantWeights q{};
+  q.values = base;
+  q.scales = st.packed_weights == WeightFormat::mxfp4 ? nullptr : reinterpret_cast<const float*>(base + b.scales);
+  q.zeros = base + b.zeros;
+  q.group_index = st.packed_group_index ? reinterpret_cast<const int32_t*>(base + b.group_index) : nullptr;
+  q.cols = st.packed_cols;
+  q.group = st.packed_block_cols;
+  q.groups = st.packed_groups;
+  q.format = static_cast<int32_t>(st.packed_weights);
+  q.f16 = st.packed_dequant == DType::f16 ? 1 : 0;
+  return q;
+}
+
+bool quantized(const Tensor& w) { return w.packed() && w.storage()->packed_weights != WeightFormat::dense; }
+
+}  // namespace
+
+Tensor CudaBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) {
+  QuantizedRows m = read_quantized_parts(parts, layout, "cuda");
+  need(m.dequant == DType::f32 || m.dequant == DType::f16, "upload_quantized_matrix",
+       str("weights rounded to ", dtype_name(m.dequant), " after their dequantization are not computed"));
+  const bool four_bit = m.format == WeightFormat::int4 || m.format == WeightFormat::mxfp4;
+  const QuantizedBytes b = quantized_bytes(m.format, m.rows, m.cols, m.groups, !m.group_index.empty());
+  std::vector<uint8_t> host(b.total, 0);
+  if (four_bit) {  // two a byte, the first in the low nibble
+    const int64_t row_bytes = (m.cols + 1) / 2;
+    for (int64_t r = 0; r < m.rows; ++r)
+      for (int64_t c = 0; c < m.cols; ++c)
+        host[static_cast<size_t>(r * row_bytes + c / 2)] |= static_cast<uint8_t>(m.values[r * m.cols + c] << (4 * (c % 2)));
+  } else {
+    std::memcpy(host.data(), m.values.data(), m.values.size());
+  }
+  auto put = [&](size_t at, const void* src, size_t bytes) {  // (an empty part has no data pointer)
+    if (bytes > 0) std::memcpy(host.data() + at, src, bytes);
+  };
+  put(b.scales, m.scales.data(), m.scales.size() * sizeof(float));
+  put(b.zeros, m.zeros.data(), m.zeros.size());
+  put(b.group_index, m.group_index.data(), m.group_index.size() * sizeof(int32_t));
+  m.values = {};  // (the host copy holds them now)
+  Tensor bytes = empty({static_cast<int64_t>(b.total)}, DType::u8);
+  flush();
+  activate();
+  LINNET_CUDA_CHECK(cudaMemcpyAsync(bytes.data(), host.data(), b.total, cudaMemcpyHostToDevice, stream_));
+  LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` goes at the return
+  Storage& st = *bytes.storage();
+  st.packed_cols = m.cols;
+  st.packed_weights = m.format;
+  st.packed_block_cols = m.group;
+  st.packed_rows = m.rows;
+  st.packed_groups = m.groups;
+  st.packed_group_index = !m.group_index.empty();
+  st.packed_dequant = m.dequant;
+  st.activations = m.activations;
+  const DType dt = m.format == WeightFormat::fp8 ? DType::f8_e4m3 : m.format == WeightFormat::int8 ? DType::i8 : DType::i32;
+  return Tensor(bytes.storage(), 0, {m.rows, m.cols}, dt);
+}
+
 void CudaBackend::synchronize() {
   flush();
   activate();
@@ -671,7 +759,7 @@ void CudaBackend::embedding_op(const Tensor& weight, const Tensor& ids, Tensor& 
 void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
   const char* op = "matmul";
   float_type(op, "x", x);
-  float_type(op, "w", w);
+  if (!quantized(w)) float_type(op, "w", w);
   float_type(op, "out", out);
   const int64_t N = x.dim(0), In = x.dim(1), Out = w.dim(0);
   if (bias) {
@@ -679,6 +767,13 @@ void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias
   }
   activate();
   if (N == 0 || Out == 0) return;
+  if (quantized(w)) {  // dequantized in the SIMT tile's loads: one kernel for every N
+    int64_t row0 = 0;
+    const cuda::QuantWeights q = quant_weights(w, row0);
+    submit(launch::MatmulQuantized{x.data(), bias ? bias->data() : nullptr, out.data(), N, In, Out, row0, q, dt(x),
+                                   bias ? dt(*bias) : 0, dt(out), 0});
+    return;
+  }
   // Kernels chosen by dtypes, never by N alone unless they give the same bits: a row alone
   // or among others gets the same result (docs/numerics.md).
   const void* b = bias ? bias->data() : nullptr;
@@ -886,9 +981,15 @@ void CudaBackend::top_k_op(const Tensor& probs, int64_t k, bool normalize, Tenso
 void CudaBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
   const char* op = "grouped_matmul";
   float_type(op, "x", x);
-  float_type(op, "w", w);
+  const bool quant = quantized(w);
+  if (!quant) float_type(op, "w", w);
   float_type(op, "out", out);
   const int64_t groups = static_cast<int64_t>(offsets.size()) - 1, M = x.dim(0), K = x.dim(1), O = out.dim(1);
+  int64_t row0 = 0;
+  const cuda::QuantWeights q = quant ? quant_weights(w, row0) : cuda::QuantWeights{};
+  // A row of the matrix's bytes: its span (4-bit formats half a byte a value), or the dtype's.
+  const int64_t row_bytes = quant ? static_cast<int64_t>(Tensor(w.storage(), 0, {1, K}, w.dtype()).span_bytes())
+                                  : K * static_cast<int64_t>(dtype_size(w.dtype()));
   activate();
   flush();
   const int tile = cuda::grouped_matmul_rows_per_tile();
@@ -904,10 +1005,13 @@ void CudaBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std:
         const int64_t rows = offsets[static_cast<size_t>(g0 + g + 1)] - offsets[static_cast<size_t>(g0 + g)];
         need(rows >= 0, op, str("offsets decrease at group ", g0 + g));
         tiles += static_cast<int>((rows + tile - 1) / tile);
-        if (rows > 0) grouped_weight_bytes_ += O * K * static_cast<int64_t>(dtype_size(w.dtype()));
+        if (rows > 0) grouped_weight_bytes_ += O * row_bytes;
       }
     }
-    cuda::launch_grouped_matmul(x.data(), dt(x), w.data(), dt(w), out.data(), dt(out), K, O, t, tiles, stream_);
+    if (quant)
+      cuda::launch_grouped_matmul_quantized(x.data(), dt(x), q, row0, out.data(), dt(out), K, O, t, tiles, stream_);
+    else
+      cuda::launch_grouped_matmul(x.data(), dt(x), w.data(), dt(w), out.data(), dt(out), K, O, t, tiles, stream_);
   }
 }
 
@@ -1018,6 +1122,9 @@ void MatmulTc::run(cudaStream_t s) const {
 }
 void MatmulSimt::run(cudaStream_t s) const {
   launch_matmul(x, x_dt, w, w_dt, bias, bias_dt, out, out_dt, n, in, outs, s);
+}
+void MatmulQuantized::run(cudaStream_t s) const {
+  launch_matmul_quantized(x, x_dt, w, row0, bias, bias_dt, out, out_dt, n, in, outs, s);
 }
 void RmsNorm::run(cudaStream_t s) const { launch_rms_norm(act_dt, x, delta, w, w_dt, eps, out, rows, width, s); }
 void Add::run(cudaStream_t s) const { launch_add(dt, x, y, n, s); }

@@ -114,8 +114,9 @@ class CudaBackend final : public Backend {
   std::string name() const override;
   Device device() const override { return Device::cuda; }
   DType compute_dtype(DType weights) const override;
-  // Dense only: its products are cuBLAS's and matmul_tc's over float matrices.
-  bool supports(WeightFormat f) const override { return f == WeightFormat::dense; }
+  // Dense matrices (matmul_tc's and the SIMT product) and every quantized format: the SIMT
+  // product dequantizes in its loads (core/cuda/quantized_weights.cuh).
+  bool supports(WeightFormat) const override { return true; }
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;
@@ -134,6 +135,9 @@ class CudaBackend final : public Backend {
   Tensor upload_matrix(const Tensor& host) override;
   // The parts' rows copied straight into their place in one device matrix (no host stack).
   Tensor upload_matrix(const std::vector<Tensor>& parts) override;
+  // A quantized matrix: its parts read as core/quantized_parts.h reads them for every backend,
+  // then held row-major in one allocation (cuda::QuantWeights), in its stored bits.
+  Tensor upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) override;
   std::unique_ptr<DeviceTimer> make_timer() override;
   double library_matmul_rate(DType dt, std::string* source) override;  // cuBLAS (cublas_rate.cu)
 

@@ -22,13 +22,24 @@ struct Shared {
 };
 }  // namespace tile
 
-// acc[i][j] = Σ_k x[m0 + 2·ty + i, k] · w[wrow + n0 + 4·tx + j, k] for this thread (tx =
+// A dense weight matrix [·, K] of a float dtype: weight (r, k) widened to f32.
+struct DenseWeights {
+  const void* __restrict__ w;
+  int wdt;
+  int64_t K;
+  __device__ __forceinline__ float operator()(int64_t r, int64_t k) const { return load_any(w, wdt, r * K + k); }
+};
+
+// acc[i][j] = Σ_k x[m0 + 2·ty + i, k] · w(wrow + n0 + 4·tx + j, k) for this thread (tx =
 // threadIdx.x % 16, ty = threadIdx.x / 16): one f32 fused multiply-add chain per output over
 // k = 0 … K−1 in order, whatever the rows around it. x rows at or past row_end and w rows at or
-// past wrow + O are read as zeros. x [·, K], w [·, K].
-__device__ __forceinline__ void simt_tile(const void* __restrict__ x, int xdt, const void* __restrict__ w, int wdt,
-                                          int64_t m0, int64_t row_end, int64_t wrow, int64_t n0, int64_t K, int64_t O,
-                                          tile::Shared& sh, float (&acc)[2][4]) {
+// past wrow + O are read as zeros. x [·, K]; w(r, k) gives a weight as f32: DenseWeights, or a
+// quantized matrix's dequantization (core/cuda/quantized_matmul.cu), so a quantized product is
+// the dense one on its dequantized weights, bit for bit.
+template <class W>
+__device__ __forceinline__ void simt_tile(const void* __restrict__ x, int xdt, const W& w, int64_t m0, int64_t row_end,
+                                          int64_t wrow, int64_t n0, int64_t K, int64_t O, tile::Shared& sh,
+                                          float (&acc)[2][4]) {
   using namespace tile;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   for (int64_t k0 = 0; k0 < K; k0 += kBK) {
@@ -41,7 +52,7 @@ __device__ __forceinline__ void simt_tile(const void* __restrict__ x, int xdt, c
     for (int i = threadIdx.x; i < kBN * kBK; i += kThreads) {
       const int c = i / kBK, k = i % kBK;
       const int64_t gc = n0 + c, gk = k0 + k;
-      sh.ws[k][c] = gc < O && gk < K ? load_any(w, wdt, (wrow + gc) * K + gk) : 0.f;
+      sh.ws[k][c] = gc < O && gk < K ? w(wrow + gc, gk) : 0.f;
     }
     __syncthreads();
     // Past K the slices are zeros: fma(0, 0, acc) is acc, for every row count alike.

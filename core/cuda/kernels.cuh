@@ -70,6 +70,27 @@ void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, cons
 void launch_matmul(const void* x, int xdt, const void* w, int wdt, const void* bias, int bdt, void* out, int odt,
                    int64_t N, int64_t K, int64_t O, cudaStream_t s);
 
+// ---- matmul.cu and moe.cu on quantized weights (quantized_weights.cuh) ----
+// A quantized matrix as the CUDA backend holds it (CudaBackend::upload_quantized_matrix: the
+// rows of core/quantized_parts.h as they are, in one allocation): values row-major — FP8 and
+// int8 a byte each, int4 and MXFP4 two a byte (the first in the low nibble, ⌈cols/2⌉ bytes a
+// row) —, scales f32 [rows, groups] (none for MXFP4), `zeros` [rows, groups] a byte each (int4's
+// zero points; MXFP4's E8M0 exponents), and where the groups are reordered each column's group.
+struct QuantWeights {
+  const uint8_t* values;
+  const float* scales;
+  const uint8_t* zeros;
+  const int32_t* group_index;  // null: column c in group c / group
+  int64_t cols, group, groups;
+  int32_t format;  // WeightFormat's value: fp8, int4, int8, mxfp4
+  int32_t f16;     // 1: each weight rounded to f16 after its dequantization (GPTQ, AWQ)
+};
+static_assert(sizeof(QuantWeights) == 4 * 8 + 3 * 8 + 2 * 4, "QuantWeights has no padding");
+// out[N, O] = x[N, K] · w[row0 : row0 + O]ᵀ (+ bias): matmul's SIMT product on the weights as
+// their format dequantizes them, the bits of the dense product on the dequantized matrix.
+void launch_matmul_quantized(const void* x, int xdt, const QuantWeights& w, int64_t row0, const void* bias, int bdt,
+                             void* out, int odt, int64_t N, int64_t K, int64_t O, cudaStream_t s);
+
 // ---- matmul_tc.cu ----
 // The same product on tensor cores, for x and w of one 16-bit dtype (bf16 or f16): C f32 mma
 // chains over fixed ranges of k, summed in order — the same bits for any N.
@@ -139,6 +160,9 @@ int grouped_matmul_rows_per_tile();
 // out rows of each group = x rows · w's group rows ᵀ; one f32 chain per element over k in order.
 void launch_grouped_matmul(const void* x, int xdt, const void* w, int wdt, void* out, int odt, int64_t K, int64_t O,
                            const GroupTiles& tiles, int tile_count, cudaStream_t s);
+// The same on a quantized stack of experts (row0: the first expert's first row in w).
+void launch_grouped_matmul_quantized(const void* x, int xdt, const QuantWeights& w, int64_t row0, void* out, int odt,
+                                     int64_t K, int64_t O, const GroupTiles& tiles, int tile_count, cudaStream_t s);
 // out[n] = Σ over increasing experts[n, j] of weights[n, j] · y[rows[n, j]] (products rounded, then added).
 void launch_moe_combine(const void* y, int ydt, const int32_t* rows, const int32_t* experts, const float* weights,
                         void* out, int odt, int64_t N, int64_t H, int64_t K, cudaStream_t s);

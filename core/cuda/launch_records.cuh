@@ -65,6 +65,16 @@ struct MatmulSimt {
   int32_t x_dt, w_dt, bias_dt, out_dt;
   void run(cudaStream_t s) const;
 };
+// The same product on a quantized matrix, dequantized in the tile's loads (matmul.cu).
+struct MatmulQuantized {
+  const void* x;
+  const void* bias;
+  void* out;
+  int64_t n, in, outs, row0;  // row0: the matrix view's first row
+  QuantWeights w;
+  int32_t x_dt, bias_dt, out_dt, unused;
+  void run(cudaStream_t s) const;
+};
 // (x += delta, when delta is given;) out ← rms_norm(x) · w.
 struct RmsNorm {
   void* x;
@@ -196,6 +206,7 @@ static_assert(sizeof(Convert) == 3 * 8 + 2 * 4);
 static_assert(sizeof(Embedding) == 6 * 8 + 2 * 4);
 static_assert(sizeof(MatmulTc) == 8 * 8 + 6 * 4);
 static_assert(sizeof(MatmulSimt) == 7 * 8 + 4 * 4);
+static_assert(sizeof(MatmulQuantized) == 7 * 8 + sizeof(QuantWeights) + 4 * 4);
 static_assert(sizeof(RmsNorm) == 6 * 8 + 4 * 4);
 static_assert(sizeof(Add) == 3 * 8 + 2 * 4);
 static_assert(sizeof(Rope) == 9 * 8 + 4 * 4);
@@ -215,7 +226,7 @@ namespace linnet::cuda {
 
 // One piece of work for the stream, by value.
 using Launch = std::variant<launch::Memcpy, launch::Memset, launch::Convert, launch::Embedding, launch::MatmulTc,
-                            launch::MatmulSimt, launch::RmsNorm, launch::Add, launch::Rope, launch::Swiglu,
+                            launch::MatmulSimt, launch::MatmulQuantized, launch::RmsNorm, launch::Add, launch::Rope, launch::Swiglu,
                             launch::KvWrite, launch::AttentionPacked, launch::AttentionCache, launch::GatherRows,
                             launch::Copy2D, launch::CopyColumns, launch::LogitStats, launch::Argmax>;
 

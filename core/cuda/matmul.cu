@@ -7,21 +7,23 @@
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/device_blocks.cuh"
 #include "core/cuda/kernels.cuh"
+#include "core/cuda/quantized_weights.cuh"
 
 namespace linnet::cuda {
 namespace {
 
 using namespace tile;  // the SIMT tile (core/cuda/device_blocks.cuh), shared with grouped_matmul
 
+// W: how a weight is read (DenseWeights, QuantizedAt<F>); wrow: the first row of w used.
+template <class W>
 __global__ void __launch_bounds__(kThreads)
-    matmul_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w, int wdt,
-                  const void* __restrict__ bias, int bdt, void* __restrict__ out, int odt, int64_t N,
-                  int64_t K, int64_t O) {
+    matmul_kernel(const void* __restrict__ x, int xdt, W w, int64_t wrow, const void* __restrict__ bias, int bdt,
+                  void* __restrict__ out, int odt, int64_t N, int64_t K, int64_t O) {
   __shared__ tile::Shared sh;
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int64_t m0 = static_cast<int64_t>(blockIdx.y) * kBM, n0 = static_cast<int64_t>(blockIdx.x) * kBN;
   float acc[2][4] = {};
-  simt_tile(x, xdt, w, wdt, m0, N, 0, n0, K, O, sh, acc);
+  simt_tile(x, xdt, w, m0, N, wrow, n0, K, O, sh, acc);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t r = m0 + 2 * ty + i;
@@ -43,7 +45,18 @@ void launch_matmul(const void* x, int xdt, const void* w, int wdt, const void* b
   if (N == 0 || O == 0) return;
   const dim3 grid(static_cast<unsigned>((O + kBN - 1) / kBN), static_cast<unsigned>((N + kBM - 1) / kBM));
   if (grid.y > 65535) throw Error(str("cuda matmul: ", N, " rows exceed the grid (", 65535 * kBM, ")"));
-  matmul_kernel<<<grid, kThreads, 0, s>>>(x, xdt, w, wdt, bias, bdt, out, odt, N, K, O);
+  matmul_kernel<<<grid, kThreads, 0, s>>>(x, xdt, DenseWeights{w, wdt, K}, 0, bias, bdt, out, odt, N, K, O);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_matmul_quantized(const void* x, int xdt, const QuantWeights& w, int64_t row0, const void* bias, int bdt,
+                             void* out, int odt, int64_t N, int64_t K, int64_t O, cudaStream_t s) {
+  if (N == 0 || O == 0) return;
+  const dim3 grid(static_cast<unsigned>((O + kBN - 1) / kBN), static_cast<unsigned>((N + kBM - 1) / kBM));
+  if (grid.y > 65535) throw Error(str("cuda matmul: ", N, " rows exceed the grid (", 65535 * kBM, ")"));
+  by_format(w, "matmul", [&]<int F>() {
+    matmul_kernel<<<grid, kThreads, 0, s>>>(x, xdt, QuantizedAt<F>{w}, row0, bias, bdt, out, odt, N, K, O);
+  });
   LINNET_CUDA_LAUNCH_CHECK();
 }
 

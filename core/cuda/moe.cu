@@ -6,6 +6,7 @@
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/device_blocks.cuh"
 #include "core/cuda/kernels.cuh"
+#include "core/cuda/quantized_weights.cuh"
 #include "core/top_k.h"
 
 namespace linnet::cuda {
@@ -53,9 +54,11 @@ __global__ void top_k_kernel(const float* __restrict__ probs, int64_t N, int64_t
 // within one group
 using namespace tile;
 
+// W: how a weight is read (DenseWeights, QuantizedAt<F>); row0: group 0's first row in w.
+template <class W>
 __global__ void __launch_bounds__(kThreads)
-    grouped_matmul_kernel(const void* __restrict__ x, int xdt, const void* __restrict__ w, int wdt,
-                          void* __restrict__ out, int odt, int64_t K, int64_t O, GroupTiles tiles) {
+    grouped_matmul_kernel(const void* __restrict__ x, int xdt, W w, int64_t row0, void* __restrict__ out, int odt,
+                          int64_t K, int64_t O, GroupTiles tiles) {
   __shared__ tile::Shared sh;
   // This block's group: the last whose first tile is at or before blockIdx.y.
   int g = 0;
@@ -63,11 +66,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t row_end = tiles.offsets[g + 1];
   const int64_t m0 = tiles.offsets[g] + static_cast<int64_t>(blockIdx.y - tiles.first_tile[g]) * kBM;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kBN;
-  const int64_t wrow = static_cast<int64_t>(tiles.first_group + g) * O;  // group g's weight rows
+  const int64_t wrow = row0 + static_cast<int64_t>(tiles.first_group + g) * O;  // group g's weight rows
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   float acc[2][4] = {};
   // The chains matmul's kernel runs: the same for any row count.
-  simt_tile(x, xdt, w, wdt, m0, row_end, wrow, n0, K, O, sh, acc);
+  simt_tile(x, xdt, w, m0, row_end, wrow, n0, K, O, sh, acc);
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int64_t r = m0 + 2 * ty + i;
@@ -132,7 +135,18 @@ void launch_grouped_matmul(const void* x, int xdt, const void* w, int wdt, void*
   if (tile_count == 0 || O == 0) return;
   const dim3 grid(static_cast<unsigned>((O + kBN - 1) / kBN), static_cast<unsigned>(tile_count));
   if (tile_count > 65535) throw Error(str("cuda grouped_matmul: ", tile_count, " row tiles exceed the grid (65535)"));
-  grouped_matmul_kernel<<<grid, kThreads, 0, s>>>(x, xdt, w, wdt, out, odt, K, O, tiles);
+  grouped_matmul_kernel<<<grid, kThreads, 0, s>>>(x, xdt, DenseWeights{w, wdt, K}, 0, out, odt, K, O, tiles);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_grouped_matmul_quantized(const void* x, int xdt, const QuantWeights& w, int64_t row0, void* out, int odt,
+                                     int64_t K, int64_t O, const GroupTiles& tiles, int tile_count, cudaStream_t s) {
+  if (tile_count == 0 || O == 0) return;
+  const dim3 grid(static_cast<unsigned>((O + kBN - 1) / kBN), static_cast<unsigned>(tile_count));
+  if (tile_count > 65535) throw Error(str("cuda grouped_matmul: ", tile_count, " row tiles exceed the grid (65535)"));
+  by_format(w, "grouped_matmul", [&]<int F>() {
+    grouped_matmul_kernel<<<grid, kThreads, 0, s>>>(x, xdt, QuantizedAt<F>{w}, row0, out, odt, K, O, tiles);
+  });
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
