@@ -308,7 +308,9 @@ Quantization compressed_tensors(const ConfigReader& r, const json& q) {
     } else if (format == "mixed-precision") {
       r.fail(str("quantization_config.", name, ".format is missing (the config's format is mixed-precision)"));
     }
-    out.schemes.push_back({ct_targets(r, g, name), ct_group_layout(r, g, name, fmt)});
+    WeightLayout layout = ct_group_layout(r, g, name, fmt);
+    layout.dequant_in_scale_dtype = true;  // compressed-tensors' decompression: in the scales' dtype
+    out.schemes.push_back({ct_targets(r, g, name), layout});
   }
   out.matrices = out.schemes.front().layout;
   // One scheme for every linear layer: as one layout (describe and errors as before).

@@ -133,6 +133,10 @@ struct WeightLayout {
   // The dtype the format's dequantization rounds each weight to ((q − zero) · scale computed
   // in the scales' fp16: GPTQ); none: f32, one rounding.
   std::optional<DType> dequant_dtype;
+  // compressed-tensors computes (q − zero) · scale in its scales' stored dtype: the loader sets
+  // dequant_dtype to that dtype where it is bf16 or f16 (a bf16 model's weights rounded to bf16,
+  // as its decompression gives them).
+  bool dequant_in_scale_dtype = false;
 
   static WeightLayout of(WeightFormat f);
   // Hugging Face's fine-grained FP8 (quant_method "fp8"): E4M3 values, f32 weight_scale_inv

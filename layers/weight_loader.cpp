@@ -104,6 +104,7 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
                       " (one matrix with it) ", layout.describe(), ": quantization_config must convert both or neither"));
   std::vector<Backend::QuantizedPart> q;
   std::string first_order_name, first_scale_name;
+  std::optional<DType> stored_scales;  // the first part's scales' dtype as stored
   for (const auto& n : parts) {
     const ParamSpec& p = spec(n);
     LINNET_CHECK(p.held_by(shard_), n, " is held by shard ", p.owner, ", not ", shard_);
@@ -128,7 +129,10 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
       Tensor t = weights_.read(c, shard_);
       switch (roles[i].role) {
         // Any float widened exactly; E8M0 exponents (MXFP4) as stored, a byte each.
-        case PartRole::scales: part.scales = t.dtype() == DType::f8_e8m0 ? t : converted(t, DType::f32); break;
+        case PartRole::scales:
+          if (!stored_scales) stored_scales = t.dtype();
+          part.scales = t.dtype() == DType::f8_e8m0 ? t : converted(t, DType::f32);
+          break;
         case PartRole::zero_points: part.zero_points = t; break;
         case PartRole::input_scale:
           scale_name = c.hf_name;
@@ -155,6 +159,11 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
                       q[0].input_scale.ptr<float>()[0],
                       ": layers stacked into one matrix round their one input with one static scale"));
     q.push_back(std::move(part));
+  }
+  if (layout.dequant_in_scale_dtype && stored_scales && (*stored_scales == DType::bf16 || *stored_scales == DType::f16)) {
+    WeightLayout rounded = layout;  // (a 16-bit model's weights, rounded as its reference rounds them)
+    rounded.dequant_dtype = *stored_scales;
+    return be_.upload_quantized_matrix(q, rounded);
   }
   return be_.upload_quantized_matrix(q, layout);
 }

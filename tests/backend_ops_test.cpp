@@ -944,8 +944,26 @@ Tensor host_bytes(Shape s, DType dt, const std::vector<uint8_t>& v) {
   return t;
 }
 
-// rows × cols in `fmt`, groups (blocks) of 16 columns (MXFP4: 32), random values and scales.
-QuantCase quant_case(const std::string& fmt, int64_t rows, int64_t cols, uint32_t seed) {
+QuantCase quant_case_unrounded(const std::string& fmt, int64_t rows, int64_t cols, uint32_t seed);
+
+// rows × cols in `name`'s format, groups (blocks) of 16 columns (MXFP4: 32), random values and
+// scales; a name ending " f16" or " bf16" rounds each dequantized weight to that dtype (GPTQ's
+// and AWQ's f16; compressed-tensors' on a 16-bit model: WeightLayout::dequant_dtype).
+QuantCase quant_case(const std::string& name, int64_t rows, int64_t cols, uint32_t seed) {
+  for (const DType t : {DType::bf16, DType::f16}) {
+    const std::string tail = std::string(" ") + dtype_name(t);
+    if (name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0) {
+      QuantCase c = quant_case_unrounded(name.substr(0, name.size() - tail.size()), rows, cols, seed);
+      c.name = name;
+      c.layout.dequant_dtype = t;
+      for (float& w : c.dequantized) w = round_to(t, w);
+      return c;
+    }
+  }
+  return quant_case_unrounded(name, rows, cols, seed);
+}
+
+QuantCase quant_case_unrounded(const std::string& fmt, int64_t rows, int64_t cols, uint32_t seed) {
   std::mt19937 g(seed);
   std::uniform_int_distribution<int> byte(0, 255), nib(0, 15), e8(118, 130);
   std::uniform_real_distribution<float> scale(0.001f, 0.02f);
@@ -973,10 +991,9 @@ QuantCase quant_case(const std::string& fmt, int64_t rows, int64_t cols, uint32_
         c.dequantized[r * cols + k] =
             static_cast<float>(static_cast<int8_t>(q[r * cols + k])) * sc[r * groups + k / gs];
     c.parts.push_back({host_bytes({rows, cols}, DType::i8, q), Tensor::from_floats({rows, groups}, sc), Tensor(), cols});
-  } else if (fmt == "int4 asym g16 act-order" || fmt == "int4 sym g16 f16") {
+  } else if (fmt == "int4 asym g16 act-order" || fmt == "int4 sym g16") {
     const bool asym = fmt.find("asym") != std::string::npos, reordered = asym;
     c.layout = WeightLayout::int4_groups(16, !asym, reordered);
-    if (!asym) c.layout.dequant_dtype = DType::f16;  // GPTQ's and AWQ's rounding, on compressed-tensors' packing
     std::vector<uint32_t> words(static_cast<size_t>(rows * cols / 8), 0), zw(static_cast<size_t>((rows + 7) / 8 * groups), 0);
     std::vector<uint8_t> q(static_cast<size_t>(rows * cols)), z(static_cast<size_t>(rows * groups), 8);
     for (auto& v : q) v = static_cast<uint8_t>(nib(g));
@@ -990,8 +1007,7 @@ QuantCase quant_case(const std::string& fmt, int64_t rows, int64_t cols, uint32_
       for (int64_t k = 0; k < cols; ++k) {
         words[r * (cols / 8) + k / 8] |= uint32_t{q[r * cols + k]} << (4 * (k % 8));
         const int64_t b = r * groups + gidx[k];
-        const float w = (static_cast<float>(q[r * cols + k]) - static_cast<float>(z[b])) * sc[b];
-        c.dequantized[r * cols + k] = asym ? w : round_to(DType::f16, w);
+        c.dequantized[r * cols + k] = (static_cast<float>(q[r * cols + k]) - static_cast<float>(z[b])) * sc[b];
       }
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t b = 0; b < groups; ++b) zw[(r / 8) * groups + b] |= uint32_t{z[r * groups + b]} << (4 * (r % 8));
@@ -1026,7 +1042,9 @@ QuantCase quant_case(const std::string& fmt, int64_t rows, int64_t cols, uint32_
   return c;
 }
 
-const char* const kQuantFormats[] = {"fp8 8x16", "int8 g16", "int4 asym g16 act-order", "int4 sym g16 f16", "mxfp4"};
+const char* const kQuantFormats[] = {"fp8 8x16",        "int8 g16",      "int4 asym g16 act-order",
+                                     "int4 sym g16 f16", "mxfp4",         "fp8 8x16 bf16",
+                                     "fp8 8x16 f16",     "int8 g16 bf16", "int4 asym g16 act-order bf16"};
 
 }  // namespace
 

@@ -264,7 +264,8 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
                               nullptr, st.packed_dequant);
       break;
     case WeightFormat::fp8:
-      cpu::packed_matmul_fp8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+      cpu::packed_matmul_fp8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>(),
+                             nullptr, st.packed_dequant);
       break;
     case WeightFormat::mxfp4:
       cpu::packed_matmul_mxfp4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());

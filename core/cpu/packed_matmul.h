@@ -56,17 +56,19 @@ size_t packed_fp8_bytes(int64_t rows, int64_t cols, int64_t block_cols);
 // q: row-major [rows, cols] E4M3 bytes; row_scales: [rows, ⌈cols/block_cols⌉] f32.
 void pack_fp8(const uint8_t* q, const float* row_scales, int64_t rows, int64_t cols, int64_t block_cols, void* dst);
 // Rows [row0, row0 + rows) of a packed FP8 matrix (padded_rows: its rows rounded up to whole
-// panels) as f32 weights.
+// panels) as f32 weights. dequant: the dtype each dequantized weight is rounded to (f32: none
+// more; bf16 or f16: compressed-tensors' on a model of that dtype, in its scales' dtype).
 void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
-                         int64_t rows, float* dst);
+                         int64_t rows, float* dst, DType dequant = DType::f32);
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
-                       int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+                       int64_t row0, int64_t o, float* out, const char* kernel = nullptr, DType dequant = DType::f32);
 
 // ---- int8 weights with row or group scales (packed_matmul_8bit.cpp) ----
 // Packed as FP8 is (pack_fp8 on the bytes, packed_fp8_bytes): weight (o, t) is
 // int8(q[o, t]) · scale[o, t / block_cols] in f32 — one rounding, as compressed-tensors'
 // dequantization — and the product is the f32 path's on those weights, the same bits.
-// dequant: the dtype each dequantized weight is rounded to (f32: none more; f16: GPTQ 8-bit's).
+// dequant: the dtype each dequantized weight is rounded to (f32: none more; f16: GPTQ 8-bit's;
+// bf16 or f16: compressed-tensors' on a model of that dtype).
 void unpack_rows_int8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
                           int64_t rows, float* dst, DType dequant = DType::f32);
 void packed_matmul_int8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
@@ -82,7 +84,8 @@ size_t packed_int4_bytes(int64_t rows, int64_t cols, int64_t block_cols);
 // q: row-major [rows, cols], one value 0…15 a byte; row_scales, row_zeros: [rows, ⌈cols/block_cols⌉].
 void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
                int64_t block_cols, void* dst);
-// dequant: the dtype each dequantized weight is rounded to (f32: none more; f16: GPTQ's).
+// dequant: the dtype each dequantized weight is rounded to (f32: none more; f16: GPTQ's; bf16
+// or f16: compressed-tensors' on a model of that dtype).
 void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
                           int64_t rows, float* dst, DType dequant = DType::f32);
 void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,

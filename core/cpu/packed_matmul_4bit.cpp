@@ -91,8 +91,10 @@ struct Int4 {
   }
 };
 
-// int4 rounded to f16 after (q − zero) · scale: GPTQ's and AWQ's dequantization.
+// int4 rounded to f16 after (q − zero) · scale: GPTQ's and AWQ's dequantization; to bf16:
+// compressed-tensors' on a bf16 model (in its scales' dtype; on an f16 model f16 alike).
 using Int4F16 = quantized::F16Rounded<Int4>;
+using Int4Bf16 = quantized::Bf16Rounded<Int4>;
 
 // MXFP4 in int4's panels of nibbles (byte j: row j low, row j + 16 high); after them, on a cache
 // line, each panel's E8M0 exponents [⌈k/bc⌉][32] u8 — the file's one byte per 32 weights, no
@@ -227,16 +229,20 @@ void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols,
     const int64_t r = row0 + i;
     const Int4::Panel p = Int4::panel(packed, padded_rows, cols, block_cols, r / kPanel);
     for (int64_t t = 0; t < cols; ++t)
-      dst[i * cols + t] = dequant == DType::f16 ? Int4F16::weight(p, t, r % kPanel) : Int4::weight(p, t, r % kPanel);
+      dst[i * cols + t] = dequant == DType::f16    ? Int4F16::weight(p, t, r % kPanel)
+                          : dequant == DType::bf16 ? Int4Bf16::weight(p, t, r % kPanel)
+                                                   : Int4::weight(p, t, r % kPanel);
   }
 }
 
 void packed_matmul_int4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                         int64_t row0, int64_t o, float* out, const char* kernel, DType dequant) {
-  LINNET_CHECK(dequant == DType::f32 || dequant == DType::f16, "packed_matmul_int4: weights rounded to ",
-               dtype_name(dequant), " are not computed");
+  LINNET_CHECK(dequant == DType::f32 || dequant == DType::f16 || dequant == DType::bf16,
+               "packed_matmul_int4: weights rounded to ", dtype_name(dequant), " are not computed");
   if (dequant == DType::f16)
     quantized::product<Int4F16>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+  else if (dequant == DType::bf16)
+    quantized::product<Int4Bf16>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
   else
     quantized::product<Int4>("packed_matmul_int4", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
 }

@@ -119,8 +119,27 @@ struct Int8 : BytePanels {
   }
 };
 
-// int8 rounded to f16 after (q − 128) · scale: 8-bit GPTQ's dequantization.
+// Rounded after their dequantization: to f16, 8-bit GPTQ's ((q − 128) · scale in f16) and
+// compressed-tensors' on an f16 model; to bf16, compressed-tensors' on a bf16 model (q · scale
+// in the scales' dtype).
 using Int8F16 = quantized::F16Rounded<Int8>;
+using Int8Bf16 = quantized::Bf16Rounded<Int8>;
+using Fp8F16 = quantized::F16Rounded<Fp8>;
+using Fp8Bf16 = quantized::Bf16Rounded<Fp8>;
+
+// product<F, F16, Bf16> by the dtype the weights are rounded to.
+template <class F, class FF16, class FBf16>
+void product_rounded(const char* name, DType dequant, const float* x, int64_t n, int64_t k, const void* w,
+                     int64_t padded_rows, int64_t block_cols, int64_t row0, int64_t o, float* out, const char* kernel) {
+  LINNET_CHECK(dequant == DType::f32 || dequant == DType::f16 || dequant == DType::bf16, name, ": weights rounded to ",
+               dtype_name(dequant), " are not computed");
+  if (dequant == DType::f16)
+    quantized::product<FF16>(name, x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+  else if (dequant == DType::bf16)
+    quantized::product<FBf16>(name, x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+  else
+    quantized::product<F>(name, x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+}
 
 }  // namespace
 
@@ -208,27 +227,27 @@ void unpack_rows_f32_as(const void* packed, int64_t padded_rows, int64_t cols, i
 }  // namespace
 
 void unpack_rows_fp8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
-                         int64_t rows, float* dst) {
-  unpack_rows_f32_as<Fp8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+                         int64_t rows, float* dst, DType dequant) {
+  if (dequant == DType::f16) unpack_rows_f32_as<Fp8F16>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+  else if (dequant == DType::bf16) unpack_rows_f32_as<Fp8Bf16>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+  else unpack_rows_f32_as<Fp8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
 }
 void unpack_rows_int8_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
                           int64_t rows, float* dst, DType dequant) {
   if (dequant == DType::f16) unpack_rows_f32_as<Int8F16>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+  else if (dequant == DType::bf16) unpack_rows_f32_as<Int8Bf16>(packed, padded_rows, cols, block_cols, row0, rows, dst);
   else unpack_rows_f32_as<Int8>(packed, padded_rows, cols, block_cols, row0, rows, dst);
 }
 
 void packed_matmul_fp8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
-                       int64_t row0, int64_t o, float* out, const char* kernel) {
-  quantized::product<Fp8>("packed_matmul_fp8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+                       int64_t row0, int64_t o, float* out, const char* kernel, DType dequant) {
+  product_rounded<Fp8, Fp8F16, Fp8Bf16>("packed_matmul_fp8", dequant, x, n, k, w, padded_rows, block_cols, row0, o, out,
+                                        kernel);
 }
 void packed_matmul_int8(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                         int64_t row0, int64_t o, float* out, const char* kernel, DType dequant) {
-  LINNET_CHECK(dequant == DType::f32 || dequant == DType::f16, "packed_matmul_int8: weights rounded to ",
-               dtype_name(dequant), " are not computed");
-  if (dequant == DType::f16)
-    quantized::product<Int8F16>("packed_matmul_int8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
-  else
-    quantized::product<Int8>("packed_matmul_int8", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
+  product_rounded<Int8, Int8F16, Int8Bf16>("packed_matmul_int8", dequant, x, n, k, w, padded_rows, block_cols, row0, o,
+                                           out, kernel);
 }
 
 }  // namespace linnet::cpu

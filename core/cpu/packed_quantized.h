@@ -54,6 +54,41 @@ struct F16Rounded : F {
   }
 };
 
+// A format F whose dequantization rounds each weight to bf16 (compressed-tensors on a bf16 model:
+// (q − zero) · scale in the scales' bf16). F's f32 weight is that product exactly (an 8-bit or
+// smaller integer, or an E4M3 value, times a bf16 scale), so rounding it to bf16 (to nearest,
+// ties to even: add 0x7fff plus the kept lowest bit, drop the low half) is that one rounding.
+// (Weights are finite: the loader refuses NaN scales and values.)
+template <class F>
+struct Bf16Rounded : F {
+  using Panel = typename F::Panel;
+  using Block512 = typename F::Block512;
+  using Block2 = typename F::Block2;
+  static float weight(const Panel& p, int64_t t, int64_t c) { return round_to(DType::bf16, F::weight(p, t, c)); }
+  __attribute__((target("avx512f,avx512bw"))) static __m512 round512(__m512 v) {
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(b, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff)));
+    return _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
+                                                                     __m512& lo, __m512& hi) {
+    F::widen512(p, t, b, lo, hi);
+    lo = round512(lo);
+    hi = round512(hi);
+  }
+  __attribute__((target("avx2,fma"))) static __m256 round2(__m256 v) {
+    const __m256i b = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(b, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7fff)));
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+  }
+  __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
+    F::widen2(p, t, b, wv);
+    for (int i = 0; i < 4; ++i) wv[i] = round2(wv[i]);
+  }
+};
+
 // The column block [t, end) of a chain's steps that share one block's constants.
 inline int64_t block_end(int64_t t, int64_t chain_end, int64_t bc) { return std::min(chain_end, (t / bc + 1) * bc); }
 

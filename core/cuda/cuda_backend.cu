@@ -682,7 +682,7 @@ cuda::QuantWeights quant_weights(const Tensor& w, int64_t& row0) {
   q.group = st.packed_block_cols;
   q.groups = st.packed_groups;
   q.format = static_cast<int32_t>(st.packed_weights);
-  q.f16 = st.packed_dequant == DType::f16 ? 1 : 0;
+  q.dequant = static_cast<int32_t>(st.packed_dequant);
   return q;
 }
 
@@ -692,7 +692,7 @@ bool quantized(const Tensor& w) { return w.packed() && w.storage()->packed_weigh
 
 Tensor CudaBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& parts, const WeightLayout& layout) {
   QuantizedRows m = read_quantized_parts(parts, layout, "cuda");
-  need(m.dequant == DType::f32 || m.dequant == DType::f16, "upload_quantized_matrix",
+  need(m.dequant == DType::f32 || m.dequant == DType::f16 || m.dequant == DType::bf16, "upload_quantized_matrix",
        str("weights rounded to ", dtype_name(m.dequant), " after their dequantization are not computed"));
   const bool four_bit = m.format == WeightFormat::int4 || m.format == WeightFormat::mxfp4;
   const QuantizedBytes b = quantized_bytes(m.format, m.rows, m.cols, m.groups, !m.group_index.empty());

@@ -83,7 +83,7 @@ struct QuantWeights {
   const int32_t* group_index;  // null: column c in group c / group
   int64_t cols, group, groups;
   int32_t format;  // WeightFormat's value: fp8, int4, int8, mxfp4
-  int32_t f16;     // 1: each weight rounded to f16 after its dequantization (GPTQ, AWQ)
+  int32_t dequant;  // the DType each weight is rounded to after its dequantization: f32 (none), f16, bf16
 };
 static_assert(sizeof(QuantWeights) == 4 * 8 + 3 * 8 + 2 * 4, "QuantWeights has no padding");
 // out[N, O] = x[N, K] · w[row0 : row0 + O]ᵀ (+ bias): matmul's SIMT product on the weights as

@@ -1,8 +1,8 @@
 // A quantized matrix's weight (r, c) as its format dequantizes it (QuantWeights, kernels.cuh),
 // the same f32 value the CPU's kernels widen to (core/cpu/packed_quantized.h: one rounding,
-// then f16 for GPTQ and AWQ): the SIMT tile (device_blocks.cuh) reads weights through it, so
-// matmul and grouped_matmul on a quantized matrix give the dense product's bits on its
-// dequantized weights.
+// then f16 for GPTQ and AWQ, bf16 or f16 for compressed-tensors on such a model): the SIMT
+// tile (device_blocks.cuh) reads weights through it, so matmul and grouped_matmul on a
+// quantized matrix give the dense product's bits on its dequantized weights.
 #pragma once
 #include <cuda_fp8.h>
 
@@ -49,7 +49,9 @@ struct QuantizedAt {
       else
         w = __fmul_rn(e2m1_to_f32(u), e8m0_to_f32(m.zeros[b]));
     }
-    return m.f16 ? __half2float(__float2half_rn(w)) : w;
+    if (m.dequant == kF16) return __half2float(__float2half_rn(w));
+    if (m.dequant == kBF16) return __bfloat162float(__float2bfloat16_rn(w));
+    return w;
   }
 };
 
