@@ -20,7 +20,7 @@ int cmd_quantize(const Args& args) {
        (std::string("how to store the linear layers: ") + quantize_schemes()).c_str())
       ("block", po::value<std::string>()->default_value("128,128"),
        "fp8-block: the rows,cols a scale covers (DeepSeek-V3 and Qwen3-FP8: 128,128)")
-      ("group", po::value<int64_t>()->default_value(128), "w4a16: the columns of a row a scale covers (a multiple of 8)");
+      ("group", po::value<int64_t>()->default_value(128), "w4a16, w4a16-asym: the columns of a row a scale covers (a multiple of 8)");
   po::variables_map vm;
   if (!parse(args, desc, vm, "linnet quantize")) return 0;
   QuantizeOptions o;
@@ -33,9 +33,9 @@ int cmd_quantize(const Args& args) {
   const auto t0 = std::chrono::steady_clock::now();
   o.group = vm["group"].as<int64_t>();
   quantize_checkpoint(vm["checkpoint"].as<std::string>(), vm["out"].as<std::string>(), o);
-  const std::string unit = o.scheme == "w4a16"       ? str("groups of ", o.group)
-                           : o.scheme == "fp8-block" ? str(o.block_rows, "x", o.block_cols)
-                                                     : std::string("per channel");
+  const std::string unit = o.scheme.starts_with("w4a16") ? str("groups of ", o.group)
+                           : o.scheme == "fp8-block"      ? str(o.block_rows, "x", o.block_cols)
+                                                          : std::string("per channel");
   spdlog::info("wrote {} ({} {}, round to nearest) in {:.1f} s", vm["out"].as<std::string>(), o.scheme, unit,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return 0;

@@ -20,7 +20,7 @@ namespace linnet {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const char* quantize_schemes() { return "fp8-block, fp8-channel, w8a8, w4a16"; }
+const char* quantize_schemes() { return "fp8-block, fp8-channel, w8a8, w4a16, w4a16-asym"; }
 
 namespace {
 
@@ -47,30 +47,48 @@ void quantize_fp8_blocks(const Tensor& w, int64_t br, int64_t bc, Tensor& q, Ten
   }
 }
 
-// compressed-tensors' W4A16 (its calculate_qparams and quantize on a symmetric 4-bit group
-// scheme), in the matrix's dtype as torch computes it (each op in f32, then rounded to the dtype):
-// per row and group, scale = amax|w| / 7.5 (f32's epsilon where 0 — compressed-tensors' rule),
-// q = round_half_even(clamp(w / scale, −8, 7)); packed q + 8, eight a word from the low bits.
-// words [rows, cols/8] I32, scales [rows, cols/g] in w's dtype.
-void quantize_int4_groups(const Tensor& w, int64_t g, Tensor& words, Tensor& scales) {
+// compressed-tensors' W4A16 (its calculate_qparams and quantize on a 4-bit group scheme), in
+// the matrix's dtype as torch computes it (each op in f32, then rounded to the dtype): per row
+// and group, symmetric: scale = amax|w| / 7.5 (the dtype's epsilon where 0), q =
+// round_half_even(clamp(w / scale, −8, 7)); asymmetric: scale = (mx − mn) / 15 over the group's
+// range widened to 0, zero = round_half_even(clamp(−8 − mn / scale, −8, 7)), q =
+// round_half_even(clamp(w / scale + zero, −8, 7)). Packed q + 8, eight a word from the low bits;
+// zero points + 8 the same way along the rows. words [rows, cols/8] I32, scales [rows, cols/g]
+// in w's dtype, zeros (asymmetric) [rows/8, cols/g] I32.
+void quantize_int4_groups(const Tensor& w, int64_t g, bool symmetric, Tensor& words, Tensor& scales, Tensor& zeros) {
   const DType dt = w.dtype();
   const Tensor f = w.to(DType::f32);
   const int64_t rows = w.dim(0), cols = w.dim(1), groups = cols / g;
   words = Tensor::zeros({rows, cols / 8}, DType::i32);
+  if (!symmetric) zeros = Tensor::zeros({rows / 8, groups}, DType::i32);
   Tensor s32 = Tensor::empty({rows, groups}, DType::f32);
   const float* x = f.ptr<float>();
   const float eps = dt == DType::bf16 ? 0x1p-7f : dt == DType::f16 ? 0x1p-10f : 0x1p-23f;  // torch.finfo(dtype).eps
+  auto r_dt = [dt](float v) { return round_to(dt, v); };  // one torch op in the checkpoint's dtype
 #pragma omp parallel for
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < groups; ++b) {
-      float amax = 0;
-      for (int64_t c = b * g; c < (b + 1) * g; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
-      float scale = round_to(dt, amax / 7.5f);
-      if (scale == 0) scale = eps;
+      float scale, zero = 0;
+      if (symmetric) {
+        float amax = 0;
+        for (int64_t c = b * g; c < (b + 1) * g; ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+        scale = r_dt(amax / 7.5f);
+        if (scale == 0) scale = eps;
+      } else {
+        float mn = 0, mx = 0;  // (0 is always in the range)
+        for (int64_t c = b * g; c < (b + 1) * g; ++c) mn = std::min(mn, x[r * cols + c]), mx = std::max(mx, x[r * cols + c]);
+        scale = r_dt((mx - mn) / 15.0f);
+        // An all-zero group has scale 0 and no zero point (torch's 0/0); any zero point gives its
+        // weights 0: linnet writes 0 and the dtype's epsilon.
+        if (scale != 0) zero = std::nearbyint(std::clamp(r_dt(-8.0f - r_dt(mn / scale)), -8.0f, 7.0f));
+        if (scale == 0) scale = eps;
+        zeros.ptr<uint32_t>()[(r / 8) * groups + b] |= static_cast<uint32_t>(static_cast<int>(zero) + 8) << (4 * (r % 8));
+      }
       s32.ptr<float>()[r * groups + b] = scale;
       auto* out = words.ptr<uint32_t>() + r * (cols / 8);
       for (int64_t c = b * g; c < (b + 1) * g; ++c) {
-        const float q = std::nearbyint(std::clamp(round_to(dt, x[r * cols + c] / scale), -8.0f, 7.0f));
+        const float v = symmetric ? r_dt(x[r * cols + c] / scale) : r_dt(r_dt(x[r * cols + c] / scale) + zero);
+        const float q = std::nearbyint(std::clamp(v, -8.0f, 7.0f));
         out[c / 8] |= static_cast<uint32_t>(static_cast<int>(q) + 8) << (4 * (c % 8));
       }
     }
@@ -128,7 +146,8 @@ json ct_args(int num_bits, const char* type, const char* strategy, json group_si
 }  // namespace
 
 void quantize_checkpoint(const std::string& src, const std::string& out, const QuantizeOptions& o) {
-  const bool w4a16 = o.scheme == "w4a16", fp8_channel = o.scheme == "fp8-channel", w8a8 = o.scheme == "w8a8";
+  const bool asym = o.scheme == "w4a16-asym", w4a16 = o.scheme == "w4a16" || asym;
+  const bool fp8_channel = o.scheme == "fp8-channel", w8a8 = o.scheme == "w8a8";
   const bool channels = fp8_channel || w8a8;  // one scale a row
   if (o.scheme != "fp8-block" && !w4a16 && !channels)
     throw Error(str("linnet quantize: scheme '", o.scheme, "' is not one linnet writes (schemes: ", quantize_schemes(), ")"));
@@ -145,7 +164,7 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
 
   // The tensors to quantize: the parameter table's linear layers under the quantization they
   // are about to have (one rule: layers/parameter_table.cpp), lm_head not converted.
-  const WeightLayout layout = w4a16        ? WeightLayout::int4_groups(o.group, true)
+  const WeightLayout layout = w4a16        ? WeightLayout::int4_groups(o.group, !asym)
                               : fp8_channel ? WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale")
                               : w8a8        ? WeightLayout::int8_groups(WeightLayout::kWhole)
                                             : WeightLayout::fp8_blocks(o.block_rows, o.block_cols);
@@ -167,6 +186,10 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
     if (w4a16 && ti.shape[1] % o.group)
       throw Error(str(dir.file_of(n).path(), ": tensor '", n, "' ", ti.shape.to_string(), " is not whole groups of ",
                       o.group, " columns (compressed-tensors quantizes whole groups): choose --group accordingly"));
+    if (asym && ti.shape[0] % 8)
+      throw Error(str(dir.file_of(n).path(), ": tensor '", n, "' ", ti.shape.to_string(),
+                      " has rows that are not whole words of 8 (compressed-tensors packs the zero points eight rows "
+                      "to an I32)"));
     if (ti.shape[0] % unit_rows || ti.shape[1] % unit_cols)
       throw Error(str(dir.file_of(n).path(), ": tensor '", n, "' ", ti.shape.to_string(), " is not whole blocks of ",
                       o.block_rows, "×", o.block_cols, " (transformers reads the block size back from the scales' grid, "
@@ -186,6 +209,7 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
       writer.declare(n + "_packed", DType::i32, {ti.shape[0], ti.shape[1] / 8});
       writer.declare(n + "_scale", ti.dtype, {ti.shape[0], ti.shape[1] / o.group});
       writer.declare(n + "_shape", DType::i64, {2});
+      if (asym) writer.declare(n + "_zero_point", DType::i32, {ti.shape[0] / 8, ti.shape[1] / o.group});
       continue;
     }
     if (channels) {  // compressed-tensors' names: …weight, …weight_scale [rows, 1] in the dtype
@@ -201,12 +225,13 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
     if (!linear.count(n)) {
       writer.write(n, t.data(), t.nbytes());
     } else if (w4a16) {
-      Tensor words, scales;
-      quantize_int4_groups(t, o.group, words, scales);
+      Tensor words, scales, zeros;
+      quantize_int4_groups(t, o.group, !asym, words, scales, zeros);
       const int64_t shape[2] = {t.dim(0), t.dim(1)};
       writer.write(n + "_packed", words.data(), words.nbytes());
       writer.write(n + "_scale", scales.data(), scales.nbytes());
       writer.write(n + "_shape", shape, sizeof shape);
+      if (asym) writer.write(n + "_zero_point", zeros.data(), zeros.nbytes());
     } else if (channels) {
       Tensor q, scales;
       quantize_channels(t, fp8_channel ? DType::f8_e4m3 : DType::i8, q, scales);
@@ -223,10 +248,11 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
   writer.finish();
 
   json cfg = json::parse(read_text_file(str(src, "/config.json"), "config.json"));
-  if (w4a16)
-    cfg["quantization_config"] =
-        compressed_tensors_config("pack-quantized", ct_args(4, "int", "group", o.group, false), nullptr);
-  else if (fp8_channel)  // llm-compressor's FP8_DYNAMIC
+  if (w4a16) {
+    json weights = ct_args(4, "int", "group", o.group, false);
+    weights["symmetric"] = !asym;  // (llm-compressor's W4A16_ASYM)
+    cfg["quantization_config"] = compressed_tensors_config("pack-quantized", weights, nullptr);
+  } else if (fp8_channel)  // llm-compressor's FP8_DYNAMIC
     cfg["quantization_config"] = compressed_tensors_config(
         "float-quantized", ct_args(8, "float", "channel", nullptr, false), ct_args(8, "float", "token", nullptr, true));
   else if (w8a8)  // llm-compressor's W8A8

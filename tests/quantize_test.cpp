@@ -80,6 +80,20 @@ TEST(Quantize, W4a16IsCompressedTensorsBytes) {
             std::string::npos);
 }
 
+// llm-compressor's W4A16_ASYM: zero points beside the scales, written as compressed-tensors 0.20.1
+// writes them (the fixture ct_w4a16_asym_f32 is its output on this source).
+TEST(Quantize, W4a16AsymIsCompressedTensorsBytes) {
+  ScratchDir d;
+  const std::string out = d / "out";
+  QuantizeOptions o;
+  o.scheme = "w4a16-asym";
+  o.group = 16;
+  quantize_checkpoint((kFixtures / "quantize/ct_w4a16_asym_f32_source").string(), out, o);
+  expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden/ct_w4a16_asym_f32/model.safetensors").string());
+  EXPECT_EQ(config_of(out)["quantization_config"],
+            config_of(kFixtures / "golden/ct_w4a16_asym_f32")["quantization_config"]);
+}
+
 // llm-compressor's FP8_DYNAMIC and W8A8 schemes: a scale a row, written as compressed-tensors
 // 0.20.1 writes them (the fixtures ct_fp8_dynamic_f32 and ct_w8a8_f32 are its output on these
 // sources), with the activations' dynamic per-token rounding in the config.
@@ -110,7 +124,7 @@ TEST(Quantize, RefusesWhatItCannotWriteByName) {
   o = QuantizeOptions{};
   o.scheme = "nvfp4";
   e = error_of([&] { quantize_checkpoint(src, d / "b", o); });
-  EXPECT_NE(e.find("scheme 'nvfp4' is not one linnet writes (schemes: fp8-block, fp8-channel, w8a8, w4a16)"),
+  EXPECT_NE(e.find("scheme 'nvfp4' is not one linnet writes (schemes: fp8-block, fp8-channel, w8a8, w4a16, w4a16-asym)"),
             std::string::npos)
       << e;
   e = error_of([&] { quantize_checkpoint((kFixtures / "golden/fp8_block").string(), d / "c", QuantizeOptions{}); });

@@ -1688,11 +1688,12 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     ct, ct_q, compressor = c.get("ct"), {}, None
     if ct is not None:  # issue 37: compressed-tensors FP8, written by compressed-tensors itself
         assert dtype_name == "float32", "compressed-tensors cases are f32 (scales in the model dtype)"
-        if ("weights" in ct and ct["weights"]["symmetric"] and ct["weights"]["strategy"] in ("channel", "group")
+        if ("weights" in ct and (ct["weights"]["symmetric"] or ct["weights"]["num_bits"] == 4)
+                and ct["weights"]["strategy"] in ("channel", "group")
                 and not ct_is_mxfp4(ct)
                 and c["config"].get("model_type") == "llama"  # (the Llamas linnet quantize's test reads)
                 and (ct["weights"]["num_bits"] == 4 or ct.get("input_activations"))):
-            # The model before quantization, kept for `linnet quantize --scheme fp8-channel|w8a8|w4a16`'s
+            # The model before quantization, kept for `linnet quantize --scheme fp8-channel|w8a8|w4a16|w4a16-asym`'s
             # test (it must write what compressed-tensors writes: tests/quantize_test.cpp).
             source = os.path.join(ROOT, "tests", "fixtures", "quantize", os.path.basename(d) + "_source")
             shutil.rmtree(source, ignore_errors=True)
