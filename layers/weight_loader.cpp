@@ -1,6 +1,8 @@
 #include "layers/weight_loader.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "core/error.h"
 
@@ -93,6 +95,23 @@ bool same_ints(const Tensor& a, const Tensor& b) {
 }
 }  // namespace
 
+// LINNET_QUANT_ROUNDING (read once): "format" (the default) rounds each dequantized weight as
+// its format's reference does — to f16 for GPTQ and AWQ, to a 16-bit compressed-tensors
+// model's scale dtype —; "f32" keeps it in f32, one rounding of (q − zero) · scale: faster
+// where the CPU converts to f16 or rounds to bf16 in several instructions (AVX2), within the
+// 16-bit models' bound of the reference but not its bits (docs/quantization.md).
+namespace {
+bool dequantize_in_f32() {
+  static const bool f32 = [] {
+    const char* v = std::getenv("LINNET_QUANT_ROUNDING");
+    if (!v || std::string(v) == "format") return false;
+    if (std::string(v) == "f32") return true;
+    throw Error(str("LINNET_QUANT_ROUNDING=", v, ": expected format or f32"));
+  }();
+  return f32;
+}
+}  // namespace
+
 Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
   // The parts of one matrix are stored alike, checked before anything is read.
   const ParamSpec& first = spec(*std::find_if(parts.begin(), parts.end(),
@@ -160,12 +179,11 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
                       ": layers stacked into one matrix round their one input with one static scale"));
     q.push_back(std::move(part));
   }
-  if (layout.dequant_in_scale_dtype && stored_scales && (*stored_scales == DType::bf16 || *stored_scales == DType::f16)) {
-    WeightLayout rounded = layout;  // (a 16-bit model's weights, rounded as its reference rounds them)
-    rounded.dequant_dtype = *stored_scales;
-    return be_.upload_quantized_matrix(q, rounded);
-  }
-  return be_.upload_quantized_matrix(q, layout);
+  WeightLayout rounded = layout;
+  if (layout.dequant_in_scale_dtype && stored_scales && (*stored_scales == DType::bf16 || *stored_scales == DType::f16))
+    rounded.dequant_dtype = *stored_scales;  // (a 16-bit model's weights, rounded as its reference rounds them)
+  if (dequantize_in_f32()) rounded.dequant_dtype.reset();
+  return be_.upload_quantized_matrix(q, rounded);
 }
 
 Tensor WeightLoader::matrix(const std::string& name, const std::vector<std::string>& parts, const Shape& shape) {

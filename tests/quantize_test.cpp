@@ -58,18 +58,24 @@ TEST(Quantize, Fp8BlocksAreTheReferenceQuantizersBytes) {
   }
 }
 
-// compressed-tensors' W4A16 as compressed-tensors 0.20.1 writes it (min-max scales per group of
-// 16, round half to even): weight_packed, weight_scale, weight_shape and the rest, byte for byte,
-// and the quantization_config its update_config writes.
+// compressed-tensors' W4A16 and W4A16_ASYM as compressed-tensors 0.20.1 writes them (min-max
+// scales, and zero points, per group of 16, round half to even): weight_packed, weight_scale,
+// weight_zero_point, weight_shape and the rest, byte for byte, and the quantization_config its
+// update_config writes (the fixtures ct_w4a16_f32 and ct_w4a16_asym_f32 are its output on these
+// sources).
 TEST(Quantize, W4a16IsCompressedTensorsBytes) {
   ScratchDir d;
-  const std::string out = d / "out";
   QuantizeOptions o;
-  o.scheme = "w4a16";
   o.group = 16;
-  quantize_checkpoint((kFixtures / "quantize/ct_w4a16_f32_source").string(), out, o);
-  expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden/ct_w4a16_f32/model.safetensors").string());
-  EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden/ct_w4a16_f32")["quantization_config"]);
+  for (const std::string scheme : {"w4a16", "w4a16-asym"}) {
+    const std::string fixture = scheme == "w4a16" ? "ct_w4a16_f32" : "ct_w4a16_asym_f32", out = d / scheme;
+    o.scheme = scheme;
+    quantize_checkpoint((kFixtures / "quantize" / (fixture + "_source")).string(), out, o);
+    expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden" / fixture / "model.safetensors").string());
+    EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden" / fixture)["quantization_config"])
+        << scheme;
+  }
+  o.scheme = "w4a16";
   o.group = 48;  // 64 columns are not whole groups of 48
   const std::string e = error_of([&] { quantize_checkpoint((kFixtures / "quantize/ct_w4a16_f32_source").string(), d / "b", o); });
   EXPECT_NE(e.find("tensor 'model.layers.0.mlp.down_proj.weight' [64, 128] is not whole groups of 48"), std::string::npos)
@@ -78,20 +84,6 @@ TEST(Quantize, W4a16IsCompressedTensorsBytes) {
   EXPECT_NE(error_of([&] { quantize_checkpoint((kFixtures / "quantize/ct_w4a16_f32_source").string(), d / "c", o); })
                 .find("--group 12 must be a positive multiple of 8"),
             std::string::npos);
-}
-
-// llm-compressor's W4A16_ASYM: zero points beside the scales, written as compressed-tensors 0.20.1
-// writes them (the fixture ct_w4a16_asym_f32 is its output on this source).
-TEST(Quantize, W4a16AsymIsCompressedTensorsBytes) {
-  ScratchDir d;
-  const std::string out = d / "out";
-  QuantizeOptions o;
-  o.scheme = "w4a16-asym";
-  o.group = 16;
-  quantize_checkpoint((kFixtures / "quantize/ct_w4a16_asym_f32_source").string(), out, o);
-  expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden/ct_w4a16_asym_f32/model.safetensors").string());
-  EXPECT_EQ(config_of(out)["quantization_config"],
-            config_of(kFixtures / "golden/ct_w4a16_asym_f32")["quantization_config"]);
 }
 
 // llm-compressor's FP8_DYNAMIC and W8A8 schemes: a scale a row, written as compressed-tensors

@@ -5,10 +5,15 @@
 // reference's weights. The kernels' rounding, format by format: BackendOps.QuantizedCases*.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
+
+#include <unistd.h>
 
 #include "architectures/hf_config.h"
 #include "checkpoint/safetensors.h"
@@ -31,16 +36,18 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 // `q` (compressed-tensors W4A16, symmetric) with each weight_packed + weight_scale replaced by
-// the dense weight (q − 8) · scale, computed in f32 and rounded to `dt`, written to `dense`
-// without quantization_config. Returns how many weights that rounding changed.
+// the dense weight (q − 8) · scale, computed in f32 and rounded to `dt` (stored in dt; f32:
+// stored unrounded), written to `dense` without quantization_config. Returns how many weights
+// that rounding changed.
 int64_t write_dense_twin(const std::string& q, const std::string& dense, DType dt) {
   SafetensorsFile f(q + "/model.safetensors");
   std::vector<std::pair<std::string, Tensor>> out;
   int64_t rounded = 0;
   for (const std::string& n : f.names()) {
     if (ends_with(n, ".weight_scale") || ends_with(n, ".weight_shape")) continue;
-    if (!ends_with(n, ".weight_packed")) {
-      out.emplace_back(n, f.read(n));
+    if (!ends_with(n, ".weight_packed")) {  // (an f32 twin holds every tensor in f32, widened exactly)
+      const Tensor t = f.read(n);
+      out.emplace_back(n, dt == DType::f32 && is_float(t.dtype()) ? t.to(DType::f32) : t);
       continue;
     }
     const std::string weight = n.substr(0, n.size() - std::strlen("_packed"));
@@ -62,11 +69,53 @@ int64_t write_dense_twin(const std::string& q, const std::string& dense, DType d
   save_safetensors(dense + "/model.safetensors", out);
   json cfg = json::parse(std::ifstream(q + "/config.json"));
   cfg.erase("quantization_config");
+  if (dt == DType::f32)  // (an f32 model, so that its weights are kept in f32)
+    for (const char* key : {"dtype", "torch_dtype"})
+      if (cfg.contains(key)) cfg[key] = "float32";
   std::ofstream(dense + "/config.json") << cfg.dump(2);
   return rounded;
 }
 
 }  // namespace
+
+// Under LINNET_QUANT_ROUNDING=f32: the bf16 W4A16 checkpoint gives the logits of its dense twin
+// of unrounded (f32) weights, and not those of its twin of bf16-rounded weights.
+void expect_unrounded_twin_logits() {
+  const ModelConfig c = load_hf_config(std::string(LINNET_SOURCE_DIR) + "/tests/fixtures/quantize/ct_w4a16_f32_source");
+  ScratchDir d;
+  write_random_checkpoint(c, d / "src", DType::bf16, 3);
+  QuantizeOptions o;
+  o.scheme = "w4a16";
+  o.group = 16;
+  quantize_checkpoint(d / "src", d / "q", o);
+  write_dense_twin(d / "q", d / "f32", DType::f32);
+  write_dense_twin(d / "q", d / "bf16", DType::bf16);
+  auto be = make_cpu_backend();
+  SingleCommunicator comm;
+  RunOptions ro;
+  ro.batch = 1;
+  ro.max_seq = 16;
+  const Tensor tokens = Tensor::from_ints({1, 6}, {1, 5, 9, 77, 3, 120});
+  auto logits = [&](const std::string& dir) { return load_model(dir, ro, *be, comm).model->forward(tokens); };
+  // (The bf16 model returns its logits in bf16, an f32 twin in f32: the same f32 logits rounded once.)
+  const Tensor a = logits(d / "q"), unrounded = logits(d / "f32").to(a.dtype()), rounded = logits(d / "bf16");
+  ASSERT_EQ(a.nbytes(), unrounded.nbytes());
+  ASSERT_EQ(a.nbytes(), rounded.nbytes());
+  EXPECT_EQ(std::memcmp(a.data(), unrounded.data(), a.nbytes()), 0) << "not the logits of the unrounded twin";
+  EXPECT_NE(std::memcmp(a.data(), rounded.data(), a.nbytes()), 0) << "the bf16-rounded twin's logits too";
+}
+
+// This test binary again, one test, with LINNET_QUANT_ROUNDING=value: its exit code and output.
+std::pair<int, std::string> run_self(const std::string& value, const std::string& test) {
+  const std::string cmd = "LINNET_QUANT_ROUNDING=" + value + " /proc/" + std::to_string(::getpid()) +
+                          "/exe --gtest_filter=" + test + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  return {WEXITSTATUS(pclose(p)), out};
+}
 
 TEST(QuantizedRounding, A16BitW4a16CheckpointIsTheDenseCheckpointOfItsRoundedWeights) {
   const ModelConfig c = load_hf_config(std::string(LINNET_SOURCE_DIR) + "/tests/fixtures/quantize/ct_w4a16_f32_source");
@@ -91,4 +140,22 @@ TEST(QuantizedRounding, A16BitW4a16CheckpointIsTheDenseCheckpointOfItsRoundedWei
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.nbytes()), 0)
         << dtype_name(dt) << ": the quantized model's logits are not the dense twin's";
   }
+}
+
+// LINNET_QUANT_ROUNDING=f32 keeps every dequantized weight in f32: the bf16 checkpoint then gives
+// the bits of the dense twin of its unrounded weights. Another value is refused by name. (The
+// switch is read once a process: the checks run in a child.)
+TEST(QuantizedRounding, TheF32SwitchKeepsTheWeightsUnrounded) {
+  const char* v = std::getenv("LINNET_QUANT_ROUNDING");
+  if (v && (std::string(v) == "f32" || std::string(v) == "bogus")) {
+    expect_unrounded_twin_logits();  // (bogus: throws at load)
+    return;
+  }
+  const std::string self = "QuantizedRounding.TheF32SwitchKeepsTheWeightsUnrounded";
+  auto [code, out] = run_self("f32", self);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
+  std::tie(code, out) = run_self("bogus", self);
+  EXPECT_NE(code, 0) << out;
+  EXPECT_NE(out.find("LINNET_QUANT_ROUNDING=bogus: expected format or f32"), std::string::npos) << out;
 }

@@ -437,6 +437,9 @@ void CudaBackend::copy_from_host(const Tensor& host, Tensor& dst) {
 
 Tensor CudaBackend::to_host(const Tensor& t) {
   need(t.defined(), "to_host", "tensor is undefined");
+  // (A quantized matrix's shape counts its weights, not its bytes: only the products read it.)
+  need(!t.packed() || t.storage()->packed_weights == WeightFormat::dense, "to_host",
+       "a quantized matrix is read by the products only, not copied back: " + t.describe());
   if (t.device() == Device::cpu) return t.clone();
   flush();
   activate();
