@@ -18,7 +18,8 @@ namespace linnet {
 //   int8:  int8(values[r, c]) · scales[r, b]                 (GPTQ 8-bit: q − 128)
 //   int4:  (values[r, c] − zeros[r, b]) · scales[r, b]       (values 0…15; zero 8 symmetric)
 //   mxfp4: e2m1(values[r, c]) · 2^(zeros[r, b] − 127)        (E8M0 exponents in `zeros`)
-// each in f32, then rounded to `dequant` (f16: GPTQ's and AWQ's fp16 arithmetic).
+// each in f32, then rounded to `dequant` (f16: GPTQ's and AWQ's fp16 arithmetic; bf16 or f16:
+// compressed-tensors' on a 16-bit model, the loader's choice).
 struct QuantizedRows {
   WeightFormat format = WeightFormat::dense;
   int64_t rows = 0, cols = 0;

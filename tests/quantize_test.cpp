@@ -8,10 +8,12 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "architectures/hf_config.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint_test_util.h"
 #include "core/error.h"
 #include "runtime/quantize_checkpoint.h"
+#include "runtime/write_checkpoint.h"
 
 using namespace linnet;
 using linnet::testutil::error_of;
@@ -74,6 +76,18 @@ TEST(Quantize, W4a16IsCompressedTensorsBytes) {
     expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden" / fixture / "model.safetensors").string());
     EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden" / fixture)["quantization_config"])
         << scheme;
+  }
+  {  // asymmetric: zero points go eight rows to a word, so k_proj's 2 heads × 6 = 12 rows are refused
+    ModelConfig c = load_hf_config((kFixtures / "quantize/ct_w4a16_f32_source").string());
+    c.kv_heads = 2;
+    c.head_size = 6;
+    write_random_checkpoint(c, d / "rows12", DType::f32, 1);
+    o.scheme = "w4a16-asym";
+    const std::string e = error_of([&] { quantize_checkpoint(d / "rows12", d / "rows12_q", o); });
+    EXPECT_NE(e.find("tensor 'model.layers.0.self_attn.k_proj.weight' [12, 64] has rows that are not whole words of 8"),
+              std::string::npos)
+        << e;
+    EXPECT_FALSE(fs::exists(d / "rows12_q")) << "nothing written before the refusal";
   }
   o.scheme = "w4a16";
   o.group = 48;  // 64 columns are not whole groups of 48
