@@ -103,7 +103,7 @@ TEST(Cli, CpuDotSwitchIsCheckedByName) {
   const auto r = run_linnet({"bench", "--checkpoint", tiny().string(), "--backend", "cpu", "--prompt", "2", "--gen",
                              "1", "--warmup", "0", "--repeats", "1"});
   unsetenv("LINNET_CPU_DOT");
-  EXPECT_ERROR(r, 1, "LINNET_CPU_DOT=bf32: expected f32 or bf16");
+  EXPECT_ERROR(r, 1, "LINNET_CPU_DOT=bf32: expected f32, bf16 or int8");
 }
 
 TEST(Cli, DetokenizeRangeChecksIds) {

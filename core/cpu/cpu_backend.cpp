@@ -170,7 +170,11 @@ Tensor pack_int4(QuantizedRows& m) {
   const int64_t padded = (m.rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
   auto st =
       Tensor::empty({static_cast<int64_t>((cpu::packed_int4_bytes(m.rows, o.cols, o.group) + 3) / 4)}, DType::i32).storage();
-  cpu::pack_int4(m.values.data(), m.scales.data(), m.zeros.data(), m.rows, o.cols, o.group, st->data);
+  // (LINNET_CPU_DOT=int8: the integer dot products' layout, which matmul reads by the same rule.)
+  if (cpu::int4_dot_layout(o.cols, o.group))
+    cpu::pack_int4_dot(m.values.data(), m.scales.data(), m.zeros.data(), m.rows, o.cols, o.group, st->data);
+  else
+    cpu::pack_int4(m.values.data(), m.scales.data(), m.zeros.data(), m.rows, o.cols, o.group, st->data);
   st->packed_cols = o.cols;
   st->packed_weights = WeightFormat::int4;
   st->packed_block_cols = o.group;
@@ -184,7 +188,10 @@ Tensor pack_mxfp4(const QuantizedRows& m) {
   const int64_t padded = (m.rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
   auto st =
       Tensor::empty({static_cast<int64_t>((cpu::packed_mxfp4_bytes(m.rows, m.cols, m.group) + 3) / 4)}, DType::i32).storage();
-  cpu::pack_mxfp4(m.values.data(), m.zeros.data(), m.rows, m.cols, m.group, st->data);
+  if (cpu::int4_dot_layout(m.cols, m.group))
+    cpu::pack_mxfp4_dot(m.values.data(), m.zeros.data(), m.rows, m.cols, m.group, st->data);
+  else
+    cpu::pack_mxfp4(m.values.data(), m.zeros.data(), m.rows, m.cols, m.group, st->data);
   st->packed_cols = m.cols;
   st->packed_weights = WeightFormat::mxfp4;
   st->packed_block_cols = m.group;
@@ -260,6 +267,10 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   }
   switch (format) {
     case WeightFormat::int4:
+      if (cpu::int4_dot_layout(in, st.packed_block_cols)) {
+        cpu::packed_matmul_int4_dot(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+        break;
+      }
       cpu::packed_matmul_int4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>(),
                               nullptr, st.packed_dequant);
       break;
@@ -268,6 +279,10 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
                              nullptr, st.packed_dequant);
       break;
     case WeightFormat::mxfp4:
+      if (cpu::int4_dot_layout(in, st.packed_block_cols)) {
+        cpu::packed_matmul_mxfp4_dot(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+        break;
+      }
       cpu::packed_matmul_mxfp4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
       break;
     case WeightFormat::int8:

@@ -346,7 +346,8 @@ CpuDot cpu_dot() {
     const char* v = std::getenv("LINNET_CPU_DOT");
     if (!v || std::string(v) == "f32") return CpuDot::f32;
     if (std::string(v) == "bf16") return CpuDot::bf16;
-    throw Error(str("LINNET_CPU_DOT=", v, ": expected f32 or bf16"));
+    if (std::string(v) == "int8") return CpuDot::int8;
+    throw Error(str("LINNET_CPU_DOT=", v, ": expected f32, bf16 or int8"));
   }();
   return dot;
 }

@@ -36,11 +36,13 @@ void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, i
 void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt, int64_t row0, int64_t o,
                    float* out, const char* kernel = nullptr);
 
-// The dot product bf16 weights take (LINNET_CPU_DOT, read once): f32 (the default: x in f32,
-// each weight widened, one f32 multiply-add a product — every kernel below, the same bits) or
-// bf16 (x rounded to bf16 and two products a vdpbf16ps step, on a CPU with AVX512_BF16: another
-// family of bits, batch invariant of its own, within bf16's rounding of x of the f32 one).
-enum class CpuDot { f32, bf16 };
+// The dot product the CPU takes (LINNET_CPU_DOT, read once): f32 (the default: x in f32, each
+// weight widened, one f32 multiply-add a product — every kernel below, the same bits); bf16 (bf16
+// weights: x rounded to bf16 and two products a vdpbf16ps step, on a CPU with AVX512_BF16); int8
+// (4-bit weights: x quantized to int8 per block of 32 and integer dot products, below). Each
+// other than f32 is a family of bits of its own, batch invariant, within its rounding of x of
+// the f32 one.
+enum class CpuDot { f32, bf16, int8 };
 CpuDot cpu_dot();
 bool has_bf16_dot();
 // packed_matmul of bf16 weights by the bf16 dot product (throws where the CPU has none).
@@ -101,6 +103,41 @@ void unpack_rows_mxfp4_f32(const void* packed, int64_t padded_rows, int64_t cols
                            int64_t rows, float* dst);
 void packed_matmul_mxfp4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                          int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+
+// ---- 4-bit weights by integer dot products (LINNET_CPU_DOT=int8; packed_matmul_int_dot.cpp) ----
+// Each row of x is quantized per block of 32 columns as llama.cpp's Q8_0 is: d = amax|x| / 127,
+// q = round(x · (1/d)) to nearest even, in ±127 (d = 0: q = 0). Output (r, o) is then, over
+// the blocks b in order, acc = fma(float(v_b), scale · d_b, acc) with v_b the exact integer
+// Σ (w − zero) · q over the block (int4: w 0…15 and its zero point; MXFP4: 2·e2m1, scale
+// 2^(e − 127) and d_b / 2). The same operations for every n, tile and kernel: batch invariant;
+// against the f32 path it differs by the rounding of x (a relative 1/254 of a block's amax).
+// The weights take their own layout (int4_dot_layout): within a panel, each 32 columns are 512
+// bytes, 128 for each 8 rows, 32 for each 8 columns, 4 a row, whose low nibbles are columns 0…3
+// and high ones 4…7; scales, zero points and exponents as in the layouts above (the same bytes).
+struct Q8Rows {
+  int64_t k = 0;
+  std::vector<int8_t> q;     // [n, k]
+  std::vector<float> d;      // [n, k / 32]
+  std::vector<int32_t> sum;  // [n, k / 32]: Σ q over the block
+};
+void quantize_rows_q8(const float* x, int64_t n, int64_t k, Q8Rows& out);
+// Whether a product of k columns in groups of block_cols can take the integer path (whole blocks
+// of 32), and whether this process packs and multiplies such matrices by it (LINNET_CPU_DOT=int8).
+bool int_dot_fits(int64_t k, int64_t block_cols);
+bool int4_dot_layout(int64_t k, int64_t block_cols);
+void pack_int4_dot(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
+                   int64_t block_cols, void* dst);
+void pack_mxfp4_dot(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst);
+void unpack_rows_int4_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                              int64_t rows, float* dst);
+void unpack_rows_mxfp4_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                               int64_t rows, float* dst);
+// kernel: one of int_dot_kernels() ("avx2", "scalar": the same bits); null: the best here.
+void packed_matmul_int4_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                            int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+void packed_matmul_mxfp4_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows,
+                             int64_t block_cols, int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
+std::vector<const char*> int_dot_kernels();
 
 // x [n, k] rounded and back as compressed-tensors' dynamic activations are, per row (group −1)
 // or per `group` columns of a row: FP8 s = amax|x| / 448, x' = e4m3(clamp(x / s, ±448)) · s;

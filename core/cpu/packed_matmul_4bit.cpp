@@ -12,11 +12,12 @@ namespace linnet::cpu {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-// Scales start on a cache line after the panels' nibbles; the zero points follow the scales.
-size_t scales_offset(int64_t padded_rows, int64_t cols) { return (static_cast<size_t>(padded_rows / 2 * cols) + 63) / 64 * 64; }
+using quantized::ceil_div;
+using quantized::nibble_scales_offset;
+using quantized::nibble_zeros_offset;
+size_t scales_offset(int64_t padded_rows, int64_t cols) { return nibble_scales_offset(padded_rows, cols); }
 size_t zeros_offset(int64_t padded_rows, int64_t cols, int64_t block_cols) {
-  return scales_offset(padded_rows, cols) + static_cast<size_t>(padded_rows * ceil_div(cols, block_cols)) * sizeof(float);
+  return nibble_zeros_offset(padded_rows, cols, block_cols);
 }
 
 // int4 as a format of packed_quantized.h. A panel's step t is 16 bytes: byte j holds row j in
@@ -177,8 +178,9 @@ struct Mxfp4 {
   }
 };
 
-// Nibbles of rows × cols values (one a byte, low 4 bits) into int4's panel layout at `out`.
-void pack_nibbles(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out) {
+// Nibbles of rows × cols values (one a byte, low 4 bits) into int4's panel layout at `out`, or
+// (dot) the integer dot products' (quantized::dot_nibble_byte; cols a multiple of 32).
+void pack_nibbles(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out, bool dot = false) {
   const int64_t panels = ceil_div(rows, kPanel);
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < panels; ++p) {
@@ -187,8 +189,11 @@ void pack_nibbles(const uint8_t* q, int64_t rows, int64_t cols, uint8_t* out) {
     const int64_t real = std::min<int64_t>(kPanel, rows - p * kPanel);  // padding rows: 0
     for (int64_t c = 0; c < real; ++c) {
       const uint8_t* in = q + (p * kPanel + c) * cols;
-      const int shift = c < 16 ? 0 : 4;
-      for (int64_t t = 0; t < cols; ++t) panel[t * (kPanel / 2) + (c & 15)] |= static_cast<uint8_t>((in[t] & 15) << shift);
+      for (int64_t t = 0; t < cols; ++t) {
+        const size_t at = dot ? quantized::dot_nibble_byte(t, c) : static_cast<size_t>(t * (kPanel / 2) + (c & 15));
+        const int shift = (dot ? t % 8 < 4 : c < 16) ? 0 : 4;
+        panel[at] |= static_cast<uint8_t>((in[t] & 15) << shift);
+      }
     }
   }
 }
@@ -200,13 +205,14 @@ size_t packed_int4_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
   return zeros_offset(padded, cols, block_cols) + static_cast<size_t>(padded * ceil_div(cols, block_cols));
 }
 
-void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
-               int64_t block_cols, void* dst) {
+namespace {
+void pack_int4_in(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
+                  int64_t block_cols, void* dst, bool dot) {
   const int64_t panels = ceil_div(rows, kPanel), padded = panels * kPanel, kb = ceil_div(cols, block_cols);
   uint8_t* out = static_cast<uint8_t*>(dst);
   float* scales = reinterpret_cast<float*>(out + scales_offset(padded, cols));
   uint8_t* zeros = out + zeros_offset(padded, cols, block_cols);
-  pack_nibbles(q, rows, cols, out);
+  pack_nibbles(q, rows, cols, out, dot);
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < panels; ++p) {
     float* ps = scales + p * kb * kPanel;
@@ -221,6 +227,18 @@ void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zer
       }
     }
   }
+}
+
+}  // namespace
+
+void pack_int4(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
+               int64_t block_cols, void* dst) {
+  pack_int4_in(q, row_scales, row_zeros, rows, cols, block_cols, dst, false);
+}
+void pack_int4_dot(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
+                   int64_t block_cols, void* dst) {
+  LINNET_CHECK(int_dot_fits(cols, block_cols), "pack_int4_dot: ", cols, " columns in groups of ", block_cols);
+  pack_int4_in(q, row_scales, row_zeros, rows, cols, block_cols, dst, true);
 }
 
 void unpack_rows_int4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
@@ -252,14 +270,26 @@ size_t packed_mxfp4_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
   return mx_scales_offset(padded, cols) + static_cast<size_t>(padded * ceil_div(cols, block_cols));
 }
 
-void pack_mxfp4(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst) {
+namespace {
+void pack_mxfp4_in(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst,
+                   bool dot) {
   const int64_t panels = ceil_div(rows, kPanel), padded = panels * kPanel, kb = ceil_div(cols, block_cols);
   uint8_t* out = static_cast<uint8_t*>(dst);
-  pack_nibbles(q, rows, cols, out);
+  pack_nibbles(q, rows, cols, out, dot);
   uint8_t* exps = out + mx_scales_offset(padded, cols);
   std::fill(exps, exps + padded * kb, uint8_t{0});  // padding rows: value 0 (scale 2^−127)
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t b = 0; b < kb; ++b) exps[((r / kPanel) * kb + b) * kPanel + r % kPanel] = row_exps[r * kb + b];
+}
+
+}  // namespace
+
+void pack_mxfp4(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst) {
+  pack_mxfp4_in(q, row_exps, rows, cols, block_cols, dst, false);
+}
+void pack_mxfp4_dot(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst) {
+  LINNET_CHECK(int_dot_fits(cols, block_cols), "pack_mxfp4_dot: ", cols, " columns in blocks of ", block_cols);
+  pack_mxfp4_in(q, row_exps, rows, cols, block_cols, dst, true);
 }
 
 void unpack_rows_mxfp4_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,

@@ -15,7 +15,7 @@ namespace linnet::cpu {
 
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+using quantized::ceil_div;
 // Scales start on a cache line after the panels' bytes.
 size_t scales_offset(int64_t padded_rows, int64_t cols) { return (static_cast<size_t>(padded_rows * cols) + 63) / 64 * 64; }
 

@@ -89,6 +89,24 @@ struct Bf16Rounded : F {
   }
 };
 
+inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+// The 4-bit matrices' bytes (int4 and MXFP4, either layout): every panel's nibbles (padded_rows
+// / 2 bytes a column), then on a cache line every panel's scales [⌈k/bc⌉][32] f32 (MXFP4: its
+// exponents, u8), then the zero points [⌈k/bc⌉][32] u8.
+inline size_t nibble_scales_offset(int64_t padded_rows, int64_t cols) {
+  return (static_cast<size_t>(padded_rows / 2 * cols) + 63) / 64 * 64;
+}
+inline size_t nibble_zeros_offset(int64_t padded_rows, int64_t cols, int64_t block_cols) {
+  return nibble_scales_offset(padded_rows, cols) + static_cast<size_t>(padded_rows * ceil_div(cols, block_cols)) * sizeof(float);
+}
+
+// The integer dot products' layout of 4-bit panels (packed_matmul.h, LINNET_CPU_DOT=int8): the
+// byte of a panel's nibbles that holds row c's (0…31) column t, its low nibble for t % 8 < 4.
+// Each 32 columns are 512 bytes: 128 for each 8 rows, 32 for each 8 columns, 4 a row.
+inline size_t dot_nibble_byte(int64_t t, int64_t c) {
+  return static_cast<size_t>((t / 32) * 512 + (c / 8) * 128 + (t % 32 / 8) * 32 + (c % 8) * 4 + t % 4);
+}
+
 // The column block [t, end) of a chain's steps that share one block's constants.
 inline int64_t block_end(int64_t t, int64_t chain_end, int64_t bc) { return std::min(chain_end, (t / bc + 1) * bc); }
 
