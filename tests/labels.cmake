@@ -26,7 +26,7 @@ set(linnet_mpi_cases
   Threads.RanksOfANodeShareItsCores)
 # The parameterised ones (ctest names them "Suite.Case/param  # GetParam() = …").
 set(linnet_mpi_case_pattern
-  "^Np/MpiCommunicatorRanks\\.|^Golden/Conformance\\.(Two|Three|Four)RanksMatchTransformers/")
+  "^Np/MpiCommunicatorRanks\\.|^Golden/Conformance\\.(Two|Three|Four)RanksMatchTransformers/|^Formats/EvalOnAQuantizedCheckpoint\\.")
 set(linnet_slow_cases
   Threads.BusyCoresSlowTheDefaultNoMoreThanOneThread TokenizerBos.AsTransformers TokenizerBos.AsTransformersStories15M
   jinja.Jinja.RendersAreBoundedInBytesAndSteps Generator.GreedyAloneEqualsAmongSixtyFourOthers
