@@ -1,9 +1,10 @@
-// The integer dot products of 4-bit weights (issue 37, LINNET_CPU_DOT=int8): x quantized per
-// block of 32 as llama.cpp's Q8_0 is, int4 (compressed-tensors, GPTQ, AWQ) and MXFP4 weights
-// multiplied by it in exact integers. Checked: the activations' quantization, the same bits from
-// every kernel and row count (batch invariance), the product of the quantized activations within
-// f32 accumulation, the distance to the f32 path within the rounding of x, and whole models
-// under the switch against transformers (a bound of its own, stated in docs/quantization.md).
+// The integer dot products (issue 37, LINNET_CPU_DOT=int8): x quantized per block of 32 as
+// llama.cpp's Q8_0 is, int4 (compressed-tensors, GPTQ, AWQ), MXFP4 and int8 (W8A8, W8A16, GPTQ
+// 8-bit) weights multiplied by it in exact integers. Checked: the activations' quantization, the
+// same bits from every kernel and row count (batch invariance), the product of the quantized
+// activations within f32 accumulation, the distance to the f32 path within the rounding of x,
+// and whole models under the switch (a mixture of experts and W8A8 among them) against
+// transformers, within a bound of its own (docs/quantization.md).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -24,9 +25,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// A [rows, cols] matrix of 4-bit codes (one a byte), its scales and zero points per row and
-// group (MXFP4: exponents, groups of 32, no zero points), and its dequantized f32 values.
+// A [rows, cols] matrix of 4-bit codes (one a byte) or int8 values, its scales and zero points
+// per row and group (MXFP4: exponents, groups of 32, no zero points; int8: none), and its
+// dequantized f32 values.
+enum class Kind { int4, mxfp4, int8 };
 struct Nibbles {
+  Kind kind = Kind::int4;
   bool mx = false;
   int64_t rows = 0, cols = 0, group = 0;
   std::vector<uint8_t> q, zeros;
@@ -41,12 +45,13 @@ float e2m1(int code) {
   return (code & 8) ? -mag[code & 7] : mag[code & 7];
 }
 
-Nibbles random_nibbles(bool mx, int64_t rows, int64_t cols, int64_t group, bool symmetric, uint32_t seed) {
+Nibbles random_nibbles(Kind kind, int64_t rows, int64_t cols, int64_t group, bool symmetric, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> code(0, 15), exp(110, 130);
+  std::uniform_int_distribution<int> code(0, 15), exp(110, 130), byte(-128, 127);
   std::normal_distribution<float> nd;
+  const bool mx = kind == Kind::mxfp4;
   Nibbles w;
-  w.mx = mx, w.rows = rows, w.cols = cols, w.group = mx ? 32 : group;
+  w.kind = kind, w.mx = mx, w.rows = rows, w.cols = cols, w.group = mx ? 32 : group;
   const int64_t g = w.groups();
   w.q.resize(static_cast<size_t>(rows * cols));
   w.zeros.resize(static_cast<size_t>(rows * g));
@@ -59,6 +64,12 @@ Nibbles random_nibbles(bool mx, int64_t rows, int64_t cols, int64_t group, bool 
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c) {
       const size_t i = static_cast<size_t>(r * cols + c), b = static_cast<size_t>(r * g + c / w.group);
+      if (kind == Kind::int8) {  // (every row has a −128: vpmaddubsw's sign trick would fail on it)
+        const int v = c == r % cols ? -128 : byte(rng);
+        w.q[i] = static_cast<uint8_t>(static_cast<int8_t>(v));
+        w.dequantized[i] = static_cast<float>(v) * w.scales[b];
+        continue;
+      }
       w.q[i] = static_cast<uint8_t>(code(rng));
       w.dequantized[i] = mx ? e2m1(w.q[i]) * w.scales[b]
                             : (static_cast<float>(w.q[i]) - static_cast<float>(w.zeros[b])) * w.scales[b];
@@ -67,9 +78,13 @@ Nibbles random_nibbles(bool mx, int64_t rows, int64_t cols, int64_t group, bool 
 }
 
 std::vector<uint8_t> pack_dot(const Nibbles& w) {
-  std::vector<uint8_t> out(w.mx ? cpu::packed_mxfp4_bytes(w.rows, w.cols, 32)
-                                : cpu::packed_int4_bytes(w.rows, w.cols, w.group));
-  if (w.mx)
+  std::vector<uint8_t> out(w.kind == Kind::int8 ? cpu::packed_fp8_bytes(w.rows, w.cols, w.group)
+                           : w.mx               ? cpu::packed_mxfp4_bytes(w.rows, w.cols, 32)
+                                                : cpu::packed_int4_bytes(w.rows, w.cols, w.group));
+  if (w.kind == Kind::int8)
+    cpu::pack_int8_dot(reinterpret_cast<const int8_t*>(w.q.data()), w.scales.data(), w.rows, w.cols, w.group,
+                       out.data());
+  else if (w.mx)
     cpu::pack_mxfp4_dot(w.q.data(), w.zeros.data(), w.rows, w.cols, 32, out.data());
   else
     cpu::pack_int4_dot(w.q.data(), w.scales.data(), w.zeros.data(), w.rows, w.cols, w.group, out.data());
@@ -78,7 +93,9 @@ std::vector<uint8_t> pack_dot(const Nibbles& w) {
 
 void dot(const Nibbles& w, const std::vector<uint8_t>& packed, const float* x, int64_t n, int64_t row0, int64_t o,
          float* out, const char* kernel = nullptr) {
-  if (w.mx)
+  if (w.kind == Kind::int8)
+    cpu::packed_matmul_int8_dot(x, n, w.cols, packed.data(), w.padded(), w.group, row0, o, out, kernel);
+  else if (w.mx)
     cpu::packed_matmul_mxfp4_dot(x, n, w.cols, packed.data(), w.padded(), 32, row0, o, out, kernel);
   else
     cpu::packed_matmul_int4_dot(x, n, w.cols, packed.data(), w.padded(), w.group, row0, o, out, kernel);
@@ -96,15 +113,17 @@ std::vector<float> activations(int64_t n, int64_t k, uint32_t seed) {
 }
 
 struct Case {
-  bool mx;
+  Kind kind;
   int64_t cols, group;
   bool symmetric;
 };
-const Case kCases[] = {{false, 64, 32, true}, {false, 256, 128, false}, {false, 96, 96, true},
-                       {false, 128, 64, false}, {true, 64, 32, true},   {true, 160, 32, true}};
+const Case kCases[] = {{Kind::int4, 64, 32, true},   {Kind::int4, 256, 128, false}, {Kind::int4, 96, 96, true},
+                       {Kind::int4, 128, 64, false}, {Kind::mxfp4, 64, 32, true},   {Kind::mxfp4, 160, 32, true},
+                       {Kind::int8, 64, 32, true},   {Kind::int8, 256, 128, true},  {Kind::int8, 96, 96, true}};
 
 std::string what(const Case& c) {
-  return str(c.mx ? "mxfp4" : "int4", " k ", c.cols, " group ", c.group, c.symmetric ? " symmetric" : " asymmetric");
+  return str(c.kind == Kind::int8 ? "int8" : c.kind == Kind::mxfp4 ? "mxfp4" : "int4", " k ", c.cols, " group ", c.group,
+             c.symmetric ? " symmetric" : " asymmetric");
 }
 
 }  // namespace
@@ -143,7 +162,7 @@ TEST(IntDot, ActivationsAreQ8_0Blocks) {
 TEST(IntDot, EveryKernelAndRowCountGiveTheSameBits) {
   for (const Case& c : kCases) {
     const int64_t o = 45, n = 13;
-    const Nibbles w = random_nibbles(c.mx, o, c.cols, c.group, c.symmetric, static_cast<uint32_t>(c.cols + c.group));
+    const Nibbles w = random_nibbles(c.kind, o, c.cols, c.group, c.symmetric, static_cast<uint32_t>(c.cols + c.group));
     const std::vector<uint8_t> packed = pack_dot(w);
     const std::vector<float> x = activations(n, c.cols, 7);
     std::vector<float> all(static_cast<size_t>(n * o));
@@ -170,10 +189,12 @@ TEST(IntDot, EveryKernelAndRowCountGiveTheSameBits) {
 TEST(IntDot, IsTheProductOfTheQuantizedActivations) {
   for (const Case& c : kCases) {
     const int64_t o = 40, n = 4, k = c.cols;
-    const Nibbles w = random_nibbles(c.mx, o, k, c.group, c.symmetric, static_cast<uint32_t>(3 * k + c.group));
+    const Nibbles w = random_nibbles(c.kind, o, k, c.group, c.symmetric, static_cast<uint32_t>(3 * k + c.group));
     const std::vector<uint8_t> packed = pack_dot(w);
     std::vector<float> unpacked(static_cast<size_t>(o * k));
-    if (c.mx)
+    if (c.kind == Kind::int8)
+      cpu::unpack_rows_int8_dot_f32(packed.data(), w.padded(), k, w.group, 0, o, unpacked.data());
+    else if (c.kind == Kind::mxfp4)
       cpu::unpack_rows_mxfp4_dot_f32(packed.data(), w.padded(), k, 32, 0, o, unpacked.data());
     else
       cpu::unpack_rows_int4_dot_f32(packed.data(), w.padded(), k, w.group, 0, o, unpacked.data());
@@ -200,7 +221,7 @@ TEST(IntDot, IsTheProductOfTheQuantizedActivations) {
       }
   }
   // Blocks of 32 only: another width is refused by name (the backend keeps those on the f32 path).
-  const Nibbles w = random_nibbles(false, 8, 48, 16, true, 1);
+  const Nibbles w = random_nibbles(Kind::int4, 8, 48, 16, true, 1);
   EXPECT_FALSE(cpu::int_dot_fits(48, 16));
   EXPECT_FALSE(cpu::int_dot_fits(64, 16));
   EXPECT_TRUE(cpu::int_dot_fits(64, 64));
@@ -226,6 +247,11 @@ std::pair<int, std::string> run_self(const std::string& value, const std::string
 // bits first; zero points eight rows a word) or MXFP4's bytes (two a byte) and exponents.
 Backend::QuantizedPart checkpoint_part(const Nibbles& w) {
   const int64_t g = w.groups();
+  if (w.kind == Kind::int8) {  // compressed-tensors' int-quantized: I8 [out, in], a scale a row and group
+    Tensor q = Tensor::empty({w.rows, w.cols}, DType::i8);
+    std::memcpy(q.data(), w.q.data(), w.q.size());
+    return {q, Tensor::from_floats({w.rows, g}, w.scales), Tensor(), w.cols, Tensor(), Tensor()};
+  }
   if (w.mx) {
     Tensor bytes = Tensor::zeros({w.rows, w.cols / 2}, DType::u8), exps = Tensor::empty({w.rows, g}, DType::f8_e8m0);
     for (int64_t i = 0; i < w.rows * w.cols; ++i) bytes.ptr<uint8_t>()[i / 2] |= static_cast<uint8_t>(w.q[i] << (4 * (i % 2)));
@@ -252,9 +278,10 @@ void expect_the_integer_path() {
   auto be = make_cpu_backend();
   for (const Case& c : kCases) {
     const int64_t o = 40, n = 5;
-    const Nibbles w = random_nibbles(c.mx, o, c.cols, c.group, c.symmetric, 99);
-    const Tensor m = be->upload_quantized_matrix(
-        {checkpoint_part(w)}, c.mx ? WeightLayout::mxfp4_blocks() : WeightLayout::int4_groups(c.group, c.symmetric));
+    const Nibbles w = random_nibbles(c.kind, o, c.cols, c.group, c.symmetric, 99);
+    const Tensor m = be->upload_quantized_matrix({checkpoint_part(w)}, c.kind == Kind::int8    ? WeightLayout::int8_groups(c.group)
+                                                                       : c.kind == Kind::mxfp4 ? WeightLayout::mxfp4_blocks()
+                                                                                               : WeightLayout::int4_groups(c.group, c.symmetric));
     const std::vector<float> xv = activations(n, c.cols, 5);
     const Tensor x = Tensor::from_floats({n, c.cols}, xv);
     Tensor got = Tensor::empty({n, o}, DType::f32), view = Tensor::empty({n, 20}, DType::f32);
@@ -266,7 +293,7 @@ void expect_the_integer_path() {
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < 20; ++j) EXPECT_EQ(view.to_floats()[r * 20 + j], want[r * o + 10 + j]) << what(c);
   }
-  const Nibbles w16 = random_nibbles(false, 8, 64, 16, true, 4);
+  const Nibbles w16 = random_nibbles(Kind::int4, 8, 64, 16, true, 4);
   const Tensor m = be->upload_quantized_matrix({checkpoint_part(w16)}, WeightLayout::int4_groups(16, true));
   const Tensor x = Tensor::from_floats({2, 64}, activations(2, 64, 3));
   Tensor got = Tensor::empty({2, 8}, DType::f32), want = Tensor::empty({2, 8}, DType::f32);
@@ -275,7 +302,7 @@ void expect_the_integer_path() {
   EXPECT_EQ(got.to_floats(), want.to_floats());
 
   const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden";
-  for (const char* fixture : {"awq_f16", "ct_mxfp4_f32", "ct_mxfp4_qwen3_moe_f32"}) {
+  for (const char* fixture : {"awq_f16", "ct_mxfp4_f32", "ct_mxfp4_qwen3_moe_f32", "ct_w8a8_f32"}) {
     SafetensorsFile g((golden / fixture / "golden.safetensors").string());
     SingleCommunicator comm;
     RunOptions ro;

@@ -153,7 +153,11 @@ Tensor pack_bytes(QuantizedRows& m) {
   const InGroupOrder o = put_in_group_order(m, 8, 0);
   const int64_t padded = (m.rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
   auto st = Tensor::empty({static_cast<int64_t>(cpu::packed_fp8_bytes(m.rows, o.cols, o.group))}, dt).storage();
-  cpu::pack_fp8(m.values.data(), m.scales.data(), m.rows, o.cols, o.group, st->data);
+  if (m.format == WeightFormat::int8 && cpu::int_dot_layout(o.cols, o.group))  // (LINNET_CPU_DOT=int8)
+    cpu::pack_int8_dot(reinterpret_cast<const int8_t*>(m.values.data()), m.scales.data(), m.rows, o.cols, o.group,
+                       st->data);
+  else
+    cpu::pack_fp8(m.values.data(), m.scales.data(), m.rows, o.cols, o.group, st->data);
   st->packed_cols = o.cols;
   st->packed_weights = m.format;
   st->packed_block_cols = o.group;
@@ -171,7 +175,7 @@ Tensor pack_int4(QuantizedRows& m) {
   auto st =
       Tensor::empty({static_cast<int64_t>((cpu::packed_int4_bytes(m.rows, o.cols, o.group) + 3) / 4)}, DType::i32).storage();
   // (LINNET_CPU_DOT=int8: the integer dot products' layout, which matmul reads by the same rule.)
-  if (cpu::int4_dot_layout(o.cols, o.group))
+  if (cpu::int_dot_layout(o.cols, o.group))
     cpu::pack_int4_dot(m.values.data(), m.scales.data(), m.zeros.data(), m.rows, o.cols, o.group, st->data);
   else
     cpu::pack_int4(m.values.data(), m.scales.data(), m.zeros.data(), m.rows, o.cols, o.group, st->data);
@@ -188,7 +192,7 @@ Tensor pack_mxfp4(const QuantizedRows& m) {
   const int64_t padded = (m.rows + cpu::kPanel - 1) / cpu::kPanel * cpu::kPanel;
   auto st =
       Tensor::empty({static_cast<int64_t>((cpu::packed_mxfp4_bytes(m.rows, m.cols, m.group) + 3) / 4)}, DType::i32).storage();
-  if (cpu::int4_dot_layout(m.cols, m.group))
+  if (cpu::int_dot_layout(m.cols, m.group))
     cpu::pack_mxfp4_dot(m.values.data(), m.zeros.data(), m.rows, m.cols, m.group, st->data);
   else
     cpu::pack_mxfp4(m.values.data(), m.zeros.data(), m.rows, m.cols, m.group, st->data);
@@ -267,7 +271,7 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   }
   switch (format) {
     case WeightFormat::int4:
-      if (cpu::int4_dot_layout(in, st.packed_block_cols)) {
+      if (cpu::int_dot_layout(in, st.packed_block_cols)) {
         cpu::packed_matmul_int4_dot(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
         break;
       }
@@ -279,13 +283,17 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
                              nullptr, st.packed_dequant);
       break;
     case WeightFormat::mxfp4:
-      if (cpu::int4_dot_layout(in, st.packed_block_cols)) {
+      if (cpu::int_dot_layout(in, st.packed_block_cols)) {
         cpu::packed_matmul_mxfp4_dot(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
         break;
       }
       cpu::packed_matmul_mxfp4(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
       break;
     case WeightFormat::int8:
+      if (cpu::int_dot_layout(in, st.packed_block_cols)) {
+        cpu::packed_matmul_int8_dot(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>());
+        break;
+      }
       cpu::packed_matmul_int8(xs, n, in, st.data, st.packed_rows, st.packed_block_cols, row0, o, out.ptr<float>(),
                               nullptr, st.packed_dequant);
       break;

@@ -104,14 +104,14 @@ void unpack_rows_mxfp4_f32(const void* packed, int64_t padded_rows, int64_t cols
 void packed_matmul_mxfp4(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                          int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 
-// ---- 4-bit weights by integer dot products (LINNET_CPU_DOT=int8; packed_matmul_int_dot.cpp) ----
+// ---- 4- and 8-bit integer weights by integer dot products (LINNET_CPU_DOT=int8; packed_matmul_int_dot.cpp) ----
 // Each row of x is quantized per block of 32 columns as llama.cpp's Q8_0 is: d = amax|x| / 127,
 // q = round(x · (1/d)) to nearest even, in ±127 (d = 0: q = 0). Output (r, o) is then, over
 // the blocks b in order, acc = fma(float(v_b), scale · d_b, acc) with v_b the exact integer
-// Σ (w − zero) · q over the block (int4: w 0…15 and its zero point; MXFP4: 2·e2m1, scale
-// 2^(e − 127) and d_b / 2). The same operations for every n, tile and kernel: batch invariant;
+// Σ (w − zero) · q over the block (int4: w 0…15 and its zero point; int8: w, no zero point;
+// MXFP4: 2·e2m1, scale 2^(e − 127) and d_b / 2). The same operations for every n, tile and kernel: batch invariant;
 // against the f32 path it differs by the rounding of x (a relative 1/254 of a block's amax).
-// The weights take their own layout (int4_dot_layout): within a panel, each 32 columns are 512
+// The weights take their own layout (int_dot_layout): within a panel, each 32 columns are 512
 // bytes, 128 for each 8 rows, 32 for each 8 columns, 4 a row, whose low nibbles are columns 0…3
 // and high ones 4…7; scales, zero points and exponents as in the layouts above (the same bytes).
 struct Q8Rows {
@@ -124,10 +124,17 @@ void quantize_rows_q8(const float* x, int64_t n, int64_t k, Q8Rows& out);
 // Whether a product of k columns in groups of block_cols can take the integer path (whole blocks
 // of 32), and whether this process packs and multiplies such matrices by it (LINNET_CPU_DOT=int8).
 bool int_dot_fits(int64_t k, int64_t block_cols);
-bool int4_dot_layout(int64_t k, int64_t block_cols);
+bool int_dot_layout(int64_t k, int64_t block_cols);
 void pack_int4_dot(const uint8_t* q, const float* row_scales, const uint8_t* row_zeros, int64_t rows, int64_t cols,
                    int64_t block_cols, void* dst);
 void pack_mxfp4_dot(const uint8_t* q, const uint8_t* row_exps, int64_t rows, int64_t cols, int64_t block_cols, void* dst);
+// int8 weights (packed_fp8_bytes): within a panel, each 32 columns are 1024 bytes, 256 for each
+// 8 rows, 32 for each 4 columns, 4 a row.
+void pack_int8_dot(const int8_t* q, const float* row_scales, int64_t rows, int64_t cols, int64_t block_cols, void* dst);
+void unpack_rows_int8_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                              int64_t rows, float* dst);
+void packed_matmul_int8_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                            int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 void unpack_rows_int4_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
                               int64_t rows, float* dst);
 void unpack_rows_mxfp4_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,

@@ -17,7 +17,7 @@ namespace {
 
 using quantized::ceil_div;
 // Scales start on a cache line after the panels' bytes.
-size_t scales_offset(int64_t padded_rows, int64_t cols) { return (static_cast<size_t>(padded_rows * cols) + 63) / 64 * 64; }
+size_t scales_offset(int64_t padded_rows, int64_t cols) { return quantized::byte_scales_offset(padded_rows, cols); }
 
 // One byte a weight, as a format of packed_quantized.h: a panel's bytes [k][32] and its scales
 // [⌈k/bc⌉][32] f32 (FP8 and int8 differ only in how a byte widens).
@@ -195,7 +195,10 @@ size_t packed_fp8_bytes(int64_t rows, int64_t cols, int64_t block_cols) {
   return scales_offset(padded, cols) + static_cast<size_t>(padded * ceil_div(cols, block_cols)) * sizeof(float);
 }
 
-void pack_fp8(const uint8_t* q, const float* row_scales, int64_t rows, int64_t cols, int64_t block_cols, void* dst) {
+namespace {
+// dot: the integer dot products' layout (quantized::dot_byte; cols whole blocks of 32).
+void pack_bytes_in(const uint8_t* q, const float* row_scales, int64_t rows, int64_t cols, int64_t block_cols, void* dst,
+                   bool dot) {
   const int64_t panels = ceil_div(rows, kPanel), padded = panels * kPanel, kb = ceil_div(cols, block_cols);
   uint8_t* out = static_cast<uint8_t*>(dst);
   float* scales = reinterpret_cast<float*>(out + scales_offset(padded, cols));
@@ -208,10 +211,19 @@ void pack_fp8(const uint8_t* q, const float* row_scales, int64_t rows, int64_t c
     std::fill(ps, ps + kb * kPanel, 0.0f);
     for (int64_t c = 0; c < real; ++c) {
       const uint8_t* in = q + (p * kPanel + c) * cols;
-      for (int64_t t = 0; t < cols; ++t) panel[t * kPanel + c] = in[t];
+      for (int64_t t = 0; t < cols; ++t) panel[dot ? quantized::dot_byte(t, c) : static_cast<size_t>(t * kPanel + c)] = in[t];
       for (int64_t b = 0; b < kb; ++b) ps[b * kPanel + c] = row_scales[(p * kPanel + c) * kb + b];
     }
   }
+}
+}  // namespace
+
+void pack_fp8(const uint8_t* q, const float* row_scales, int64_t rows, int64_t cols, int64_t block_cols, void* dst) {
+  pack_bytes_in(q, row_scales, rows, cols, block_cols, dst, false);
+}
+void pack_int8_dot(const int8_t* q, const float* row_scales, int64_t rows, int64_t cols, int64_t block_cols, void* dst) {
+  LINNET_CHECK(int_dot_fits(cols, block_cols), "pack_int8_dot: ", cols, " columns in groups of ", block_cols);
+  pack_bytes_in(reinterpret_cast<const uint8_t*>(q), row_scales, rows, cols, block_cols, dst, true);
 }
 
 namespace {

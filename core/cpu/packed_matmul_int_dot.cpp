@@ -1,13 +1,16 @@
-// The integer dot products of 4-bit weights (LINNET_CPU_DOT=int8; core/cpu/packed_matmul.h):
-// each row of x quantized per block of 32 columns as llama.cpp's Q8_0 is, then AVX2's vpmaddubsw
-// (u8 × s8 pairs into i16) and vpmaddwd (i16 pairs into i32) over a block, exact integers, and
-// one f32 multiply-add a block and output, in block order. The scalar kernel does the same
-// operations; both give the same bits for every n and tile (batch invariant).
+// The integer dot products of 4- and 8-bit weights (LINNET_CPU_DOT=int8; core/cpu/packed_matmul.h):
+// each row of x quantized per block of 32 columns as llama.cpp's Q8_0 is, then AVX2's integer
+// products over a block, exact, and one f32 multiply-add a block and output, in block order. The
+// scalar kernel does the same operations; both give the same bits for every n and tile (batch
+// invariant).
 //
-// Panel layout (quantized::dot_nibble_byte): each block of 32 columns is 512 bytes, 128 for each
+// 4-bit panels (quantized::dot_nibble_byte): each block of 32 columns is 512 bytes, 128 for each
 // 8 rows, 32 bytes (one AVX2 vector) for each 8 columns: a 32-bit lane per row whose 4 low
 // nibbles are columns t…t+3 and 4 high ones t+4…t+7. One mask and one shift give two vectors of
-// u8 weights, each lane 4 consecutive columns of its row, against 4 broadcast bytes of x.
+// u8 weights, each lane 4 consecutive columns of its row, against 4 broadcast bytes of x
+// (vpmaddubsw: u8 × s8 pairs into i16; vpmaddwd: i16 pairs into i32).
+// int8 panels (quantized::dot_byte): each block is 1024 bytes, 256 for each 8 rows, 32 for each
+// 4 columns: |w| against x with w's sign (vpabsb, vpsignb, vpmaddubsw), as llama.cpp's Q8_0.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -29,9 +32,9 @@ namespace {
 using quantized::ceil_div;
 constexpr int64_t kBlock = 32;   // x's quantization block (columns), and the integer sums'
 constexpr int kRowsDot = 3;      // rows of x a tile (3 × 4 f32 accumulators)
-// Weights prefetched two blocks ahead: a lone row's product reaches this VM's read ceiling
-// (29.9 GB/s on 2 cores) with it, 26 without; further ahead does no better.
-constexpr int64_t kAhead = 1024;
+// Each format's weights are prefetched F::kAhead bytes ahead: a lone row's 4-bit product reaches
+// this VM's read ceiling (29.9 GB/s on 2 cores) with 1 KiB (26 GB/s without; 2 KiB no better),
+// int8's 27.8 GB/s with 4 KiB (26.5 with 1 KiB).
 
 
 bool has_avx2() {
@@ -44,7 +47,44 @@ int nibble(const uint8_t* q, int64_t t, int64_t c) {
   return (t % 8 < 4 ? b : b >> 4) & 15;
 }
 
-// ---- the formats: how a nibble multiplies, its zero point, its scale ----
+// x quantized, and each block's group of the weights' scales (a table: no division a block).
+struct DotInput {
+  Q8Rows x;
+  std::vector<int32_t> group;  // [k / 32]
+};
+
+// ---- how a block of x meets a block of weights ----
+// 4-bit weights: x's 4-byte words broadcast, columns 8s…8s+3 (lo[s]) and 8s+4…8s+7 (hi[s]) of
+// the block; a block of 8 rows is 128 bytes, 32 for each 8 columns.
+struct NibbleX {
+  __m256i lo[4], hi[4];
+};
+__attribute__((target("avx2,fma"), always_inline)) inline NibbleX nibble_x(const DotInput& in, int64_t r, int64_t b) {
+  const int8_t* xq = in.x.q.data() + r * in.x.k + b * kBlock;
+  NibbleX out;
+  for (int s = 0; s < 4; ++s) {
+    int32_t a, c;
+    std::memcpy(&a, xq + 8 * s, 4);
+    std::memcpy(&c, xq + 8 * s + 4, 4);
+    out.lo[s] = _mm256_set1_epi32(a), out.hi[s] = _mm256_set1_epi32(c);
+  }
+  return out;
+}
+// Each lane's exact Σ over the block (before the zero point): the i16 sums of F::madd's pairs add
+// up over the 4 steps (at most 8 · 3810 < 2¹⁵), then vpmaddwd makes them a lane's i32.
+template <class F>
+__attribute__((target("avx2,fma"), always_inline)) inline __m256i nibble_sum(const NibbleX& xv, const uint8_t* w) {
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  __m256i s16 = _mm256_setzero_si256();
+  for (int s = 0; s < 4; ++s) {
+    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * s));
+    const __m256i lo = _mm256_and_si256(wv, low), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low);
+    s16 = _mm256_add_epi16(s16, _mm256_add_epi16(F::madd(lo, xv.lo[s]), F::madd(hi, xv.hi[s])));
+  }
+  return _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+}
+
+// ---- the formats: how a weight multiplies, its zero point, its scale ----
 // Per output (row c of a panel) and block b of group g: v = Σ value · q − zero_term (exact),
 // then acc = fma(float(v), scale · x_scale(d_b), acc).
 
@@ -71,6 +111,14 @@ struct Int4Dot {
     return static_cast<float>(value(p, t, c) - p.zeros[g * kPanel + c]) * scale(p, g, c);
   }
 
+  static constexpr int64_t kBlockBytes = 512, kAhead = 1024;  // a block of 32 columns of the panel's 32 rows
+  using XBlock = NibbleX;
+  __attribute__((target("avx2,fma"), always_inline)) static XBlock x_block(const DotInput& in, int64_t r, int64_t b) {
+    return nibble_x(in, r, b);
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static __m256i block_sum(const XBlock& xv, const uint8_t* w) {
+    return nibble_sum<Int4Dot>(xv, w);
+  }
   // u8 weights 0…15 × s8 x: a pair at most 2 · 15 · 127 = 3810.
   __attribute__((target("avx2,fma"))) static __m256i madd(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
   // zero · Σq per lane by vpmaddwd: zero in a lane's low 16 bits, Σq (|Σq| ≤ 32 · 127) in x's.
@@ -106,6 +154,14 @@ struct Mxfp4Dot {
     return static_cast<float>(value(p, t, c)) * 0.5f * scale(p, t / p.block_cols, c);
   }
 
+  static constexpr int64_t kBlockBytes = 512, kAhead = 1024;
+  using XBlock = NibbleX;
+  __attribute__((target("avx2,fma"), always_inline)) static XBlock x_block(const DotInput& in, int64_t r, int64_t b) {
+    return nibble_x(in, r, b);
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static __m256i block_sum(const XBlock& xv, const uint8_t* w) {
+    return nibble_sum<Mxfp4Dot>(xv, w);
+  }
   // |2v| by a table lookup, its sign moved onto x (vpsignb; 0 where the weight is 0): a pair at
   // most 2 · 12 · 127 = 3048.
   __attribute__((target("avx2,fma"))) static __m256i madd(__m256i w, __m256i x) {
@@ -124,13 +180,64 @@ struct Mxfp4Dot {
   }
 };
 
-// ---- the kernels: rows [r0, r0 + rows) of x against a panel's 32 rows, into tile [rows][32] ----
+// int8 weights (symmetric: no zero point), their panels in quantized::dot_byte's layout: a block
+// of 8 rows is 256 bytes, 32 for each 4 columns. As llama.cpp's Q8_0: |w| as u8 (vpabsb: −128
+// gives 0x80, 128 as u8) against x with w's sign (vpsignb: x is never −128), so vpmaddubsw's
+// pairs are w · x exactly, at most 2 · 128 · 127 < 2¹⁵; vpmaddwd makes each 4 a lane's i32.
+struct Int8Dot {
+  struct Panel {
+    const uint8_t* q;
+    const float* scales;
+    int64_t block_cols;
+  };
+  static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
+    const uint8_t* base = static_cast<const uint8_t*>(w);
+    return {base + p * kPanel * k,
+            reinterpret_cast<const float*>(base + quantized::byte_scales_offset(padded_rows, k)) +
+                p * ceil_div(k, block_cols) * kPanel,
+            block_cols};
+  }
+  static int value(const Panel& p, int64_t t, int64_t c) { return static_cast<int8_t>(p.q[quantized::dot_byte(t, c)]); }
+  static int32_t zero_term(const Panel&, int64_t, int64_t, int32_t) { return 0; }
+  static float scale(const Panel& p, int64_t g, int64_t c) { return p.scales[g * kPanel + c]; }
+  static float x_scale(float d) { return d; }
+  static float weight(const Panel& p, int64_t t, int64_t c) {
+    return static_cast<float>(value(p, t, c)) * scale(p, t / p.block_cols, c);
+  }
 
-// x quantized, and each block's group of the weights' scales (a table: no division a block).
-struct DotInput {
-  Q8Rows x;
-  std::vector<int32_t> group;  // [k / 32]
+  static constexpr int64_t kBlockBytes = 1024, kAhead = 4096;
+  struct XBlock {
+    __m256i x[8];  // the block's 4-byte words broadcast
+  };
+  __attribute__((target("avx2,fma"), always_inline)) static XBlock x_block(const DotInput& in, int64_t r, int64_t b) {
+    const int8_t* xq = in.x.q.data() + r * in.x.k + b * kBlock;
+    XBlock out;
+    for (int s = 0; s < 8; ++s) {
+      int32_t a;
+      std::memcpy(&a, xq + 4 * s, 4);
+      out.x[s] = _mm256_set1_epi32(a);
+    }
+    return out;
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static __m256i block_sum(const XBlock& xv, const uint8_t* w) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i s = _mm256_setzero_si256();
+    for (int step = 0; step < 8; ++step) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * step));
+      const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(wv), _mm256_sign_epi8(xv.x[step], wv));
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(p16, ones));
+    }
+    return s;
+  }
+  __attribute__((target("avx2,fma"))) static __m256i zero_term8(const Panel&, int64_t, int, int32_t) {
+    return _mm256_setzero_si256();
+  }
+  __attribute__((target("avx2,fma"))) static __m256 scale8(const Panel& p, int64_t g, int i) {
+    return _mm256_loadu_ps(p.scales + g * kPanel + 8 * i);
+  }
 };
+
+// ---- the kernels: rows [r0, r0 + rows) of x against a panel's 32 rows, into tile [rows][32] ----
 
 template <class F>
 void dot_scalar(const DotInput& in, int64_t r0, int rows, const typename F::Panel& p, float* tile) {
@@ -152,43 +259,20 @@ void dot_scalar(const DotInput& in, int64_t r0, int rows, const typename F::Pane
     }
 }
 
-// Row r of x's block b: its 4-byte words broadcast, columns 8s…8s+3 (lo[s]) and 8s+4…8s+7 (hi[s]).
-struct XBlock {
-  __m256i lo[4], hi[4];
-};
-__attribute__((target("avx2,fma"), always_inline)) inline XBlock x_block(const Q8Rows& x, int64_t r, int64_t b) {
-  const int8_t* xq = x.q.data() + r * x.k + b * kBlock;
-  XBlock out;
-  for (int s = 0; s < 4; ++s) {
-    int32_t a, c;
-    std::memcpy(&a, xq + 8 * s, 4);
-    std::memcpy(&c, xq + 8 * s + 4, 4);
-    out.lo[s] = _mm256_set1_epi32(a), out.hi[s] = _mm256_set1_epi32(c);
-  }
-  return out;
-}
-
-// Block b of rows 8i…8i+7 (their 128 bytes at w) against a row of x (its block xv, its Σq and
-// d): acc += float(v) · scale · d. The block's 32 columns are 4 steps of 8: the i16 sums of the
-// u8 × s8 products of each pair of lanes add up over the 4 steps (at most 8 · 3810 < 2¹⁵), then
-// vpmaddwd makes them a lane's i32 — the exact Σ over the block.
+// Block b of rows 8i…8i+7 (their bytes at w) against a row of x (its block xv, its Σq and d):
+// acc += float(v) · scale · d, v the exact integer Σ (w − zero) · q of each lane.
 template <class F>
-__attribute__((target("avx2,fma"), always_inline)) inline __m256 dot_block(const XBlock& xv, int32_t xsum, float d,
-                                                                           const typename F::Panel& p, int64_t g, int i,
-                                                                           const uint8_t* w, __m256 acc) {
-  const __m256i low = _mm256_set1_epi8(0x0f);
-  __m256i s16 = _mm256_setzero_si256();
-  for (int s = 0; s < 4; ++s) {
-    const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 32 * s));
-    const __m256i lo = _mm256_and_si256(wv, low), hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), low);
-    s16 = _mm256_add_epi16(s16, _mm256_add_epi16(F::madd(lo, xv.lo[s]), F::madd(hi, xv.hi[s])));
-  }
-  const __m256i v = _mm256_sub_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)), F::zero_term8(p, g, i, xsum));
+__attribute__((target("avx2,fma"), always_inline)) inline __m256 dot_block(const typename F::XBlock& xv, int32_t xsum,
+                                                                           float d, const typename F::Panel& p,
+                                                                           int64_t g, int i, const uint8_t* w,
+                                                                           __m256 acc) {
+  const __m256i v = _mm256_sub_epi32(F::block_sum(xv, w), F::zero_term8(p, g, i, xsum));
   const __m256 sd = _mm256_mul_ps(F::scale8(p, g, i), _mm256_set1_ps(F::x_scale(d)));
   return _mm256_fmadd_ps(_mm256_cvtepi32_ps(v), sd, acc);
 }
 
-// R rows of x against the panel's 32 rows, block after block (512 bytes, 128 for each 8 rows).
+// R rows of x against the panel's 32 rows, block after block (F::kBlockBytes, a quarter for
+// each 8 rows), each block's x read once for the 32 rows.
 template <class F, int R>
 __attribute__((target("avx2,fma"))) void dot_avx2(const DotInput& in, int64_t r0, int, const typename F::Panel& p,
                                                   float* tile) {
@@ -199,12 +283,14 @@ __attribute__((target("avx2,fma"))) void dot_avx2(const DotInput& in, int64_t r0
     for (int i = 0; i < 4; ++i) acc[r][i] = _mm256_setzero_ps();
   for (int64_t b = 0; b < kb; ++b) {
     const int64_t g = in.group[static_cast<size_t>(b)];
-    const uint8_t* w = p.q + b * 4 * kBlock * 4;
-    for (int line = 0; line < 8; ++line) _mm_prefetch(reinterpret_cast<const char*>(w + kAhead + 64 * line), _MM_HINT_T0);
+    const uint8_t* w = p.q + b * F::kBlockBytes;
+    for (int64_t line = 0; line < F::kBlockBytes / 64; ++line)
+      _mm_prefetch(reinterpret_cast<const char*>(w + F::kAhead + 64 * line), _MM_HINT_T0);
     for (int r = 0; r < R; ++r) {
-      const XBlock xv = x_block(x, r0 + r, b);
+      const typename F::XBlock xv = F::x_block(in, r0 + r, b);
       const size_t xb = static_cast<size_t>((r0 + r) * kb + b);
-      for (int i = 0; i < 4; ++i) acc[r][i] = dot_block<F>(xv, x.sum[xb], x.d[xb], p, g, i, w + 128 * i, acc[r][i]);
+      for (int i = 0; i < 4; ++i)
+        acc[r][i] = dot_block<F>(xv, x.sum[xb], x.d[xb], p, g, i, w + F::kBlockBytes / 4 * i, acc[r][i]);
     }
   }
   for (int r = 0; r < R; ++r)
@@ -230,7 +316,7 @@ void product(const char* what, const float* x, int64_t n, int64_t k, const void*
   for (int64_t b = 0; b < k / kBlock; ++b) in.group[static_cast<size_t>(b)] = static_cast<int32_t>(b * kBlock / block_cols);
   static const MicroDot<F> kAvx2[kRowsDot] = {dot_avx2<F, 1>, dot_avx2<F, 2>, dot_avx2<F, 3>};
   const bool avx2 = name == "avx2";
-  const int64_t panel_bytes = kPanel / 2 * k;
+  const int64_t panel_bytes = F::kBlockBytes * (k / kBlock);
   for_each_tile(n, k / 4, w, static_cast<size_t>(panel_bytes), row0, o, avx2 ? kRowsDot : 1, out,
                 [&](int64_t r0, int rows, const void* panel, float* tile) {
                   const int64_t pi = (static_cast<const char*>(panel) - static_cast<const char*>(w)) / panel_bytes;
@@ -303,7 +389,7 @@ __attribute__((target("avx2,fma"))) void quantize_row_avx2(const float* x, int64
 
 bool int_dot_fits(int64_t k, int64_t block_cols) { return k > 0 && k % kBlock == 0 && block_cols % kBlock == 0; }
 
-bool int4_dot_layout(int64_t k, int64_t block_cols) { return cpu_dot() == CpuDot::int8 && int_dot_fits(k, block_cols); }
+bool int_dot_layout(int64_t k, int64_t block_cols) { return cpu_dot() == CpuDot::int8 && int_dot_fits(k, block_cols); }
 
 std::vector<const char*> int_dot_kernels() {
   if (has_avx2()) return {"avx2", "scalar"};
@@ -335,6 +421,16 @@ void unpack_rows_int4_dot_f32(const void* packed, int64_t padded_rows, int64_t c
 void unpack_rows_mxfp4_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
                                int64_t rows, float* dst) {
   unpack<Mxfp4Dot>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+}
+
+void unpack_rows_int8_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
+                              int64_t rows, float* dst) {
+  unpack<Int8Dot>(packed, padded_rows, cols, block_cols, row0, rows, dst);
+}
+
+void packed_matmul_int8_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
+                            int64_t row0, int64_t o, float* out, const char* kernel) {
+  product<Int8Dot>("packed_matmul_int8_dot", x, n, k, w, padded_rows, block_cols, row0, o, out, kernel);
 }
 
 void packed_matmul_int4_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,

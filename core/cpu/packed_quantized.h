@@ -100,6 +100,17 @@ inline size_t nibble_zeros_offset(int64_t padded_rows, int64_t cols, int64_t blo
   return nibble_scales_offset(padded_rows, cols) + static_cast<size_t>(padded_rows * ceil_div(cols, block_cols)) * sizeof(float);
 }
 
+// The 8-bit matrices' bytes (FP8 and int8, either layout): every panel's bytes (padded_rows a
+// column), then on a cache line every panel's scales [⌈k/bc⌉][32] f32.
+inline size_t byte_scales_offset(int64_t padded_rows, int64_t cols) {
+  return (static_cast<size_t>(padded_rows * cols) + 63) / 64 * 64;
+}
+// The integer dot products' layout of int8 panels: the byte of a panel that holds row c's column
+// t. Each 32 columns are 1024 bytes: 256 for each 8 rows, 32 for each 4 columns, 4 a row.
+inline size_t dot_byte(int64_t t, int64_t c) {
+  return static_cast<size_t>((t / 32) * 1024 + (c / 8) * 256 + (t % 32 / 4) * 32 + (c % 8) * 4 + t % 4);
+}
+
 // The integer dot products' layout of 4-bit panels (packed_matmul.h, LINNET_CPU_DOT=int8): the
 // byte of a panel's nibbles that holds row c's (0…31) column t, its low nibble for t % 8 < 4.
 // Each 32 columns are 512 bytes: 128 for each 8 rows, 32 for each 8 columns, 4 a row.
