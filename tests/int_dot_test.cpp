@@ -18,6 +18,7 @@
 #include "core/cpu/packed_matmul.h"
 #include "model_fixtures.h"
 #include "parallel/communicator.h"
+#include "run_self.h"
 #include "runtime/loader.h"
 
 using namespace linnet;
@@ -231,18 +232,6 @@ TEST(IntDot, IsTheProductOfTheQuantizedActivations) {
 
 namespace {
 
-// This test binary again, one test, with LINNET_CPU_DOT=value: its exit code and output.
-std::pair<int, std::string> run_self(const std::string& value, const std::string& test) {
-  const std::string cmd = "LINNET_CPU_DOT=" + value + " /proc/" + std::to_string(::getpid()) +
-                          "/exe --gtest_filter=" + test + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t got;
-  while ((got = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, got);
-  return {WEXITSTATUS(pclose(p)), out};
-}
-
 // The checkpoint's parts of a Nibbles matrix: compressed-tensors' int4 words (eight a word, low
 // bits first; zero points eight rows a word) or MXFP4's bytes (two a byte) and exponents.
 Backend::QuantizedPart checkpoint_part(const Nibbles& w) {
@@ -321,7 +310,8 @@ void expect_the_integer_path() {
 TEST(IntDot, TheSwitchTakesTheIntegerPathThroughTheBackend) {
   const char* v = std::getenv("LINNET_CPU_DOT");
   if (v && std::string(v) == "int8") return expect_the_integer_path();
-  auto [code, out] = run_self("int8", "IntDot.TheSwitchTakesTheIntegerPathThroughTheBackend");
+  auto [code, out] =
+      testutil::run_self("LINNET_CPU_DOT", "int8", "IntDot.TheSwitchTakesTheIntegerPathThroughTheBackend");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   for (size_t at = out.find("LINNET_CPU_DOT=int8 "); at != std::string::npos; at = out.find("LINNET_CPU_DOT=int8 ", at + 1))

@@ -20,6 +20,7 @@
 #include "checkpoint_test_util.h"
 #include "core/backend.h"
 #include "parallel/communicator.h"
+#include "run_self.h"
 #include "runtime/loader.h"
 #include "runtime/quantize_checkpoint.h"
 #include "runtime/write_checkpoint.h"
@@ -105,18 +106,6 @@ void expect_unrounded_twin_logits() {
   EXPECT_NE(std::memcmp(a.data(), rounded.data(), a.nbytes()), 0) << "the bf16-rounded twin's logits too";
 }
 
-// This test binary again, one test, with LINNET_QUANT_ROUNDING=value: its exit code and output.
-std::pair<int, std::string> run_self(const std::string& value, const std::string& test) {
-  const std::string cmd = "LINNET_QUANT_ROUNDING=" + value + " /proc/" + std::to_string(::getpid()) +
-                          "/exe --gtest_filter=" + test + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  return {WEXITSTATUS(pclose(p)), out};
-}
-
 TEST(QuantizedRounding, A16BitW4a16CheckpointIsTheDenseCheckpointOfItsRoundedWeights) {
   const ModelConfig c = load_hf_config(std::string(LINNET_SOURCE_DIR) + "/tests/fixtures/quantize/ct_w4a16_f32_source");
   for (DType dt : {DType::bf16, DType::f16}) {
@@ -152,10 +141,10 @@ TEST(QuantizedRounding, TheF32SwitchKeepsTheWeightsUnrounded) {
     return;
   }
   const std::string self = "QuantizedRounding.TheF32SwitchKeepsTheWeightsUnrounded";
-  auto [code, out] = run_self("f32", self);
+  auto [code, out] = testutil::run_self("LINNET_QUANT_ROUNDING", "f32", self);
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
-  std::tie(code, out) = run_self("bogus", self);
+  std::tie(code, out) = testutil::run_self("LINNET_QUANT_ROUNDING", "bogus", self);
   EXPECT_NE(code, 0) << out;
   EXPECT_NE(out.find("LINNET_QUANT_ROUNDING=bogus: expected format or f32"), std::string::npos) << out;
 }

@@ -24,18 +24,10 @@ size_t zeros_offset(int64_t padded_rows, int64_t cols, int64_t block_cols) {
 // its low nibble and row j + 16 in its high one, so one zero-extension and a mask or a shift
 // give 16 rows in order. Scales [⌈k/bc⌉][32] f32 and zero points [⌈k/bc⌉][32] u8 per panel.
 struct Int4 {
-  struct Panel {
-    const uint8_t* q;
-    const float* scales;
-    const uint8_t* zeros;
-    int64_t block_cols;
-  };
+  using Panel = quantized::Int4Panel;
   static size_t panel_bytes(int64_t k) { return static_cast<size_t>(kPanel / 2 * k); }
   static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
-    const uint8_t* base = static_cast<const uint8_t*>(w);
-    const int64_t kb = ceil_div(k, block_cols);
-    return {base + p * panel_bytes(k), reinterpret_cast<const float*>(base + scales_offset(padded_rows, k)) + p * kb * kPanel,
-            base + zeros_offset(padded_rows, k, block_cols) + p * kb * kPanel, block_cols};
+    return quantized::int4_panel(w, padded_rows, k, block_cols, p);
   }
   static float weight(const Panel& p, int64_t t, int64_t c) {
     const uint8_t byte = p.q[t * (kPanel / 2) + (c & 15)];
@@ -106,16 +98,10 @@ constexpr float kE2M1[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
 size_t mx_scales_offset(int64_t padded_rows, int64_t cols) { return scales_offset(padded_rows, cols); }
 
 struct Mxfp4 {
-  struct Panel {
-    const uint8_t* q;
-    const uint8_t* exps;
-    int64_t block_cols;
-  };
+  using Panel = quantized::Mxfp4Panel;
   static size_t panel_bytes(int64_t k) { return static_cast<size_t>(kPanel / 2 * k); }
   static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
-    const uint8_t* base = static_cast<const uint8_t*>(w);
-    return {base + p * panel_bytes(k), base + mx_scales_offset(padded_rows, k) + p * ceil_div(k, block_cols) * kPanel,
-            block_cols};
+    return quantized::mxfp4_panel(w, padded_rows, k, block_cols, p);
   }
   static float weight(const Panel& p, int64_t t, int64_t c) {
     const uint8_t byte = p.q[t * (kPanel / 2) + (c & 15)];

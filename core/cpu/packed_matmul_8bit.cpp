@@ -22,16 +22,10 @@ size_t scales_offset(int64_t padded_rows, int64_t cols) { return quantized::byte
 // One byte a weight, as a format of packed_quantized.h: a panel's bytes [k][32] and its scales
 // [⌈k/bc⌉][32] f32 (FP8 and int8 differ only in how a byte widens).
 struct BytePanels {
-  struct Panel {
-    const uint8_t* q;
-    const float* scales;
-    int64_t block_cols;
-  };
+  using Panel = quantized::BytePanel;
   static size_t panel_bytes(int64_t k) { return static_cast<size_t>(kPanel * k); }
   static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
-    const uint8_t* base = static_cast<const uint8_t*>(w);
-    const float* scales = reinterpret_cast<const float*>(base + scales_offset(padded_rows, k));
-    return {base + p * panel_bytes(k), scales + p * ceil_div(k, block_cols) * kPanel, block_cols};
+    return quantized::byte_panel(w, padded_rows, k, block_cols, p);
   }
   struct Block2 {
     __m256 s[4];

@@ -117,19 +117,29 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256i nibble_sum(con
 // Per output (row c of a panel) and block b of group g: v = Σ value · q − zero_term (exact),
 // then acc = fma(float(v), scale · x_scale(d_b), acc).
 
-struct Int4Dot {
-  struct Panel {
-    const uint8_t* q;
-    const float* scales;
-    const uint8_t* zeros;
-    int64_t block_cols;
-  };
+// What the 4-bit formats share: blocks of 512 bytes, x and weights met as nibble_x / nibble_w do;
+// F gives lookup (a nibble to the value F multiplies) and madd (its products' pairs).
+template <class F>
+struct NibbleBlocks {
+  static constexpr int64_t kBlockBytes = 512, kAhead = 1024;  // a block of 32 columns of the panel's 32 rows
+  using XBlock = NibbleX;
+  using WBlock = NibbleW;
+  __attribute__((target("avx2,fma"), always_inline)) static XBlock x_block(const DotInput& in, int64_t r, int64_t b) {
+    return nibble_x(in, r, b);
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static __m256i block_sum(const XBlock& xv, const uint8_t* w) {
+    return nibble_sum<F>(xv, w);
+  }
+  __attribute__((target("avx2,fma"), always_inline)) static WBlock w_block(const uint8_t* w) { return nibble_w<F>(w); }
+  __attribute__((target("avx2,fma"), always_inline)) static __m256i w_sum(const WBlock& wv, const int8_t* xq) {
+    return nibble_sum<F>(wv, xq);
+  }
+};
+
+struct Int4Dot : NibbleBlocks<Int4Dot> {
+  using Panel = quantized::Int4Panel;
   static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
-    const uint8_t* base = static_cast<const uint8_t*>(w);
-    const int64_t kb = ceil_div(k, block_cols);
-    return {base + p * (kPanel / 2 * k),
-            reinterpret_cast<const float*>(base + quantized::nibble_scales_offset(padded_rows, k)) + p * kb * kPanel,
-            base + quantized::nibble_zeros_offset(padded_rows, k, block_cols) + p * kb * kPanel, block_cols};
+    return quantized::int4_panel(w, padded_rows, k, block_cols, p);
   }
   static int value(const Panel& p, int64_t t, int64_t c) { return nibble(p.q, t, c); }
   static int32_t zero_term(const Panel& p, int64_t g, int64_t c, int32_t xsum) { return p.zeros[g * kPanel + c] * xsum; }
@@ -140,19 +150,6 @@ struct Int4Dot {
     return static_cast<float>(value(p, t, c) - p.zeros[g * kPanel + c]) * scale(p, g, c);
   }
 
-  static constexpr int64_t kBlockBytes = 512, kAhead = 1024;  // a block of 32 columns of the panel's 32 rows
-  using XBlock = NibbleX;
-  __attribute__((target("avx2,fma"), always_inline)) static XBlock x_block(const DotInput& in, int64_t r, int64_t b) {
-    return nibble_x(in, r, b);
-  }
-  __attribute__((target("avx2,fma"), always_inline)) static __m256i block_sum(const XBlock& xv, const uint8_t* w) {
-    return nibble_sum<Int4Dot>(xv, w);
-  }
-  using WBlock = NibbleW;
-  __attribute__((target("avx2,fma"), always_inline)) static WBlock w_block(const uint8_t* w) { return nibble_w<Int4Dot>(w); }
-  __attribute__((target("avx2,fma"), always_inline)) static __m256i w_sum(const WBlock& wv, const int8_t* xq) {
-    return nibble_sum<Int4Dot>(wv, xq);
-  }
   // u8 weights 0…15 × s8 x: a pair at most 2 · 15 · 127 = 3810.
   __attribute__((target("avx2,fma"), always_inline)) static __m256i lookup(__m256i nibbles) { return nibbles; }
   __attribute__((target("avx2,fma"))) static __m256i madd(__m256i w, __m256i x) { return _mm256_maddubs_epi16(w, x); }
@@ -170,16 +167,10 @@ struct Int4Dot {
 // scale 2^(e − 127) takes the half: x_scale(d) = d / 2.
 constexpr int8_t kTwiceE2M1[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-struct Mxfp4Dot {
-  struct Panel {
-    const uint8_t* q;
-    const uint8_t* exps;
-    int64_t block_cols;
-  };
+struct Mxfp4Dot : NibbleBlocks<Mxfp4Dot> {
+  using Panel = quantized::Mxfp4Panel;
   static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
-    const uint8_t* base = static_cast<const uint8_t*>(w);
-    return {base + p * (kPanel / 2 * k),
-            base + quantized::nibble_scales_offset(padded_rows, k) + p * ceil_div(k, block_cols) * kPanel, block_cols};
+    return quantized::mxfp4_panel(w, padded_rows, k, block_cols, p);
   }
   static int value(const Panel& p, int64_t t, int64_t c) { return kTwiceE2M1[nibble(p.q, t, c)]; }
   static int32_t zero_term(const Panel&, int64_t, int64_t, int32_t) { return 0; }
@@ -189,21 +180,6 @@ struct Mxfp4Dot {
     return static_cast<float>(value(p, t, c)) * 0.5f * scale(p, t / p.block_cols, c);
   }
 
-  static constexpr int64_t kBlockBytes = 512, kAhead = 1024;
-  using XBlock = NibbleX;
-  __attribute__((target("avx2,fma"), always_inline)) static XBlock x_block(const DotInput& in, int64_t r, int64_t b) {
-    return nibble_x(in, r, b);
-  }
-  __attribute__((target("avx2,fma"), always_inline)) static __m256i block_sum(const XBlock& xv, const uint8_t* w) {
-    return nibble_sum<Mxfp4Dot>(xv, w);
-  }
-  using WBlock = NibbleW;
-  __attribute__((target("avx2,fma"), always_inline)) static WBlock w_block(const uint8_t* w) {
-    return nibble_w<Mxfp4Dot>(w);
-  }
-  __attribute__((target("avx2,fma"), always_inline)) static __m256i w_sum(const WBlock& wv, const int8_t* xq) {
-    return nibble_sum<Mxfp4Dot>(wv, xq);
-  }
   // 2v by a table lookup (vpshufb); |2v| against x with its sign (vpsignb; 0 where the weight is
   // 0): a pair at most 2 · 12 · 127 = 3048.
   __attribute__((target("avx2,fma"), always_inline)) static __m256i lookup(__m256i nibbles) {
@@ -229,17 +205,9 @@ struct Mxfp4Dot {
 // gives 0x80, 128 as u8) against x with w's sign (vpsignb: x is never −128), so vpmaddubsw's
 // pairs are w · x exactly, at most 2 · 128 · 127 < 2¹⁵; vpmaddwd makes each 4 a lane's i32.
 struct Int8Dot {
-  struct Panel {
-    const uint8_t* q;
-    const float* scales;
-    int64_t block_cols;
-  };
+  using Panel = quantized::BytePanel;
   static Panel panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
-    const uint8_t* base = static_cast<const uint8_t*>(w);
-    return {base + p * kPanel * k,
-            reinterpret_cast<const float*>(base + quantized::byte_scales_offset(padded_rows, k)) +
-                p * ceil_div(k, block_cols) * kPanel,
-            block_cols};
+    return quantized::byte_panel(w, padded_rows, k, block_cols, p);
   }
   static int value(const Panel& p, int64_t t, int64_t c) { return static_cast<int8_t>(p.q[quantized::dot_byte(t, c)]); }
   static int32_t zero_term(const Panel&, int64_t, int64_t, int32_t) { return 0; }

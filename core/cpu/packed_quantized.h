@@ -100,10 +100,48 @@ inline size_t nibble_zeros_offset(int64_t padded_rows, int64_t cols, int64_t blo
   return nibble_scales_offset(padded_rows, cols) + static_cast<size_t>(padded_rows * ceil_div(cols, block_cols)) * sizeof(float);
 }
 
+// An int4 matrix's panel p (either layout): its nibbles, its scales and zero points [⌈k/bc⌉][32].
+struct Int4Panel {
+  const uint8_t* q;
+  const float* scales;
+  const uint8_t* zeros;
+  int64_t block_cols;
+};
+inline Int4Panel int4_panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
+  const uint8_t* base = static_cast<const uint8_t*>(w);
+  const int64_t kb = ceil_div(k, block_cols);
+  return {base + p * (32 / 2 * k),
+          reinterpret_cast<const float*>(base + nibble_scales_offset(padded_rows, k)) + p * kb * 32,
+          base + nibble_zeros_offset(padded_rows, k, block_cols) + p * kb * 32, block_cols};
+}
+
+// An MXFP4 matrix's panel p (either layout): its nibbles and its E8M0 exponents [⌈k/bc⌉][32].
+struct Mxfp4Panel {
+  const uint8_t* q;
+  const uint8_t* exps;
+  int64_t block_cols;
+};
+inline Mxfp4Panel mxfp4_panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
+  const uint8_t* base = static_cast<const uint8_t*>(w);
+  return {base + p * (32 / 2 * k), base + nibble_scales_offset(padded_rows, k) + p * ceil_div(k, block_cols) * 32,
+          block_cols};
+}
+
 // The 8-bit matrices' bytes (FP8 and int8, either layout): every panel's bytes (padded_rows a
 // column), then on a cache line every panel's scales [⌈k/bc⌉][32] f32.
 inline size_t byte_scales_offset(int64_t padded_rows, int64_t cols) {
   return (static_cast<size_t>(padded_rows * cols) + 63) / 64 * 64;
+}
+// An 8-bit matrix's panel p (either layout): its bytes and its scales.
+struct BytePanel {
+  const uint8_t* q;
+  const float* scales;
+  int64_t block_cols;
+};
+inline BytePanel byte_panel(const void* w, int64_t padded_rows, int64_t k, int64_t block_cols, int64_t p) {
+  const uint8_t* base = static_cast<const uint8_t*>(w);
+  const float* scales = reinterpret_cast<const float*>(base + byte_scales_offset(padded_rows, k));
+  return {base + p * 32 * k, scales + p * ceil_div(k, block_cols) * 32, block_cols};
 }
 // The integer dot products' layout of int8 panels: the byte of a panel that holds row c's column
 // t. Each 32 columns are 1024 bytes: 256 for each 8 rows, 32 for each 4 columns, 4 a row.
