@@ -34,10 +34,9 @@ constexpr int64_t kBlock = 32;   // x's quantization block (columns), and the in
 // Rows of x a tile: prefill 512 of the Llama-3.2-1B shape's W4A16 at 78 tok/s with 3 (before
 // the weights were unpacked once a tile), 84 with 3, 88 with 4, 89 with 6, 87 with 8.
 constexpr int kRowsDot = 4;
-// Each format's weights are prefetched F::kAhead bytes ahead: a lone row's 4-bit product reaches
-// this VM's read ceiling (29.9 GB/s on 2 cores) with 1 KiB (26 GB/s without; 2 KiB no better),
-// int8's 27.8 GB/s with 4 KiB (26.5 with 1 KiB).
-
+// (Each format's weights are prefetched F::kAhead bytes ahead: a lone row's 4-bit product reaches
+// this VM's read ceiling, 29.9 GB/s on 2 cores, with 1 KiB — 26 GB/s without, 2 KiB no better;
+// int8's 27.8 GB/s with 4 KiB, 26.5 with 1 KiB.)
 
 bool has_avx2() {
   __builtin_cpu_init();
