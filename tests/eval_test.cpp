@@ -125,10 +125,12 @@ TEST(Eval, MatchesLmEvaluationHarness) {
   }
 }
 
-// Quantized checkpoints of the same model (compressed-tensors W4A16, FP8 dynamic and W8A8,
-// tools/lm_eval/make_quantized_fixture.py) against lm-eval's hf backend on each: transformers
-// decompresses each layer (and rounds FP8's and W8A8's activations per token); linnet reads the
-// stored bits. Loglikelihoods to 1e-4; an is_greedy flag is compared where the continuation's
+// Quantized checkpoints of the same model (compressed-tensors W4A16, FP8 dynamic, W8A8 and
+// MXFP4A16, GPTQ with act-order, AWQ, Hugging Face's FP8 blocks;
+// tools/lm_eval/make_quantized_fixture.py) against lm-eval's hf backend: on the first three
+// transformers decompresses each layer (and rounds FP8's and W8A8's activations per token); the
+// other four run on the checkpoint's dense twin (each layer as its format's reader dequantizes
+// it: transformers has no CPU path for them in f32). linnet reads the stored bits. Loglikelihoods to 1e-4; an is_greedy flag is compared where the continuation's
 // least top-1 margin is above 1e-3 (a near tie may go either way in another f32 order of summation).
 // W8A8 to 1e-2, its relative bound against transformers (docs/quantization.md): its activations
 // have 255 levels a token, and an input within f32 noise of a rounding boundary (x/s at k + ½)
@@ -170,7 +172,8 @@ TEST_P(EvalOnAQuantizedCheckpoint, MatchesLmEvaluationHarness) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, EvalOnAQuantizedCheckpoint, ::testing::Values("w4a16", "fp8_dynamic", "w8a8"),
+INSTANTIATE_TEST_SUITE_P(Formats, EvalOnAQuantizedCheckpoint, ::testing::Values("w4a16", "fp8_dynamic", "w8a8", "mxfp4", "gptq", "awq",
+                                                                             "fp8_block"),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 TEST(Eval, TokenIdsAndSingleContinuations) {

@@ -8,6 +8,13 @@ own code, in each scheme of SCHEMES (round to nearest, min-max scales, lm_head k
                (llm-compressor's FP8_DYNAMIC);
   w8a8         int-quantized int8, a scale per channel, activations int8 per token at run time
                (llm-compressor's W8A8);
+and in the layouts transformers 5.24 reads without a compressed-tensors forward (written by
+tools/golden/make_golden.py's own writers, as the golden fixtures are):
+  mxfp4        compressed-tensors MXFP4A16 (mxfp4-pack-quantized: E2M1 values, an E8M0 scale per 32
+               columns; compressed-tensors' own code);
+  gptq         GPTQ 4-bit, symmetric, groups of 32, act-order (desc_act, g_idx);
+  awq          AWQ gemm 4-bit, zero points, groups of 32;
+  fp8_block    Hugging Face's fine-grained FP8, blocks of 16 × 32;
 into tests/fixtures/lm_eval/model_<scheme>, runs lm-eval's CLI on it with the same two local
 tasks, offline and on one thread:
 
@@ -16,7 +23,14 @@ tasks, offline and on one thread:
     --log_samples --output_path <tmp> --batch_size 1
 
 (transformers 5.24 loads the checkpoint through compressed-tensors: it decompresses every layer
-to its f32 weights, and rounds the activations of the fp8_dynamic and w8a8 schemes at run time),
+to its f32 weights, and rounds the activations of the fp8_dynamic and w8a8 schemes at run time).
+The other four run lm-eval on the checkpoint's dense twin instead: the same model with each
+layer's weights as the format's own reader dequantizes them (compressed-tensors' decompression
+for MXFP4 — transformers 5.24 decompresses it to bf16 and its f32 forward then fails —, the
+dequantization of GPTQ, AWQ and FP8 blocks that make_golden.py checks against their libraries;
+their transformers loaders need GPU kernels or libraries this CPU run does not install). Those
+are the weights transformers multiplies by, and none of the four rounds its activations.
+It
 and writes what it logged, per request and per document, to
 tests/fixtures/lm_eval/expected_<scheme>.json. Each is-greedy flag is kept with the margin of its
 continuation's tokens over the runner-up (from a direct forward of the same model on lm-eval's
@@ -50,8 +64,19 @@ SCHEMES = {
              dict(num_bits=8, type="int", symmetric=True, dynamic=True, strategy="token"),
              "int-quantized", "compressed-tensors W8A8 (int-quantized, a scale per channel, activations int8 per token"),
 }
-# (Not MXFP4A16: lm-eval's hf backend cannot run it in f32 — transformers 5.24 decompresses its
-# weights to bf16 and the f32 forward then fails: "expected m1 and m2 to have the same dtype".)
+# Run on a dense twin (see the docstring): compressed-tensors' MXFP4A16, and the layouts written by
+# make_golden.py's writers — each (writer's options, how expected_<scheme>.json says it).
+SCHEMES["mxfp4"] = (dict(num_bits=4, type="float", symmetric=True, dynamic=False, strategy="group", group_size=32,
+                         scale_dtype="uint8", zp_dtype="uint8"), None, "mxfp4-pack-quantized",
+                    "compressed-tensors MXFP4A16 (mxfp4-pack-quantized, E8M0 scales per 32 columns")
+WRITTEN = {
+    "gptq": (dict(group=32, sym=True, desc_act=True), "GPTQ 4-bit (symmetric, groups of 32, act-order"),
+    "awq": (dict(group=32), "AWQ gemm 4-bit (zero points, groups of 32"),
+    # (16 rows: k_proj's 32 rows split whole at --tp 2)
+    "fp8_block": (dict(weight_block_size=[16, 32]), "Hugging Face fine-grained FP8 (blocks of 16 x 32"),
+}
+TWINS = {"mxfp4", *WRITTEN}
+ALL = list(SCHEMES) + list(WRITTEN)
 
 
 def quantized_dir(scheme):
@@ -64,6 +89,77 @@ def in_venv():
     if not os.path.exists(VENV_PY):
         raise SystemExit("run tools/lm_eval/make_fixture.py first (it makes tools/lm_eval/.venv)")
     os.execv(VENV_PY, [VENV_PY, os.path.abspath(__file__)] + sys.argv[1:])
+
+
+def golden():
+    """tools/golden/make_golden.py as a module (its writers and dequantizations)."""
+    sys.path.insert(0, os.path.join(ROOT, "tools", "golden"))
+    import make_golden
+    return make_golden
+
+
+def linears():
+    from safetensors.torch import load_file
+    st = load_file(os.path.join(DENSE, "model.safetensors"))
+    return {k for k in st if k.endswith("_proj.weight")}
+
+
+def write(scheme):
+    """The dense fixture in one of WRITTEN's layouts by make_golden.py's writer. Returns (layers,
+    {weight name: its dequantized f32 weight})."""
+    mg = golden()
+    out = quantized_dir(scheme)
+    if os.path.isdir(out):
+        shutil.rmtree(out)
+    shutil.copytree(DENSE, out)
+    opts, names = WRITTEN[scheme][0], linears()
+    if scheme == "gptq":
+        want = mg.gptq_rewrite(out, names, opts)
+    elif scheme == "awq":
+        want = mg.awq_rewrite(out, names, opts)
+    else:
+        mg.ROOT = tempfile.mkdtemp(prefix="linnet_fp8_source_")  # (fp8_rewrite keeps the source model there)
+        fp8 = mg.fp8_rewrite(out, names, opts)
+        shutil.rmtree(mg.ROOT, ignore_errors=True)
+        block = opts["weight_block_size"]
+        want = {k: q.float() * mg.fp8_expand(sc, block, q.shape) for k, (q, sc) in fp8.items()}
+    return len(want), want
+
+
+def decompressed(scheme):
+    """{weight name: f32 weight} of model_<scheme> (mxfp4) as compressed-tensors decompresses it."""
+    from safetensors.torch import load_file
+    from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
+    from compressed_tensors.quantization import QuantizationArgs, QuantizationScheme
+    import torch
+    weights = SCHEMES[scheme][0]
+    args = QuantizationArgs(**{k: getattr(torch, v) if k in ("scale_dtype", "zp_dtype") else v for k, v in weights.items()})
+    qs = QuantizationScheme(targets=["Linear"], weights=args)
+    saved, want = load_file(os.path.join(quantized_dir(scheme), "model.safetensors")), {}
+    for k in saved:
+        if k.endswith(".weight_packed"):
+            base = k[:-len("weight_packed")]
+            local = {n[len(base):]: t for n, t in saved.items() if n.startswith(base) and n[len(base):].startswith("weight")}
+            want[base + "weight"] = MXFP4PackedCompressor.decompress(local, qs)["weight"].float()
+    return want
+
+
+def twin(want, scheme):
+    """The dense fixture with `want`'s weights in place (config.json without quantization_config),
+    beside the fixtures for the run (run_cli names the model by its path under the repository;
+    make removes it)."""
+    from safetensors.torch import load_file, save_file
+    d = os.path.join(FIXTURE, "twin_" + scheme)
+    if os.path.isdir(d):
+        shutil.rmtree(d)
+    shutil.copytree(DENSE, d)
+    st = load_file(os.path.join(d, "model.safetensors"))
+    assert set(want) <= set(st), sorted(set(want) - set(st))
+    for k, v in want.items():
+        assert v.shape == st[k].shape, (k, v.shape, st[k].shape)
+        st[k] = v.contiguous()
+    save_file(st, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    return d
 
 
 def quantize(scheme):
@@ -145,11 +241,20 @@ def greedy_margins(model_dir, tmp, samples):
 
 def make(scheme, tmp):
     import importlib.metadata as md
-    layers = quantize(scheme)
+    if scheme in WRITTEN:
+        layers, want = write(scheme)
+    else:
+        layers = quantize(scheme)
+        want = decompressed(scheme) if scheme in TWINS else None
     out = quantized_dir(scheme)
-    mf.MODEL_DIR = out  # (run_cli's --model_args pretrained=)
-    res, samples, _ = mf.run_cli(tmp)
-    margins = greedy_margins(out, tmp, samples["linnet_mc"])
+    ref = twin(want, scheme) if want is not None else out
+    mf.MODEL_DIR = ref  # (run_cli's --model_args pretrained=)
+    try:
+        res, samples, _ = mf.run_cli(tmp)
+        margins = greedy_margins(ref, tmp, samples["linnet_mc"])
+    finally:
+        if ref != out:
+            shutil.rmtree(ref, ignore_errors=True)
     mc = []
     for s in samples["linnet_mc"]:
         reqs = [{"loglikelihood": float(r[0][0]), "is_greedy": mf.as_bool(r[0][1]), "greedy_margin": g}
@@ -158,15 +263,20 @@ def make(scheme, tmp):
     rolling = [{"id": s["doc"]["id"], "loglikelihood": float(s["resps"][0][0])} for s in samples["linnet_rolling"]]
     agg = res["results"]["linnet_rolling"]
     versions = {p: md.version(p) for p in ("lm_eval", "torch", "transformers", "compressed-tensors")}
+    described = WRITTEN[scheme][1] if scheme in WRITTEN else SCHEMES[scheme][3]
+    model_arg = f"tests/fixtures/lm_eval/model_{scheme}" if want is None else "<its dense twin>"
     expected = {
         "generator": "tools/lm_eval/make_quantized_fixture.py",
         "versions": versions,
-        "command": (f"lm_eval --model hf --model_args pretrained=tests/fixtures/lm_eval/model_{scheme},dtype=float32 "
+        "command": (f"lm_eval --model hf --model_args pretrained={model_arg},dtype=float32 "
                     "--device cpu --tasks linnet_mc,linnet_rolling --include_path tools/lm_eval/tasks --log_samples "
                     "--output_path <tmp> --batch_size 1"),
         "model": f"tests/fixtures/lm_eval/model_{scheme}",
-        "quantization": f"{SCHEMES[scheme][3]}, min-max scales, "
+        "quantization": f"{described}, min-max scales, "
                         f"round to nearest) of tests/fixtures/lm_eval/model: {layers} linear layers, lm_head kept",
+        "reference": ("transformers 5.24 loading the checkpoint" if want is None else
+                      "transformers 5.24 on the checkpoint's dense twin: each layer's weights as the format's reader "
+                      "dequantizes them (tools/lm_eval/make_quantized_fixture.py)"),
         "mc": {"acc": res["results"]["linnet_mc"].get("acc,none"), "docs": mc},
         "rolling": {"aggregates": {"word_perplexity": agg["word_perplexity,none"],
                                    "byte_perplexity": agg["byte_perplexity,none"],
@@ -180,10 +290,10 @@ def make(scheme, tmp):
 
 def main():
     in_venv()
-    schemes = sys.argv[1:] or list(SCHEMES)
-    unknown = [s for s in schemes if s not in SCHEMES]
+    schemes = sys.argv[1:] or ALL
+    unknown = [s for s in schemes if s not in ALL]
     if unknown:
-        raise SystemExit(f"unknown scheme(s) {unknown}: expected some of {list(SCHEMES)}")
+        raise SystemExit(f"unknown scheme(s) {unknown}: expected some of {ALL}")
     tmp = tempfile.mkdtemp(prefix="linnet_lm_eval_q_")
     env = mf.offline_env(tmp)
     os.environ.clear()
