@@ -15,8 +15,9 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
   LINNET_CHECK(comm.size() == g.shards, "communicator of ", comm.size(), " ranks for Shards=", g.shards);
   // (Before any weight is read.)
   if (!be_.supports_cache(g.cache_dtype(act_), act_))
-    throw Error(str("--kv-cache-dtype ", dtype_name(g.cache_dtype(act_)), ": the ", be_.name(), " backend keeps its KV cache in ",
-                    dtype_name(act_), be_.name() == "cpu" ? ", bf16, f16 or fp8 (f8_e4m3)" : " only (no narrower cache yet)"));
+    throw Error(str("--kv-cache-dtype ", dtype_name(g.cache_dtype(act_)), ": the ", be_.name(),
+                    " backend keeps its KV cache in f32, bf16, f16 or fp8 (f8_e4m3) beside ", dtype_name(act_),
+                    " activations"));
   const int64_t shard = comm.rank();
   WeightLoader w(config, g, weights, backend, shard);
   embedding_.weight = w.matrix("embedding.weight", {"embedding.weight"}, w.spec("embedding.weight").shard_shape());

@@ -62,7 +62,7 @@ GPU_SUITES = ["BackendOps.*", "Cuda.*", "CudaBatchInvariance.*", "CudaPaths.*", 
               "Backends/BatchInvariance.*/cuda_*", "Backends/NonFinite.*/cuda*", "NcclOneRank.*"]
 GPU_FILTER = ":".join(GPU_SUITES)
 CONFORMANCE_FILTER = "Golden/Conformance.*"
-MEMCHECK_TESTS = ["BackendOps.Matmul", "BackendOps.QuantizedMatmul", "BackendOps.AttentionPacked", "BackendOps.AttentionCache", "BackendOps.KvWrite",
+MEMCHECK_TESTS = ["BackendOps.Matmul", "BackendOps.QuantizedMatmul", "BackendOps.NarrowerKvCache", "BackendOps.AttentionPacked", "BackendOps.AttentionCache", "BackendOps.KvWrite",
                   "BackendOps.GatherRows", "BackendOps.Argmax", "BackendOps.GumbelMax", "BackendOps.LogitStats",
                   "CudaPaths.AttentionCachePrefetchEqualsTheEarlierKernel", "CudaPaths.SplitRowsEqualOneBlockRows"]
 RACECHECK_TESTS = ["BackendOps.AttentionPacked", "BackendOps.AttentionCache", "Cuda.MatmulKernelChoice",

@@ -574,6 +574,83 @@ OPS_TEST(AttentionCache, "attention_cache") {
     }
 }
 
+// ---- a KV cache in another dtype (--kv-cache-dtype) -----------------------------------------
+// kv_write rounds K and V to the cache's dtype (bf16, f16, FP8 E4M3, or f32 beside 16-bit
+// activations), attention_cache widens them exactly, attention_packed with round_kv rounds the
+// K and V it reads from qkv alike: the cache's bytes equal the CPU's, the outputs are within
+// the activations' bound of it, and on the device a narrower cache gives the bits of the
+// activations' own cache holding the rounded values (where the activations' dtype holds them
+// exactly), on both paths — the invariant CpuBackend.ANarrowerCacheRoundsKeysAndValuesAlikeOnEveryPath
+// checks on the CPU.
+OPS_TEST(NarrowerKvCache, "kv_write", "attention_packed", "attention_cache") {
+  NEED_DEVICE_BACKENDS(devs);
+  const CacheGeom g{8, 2, 64, 256, 16, 2};
+  const int64_t ppr = g.max_seq / g.page_size;
+  std::vector<int64_t> table(static_cast<size_t>(2 * ppr));
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(17));
+  // Row 0: a prompt of 150 tokens (past a split of 128 keys); row 1: 9.
+  std::vector<int64_t> rows, pos, slots, start;
+  for (auto [row, len] : {std::pair<int64_t, int64_t>{0, 150}, {1, 9}})
+    for (int64_t p = 0; p < len; ++p) {
+      rows.push_back(row);
+      pos.push_back(p);
+      slots.push_back(table[static_cast<size_t>(row * ppr + p / g.page_size)] * g.page_size + p % g.page_size);
+      start.push_back(row == 0 ? 0 : 150);
+    }
+  const int64_t n = static_cast<int64_t>(rows.size());
+  for (DType act : {DType::f32, DType::bf16})
+    for (DType ct : {DType::bf16, DType::f16, DType::f8_e4m3, DType::f32}) {
+      if (ct == act) continue;
+      AttentionDims d = g.dims();
+      d.round_kv = ct;
+      auto qkv = in_dtype(randn(n * d.qkv_width(), 121, 1.5f), act);
+      qkv[static_cast<size_t>(5 * d.qkv_width() + d.q_heads * d.head_dim)] = 600.f;  // FP8 saturates at 448
+      std::vector<float> rounded = qkv;  // K and V as the cache holds them, q as it is
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t c = d.q_heads * d.head_dim; c < d.qkv_width(); ++c) {
+          float& v = rounded[static_cast<size_t>(t * d.qkv_width() + c)];
+          v = round_to(ct, v);
+        }
+      // kv_write into a zeroed cache, attention_cache over it, attention_packed: cache_k,
+      // cache_v, the cache's output, the packed output. ref: the CPU's f32 run.
+      auto ops = [&](Backend& be, bool ref, const std::vector<float>& values, const AttentionDims& dims, DType cache) {
+        Tensor x = put(be, ref, {n, d.qkv_width()}, values, act);
+        Tensor ck = be.upload(Tensor::zeros(g.cache_shape(), cache)), cv = be.upload(Tensor::zeros(g.cache_shape(), cache));
+        Tensor out_c = poison(be, ref, {n, d.q_heads * d.head_dim}, act);
+        Tensor out_p = poison(be, ref, {n, d.q_heads * d.head_dim}, act);
+        be.kv_write(x, dims, put_ints(be, {n}, slots), ck, cv);
+        be.attention_cache(x, dims, put_ints(be, {n}, rows), put_ints(be, {n}, pos), put_ints(be, {2, ppr}, table), ck, cv,
+                           out_c);
+        be.attention_packed(x, dims, put_ints(be, {n}, start), out_p);
+        return Outputs{be.to_host(ck), be.to_host(cv), be.to_host(out_c), be.to_host(out_p)};
+      };
+      auto outputs = [&](std::vector<size_t> which) -> OpRun {
+        return [&, which](Backend& be, bool ref) {
+          const Outputs all = ops(be, ref, qkv, d, ct);
+          Outputs some;
+          for (size_t i : which) some.push_back(all[i]);
+          return some;
+        };
+      };
+      const std::string name = str(g.describe(), " n=", n, " cache=", dtype_name(ct));
+      check_op("kv_write", name, dtype_name(act), outputs({0, 1}), {{"cache_k", 0, true}, {"cache_v", 0, true}});
+      check_op("attention_cache", name, dtype_name(act), outputs({2}), {{"out", bound_for(act)}});
+      check_op("attention_packed", name, dtype_name(act), outputs({3}), {{"out", bound_for(act)}});
+      // Where act holds every value of ct (f32 holds them all; bf16 holds FP8's and f32's own
+      // rounding of bf16 is bf16), the narrower cache is the act-cache run on rounded K and V.
+      if (act == DType::bf16 && ct == DType::f16) continue;
+      AttentionDims plain = g.dims();
+      for (auto& be : devs) {
+        const Outputs narrow = ops(*be, false, qkv, d, ct), wide = ops(*be, false, rounded, plain, act);
+        EXPECT_TRUE(same_bytes(narrow[2], wide[2])) << "attention_cache, cache " << dtype_name(ct) << " beside "
+                                                    << dtype_name(act) << ": not the bits of the rounded values";
+        EXPECT_TRUE(same_bytes(narrow[3], wide[3])) << "attention_packed, round_kv " << dtype_name(ct) << " beside "
+                                                    << dtype_name(act) << ": not the bits of the rounded values";
+      }
+    }
+}
+
 // ---- vocab-shard ops -------------------------------------------------------------------------
 namespace {
 struct VocabCase {
@@ -1122,6 +1199,36 @@ OPS_TEST(QuantizedMatmul, "matmul", "grouped_matmul") {
       be->grouped_matmul(x, wq, offsets, gq);
       be->grouped_matmul(x, wd, offsets, gd);
       EXPECT_TRUE(same_bytes(be->to_host(gq), be->to_host(gd))) << fmt << ": grouped, not the dense product's bits";
+      // Tensor cores: where the dequantized weights are values of a 16-bit x's dtype (the
+      // weights rounded to it by their format; MXFP4's beside bf16), the quantized product is
+      // the dense tensor-core product on them, bit for bit, in the split-K family (37 rows) and
+      // the wide one (100), and a row alone (1) gives its bits among either.
+      const std::string name = fmt;
+      const DType t = name == "mxfp4" || name.ends_with(" bf16") ? DType::bf16 : DType::f16;
+      if (name != "mxfp4" && !name.ends_with(" bf16") && !name.ends_with(" f16")) continue;
+      const int64_t wide_n = 100;
+      const auto xw = in_dtype(randn(wide_n * cols, seed + 7), t);
+      Tensor x16 = be->upload(Tensor::from_floats({wide_n, cols}, xw, t));
+      Tensor wd16 = be->upload(Tensor::from_floats({rows, cols}, c.dequantized, t));
+      for (const int64_t m : {wide_n, n, int64_t{1}}) {
+        Tensor xm = x16.rows(0, m);
+        Tensor a = be->empty({m, rows}, t), b = be->empty({m, rows}, t);
+        be->matmul(xm, wq, nullptr, a);
+        be->matmul(xm, wd16, nullptr, b);
+        const Tensor ha = be->to_host(a);
+        EXPECT_TRUE(same_bytes(ha, be->to_host(b))) << fmt << " x " << dtype_name(t) << ", " << m
+                                                    << " rows: not the dense tensor-core product's bits";
+        Tensor first = be->empty({1, rows}, t);
+        be->matmul(x16.rows(0, 1), wq, nullptr, first);
+        EXPECT_TRUE(same_bytes(ha.rows(0, 1).clone(), be->to_host(first)))
+            << fmt << " x " << dtype_name(t) << ": row 0 alone differs from it among " << m;
+        Tensor part = be->empty({m, 32}, t);  // rows [64, 96) through a view
+        be->matmul(xm, wq.rows(64, 96), nullptr, part);
+        const auto hp = be->to_host(part).to_floats(), whole = ha.to_floats();
+        for (int64_t r = 0; r < m; ++r)
+          for (int64_t o = 0; o < 32; ++o)
+            ASSERT_EQ(hp[r * 32 + o], whole[r * rows + 64 + o]) << fmt << " x " << dtype_name(t) << ": a view differs";
+      }
     }
   }
 }

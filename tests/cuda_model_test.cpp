@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "model_fixtures.h"
@@ -35,12 +36,13 @@ struct Pair {
   std::unique_ptr<Backend> cpu = make_cpu_backend(), gpu;
   SingleCommunicator comm_cpu, comm_gpu;
   std::unique_ptr<Model> on_cpu, on_gpu;
-  explicit Pair(DType t) {
+  explicit Pair(DType t, std::optional<DType> kv_cache = std::nullopt) {
     RunOptions o;
     o.batch = 4;
     o.max_seq = 128;
     o.page_size = 16;
     o.dtype = t;
+    o.kv_cache_dtype = kv_cache;
     g = bind_generics(config, o);
     gpu = make_cuda_backend(0);
     RandomWeights w1(11), w2(11);
@@ -160,4 +162,56 @@ TEST(CudaModel, MixtureOfExpertsMatchesTheCpuModel) {
       EXPECT_EQ(on_gpu.generate(start, 23, 6).to_ints(), on_cpu.generate(start, 23, 6).to_ints()) << "moe generate";
     }
   }
+}
+
+// A narrower KV cache (--kv-cache-dtype bf16, f16, fp8) on the CUDA backend against the same
+// cache on the CPU (f32 models: the CPU computes in f32): forward (K and V rounded in the
+// packed path), prefill + decode (written and read back through the cache), the paged path.
+// Both round the same values, but a K or V value within f32 noise of a rounding midpoint may
+// round either way (the two backends' products differ in their last bits), so the bound is
+// looser than f32's: 1e-3 for bf16 and f16, 1e-2 for FP8 (one flip moves a value by 1/16).
+TEST(CudaModel, NarrowerKvCachesMatchTheCpuModel) {
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device is visible: " << cuda_status();
+  for (DType kv : {DType::bf16, DType::f16, DType::f8_e4m3}) {
+    const double tol = kv == DType::f8_e4m3 ? 1e-2 : 1e-3;
+    const std::string c = str(" cache ", dtype_name(kv));
+    Pair p(DType::f32, kv);
+    Tensor toks = Tensor::from_ints({2, 37}, random_ids(74, 1));
+    close(p.on_gpu->forward(toks), p.on_cpu->forward(toks), tol, "forward 2x37" + c);
+    Tensor prompt = Tensor::from_ints({4, 20}, random_ids(80, 2));
+    close(p.on_gpu->prefill(prompt, 0), p.on_cpu->prefill(prompt, 0), tol, "prefill 4x20" + c);
+    for (int32_t s = 20; s < 23; ++s) {
+      Tensor col = column(random_ids(4, 3 + s));
+      close(p.on_gpu->decode(col, s), p.on_cpu->decode(col, s), tol, str("decode pos ", s) + c);
+    }
+    Pair q(DType::f32, kv);
+    const int64_t ppr = 128 / 16;
+    std::vector<int64_t> table(4 * ppr);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), std::mt19937(5));
+    Tensor tab = Tensor::from_ints({4, ppr}, table);
+    std::vector<int64_t> flat, pos, rows, slots;
+    auto pt = random_ids(4 * 50, 6);
+    for (int64_t r = 0; r < 4; ++r)
+      for (int64_t s = 0; s < 50; ++s) {
+        flat.push_back(pt[r * 50 + s]);
+        pos.push_back(s);
+        rows.push_back(r);
+        slots.push_back(table[r * ppr + s / 16] * 16 + s % 16);
+      }
+    Tensor last = i32({49, 99, 149, 199});
+    close(q.on_gpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab),
+          q.on_cpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab), tol, "prefill_paged 4x50" + c);
+    Tensor step = column(random_ids(4, 7));
+    close(q.on_gpu->decode_paged(step, i32({50, 50, -1, 50}), tab),
+          q.on_cpu->decode_paged(step, i32({50, 50, -1, 50}), tab), tol, "decode_paged" + c);
+  }
+  // A bf16 model with an FP8 cache: the device rounds its bf16 K and V, the CPU its f32 ones, so
+  // about one value in 32 lands on the other side of an FP8 midpoint: FP8's bound against
+  // transformers (1e-1, KvCacheDtype.NarrowerCachesStayWithinTheirBoundsAgainstTransformers).
+  Pair b(DType::bf16, DType::f8_e4m3);
+  Tensor toks = Tensor::from_ints({2, 37}, random_ids(74, 1));
+  close(b.on_gpu->forward(toks), b.on_cpu->forward(toks), 1e-1, "forward 2x37 bf16 cache f8_e4m3");
+  Tensor prompt = Tensor::from_ints({4, 20}, random_ids(80, 2));
+  close(b.on_gpu->prefill(prompt, 0), b.on_cpu->prefill(prompt, 0), 1e-1, "prefill 4x20 bf16 cache f8_e4m3");
 }

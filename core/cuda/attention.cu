@@ -64,7 +64,7 @@ template <class T, int DCH>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_packed_kernel(const T* __restrict__ qkv, int64_t N, int q_heads, int kv_heads,
                             int D, float scale, float softcap, int64_t window,
-                            const int32_t* __restrict__ run_start, T* __restrict__ out) {
+                            const int32_t* __restrict__ run_start, T* __restrict__ out, int kv_dt) {
   extern __shared__ float smem[];
   float* q_sh = smem;                   // [kBQ][D]
   float* k_sh = q_sh + kBQ * D;         // [kBK][D + 1]
@@ -125,6 +125,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (k <= hi) {
           kx = to_f(qkv[k * width + k_off + d]);
           vx = to_f(qkv[k * width + v_off + d]);
+          if (kv_dt >= 0) {  // a narrower cache: the values attention_cache would read back
+            kx = round_through(kv_dt, kx);
+            vx = round_through(kv_dt, vx);
+          }
         }
         k_sh[j * (D + 1) + d] = kx;
         v_sh[j * D + d] = vx;
@@ -167,16 +171,18 @@ __global__ void __launch_bounds__(kWarps * 32)
 // (Q = 1), so Q is a speed choice that never changes a bit. Writes, per (token, head,
 // split), D accumulator values, then the running max and sum: partials [N, q_heads, splits,
 // D + 2].
+// AnyKv: the cache holds dtype kv_dt (a narrower cache, --kv-cache-dtype), read element by
+// element and widened exactly; else it holds T.
 // Two blocks of 16 warps an SM: 64 registers a thread (ptxas spills a few bytes to L1).
-template <class T, int DCH>
+template <class T, int DCH, bool AnyKv>
 __global__ void __launch_bounds__(512, 2)
     attention_cache_kernel(const T* __restrict__ qkv, int64_t N, int Q, int q_heads, int kv_heads, int D,
                            float scale, float softcap, int64_t window, int64_t max_seq, int64_t page_size,
                            int64_t cache_rows,
                            const int32_t* __restrict__ rows, const int32_t* __restrict__ positions,
                            const int32_t* __restrict__ table, int64_t R, int64_t pages,
-                           const T* __restrict__ cache_k, const T* __restrict__ cache_v,
-                           float* __restrict__ part, int split_base) {
+                           const void* __restrict__ cache_k_raw, const void* __restrict__ cache_v_raw,
+                           float* __restrict__ part, int split_base, int kv_dt) {
   extern __shared__ float smem[];
   const int warps = blockDim.x >> 5, G = warps / Q;
   float* q_sh = smem;                      // [warps][D]
@@ -217,9 +223,17 @@ __global__ void __launch_bounds__(512, 2)
   if (row >= 0)
     for (int d = lane; d < D; d += 32) q_sh[warp * D + d] = to_f(qkv[n * width + static_cast<int64_t>(h) * D + d]) * scale;
 
+  const T* cache_k = static_cast<const T*>(cache_k_raw);  // (read as T only when !AnyKv)
+  const T* cache_v = static_cast<const T*>(cache_v_raw);
+  auto kv_value = [&](const void* c, int64_t i) -> float {
+    if constexpr (AnyKv)
+      return load_any(c, kv_dt, i);
+    else
+      return to_f(static_cast<const T*>(c)[i]);
+  };
   const int64_t ppr = max_seq / page_size;
   const int64_t num_pages = cache_rows * ppr;
-  const bool vec = sizeof(T) == 2 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
+  const bool vec = !AnyKv && sizeof(T) == 2 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
   float m = -INFINITY, l = 0.f, acc[DCH];
 #pragma unroll
@@ -287,8 +301,8 @@ __global__ void __launch_bounds__(512, 2)
         for (int i = threadIdx.x; i < kBK * D; i += blockDim.x) {
           const int j = i / D, d = i - j * D;
           const int64_t at = key_at[j];
-          k_sh[j * (D + 1) + d] = at >= 0 ? to_f(cache_k[at + d]) : 0.f;
-          v_sh[j * D + d] = at >= 0 ? to_f(cache_v[at + d]) : 0.f;
+          k_sh[j * (D + 1) + d] = at >= 0 ? kv_value(cache_k_raw, at + d) : 0.f;
+          v_sh[j * D + d] = at >= 0 ? kv_value(cache_v_raw, at + d) : 0.f;
         }
       }
       __syncthreads();
@@ -589,7 +603,7 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
     allow_smem(attention_packed_kernel<T, DCH>, smem);
     attention_packed_kernel<T, DCH><<<grid, kWarps * 32, smem, s>>>(
         static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, run_start,
-        static_cast<T*>(out));
+        static_cast<T*>(out), g.kv_dt == dt ? -1 : g.kv_dt);
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }
@@ -621,7 +635,10 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
                   static_cast<unsigned>(splits));
   // The prefetching kernel knows no sliding window or soft-cap and holds head dims up to 128
   // (Llama, Mistral, Qwen); the others take the general kernel (Gemma's 256, windows, caps).
-  const bool raw = prefetch && dt != kF32 && D % 8 == 0 && D <= 128 && g.window == 0 && g.softcap == 0 &&
+  // A cache in another dtype than the activations' (--kv-cache-dtype) takes the general kernel,
+  // which reads it element by element.
+  const bool any_kv = g.kv_dt >= 0 && g.kv_dt != dt;
+  const bool raw = prefetch && !any_kv && dt != kF32 && D % 8 == 0 && D <= 128 && g.window == 0 && g.softcap == 0 &&
                    reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 && reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
   if (raw) {
     // K rows: ≡ 4 words mod 32 (conflict-free 16-byte reads by lane j of row j); V rows: D.
@@ -643,12 +660,17 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
   }
   const size_t smem = sizeof(float) * (Q * G * D + kBK * (2 * D + 1) + Q * G * kBK);
   dispatch(dt, D, [&]<class T, int DCH>() {
-    allow_smem(attention_cache_kernel<T, DCH>, smem);
-    attention_cache_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
-        static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, g.max_seq,
-        g.page_size,
-        g.cache_rows, rows, positions, table, R, pages, static_cast<const T*>(cache_k),
-        static_cast<const T*>(cache_v), workspace, split_base);
+    auto run = [&]<bool AnyKv>() {
+      allow_smem(attention_cache_kernel<T, DCH, AnyKv>, smem);
+      attention_cache_kernel<T, DCH, AnyKv><<<grid, Q * G * 32, smem, s>>>(
+          static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, g.max_seq,
+          g.page_size, g.cache_rows, rows, positions, table, R, pages, cache_k, cache_v, workspace, split_base,
+          g.kv_dt);
+    };
+    if (any_kv)
+      run.template operator()<true>();
+    else
+      run.template operator()<false>();
     LINNET_CUDA_LAUNCH_CHECK();
     attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)),
                                   128, 0, s>>>(workspace, splits, g.q_heads, D, rows, R,

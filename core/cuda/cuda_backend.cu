@@ -204,7 +204,8 @@ void act_type(const char* op, const char* name, const Tensor& t) {
        str(name, " ", t.describe(), " should be f32, bf16 or f16"));
 }
 
-cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
+// kv_dt: the dtype code K and V are held in (the cache's; attention_packed: round_kv's), -1 none.
+cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows, int kv_dt) {
   cuda::AttnGeom g;
   g.q_heads = static_cast<int>(d.q_heads);
   g.kv_heads = static_cast<int>(d.kv_heads);
@@ -216,6 +217,7 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows) {
   g.scale = d.score_scale();
   g.softcap = d.softcap;
   g.window = d.window;
+  g.kv_dt = kv_dt;
   return g;
 }
 
@@ -770,11 +772,18 @@ void CudaBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias
   }
   activate();
   if (N == 0 || Out == 0) return;
-  if (quantized(w)) {  // dequantized in the SIMT tile's loads: one kernel for every N
+  if (quantized(w)) {
+    // Dequantized as the weights load: on tensor cores where they are values of x's dtype (the
+    // dense tensor-core product's bits on them), else in the SIMT tile; one kernel family for
+    // every N either way.
     int64_t row0 = 0;
     const cuda::QuantWeights q = quant_weights(w, row0);
-    submit(launch::MatmulQuantized{x.data(), bias ? bias->data() : nullptr, out.data(), N, In, Out, row0, q, dt(x),
-                                   bias ? dt(*bias) : 0, dt(out), 0});
+    const bool tc = options_.matmul == CudaOptions::Matmul::tensor_cores && cuda::matmul_tc_quantized_applies(dt(x), q);
+    Tensor ws;  // the split-K product's chains (f32), given back to the pool after the call
+    if (const int64_t n = tc ? cuda::matmul_tc_workspace(N, Out, cuda::TcChoice{}) : 0; n > 0) ws = empty({n}, DType::f32);
+    submit(launch::MatmulQuantized{x.data(), bias ? bias->data() : nullptr, out.data(), ws.defined() ? ws.ptr<float>() : nullptr,
+                                   N, In, Out, row0, q, dt(x), bias ? dt(*bias) : 0, dt(out),
+                                   tc ? (options_.panel_raster ? 1 : 2) : 0});
     return;
   }
   // Kernels chosen by dtypes, never by N alone unless they give the same bits: a row alone
@@ -892,12 +901,11 @@ void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups,
                              sum_sq ? sum_sq->ptr<float>() : nullptr, count, stream_);
 }
 
-// The CUDA kernels keep the KV cache in the compute dtype (supports_cache): no narrower cache yet.
-static void same_cache(const char* op, const Tensor& qkv, const AttentionDims& dims, const Tensor& cache_k,
-                const Tensor& cache_v) {
-  need(cache_k.dtype() == qkv.dtype() && cache_v.dtype() == qkv.dtype() && (!dims.round_kv || *dims.round_kv == qkv.dtype()),
-       op, str("a KV cache in ", dtype_name(cache_k.dtype()), " beside ", dtype_name(qkv.dtype()),
-               " activations: the cuda backend keeps its cache in the compute dtype"));
+// A cache the kernels hold (supports_cache); the op checks have matched it with qkv or round_kv.
+static void cache_type(const char* op, const Tensor& qkv, DType t) {
+  need(t == DType::f32 || t == DType::bf16 || t == DType::f16 || t == DType::f8_e4m3, op,
+       str("a KV cache in ", dtype_name(t), " beside ", dtype_name(qkv.dtype()),
+           " activations: the cuda backend keeps it in f32, bf16, f16 or f8_e4m3"));
 }
 
 void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
@@ -905,10 +913,10 @@ void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, cons
   const char* op = "kv_write";
   need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
-  same_cache(op, qkv, dims, cache_k, cache_v);
+  cache_type(op, qkv, cache_k.dtype());
   activate();
   submit(launch::KvWrite{qkv.data(), slots.ptr<int32_t>(), cache_k.data(), cache_v.data(), qkv.dim(0),
-                         geom(dims, cache_k.dim(0)), dt(qkv), 0});
+                         geom(dims, cache_k.dim(0), dt(cache_k)), dt(qkv), 0});
 }
 
 void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& dims,
@@ -916,12 +924,10 @@ void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& di
   const char* op = "attention_packed";
   need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
-  need(!dims.round_kv || *dims.round_kv == qkv.dtype(), op,
-       str("K and V rounded to ", dtype_name(*dims.round_kv), ": the cuda backend keeps its cache in ",
-           dtype_name(qkv.dtype())));
+  if (dims.round_kv) cache_type(op, qkv, *dims.round_kv);
   activate();
-  submit(launch::AttentionPacked{qkv.data(), run_start.ptr<int32_t>(), out.data(), qkv.dim(0), geom(dims, 0), dt(qkv),
-                                 0});
+  submit(launch::AttentionPacked{qkv.data(), run_start.ptr<int32_t>(), out.data(), qkv.dim(0),
+                                 geom(dims, 0, dims.round_kv ? static_cast<int>(*dims.round_kv) : -1), dt(qkv), 0});
 }
 
 void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& rows,
@@ -930,11 +936,11 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
   const char* op = "attention_cache";
   need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
   act_type(op, "qkv", qkv);
-  same_cache(op, qkv, dims, cache_k, cache_v);
+  cache_type(op, qkv, cache_k.dtype());
   const int64_t N = qkv.dim(0);
   activate();
   if (N == 0) return;
-  const cuda::AttnGeom g = geom(dims, cache_k.dim(0));
+  const cuda::AttnGeom g = geom(dims, cache_k.dim(0), dt(cache_k));
   // The splits cover the positions this call reaches (dims.span: its longest position + 1),
   // else every position the table reaches (0 … Pages·page_size − 1): at batch 1, context 8K
   // and MaxSeq 131072, splits sized by MaxSeq would leave all but a few blocks idle.
@@ -1127,7 +1133,10 @@ void MatmulSimt::run(cudaStream_t s) const {
   launch_matmul(x, x_dt, w, w_dt, bias, bias_dt, out, out_dt, n, in, outs, s);
 }
 void MatmulQuantized::run(cudaStream_t s) const {
-  launch_matmul_quantized(x, x_dt, w, row0, bias, bias_dt, out, out_dt, n, in, outs, s);
+  if (tc)
+    launch_matmul_quantized_tc(x, x_dt, w, row0, bias, bias_dt, out, out_dt, n, in, outs, tc == 1, workspace, s);
+  else
+    launch_matmul_quantized(x, x_dt, w, row0, bias, bias_dt, out, out_dt, n, in, outs, s);
 }
 void RmsNorm::run(cudaStream_t s) const { launch_rms_norm(act_dt, x, delta, w, w_dt, eps, out, rows, width, s); }
 void Add::run(cudaStream_t s) const { launch_add(dt, x, y, n, s); }

@@ -117,6 +117,12 @@ class CudaBackend final : public Backend {
   // Dense matrices (matmul_tc's and the SIMT product) and every quantized format: the SIMT
   // product dequantizes in its loads (core/cuda/quantized_weights.cuh).
   bool supports(WeightFormat) const override { return true; }
+  // The cache in the compute dtype, or in f32, bf16, f16 or FP8 E4M3 beside it (kv_write rounds
+  // to it, attention_cache widens exactly, attention_packed rounds K and V alike).
+  bool supports_cache(DType cache, DType compute) const override {
+    return is_float(compute) &&
+           (cache == DType::f32 || cache == DType::bf16 || cache == DType::f16 || cache == DType::f8_e4m3);
+  }
 
   Tensor empty(const Shape& shape, DType dtype) override;
   Tensor upload(const Tensor& host) override;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -67,6 +68,17 @@ constexpr int kF16 = static_cast<int>(DType::f16);
 constexpr int kF32 = static_cast<int>(DType::f32);
 constexpr int kI32 = static_cast<int>(DType::i32);
 constexpr int kI64 = static_cast<int>(DType::i64);
+constexpr int kF8E4M3 = static_cast<int>(DType::f8_e4m3);
+
+// E4M3 to f32, exact (through f16, which holds every E4M3 value).
+__device__ __forceinline__ float e4m3_to_f32(uint8_t b) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)));
+}
+// f32 to E4M3: to nearest even, saturating at ±448 (infinities too), NaN stays NaN: the CPU's
+// f32_to_f8_e4m3 (core/dtype.h).
+__device__ __forceinline__ uint8_t f32_to_e4m3(float x) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
+}
 
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   switch (dt) {
@@ -74,6 +86,7 @@ __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
     case kF16: return __half2float(static_cast<const __half*>(p)[i]);
     case kF32: return static_cast<const float*>(p)[i];
     case kI32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case kF8E4M3: return e4m3_to_f32(static_cast<const uint8_t*>(p)[i]);
     default: return static_cast<float>(static_cast<const int64_t*>(p)[i]);
   }
 }
@@ -84,7 +97,19 @@ __device__ __forceinline__ void store_any(void* p, int dt, int64_t i, float v) {
     case kF16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
     case kF32: static_cast<float*>(p)[i] = v; break;
     case kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    case kF8E4M3: static_cast<uint8_t*>(p)[i] = f32_to_e4m3(v); break;
     default: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
+  }
+}
+
+// x rounded through float dtype dt and back (the CPU's round_to): how a KV cache of dtype dt
+// holds it. f32 (or any other code): x itself.
+__device__ __forceinline__ float round_through(int dt, float x) {
+  switch (dt) {
+    case kBF16: return __bfloat162float(__float2bfloat16_rn(x));
+    case kF16: return __half2float(__float2half_rn(x));
+    case kF8E4M3: return e4m3_to_f32(f32_to_e4m3(x));
+    default: return x;
   }
 }
 

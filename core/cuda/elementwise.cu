@@ -266,11 +266,13 @@ __global__ void copy_columns_kernel(const void* src, int sdt, int64_t sw, void* 
   }
 }
 
-// One thread per (token, kv head, dim); k and v together.
+// One thread per (token, kv head, dim); k and v together. kv_dt < 0: the cache holds T;
+// else that dtype (a narrower cache, or f32 beside 16-bit activations), rounded to nearest even
+// (FP8 saturating) as the CPU's kv_write rounds.
 template <class T>
 __global__ void kv_write_kernel(const T* qkv, int64_t N, int q_heads, int kv_heads, int D,
                                 int64_t max_seq, int64_t page_size, int64_t cache_rows,
-                                const int32_t* slots, T* ck, T* cv) {
+                                const int32_t* slots, void* ck, void* cv, int kv_dt) {
   const int64_t per_token = static_cast<int64_t>(kv_heads) * D;
   const int64_t total = N * per_token;
   const int64_t width = static_cast<int64_t>(q_heads + 2 * kv_heads) * D;
@@ -286,8 +288,15 @@ __global__ void kv_write_kernel(const T* qkv, int64_t N, int q_heads, int kv_hea
     const int64_t pos = (page - crow * ppr) * page_size + slot % page_size;
     const int64_t j = e / D, d = e - j * D;
     const int64_t at = ((crow * kv_heads + j) * max_seq + pos) * D + d;
-    ck[at] = qkv[n * width + static_cast<int64_t>(q_heads) * D + e];
-    cv[at] = qkv[n * width + static_cast<int64_t>(q_heads + kv_heads) * D + e];
+    const T k = qkv[n * width + static_cast<int64_t>(q_heads) * D + e];
+    const T v = qkv[n * width + static_cast<int64_t>(q_heads + kv_heads) * D + e];
+    if (kv_dt < 0) {
+      static_cast<T*>(ck)[at] = k;
+      static_cast<T*>(cv)[at] = v;
+    } else {
+      store_any(ck, kv_dt, at, to_f(k));
+      store_any(cv, kv_dt, at, to_f(v));
+    }
   }
 }
 
@@ -440,7 +449,7 @@ void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, cons
   by_act(dt, "kv_write", [&]<class T>() {
     kv_write_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, s>>>(
         static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, g.head_dim, g.max_seq, g.page_size,
-        g.cache_rows, slots, static_cast<T*>(cache_k), static_cast<T*>(cache_v));
+        g.cache_rows, slots, cache_k, cache_v, g.kv_dt == dt ? -1 : g.kv_dt);
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }

@@ -57,7 +57,10 @@ struct AttnGeom {
   int head_dim = 0;
   float scale = 0;         // the scores' scale (AttentionDims::score_scale())
   float softcap = 0;       // 0: none
-  int unused = 0;          // keeps the size a multiple of 8 with every byte a field's
+  // The dtype code K and V are held in (--kv-cache-dtype): the cache's, which kv_write rounds to
+  // and attention_cache widens from; attention_packed rounds the K and V it reads from qkv to
+  // it, so a token's keys are the same values on either path. -1: the activations' dtype.
+  int kv_dt = -1;
 };
 static_assert(sizeof(AttnGeom) == 5 * 8 + 6 * 4, "AttnGeom has no padding");
 
@@ -103,6 +106,18 @@ bool matmul_tc_applies(int xdt, int wdt);
 int64_t matmul_tc_workspace(int64_t N, int64_t O, const TcChoice& choice);
 void launch_matmul_tc(const void* x, int xdt, const void* w, const void* bias, int bdt, void* out, int odt, int64_t N,
                       int64_t K, int64_t O, const TcChoice& choice, float* workspace, cudaStream_t s);
+
+// ---- matmul_tc_quantized.cu ----
+// Whether a quantized matrix's dequantized weights are values of x's dtype xdt (bf16 or f16),
+// so that the tensor-core product on them is exact: the weights rounded to xdt by their format,
+// or MXFP4's (exact) beside bf16.
+bool matmul_tc_quantized_applies(int xdt, const QuantWeights& w);
+// out[N, O] = x[N, K] · w[row0 : row0 + O]ᵀ (+ bias) by the current tensor-core family on the
+// weights dequantized as they load: the dense tensor-core product's bits on the dequantized
+// matrix, for any N. workspace: matmul_tc_workspace(N, O, {}) floats.
+void launch_matmul_quantized_tc(const void* x, int xdt, const QuantWeights& w, int64_t row0, const void* bias, int bdt,
+                                void* out, int odt, int64_t N, int64_t K, int64_t O, bool panel, float* workspace,
+                                cudaStream_t s);
 
 // ---- attention.cu ----
 void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom& g,

@@ -65,14 +65,17 @@ struct MatmulSimt {
   int32_t x_dt, w_dt, bias_dt, out_dt;
   void run(cudaStream_t s) const;
 };
-// The same product on a quantized matrix, dequantized in the tile's loads (matmul.cu).
+// The same product on a quantized matrix, dequantized as its tiles load: the SIMT tile (matmul.cu), or
+// tensor cores where the weights are values of x's dtype (matmul_tc_quantized.cu).
 struct MatmulQuantized {
   const void* x;
   const void* bias;
   void* out;
+  float* workspace;  // tc: the split-K chains (null: none)
   int64_t n, in, outs, row0;  // row0: the matrix view's first row
   QuantWeights w;
-  int32_t x_dt, bias_dt, out_dt, unused;
+  int32_t x_dt, bias_dt, out_dt;
+  int32_t tc;  // 0: the SIMT tile (matmul.cu); 1: tensor cores, panel first; 2: columns first (matmul_tc_quantized.cu)
   void run(cudaStream_t s) const;
 };
 // (x += delta, when delta is given;) out ← rms_norm(x) · w.
@@ -206,7 +209,7 @@ static_assert(sizeof(Convert) == 3 * 8 + 2 * 4);
 static_assert(sizeof(Embedding) == 6 * 8 + 2 * 4);
 static_assert(sizeof(MatmulTc) == 8 * 8 + 6 * 4);
 static_assert(sizeof(MatmulSimt) == 7 * 8 + 4 * 4);
-static_assert(sizeof(MatmulQuantized) == 7 * 8 + sizeof(QuantWeights) + 4 * 4);
+static_assert(sizeof(MatmulQuantized) == 8 * 8 + sizeof(QuantWeights) + 4 * 4);
 static_assert(sizeof(RmsNorm) == 6 * 8 + 4 * 4);
 static_assert(sizeof(Add) == 3 * 8 + 2 * 4);
 static_assert(sizeof(Rope) == 9 * 8 + 4 * 4);

@@ -4,8 +4,6 @@
 // tile (device_blocks.cuh) reads weights through it, so matmul and grouped_matmul on a
 // quantized matrix give the dense product's bits on its dequantized weights.
 #pragma once
-#include <cuda_fp8.h>
-
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/kernels.cuh"
 #include "core/weight_layout.h"
@@ -27,9 +25,7 @@ __device__ __forceinline__ float e2m1_to_f32(int code) {
 __device__ __forceinline__ float e8m0_to_f32(uint8_t e) {
   return e == 0 ? __int_as_float(0x00400000) : __int_as_float(static_cast<int>(e) << 23);
 }
-__device__ __forceinline__ float e4m3_to_f32(uint8_t b) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)));
-}
+// (E4M3: e4m3_to_f32, cuda_common.cuh.)
 
 // F: the format (kFp8, kInt4, kInt8, kMxfp4), fixed per kernel.
 template <int F>
