@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -156,6 +157,20 @@ TEST(IntDot, ActivationsAreQ8_0Blocks) {
     }
   EXPECT_EQ(q.d[1], 0.0f);  // the block of zeros
   EXPECT_THROW(cpu::quantize_rows_q8(x.data(), 1, 40, q), Error);
+}
+
+// The kernels this CPU has, the best first: VNNI's (vpdpbusd) where the CPU has it, then AVX2's,
+// then the scalar one. EveryKernelAndRowCountGiveTheSameBits compares them all.
+TEST(IntDot, TheCpusKernelsAreListedBestFirst) {
+  __builtin_cpu_init();
+  const auto names = cpu::int_dot_kernels();
+  auto listed = [&](const std::string& n) { return std::find(names.begin(), names.end(), n) != names.end(); };
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  EXPECT_EQ(listed("avx512vnni"), avx2 && __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl"));
+  EXPECT_EQ(listed("avxvnni"), avx2 && __builtin_cpu_supports("avxvnni"));
+  EXPECT_EQ(listed("avx2"), avx2);
+  EXPECT_EQ(std::string(names.back()), "scalar");
+  if (listed("avx512vnni")) EXPECT_EQ(std::string(names.front()), "avx512vnni");
 }
 
 // A row alone, among 2 … 13 others, in any tile, by every kernel: the same bits; and a view of

@@ -139,7 +139,8 @@ void unpack_rows_int4_dot_f32(const void* packed, int64_t padded_rows, int64_t c
                               int64_t rows, float* dst);
 void unpack_rows_mxfp4_dot_f32(const void* packed, int64_t padded_rows, int64_t cols, int64_t block_cols, int64_t row0,
                                int64_t rows, float* dst);
-// kernel: one of int_dot_kernels() ("avx2", "scalar": the same bits); null: the best here.
+// kernel: one of int_dot_kernels() ("avx512vnni", "avxvnni", "avx2", "scalar": the same bits);
+// null: the best here.
 void packed_matmul_int4_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows, int64_t block_cols,
                             int64_t row0, int64_t o, float* out, const char* kernel = nullptr);
 void packed_matmul_mxfp4_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t padded_rows,
