@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -331,4 +333,53 @@ TEST(IntDot, TheSwitchTakesTheIntegerPathThroughTheBackend) {
   EXPECT_NE(out.find("[  PASSED  ] 1 test"), std::string::npos) << out;
   for (size_t at = out.find("LINNET_CPU_DOT=int8 "); at != std::string::npos; at = out.find("LINNET_CPU_DOT=int8 ", at + 1))
     std::printf("%s\n", out.substr(at, out.find('\n', at) - at).c_str());
+}
+
+// LINNET_CPU_PREFETCH=0 (read once: the kernels leave the weights to the hardware prefetcher)
+// moves no value: the integer path (every format of kCases) and the f32 path on bf16 weights give
+// the same bits either way. The child prints its bits; the parent compares them with its own.
+namespace {
+std::string product_bits() {
+  uint64_t h = 1469598103934665603ull;
+  auto fold = [&](const std::vector<float>& v) {
+    for (float f : v) {
+      uint32_t u;
+      std::memcpy(&u, &f, 4);
+      h = (h ^ u) * 1099511628211ull;
+    }
+  };
+  for (const Case& c : kCases) {
+    const int64_t o = 45, n = 3;
+    const Nibbles w = random_nibbles(c.kind, o, c.cols, c.group, c.symmetric, static_cast<uint32_t>(c.cols + 5));
+    const std::vector<uint8_t> packed = pack_dot(w);
+    const std::vector<float> x = activations(n, c.cols, 11);
+    std::vector<float> out(static_cast<size_t>(n * o));
+    dot(w, packed, x.data(), n, 0, o, out.data());
+    fold(out);
+  }
+  auto be = make_cpu_backend();
+  const Tensor w = be->upload_matrix(Tensor::from_floats({96, 4096}, activations(96, 4096, 12), DType::bf16));
+  for (int64_t n : {int64_t{1}, int64_t{5}}) {
+    Tensor y = Tensor::empty({n, 96}, DType::f32);
+    be->matmul(Tensor::from_floats({n, 4096}, activations(n, 4096, 13)), w, nullptr, y);
+    fold(y.to_floats());
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+}  // namespace
+
+TEST(CpuPrefetch, ChildPrintsItsBits) {
+  if (!std::getenv("LINNET_CPU_PREFETCH")) GTEST_SKIP() << "run by CpuPrefetch.TheSwitchChangesNoBit";
+  EXPECT_FALSE(cpu::cpu_prefetch());
+  std::printf("BITS %s\n", product_bits().c_str());
+}
+
+TEST(CpuPrefetch, TheSwitchChangesNoBit) {
+  if (std::getenv("LINNET_CPU_PREFETCH")) GTEST_SKIP() << "the parent runs with the default";
+  EXPECT_TRUE(cpu::cpu_prefetch());
+  const auto [rc, out] = testutil::run_self("LINNET_CPU_PREFETCH", "0", "CpuPrefetch.ChildPrintsItsBits");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("BITS " + product_bits()), std::string::npos) << out;
 }

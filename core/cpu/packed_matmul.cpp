@@ -82,7 +82,7 @@ __attribute__((target("avx512f"), always_inline)) inline void chain_step(const f
                                                                           int64_t t, __m512 (&a)[R][2]) {
   constexpr int64_t kBytes = K == kF32 ? 4 : 2;
   // 4 KiB (bf16) ahead on each stream: the hardware prefetcher alone lags at few rows.
-  _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 2048) * kBytes, _MM_HINT_T0);
+  if (cpu_prefetch()) _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 2048) * kBytes, _MM_HINT_T0);
   __m512 lo, hi;
   widen32<K>(panel, t, lo, hi);
   for (int r = 0; r < R; ++r) {
@@ -150,7 +150,7 @@ __attribute__((target("avx2,fma,f16c"))) void micro_avx2(const float* x, int64_t
     for (int r = 0; r < R; ++r)
       for (int i = 0; i < 4; ++i) a[r][i] = _mm256_setzero_ps();
     for (int64_t t = chain_begin(k, q); t < chain_begin(k, q + 1); ++t) {
-      _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 2048) * kBytes, _MM_HINT_T0);
+      if (cpu_prefetch()) _mm_prefetch(static_cast<const char*>(panel) + (t * kPanel + 2048) * kBytes, _MM_HINT_T0);
       __m256 w[4];
       widen8x4<K>(panel, t, w);
       for (int r = 0; r < R; ++r) {
@@ -181,8 +181,8 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"), always_inline)) inline voi
   const int64_t t = 2 * i;
   const uint16_t* p = static_cast<const uint16_t*>(panel) + t * kPanel;
   // 4 KiB ahead, as the f32 path: both 64-byte lines of this step's pair.
-  _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(p + 2048 + kPanel), _MM_HINT_T0);
+  if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(p + 2048), _MM_HINT_T0);
+  if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(p + 2048 + kPanel), _MM_HINT_T0);
   // Word j of step t holds columns (j, j + 16); the pairs (t, t + 1) of column j and of j + 16.
   const __m512i v0 = _mm512_loadu_si512(p);
   const __m512i v1 = t + 1 < k ? _mm512_loadu_si512(p + kPanel) : _mm512_setzero_si512();
@@ -335,6 +335,14 @@ void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, i
   }
 }
 
+
+bool cpu_prefetch() {
+  static const bool on = [] {
+    const char* v = std::getenv("LINNET_CPU_PREFETCH");
+    return !v || std::string(v) != "0";
+  }();
+  return on;
+}
 
 bool has_bf16_dot() {
   __builtin_cpu_init();

@@ -44,6 +44,9 @@ void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt
 // the f32 one.
 enum class CpuDot { f32, bf16, int8 };
 CpuDot cpu_dot();
+// Whether the kernels prefetch their weights ahead in software (LINNET_CPU_PREFETCH=1, the
+// default; 0: the hardware prefetcher alone). Read once.
+bool cpu_prefetch();
 bool has_bf16_dot();
 // packed_matmul of bf16 weights by the bf16 dot product (throws where the CPU has none).
 void packed_matmul_bf16_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t row0, int64_t o, float* out);

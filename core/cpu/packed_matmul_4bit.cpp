@@ -50,7 +50,7 @@ struct Int4 {
   __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
                                                                      __m512& lo, __m512& hi) {
     const uint8_t* w = p.q + t * (kPanel / 2);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
     const __m512 l = _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15)));
     const __m512 h = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
@@ -73,7 +73,7 @@ struct Int4 {
   }
   __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
     const uint8_t* w = p.q + t * (kPanel / 2);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
     for (int half = 0; half < 2; ++half) {
       const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 8 * half)));
       const __m256 l = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
@@ -131,7 +131,7 @@ struct Mxfp4 {
   __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
                                                                      __m512& lo, __m512& hi) {
     const uint8_t* w = p.q + t * (kPanel / 2);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
     const __m512 lut = _mm512_loadu_ps(kE2M1);
     const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
     // (vpermps reads the low 4 bits of each index.)
@@ -155,7 +155,7 @@ struct Mxfp4 {
   }
   __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
     const uint8_t* w = p.q + t * (kPanel / 2);
-    _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 2048), _MM_HINT_T0);
     for (int half = 0; half < 2; ++half) {
       const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 8 * half)));
       wv[half] = _mm256_mul_ps(e2m1(v), b.s[half]);

@@ -58,7 +58,7 @@ struct Fp8 : BytePanels {
   __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
                                                                      __m512& lo, __m512& hi) {
     const uint8_t* w = p.q + t * kPanel;
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
     const __m512i v = _mm512_slli_epi16(_mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w))), 7);
     const __m512i h = _mm512_add_epi16(v, _mm512_and_si512(v, _mm512_set1_epi16(0x4000)));
     lo = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_castsi512_si256(h)), b.s_lo);
@@ -76,7 +76,7 @@ struct Fp8 : BytePanels {
   }
   __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
     const uint8_t* w = p.q + t * kPanel;
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
     for (int i = 0; i < 4; ++i) wv[i] = _mm256_mul_ps(widen_e4m3_8(w + 8 * i), b.s[i]);
   }
 };
@@ -97,7 +97,7 @@ struct Int8 : BytePanels {
   __attribute__((target("avx512f,avx512bw"))) static void widen512(const Panel& p, int64_t t, const Block512& b,
                                                                      __m512& lo, __m512& hi) {
     const uint8_t* w = p.q + t * kPanel;
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
     const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
     const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + 16));
     lo = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(a)), b.s_lo);
@@ -105,7 +105,7 @@ struct Int8 : BytePanels {
   }
   __attribute__((target("avx2,fma"))) static void widen2(const Panel& p, int64_t t, const Block2& b, __m256 wv[4]) {
     const uint8_t* w = p.q + t * kPanel;
-    _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
+    if (cpu_prefetch()) _mm_prefetch(reinterpret_cast<const char*>(w + 4096), _MM_HINT_T0);
     for (int i = 0; i < 4; ++i) {
       const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + 8 * i)));
       wv[i] = _mm256_mul_ps(_mm256_cvtepi32_ps(v), b.s[i]);

@@ -171,10 +171,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 // (Q = 1), so Q is a speed choice that never changes a bit. Writes, per (token, head,
 // split), D accumulator values, then the running max and sum: partials [N, q_heads, splits,
 // D + 2].
-// AnyKv: the cache holds dtype kv_dt (a narrower cache, --kv-cache-dtype), read element by
-// element and widened exactly; else it holds T.
+// kv_dt >= 0: the cache holds that dtype (a narrower cache, --kv-cache-dtype), read element by
+// element and widened exactly (a run-time branch, uniform: one kernel for both); else it holds T.
 // Two blocks of 16 warps an SM: 64 registers a thread (ptxas spills a few bytes to L1).
-template <class T, int DCH, bool AnyKv>
+template <class T, int DCH>
 __global__ void __launch_bounds__(512, 2)
     attention_cache_kernel(const T* __restrict__ qkv, int64_t N, int Q, int q_heads, int kv_heads, int D,
                            float scale, float softcap, int64_t window, int64_t max_seq, int64_t page_size,
@@ -223,17 +223,14 @@ __global__ void __launch_bounds__(512, 2)
   if (row >= 0)
     for (int d = lane; d < D; d += 32) q_sh[warp * D + d] = to_f(qkv[n * width + static_cast<int64_t>(h) * D + d]) * scale;
 
-  const T* cache_k = static_cast<const T*>(cache_k_raw);  // (read as T only when !AnyKv)
+  const T* cache_k = static_cast<const T*>(cache_k_raw);  // (read as T only when kv_dt < 0)
   const T* cache_v = static_cast<const T*>(cache_v_raw);
   auto kv_value = [&](const void* c, int64_t i) -> float {
-    if constexpr (AnyKv)
-      return load_any(c, kv_dt, i);
-    else
-      return to_f(static_cast<const T*>(c)[i]);
+    return kv_dt >= 0 ? load_any(c, kv_dt, i) : to_f(static_cast<const T*>(c)[i]);
   };
   const int64_t ppr = max_seq / page_size;
   const int64_t num_pages = cache_rows * ppr;
-  const bool vec = !AnyKv && sizeof(T) == 2 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
+  const bool vec = kv_dt < 0 && sizeof(T) == 2 && D % 8 == 0 && reinterpret_cast<uintptr_t>(cache_k) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(cache_v) % 16 == 0;
   float m = -INFINITY, l = 0.f, acc[DCH];
 #pragma unroll
@@ -660,17 +657,11 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
   }
   const size_t smem = sizeof(float) * (Q * G * D + kBK * (2 * D + 1) + Q * G * kBK);
   dispatch(dt, D, [&]<class T, int DCH>() {
-    auto run = [&]<bool AnyKv>() {
-      allow_smem(attention_cache_kernel<T, DCH, AnyKv>, smem);
-      attention_cache_kernel<T, DCH, AnyKv><<<grid, Q * G * 32, smem, s>>>(
-          static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, g.max_seq,
-          g.page_size, g.cache_rows, rows, positions, table, R, pages, cache_k, cache_v, workspace, split_base,
-          g.kv_dt);
-    };
-    if (any_kv)
-      run.template operator()<true>();
-    else
-      run.template operator()<false>();
+    allow_smem(attention_cache_kernel<T, DCH>, smem);
+    attention_cache_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
+        static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, g.max_seq,
+        g.page_size, g.cache_rows, rows, positions, table, R, pages, cache_k, cache_v, workspace, split_base,
+        any_kv ? g.kv_dt : -1);
     LINNET_CUDA_LAUNCH_CHECK();
     attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)),
                                   128, 0, s>>>(workspace, splits, g.q_heads, D, rows, R,

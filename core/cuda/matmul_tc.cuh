@@ -339,8 +339,9 @@ inline dim3 wide_grid(int64_t N, int64_t O, bool panel) {
 
 // out = x · wᵀ (+ bias) by the current family (C = 8 chains) on weight source W: split-K up to
 // kNarrowRows rows (its chains into workspace, then summed in order), else the wide kernel.
-// The same bits for any N. vec: x (and a stored w) in 16-byte vectors.
-template <class T, class W>
+// The same bits for any N. vec: x (and a stored w) in 16-byte vectors. kRowTiles false: split-K
+// blocks of 16 rows only (fewer kernels to build; the row tiles change no bit).
+template <class T, class W, bool kRowTiles = true>
 void launch_tc8(bool vec, const T* x, const W& w, const void* bias, int bdt, void* out, int odt, int64_t N, int64_t K,
                 int64_t O, bool panel, float* workspace, cudaStream_t s) {
   if (N <= kNarrowRows) {
@@ -349,12 +350,16 @@ void launch_tc8(bool vec, const T* x, const W& w, const void* bias, int bdt, voi
     if (groups > 65535) throw Error(str("cuda matmul: ", O, " output columns exceed the grid (", 65535 * kSCols, ")"));
     // Row tiles a block: 1 up to 16 rows (a decode step at Batch 1: more blocks), 2 up to 32,
     // else 4 (one weight tile in shared memory for all 64 rows). Speed only: the same bits.
-    if (N <= 16)
+    if constexpr (kRowTiles) {
+      if (N <= 16)
+        launch_splitk<T, 1>(vec, x, w, workspace, N, K, O, groups, s);
+      else if (N <= 32)
+        launch_splitk<T, 2>(vec, x, w, workspace, N, K, O, groups, s);
+      else
+        launch_splitk<T, 4>(vec, x, w, workspace, N, K, O, groups, s);
+    } else {
       launch_splitk<T, 1>(vec, x, w, workspace, N, K, O, groups, s);
-    else if (N <= 32)
-      launch_splitk<T, 2>(vec, x, w, workspace, N, K, O, groups, s);
-    else
-      launch_splitk<T, 4>(vec, x, w, workspace, N, K, O, groups, s);
+    }
     LINNET_CUDA_LAUNCH_CHECK();
     launch_tc_chain_sum(workspace, kChains8, bias, bdt, out, odt, N, O, s);
     LINNET_CUDA_LAUNCH_CHECK();

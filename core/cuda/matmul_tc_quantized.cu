@@ -40,8 +40,10 @@ void launch_matmul_quantized_tc(const void* x, int xdt, const QuantWeights& w, i
   const bool vec = K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   auto typed = [&]<class T>() {
     by_format(w, "matmul", [&]<int F>() {
-      tc::launch_tc8(vec, static_cast<const T*>(x), TcDequantized<T, F>{QuantizedAt<F>{w}, row0}, bias, bdt, out, odt,
-                     N, K, O, panel, workspace, s);
+      // (Split-K blocks of 16 rows only: a third of the kernels to build, the same bits.)
+      tc::launch_tc8<T, TcDequantized<T, F>, false>(vec, static_cast<const T*>(x),
+                                                    TcDequantized<T, F>{QuantizedAt<F>{w}, row0}, bias, bdt, out, odt,
+                                                    N, K, O, panel, workspace, s);
     });
   };
   if (xdt == kBF16)
