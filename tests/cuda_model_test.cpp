@@ -69,6 +69,31 @@ void close(const Tensor& gpu, const Tensor& cpu, double tol, const std::string& 
   EXPECT_LE(e, tol) << what;
 }
 
+// Paged: prefill_paged of 4 rows × 50 tokens through a shuffled page table, then a
+// decode_paged step with an idle row, on both backends.
+void compare_paged(Pair& q, double tol, const std::string& what) {
+  const int64_t ppr = 128 / 16;
+  std::vector<int64_t> table(4 * ppr);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(5));
+  Tensor tab = Tensor::from_ints({4, ppr}, table);
+  std::vector<int64_t> flat, pos, rows, slots;
+  auto pt = random_ids(4 * 50, 6);
+  for (int64_t r = 0; r < 4; ++r)
+    for (int64_t s = 0; s < 50; ++s) {
+      flat.push_back(pt[r * 50 + s]);
+      pos.push_back(s);
+      rows.push_back(r);
+      slots.push_back(table[r * ppr + s / 16] * 16 + s % 16);
+    }
+  Tensor last = i32({49, 99, 149, 199});
+  close(q.on_gpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab),
+        q.on_cpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab), tol, "prefill_paged 4x50" + what);
+  Tensor step = column(random_ids(4, 7));
+  close(q.on_gpu->decode_paged(step, i32({50, 50, -1, 50}), tab),
+        q.on_cpu->decode_paged(step, i32({50, 50, -1, 50}), tab), tol, "decode_paged" + what);
+}
+
 }  // namespace
 
 TEST(CudaModel, EntriesMatchTheCpuModel) {
@@ -92,26 +117,7 @@ TEST(CudaModel, EntriesMatchTheCpuModel) {
           tol, "decode_rows idle row");
     // Paged: prefill_paged then decode_paged through a shuffled table.
     Pair q(t);
-    const int64_t ppr = 128 / 16;
-    std::vector<int64_t> table(4 * ppr);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(5));
-    Tensor tab = Tensor::from_ints({4, ppr}, table);
-    std::vector<int64_t> flat, pos, rows, slots;
-    auto pt = random_ids(4 * 50, 6);
-    for (int64_t r = 0; r < 4; ++r)
-      for (int64_t s = 0; s < 50; ++s) {
-        flat.push_back(pt[r * 50 + s]);
-        pos.push_back(s);
-        rows.push_back(r);
-        slots.push_back(table[r * ppr + s / 16] * 16 + s % 16);
-      }
-    Tensor last = i32({49, 99, 149, 199});
-    close(q.on_gpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab),
-          q.on_cpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab), tol, "prefill_paged 4x50");
-    Tensor step = column(random_ids(4, 7));
-    close(q.on_gpu->decode_paged(step, i32({50, 50, -1, 50}), tab),
-          q.on_cpu->decode_paged(step, i32({50, 50, -1, 50}), tab), tol, "decode_paged");
+    compare_paged(q, tol, "");
     // Tokens: greedy and sampled, exact in f32 (the top two logits are not near-tied here).
     if (t == DType::f32) {
       Pair r(t);
@@ -185,26 +191,7 @@ TEST(CudaModel, NarrowerKvCachesMatchTheCpuModel) {
       close(p.on_gpu->decode(col, s), p.on_cpu->decode(col, s), tol, str("decode pos ", s) + c);
     }
     Pair q(DType::f32, kv);
-    const int64_t ppr = 128 / 16;
-    std::vector<int64_t> table(4 * ppr);
-    std::iota(table.begin(), table.end(), 0);
-    std::shuffle(table.begin(), table.end(), std::mt19937(5));
-    Tensor tab = Tensor::from_ints({4, ppr}, table);
-    std::vector<int64_t> flat, pos, rows, slots;
-    auto pt = random_ids(4 * 50, 6);
-    for (int64_t r = 0; r < 4; ++r)
-      for (int64_t s = 0; s < 50; ++s) {
-        flat.push_back(pt[r * 50 + s]);
-        pos.push_back(s);
-        rows.push_back(r);
-        slots.push_back(table[r * ppr + s / 16] * 16 + s % 16);
-      }
-    Tensor last = i32({49, 99, 149, 199});
-    close(q.on_gpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab),
-          q.on_cpu->prefill_paged(i32(flat), i32(pos), i32(rows), i32(slots), last, tab), tol, "prefill_paged 4x50" + c);
-    Tensor step = column(random_ids(4, 7));
-    close(q.on_gpu->decode_paged(step, i32({50, 50, -1, 50}), tab),
-          q.on_cpu->decode_paged(step, i32({50, 50, -1, 50}), tab), tol, "decode_paged" + c);
+    compare_paged(q, tol, c);
   }
   // A bf16 model with an FP8 cache: the device rounds its bf16 K and V, the CPU its f32 ones, so
   // about one value in 32 lands on the other side of an FP8 midpoint: FP8's bound against
