@@ -106,6 +106,15 @@ TEST(Cli, CpuDotSwitchIsCheckedByName) {
   EXPECT_ERROR(r, 1, "LINNET_CPU_DOT=bf32: expected f32, bf16 or int8");
 }
 
+// LINNET_CPU_PREFETCH likewise: only 1 and 0.
+TEST(Cli, CpuPrefetchSwitchIsCheckedByName) {
+  setenv("LINNET_CPU_PREFETCH", "off", 1);
+  const auto r = run_linnet({"bench", "--checkpoint", tiny().string(), "--backend", "cpu", "--prompt", "2", "--gen",
+                             "1", "--warmup", "0", "--repeats", "1"});
+  unsetenv("LINNET_CPU_PREFETCH");
+  EXPECT_ERROR(r, 1, "LINNET_CPU_PREFETCH=off: expected 1 or 0");
+}
+
 TEST(Cli, DetokenizeRangeChecksIds) {
   const fs::path tok = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/tokenizers/hf_bytelevel";
   auto r = run_linnet({"detokenize", "--checkpoint", tok.string(), "--ids", "4294967396"});

@@ -20,9 +20,11 @@ void cpu_expect_f32(const Tensor& t, const char* op, const char* arg) {
 }
 
 std::unique_ptr<Backend> make_cpu_backend() {
-  // LINNET_CPU_DOT is checked when a backend is made, not at its first product.
+  // LINNET_CPU_DOT and LINNET_CPU_PREFETCH are checked when a backend is made, not at its first
+  // product.
   if (cpu::cpu_dot() == cpu::CpuDot::bf16 && !cpu::has_bf16_dot())
     throw Error("LINNET_CPU_DOT=bf16: this CPU has no AVX512_BF16 dot product (unset it, or f32)");
+  cpu::cpu_prefetch();
   return std::make_unique<CpuBackend>();
 }
 

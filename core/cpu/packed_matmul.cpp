@@ -336,12 +336,11 @@ void unpack_rows_f32(const void* packed, DType dt, int64_t cols, int64_t row0, i
 }
 
 
-bool cpu_prefetch() {
-  static const bool on = [] {
-    const char* v = std::getenv("LINNET_CPU_PREFETCH");
-    return !v || std::string(v) != "0";
-  }();
-  return on;
+bool read_cpu_prefetch() {
+  const char* v = std::getenv("LINNET_CPU_PREFETCH");
+  if (!v || std::string(v) == "1") return true;
+  if (std::string(v) == "0") return false;
+  throw Error(str("LINNET_CPU_PREFETCH=", v, ": expected 1 or 0"));
 }
 
 bool has_bf16_dot() {

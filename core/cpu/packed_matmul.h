@@ -45,8 +45,13 @@ void packed_matmul(const float* x, int64_t n, int64_t k, const void* w, DType dt
 enum class CpuDot { f32, bf16, int8 };
 CpuDot cpu_dot();
 // Whether the kernels prefetch their weights ahead in software (LINNET_CPU_PREFETCH=1, the
-// default; 0: the hardware prefetcher alone). Read once.
-bool cpu_prefetch();
+// default; 0: the hardware prefetcher alone; any other value refused by name). Read once;
+// inline, as the kernels ask in their inner loops.
+bool read_cpu_prefetch();
+inline bool cpu_prefetch() {
+  static const bool on = read_cpu_prefetch();
+  return on;
+}
 bool has_bf16_dot();
 // packed_matmul of bf16 weights by the bf16 dot product (throws where the CPU has none).
 void packed_matmul_bf16_dot(const float* x, int64_t n, int64_t k, const void* w, int64_t row0, int64_t o, float* out);
