@@ -57,6 +57,15 @@ LINNET_OP(row_amax, "row_amax", (const Tensor& x, Tensor& out), (x, out))
 LINNET_OP(round_activations, "round_activations",
           (const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax, Tensor& out),
           (x, rounding, row_amax, out))
+// out[N, Out] = round_activations(x, rounding, row_amax) · w[Out, In]ᵀ (+ bias): a quantized
+// layer's product on its input as the format rounds it (layers/linear.h). Where the device
+// multiplies the rounded codes themselves (CUDA on sm_90 under LINNET_CUDA_FP8=cublaslt: FP8 ×
+// FP8 tensor cores through cuBLASLt, docs/quantization.md) the sum is the same one, rounded
+// otherwise (within the f32 path's bound); elsewhere it is the two ops in turn, the same bits.
+LINNET_OP(matmul_rounded, "matmul_rounded",
+          (const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax, const Tensor& w,
+           const Tensor* bias, Tensor& out),
+          (x, rounding, row_amax, w, bias, out))
 // An RMS norm in place over column groups: for each row and each g < groups, the columns
 // [col_begin + g·width, … + width) become x · rsqrt(ss / count + eps) · w (w [width]), where
 // ss is the group's own sum of squares (sum_sq null: count = width) or sum_sq[n·groups + g]

@@ -98,8 +98,9 @@ void embedding(const char* backend, const Tensor& weight, const Tensor& ids, Ten
   NEED(out.dim(1) == weight.dim(1), str("out ", out.describe(), " and weight ", weight.describe(), " differ in width"));
 }
 
-void matmul(const char* backend, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
-  const Op k{backend, "matmul"};
+namespace {
+// matmul's shapes (x [N, In], w [Out, In], out [N, Out], bias [Out]), under op k's label.
+void matmul_shapes(const Op& k, const Tensor& x, const Tensor& w, const Tensor* bias, const Tensor& out) {
   rank_is(k, "x", x, 2);
   rank_is(k, "w", w, 2);
   rank_is(k, "out", out, 2);
@@ -110,6 +111,21 @@ void matmul(const char* backend, const Tensor& x, const Tensor& w, const Tensor*
     defined(k, "bias", *bias);
     NEED(bias->numel() == Out, str("bias ", bias->describe(), " should hold ", Out, " entries"));
   }
+}
+// A rounding of x's rows (round_activations'), under op k's label.
+void rounding_given(const Op& k, const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax) {
+  NEED(rounding.any() && (rounding.group != 0 || (rounding.stored && rounding.scale > 0)),
+       "no rounding given (format none, group 0 without a stored scale)");
+  if (row_amax) {
+    dtype_is(k, "row_amax", *row_amax, DType::f32);
+    NEED(rounding.per_token() && row_amax->numel() == x.dim(0),
+         str("row_amax ", row_amax->describe(), " is one value a row of x ", x.describe(), ", for per-token rounding"));
+  }
+}
+}  // namespace
+
+void matmul(const char* backend, const Tensor& x, const Tensor& w, const Tensor* bias, Tensor& out) {
+  matmul_shapes(Op{backend, "matmul"}, x, w, bias, out);
 }
 
 void rms_norm(const char* backend, const Tensor& x, const Tensor& w, float, Tensor& out) {
@@ -182,13 +198,14 @@ void round_activations(const char* backend, const Tensor& x, const ActivationRou
   rank_is(k, "x", x, 2);
   NEED(out.shape() == x.shape() && out.dtype() == x.dtype(),
        str("out ", out.describe(), " must have x's shape and dtype, ", x.describe()));
-  NEED(rounding.any() && (rounding.group != 0 || (rounding.stored && rounding.scale > 0)),
-       "no rounding given (format none, group 0 without a stored scale)");
-  if (row_amax) {
-    dtype_is(k, "row_amax", *row_amax, DType::f32);
-    NEED(rounding.per_token() && row_amax->numel() == x.dim(0),
-         str("row_amax ", row_amax->describe(), " is one value a row of x ", x.describe(), ", for per-token rounding"));
-  }
+  rounding_given(k, x, rounding, row_amax);
+}
+
+void matmul_rounded(const char* backend, const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax,
+                    const Tensor& w, const Tensor* bias, Tensor& out) {
+  const Op k{backend, "matmul_rounded"};
+  matmul_shapes(k, x, w, bias, out);
+  rounding_given(k, x, rounding, row_amax);
 }
 
 void rms_norm_cols(const char* backend, Tensor& x, int64_t col_begin, int64_t groups, int64_t width,

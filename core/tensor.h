@@ -39,6 +39,9 @@ struct Storage {
   // scales a row, and whether a group index (one i32 a column) follows them.
   int64_t packed_groups = 0;
   bool packed_group_index = false;
+  // CUDA under LINNET_CUDA_FP8=cublaslt: where in the allocation an FP8 matrix of 128×128 blocks
+  // keeps its scales once more in cuBLASLt's layout (core/cuda/matmul_fp8_lt.cuh); 0: none.
+  size_t packed_block128_scales = 0;
   // Non-empty: the packed matrix's packed_cols columns read x's columns in this order (−1: a
   // zero column); its product gathers x first. GPTQ's desc_act groups made consecutive
   // (core/cpu/group_order.h); the view's shape keeps the matrix's own columns.

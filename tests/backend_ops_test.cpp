@@ -1233,6 +1233,104 @@ OPS_TEST(QuantizedMatmul, "matmul", "grouped_matmul") {
   }
 }
 
+namespace {
+
+// matmul_rounded's roundings: FP8 and int8 per token (its own amax, and a larger one given: a
+// row split across shards), FP8 per group of 16 columns, FP8 static (the checkpoint's scale).
+struct RoundedCase {
+  const char* name;
+  ActivationRounding rounding;
+  bool amax_given;
+};
+const RoundedCase kRoundedCases[] = {
+    {"fp8 per token", {ActivationFormat::fp8, -1}, false},
+    {"fp8 per token, amax given", {ActivationFormat::fp8, -1}, true},
+    {"fp8 per 16", {ActivationFormat::fp8, 16}, false},
+    {"fp8 static", {ActivationFormat::fp8, 0, true, 0.02f}, false},
+    {"int8 per token", {ActivationFormat::int8, -1}, false},
+};
+
+// out = round_activations(x) · wᵀ + bias by matmul_rounded, or by the two ops in turn.
+Tensor rounded_product(Backend& be, const Tensor& x, const RoundedCase& rc, const Tensor& w, const Tensor& bias,
+                       DType out_dt, bool two_ops) {
+  Tensor amax;
+  if (rc.amax_given) {
+    amax = be.empty({x.dim(0)}, DType::f32);
+    be.row_amax(x, amax);
+    be.pointwise(amax, Backend::Pointwise::multiply, 1.5f);  // another shard's larger
+  }
+  Tensor y = be.empty({x.dim(0), w.dim(0)}, out_dt);
+  const Tensor* a = amax.defined() ? &amax : nullptr;
+  if (two_ops) {
+    Tensor xr = be.empty(x.shape(), x.dtype());
+    be.round_activations(x, rc.rounding, a, xr);
+    be.matmul(xr, w, &bias, y);
+  } else {
+    be.matmul_rounded(x, rc.rounding, a, w, &bias, y);
+  }
+  return y;
+}
+
+}  // namespace
+
+// Runs without a device: on the CPU, matmul_rounded is round_activations then matmul, bit for
+// bit, on dense and quantized weights; a rounding it cannot take is refused under its name.
+TEST(BackendOps, MatmulRoundedIsTheTwoOpsOnTheCpu) {
+  auto cpu = make_cpu_backend();
+  const int64_t rows = 96, cols = 128, n = 37;
+  uint32_t seed = 950;
+  for (const char* fmt : {"fp8 8x16", "int8 g16", "int4 sym g16 f16"}) {
+    const QuantCase c = quant_case(fmt, rows, cols, ++seed);
+    Tensor wq = cpu->upload_quantized_matrix(c.parts, c.layout);
+    Tensor wd = cpu->upload_matrix(Tensor::from_floats({rows, cols}, c.dequantized));
+    Tensor x = Tensor::from_floats({n, cols}, randn(n * cols, ++seed, 3.0f));
+    Tensor bias = Tensor::from_floats({rows}, randn(rows, ++seed));
+    for (const RoundedCase& rc : kRoundedCases)
+      for (const Tensor* w : {&wq, &wd}) {
+        const Tensor a = rounded_product(*cpu, x, rc, *w, bias, DType::f32, false);
+        const Tensor b = rounded_product(*cpu, x, rc, *w, bias, DType::f32, true);
+        EXPECT_TRUE(same_bytes(a, b)) << fmt << ", " << rc.name << (w == &wq ? ", quantized" : ", dense");
+      }
+    Tensor y = Tensor::empty({n, rows}, DType::f32), amax = Tensor::empty({n}, DType::f32);
+    try {
+      cpu->matmul_rounded(x, {ActivationFormat::fp8, 16}, &amax, wq, nullptr, y);
+      ADD_FAILURE() << "a row's amax for a rounding per group was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("matmul_rounded: row_amax"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// On a device (its default switches), against the CPU within the product's bound; and the
+// device's own two ops' bits.
+OPS_TEST(MatmulRounded, "matmul_rounded") {
+  NEED_DEVICE_BACKENDS(devs);
+  const int64_t rows = 96, cols = 128, n = 37;
+  uint32_t seed = 960;
+  for (const char* fmt : {"fp8 8x16", "int8 g16", "fp8 8x16 bf16"}) {
+    const QuantCase c = quant_case(fmt, rows, cols, ++seed);
+    const auto xv = randn(n * cols, ++seed, 3.0f), bv = randn(rows, ++seed);
+    for (DType xt : {DType::f32, DType::bf16})
+      for (const RoundedCase& rc : kRoundedCases) {
+        const auto xq = in_dtype(xv, xt);
+        OpRun run = [&](Backend& be, bool ref) -> Outputs {
+          Tensor x = put(be, ref, {n, cols}, xq, xt), bias = put(be, ref, {rows}, bv, xt);
+          Tensor w = be.upload_quantized_matrix(c.parts, c.layout);
+          return {be.to_host(rounded_product(be, x, rc, w, bias, ref ? DType::f32 : xt, false))};
+        };
+        check_op("matmul_rounded", str(n, "x", cols, "->", rows, ", ", rc.name), str("x=", dtype_name(xt), ",w=", fmt),
+                 run, {{"out", bound_for(xt, 2e-5)}});
+        for (auto& be : devs) {
+          Tensor x = be->upload(Tensor::from_floats({n, cols}, xq, xt)), bias = be->upload(Tensor::from_floats({rows}, bv, xt));
+          Tensor w = be->upload_quantized_matrix(c.parts, c.layout);
+          EXPECT_TRUE(same_bytes(be->to_host(rounded_product(*be, x, rc, w, bias, xt, false)),
+                                 be->to_host(rounded_product(*be, x, rc, w, bias, xt, true))))
+              << fmt << ", " << rc.name << ", x " << dtype_name(xt) << ": not the two ops' bits";
+        }
+      }
+  }
+}
+
 OPS_TEST(MoeCombine, "moe_combine") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {

@@ -382,12 +382,76 @@ TEST(CudaPaths, UploadMatrixTakesDeviceMatricesAndStacksParts) {
   EXPECT_THROW(be->upload_matrix(std::vector<Tensor>{a, random_tensor({2, 6}, DType::bf16, 14)}), Error);
 }
 
+// LINNET_CUDA_FP8=cublaslt (Hopper only): FP8 layers with FP8 inputs multiplied on the FP8
+// tensor cores through cuBLASLt — per-token × per-channel scales, and 1×128 × 128×128 blocks
+// (llm-compressor's FP8_BLOCK). The products go there (counters); they agree with the exact
+// path within f32's rounding of the same sum (f32 x; bf16 x: the exact path's x' = q·s is
+// rounded to bf16); a row alone and among 36, 99 and 299 others (padded to 16-row multiples)
+// gives the same bytes; a view of rows agrees with the exact view; on another GPU the switch is
+// refused by name.
+TEST(CudaPaths, Fp8ThroughCublasLtKeepsBatchInvariance) {
+  NEED_GPU();
+  if (cuda_device_description(0).find("sm_90") == std::string::npos) {
+    try {
+      cuda_with({{"LINNET_CUDA_FP8", "cublaslt"}});
+      ADD_FAILURE() << "LINNET_CUDA_FP8=cublaslt was taken off Hopper";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sm_90"), std::string::npos) << e.what();
+    }
+    GTEST_SKIP() << "cuBLASLt's scaled FP8 products are Hopper's (sm_90): " << cuda_device_description(0);
+  }
+  auto exact = make_cuda_backend(0), lt = cuda_with({{"LINNET_CUDA_FP8", "cublaslt"}});
+  const int64_t rows = 384, cols = 512, n = 300;
+  std::mt19937 g(21);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  Tensor values = Tensor::empty({rows, cols}, DType::f8_e4m3);
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    uint8_t b;
+    do b = static_cast<uint8_t>(byte(g)); while ((b & 0x7f) == 0x7f);  // no NaN
+    static_cast<uint8_t*>(values.data())[i] = b;
+  }
+  auto counted = [](Backend& be) {
+    for (const auto& [k, v] : be.counters())
+      if (k == "fp8_cublaslt_products") return v;
+    return int64_t{-1};
+  };
+  for (const bool blocks : {false, true}) {
+    WeightLayout layout = blocks ? WeightLayout::fp8_blocks(128, 128, "_scale") : WeightLayout::fp8_blocks(1, WeightLayout::kWhole, "_scale");
+    layout.activations = {ActivationFormat::fp8, blocks ? int64_t{128} : int64_t{-1}};
+    const int64_t scale_rows = blocks ? rows / 128 : rows, scale_cols = blocks ? cols / 128 : 1;
+    std::vector<float> sv(static_cast<size_t>(scale_rows * scale_cols));
+    for (auto& v : sv) v = scale(g);
+    const std::vector<Backend::QuantizedPart> parts{{values, Tensor::from_floats({scale_rows, scale_cols}, sv), Tensor(), cols}};
+    for (DType xt : {DType::f32, DType::bf16}) {
+      const std::string what = str(blocks ? "128x128 blocks" : "per channel", ", x ", dtype_name(xt));
+      const Tensor hx = random_tensor({n, cols}, xt, 22, 3.f), hb = random_tensor({rows}, xt, 23);
+      auto run = [&](Backend& be, int64_t m, int64_t r0, int64_t r1, bool bias) {
+        const Tensor w = be.upload_quantized_matrix(parts, layout).rows(r0, r1), x = be.upload(hx).rows(0, m);
+        const Tensor b = be.upload(hb);
+        Tensor out = be.empty({m, r1 - r0}, xt);
+        be.matmul_rounded(x, layout.activations, nullptr, w, bias ? &b : nullptr, out);
+        return be.to_host(out);
+      };
+      const int64_t before = counted(*lt);
+      const Tensor all = run(*lt, n, 0, rows, true);
+      EXPECT_GT(counted(*lt), before) << what << ": not taken through cuBLASLt";
+      EXPECT_LE(rel(all.to_floats(), run(*exact, n, 0, rows, true).to_floats()), xt == DType::f32 ? 1e-5 : 1e-2) << what;
+      for (const int64_t m : {int64_t{1}, int64_t{37}, int64_t{100}})
+        EXPECT_TRUE(same_bytes(run(*lt, m, 0, rows, true), all.rows(0, m).clone())) << what << ": " << m << " rows differ from them among " << n;
+      EXPECT_LE(rel(run(*lt, n, 128, 256, false).to_floats(), run(*exact, n, 128, 256, false).to_floats()),
+                xt == DType::f32 ? 1e-5 : 1e-2)
+          << what << ": a view of rows [128, 256)";
+    }
+  }
+}
+
 // Every switch refuses a value it does not know, by name; LINNET_CUDA_LEGACY=1 is every
 // earlier path at once (and the results of the two agree to bf16's bound).
 TEST(CudaPaths, SwitchesAreCheckedByName) {
   NEED_GPU();
   for (const char* var : {"LINNET_CUDA_MATMUL", "LINNET_CUDA_RASTER", "LINNET_CUDA_GRAPHS", "LINNET_CUDA_ATTENTION",
-                          "LINNET_CUDA_ROWS", "LINNET_CUDA_LEGACY"}) {
+                          "LINNET_CUDA_ROWS", "LINNET_CUDA_LEGACY", "LINNET_CUDA_FP8"}) {
     try {
       cuda_with({{var, "sideways"}});
       ADD_FAILURE() << var << "=sideways was taken";

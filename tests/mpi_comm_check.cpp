@@ -93,6 +93,10 @@ class FakeDeviceBackend final : public Backend {
   void sum_squares(const Tensor&, int64_t, int64_t, Tensor&) override { no(); }
   void row_amax(const Tensor&, Tensor&) override { no(); }
   void round_activations(const Tensor&, const ActivationRounding&, const Tensor*, Tensor&) override { no(); }
+  void matmul_rounded(const Tensor&, const ActivationRounding&, const Tensor*, const Tensor&, const Tensor*,
+                      Tensor&) override {
+    no();
+  }
   void rms_norm_cols(Tensor&, int64_t, int64_t, int64_t, const Tensor&, float, const Tensor*, int64_t) override { no(); }
   void kv_write(const Tensor&, const AttentionDims&, const Tensor&, Tensor&, Tensor&) override { no(); }
   void attention_packed(const Tensor&, const AttentionDims&, const Tensor&, Tensor&) override { no(); }

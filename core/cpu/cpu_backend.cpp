@@ -256,8 +256,8 @@ void CpuBackend::matmul_op(const Tensor& x, const Tensor& w, const Tensor* bias,
   // call: the same kernel, so the same bits.
   const Tensor packed = w.packed() ? w : upload_matrix(w);
   const Storage& st = *packed.storage();
-  // (A format's activation rounding, compressed-tensors' dynamic input_activations, is the
-  // layer's: layers/linear.h rounds x with round_activations first.)
+  // (A format's activation rounding, compressed-tensors' dynamic input_activations, is
+  // matmul_rounded's, which layers/linear.h calls for such a matrix.)
   const float* xs = x.ptr<float>();
   const int64_t row0 = packed_row0(packed);
   int64_t in = x.dim(1);
@@ -434,6 +434,15 @@ void CpuBackend::round_activations_op(const Tensor& x, const ActivationRounding&
   cpu_expect_f32(x, "round_activations", "x");
   cpu::round_activations(x.ptr<float>(), x.dim(0), x.dim(1), rounding, out.ptr<float>(),
                          row_amax ? row_amax->ptr<float>() : nullptr);
+}
+
+void CpuBackend::matmul_rounded_op(const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax,
+                                   const Tensor& w, const Tensor* bias, Tensor& out) {
+  // x rounded, then the product: the two ops' bits (the integer dot products, where on, take
+  // the rounded x as any other input).
+  Tensor rounded = empty(x.shape(), x.dtype());
+  round_activations_op(x, rounding, row_amax, rounded);
+  matmul_op(rounded, w, bias, out);
 }
 
 void CpuBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {

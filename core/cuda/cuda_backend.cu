@@ -263,6 +263,7 @@ CudaOptions CudaOptions::from_environment() {
   // differ between values (another association of the combine).
   o.cache_split = std::stoi(choice("LINNET_CUDA_CACHE_SPLIT", {"256", "128", "64", "32"},
                                    std::to_string(o.cache_split)));
+  o.fp8_cublaslt = choice("LINNET_CUDA_FP8", {"exact", "cublaslt"}, "exact") == "cublaslt";
   return o;
 }
 
@@ -270,7 +271,7 @@ std::string CudaOptions::describe() const {
   return str("matmul ", matmul == Matmul::simt ? "simt" : matmul == Matmul::tc4 ? "tc4" : "auto", ", raster ",
              panel_raster ? "panel" : "columns", ", graphs ", graphs ? "on" : "off", ", attention ",
              attention_prefetch ? "prefetch" : "v1", ", rows ", split_rows ? "split" : "block", ", cache split ",
-             cache_split);
+             cache_split, ", fp8 ", fp8_cublaslt ? "cublaslt" : "exact");
 }
 
 // ---- graphs of recorded launches ------------------------------------------------------------
@@ -354,6 +355,7 @@ CudaBackend::CudaBackend(int device) : device_(device), options_(CudaOptions::fr
   pool_ = std::make_shared<MemoryPool>(device_);
   pool_->set_before_free([this] { flush(); });
   pending_.reserve(1024);
+  if (options_.fp8_cublaslt) fp8_lt_ = std::make_unique<cuda::Fp8Lt>(device_);  // refused here, by name, if it cannot be
 }
 
 CudaBackend::~CudaBackend() {
@@ -607,7 +609,9 @@ std::vector<std::pair<std::string, int64_t>> CudaBackend::counters() const {
           {"graph_capture_failures", graphs_.capture_failures},
           {"flushes_launched_one_by_one", graphs_.direct},
           {"graphs_cached", static_cast<int64_t>(graphs_.size())},
-          {"grouped_matmul_weight_bytes", grouped_weight_bytes_}};
+          {"grouped_matmul_weight_bytes", grouped_weight_bytes_},
+          {"fp8_cublaslt_products", fp8_lt_ ? fp8_lt_->products : 0},
+          {"fp8_cublaslt_shapes_refused", fp8_lt_ ? fp8_lt_->shapes_refused : 0}};
 }
 
 bool CudaBackend::random_normal(Tensor& out, uint64_t key, int64_t base, int64_t stride, float mean, float scale) {
@@ -716,11 +720,23 @@ Tensor CudaBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& pa
   put(b.scales, m.scales.data(), m.scales.size() * sizeof(float));
   put(b.zeros, m.zeros.data(), m.zeros.size());
   put(b.group_index, m.group_index.data(), m.group_index.size() * sizeof(int32_t));
+  // LINNET_CUDA_FP8=cublaslt: FP8 blocks of 128×128 beside FP8 inputs in groups of 128 keep their
+  // scales once more, in cuBLASLt's BLK128x128 layout, after the rest (cuda::Fp8Lt).
+  size_t block128_at = 0;
+  if (fp8_lt_ && m.format == WeightFormat::fp8 && m.activations.format == ActivationFormat::fp8 &&
+      m.activations.group == 128) {
+    const std::vector<float> blk = cuda::fp8_block128_scales(m.scales.data(), m.rows, m.cols, m.group);
+    if (!blk.empty()) {
+      block128_at = (b.total + 255) / 256 * 256;
+      host.resize(block128_at + blk.size() * sizeof(float), 0);
+      std::memcpy(host.data() + block128_at, blk.data(), blk.size() * sizeof(float));
+    }
+  }
   m.values = {};  // (the host copy holds them now)
-  Tensor bytes = empty({static_cast<int64_t>(b.total)}, DType::u8);
+  Tensor bytes = empty({static_cast<int64_t>(host.size())}, DType::u8);
   flush();
   activate();
-  LINNET_CUDA_CHECK(cudaMemcpyAsync(bytes.data(), host.data(), b.total, cudaMemcpyHostToDevice, stream_));
+  LINNET_CUDA_CHECK(cudaMemcpyAsync(bytes.data(), host.data(), host.size(), cudaMemcpyHostToDevice, stream_));
   LINNET_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `host` goes at the return
   Storage& st = *bytes.storage();
   st.packed_cols = m.cols;
@@ -731,6 +747,7 @@ Tensor CudaBackend::upload_quantized_matrix(const std::vector<QuantizedPart>& pa
   st.packed_group_index = !m.group_index.empty();
   st.packed_dequant = m.dequant;
   st.activations = m.activations;
+  st.packed_block128_scales = block128_at;
   const DType dt = m.format == WeightFormat::fp8 ? DType::f8_e4m3 : m.format == WeightFormat::int8 ? DType::i8 : DType::i32;
   return Tensor(bytes.storage(), 0, {m.rows, m.cols}, dt);
 }
@@ -888,6 +905,37 @@ void CudaBackend::round_activations_op(const Tensor& x, const ActivationRounding
   cuda::launch_round_activations(dt(x), x.data(), x.dim(0), x.dim(1), rounding.format == ActivationFormat::fp8,
                                  rounding.group, row_amax ? row_amax->ptr<float>() : nullptr,
                                  rounding.stored ? rounding.scale : 0.0f, out.data(), stream_);
+}
+
+void CudaBackend::matmul_rounded_op(const Tensor& x, const ActivationRounding& rounding, const Tensor* row_amax,
+                                    const Tensor& w, const Tensor* bias, Tensor& out) {
+  act_type("matmul_rounded", "x", x);
+  float_type("matmul_rounded", "out", out);
+  if (bias) float_type("matmul_rounded", "bias", *bias);
+  activate();
+  if (fp8_lt_ && quantized(w) && x.dim(0) > 0) {
+    cuda::Fp8LtProduct p{};
+    p.x = x.data(), p.x_dt = dt(x), p.row_amax = row_amax ? row_amax->ptr<float>() : nullptr, p.rounding = rounding;
+    p.w = quant_weights(w, p.row0);
+    const Storage& st = *w.storage();
+    if (st.packed_block128_scales > 0 && p.row0 % 128 == 0) {
+      const int64_t padded = ((st.packed_cols + 127) / 128 + 3) / 4 * 4;
+      p.block_scales = reinterpret_cast<const float*>(static_cast<const uint8_t*>(st.data) + st.packed_block128_scales) +
+                       p.row0 / 128 * padded;
+    }
+    p.bias = bias ? bias->data() : nullptr, p.bias_dt = bias ? dt(*bias) : 0;
+    p.out = out.data(), p.out_dt = dt(out);
+    p.n = x.dim(0), p.in = x.dim(1), p.outs = w.dim(0);
+    if (const cuda::Fp8LtScales mode = fp8_lt_->plan(p); mode != cuda::Fp8LtScales::none) {
+      Tensor ws = empty({static_cast<int64_t>(cuda::Fp8Lt::workspace_bytes(p, mode))}, DType::u8);
+      flush();  // launched directly, after what is recorded before it
+      fp8_lt_->run(p, mode, ws.data(), stream_);
+      return;
+    }
+  }
+  Tensor rounded = empty(x.shape(), x.dtype());
+  round_activations_op(x, rounding, row_amax, rounded);
+  matmul_op(rounded, w, bias, out);
 }
 
 void CudaBackend::rms_norm_cols_op(Tensor& x, int64_t col_begin, int64_t groups, int64_t width, const Tensor& w,

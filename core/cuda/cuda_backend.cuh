@@ -14,6 +14,7 @@
 
 #include "core/backend.h"
 #include "core/cuda/launch_records.cuh"
+#include "core/cuda/matmul_fp8_lt.cuh"
 
 namespace linnet::cuda {
 
@@ -28,6 +29,9 @@ struct CudaOptions {
   bool attention_prefetch = true;        // LINNET_CUDA_ATTENTION=prefetch|v1
   bool split_rows = true;                // LINNET_CUDA_ROWS=split|block
   int cache_split = 256;                 // LINNET_CUDA_CACHE_SPLIT=256|128|64|32: attention_cache's piece
+  // LINNET_CUDA_FP8=exact|cublaslt: FP8 layers with FP8 inputs on Hopper's FP8 tensor cores
+  // through cuBLASLt (Fp8Lt), or dequantized in the products' loads (exact: the default).
+  bool fp8_cublaslt = false;
   static CudaOptions from_environment();
   std::string describe() const;  // "matmul auto, raster panel, graphs on, …"
 };
@@ -180,6 +184,7 @@ class CudaBackend final : public Backend {
   std::vector<Launch> pending_;  // recorded, not yet launched (graphs on)
   GraphCache graphs_;
   int64_t grouped_weight_bytes_ = 0;  // counters(): grouped_matmul's groups that had rows
+  std::unique_ptr<Fp8Lt> fp8_lt_;     // options_.fp8_cublaslt: made with the backend
   std::shared_ptr<MemoryPool> pool_;
   char* staging_ = nullptr;  // pinned (cudaHostAlloc)
   size_t staging_bytes_ = 0;

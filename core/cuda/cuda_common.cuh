@@ -80,6 +80,13 @@ __device__ __forceinline__ uint8_t f32_to_e4m3(float x) {
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3));
 }
 
+// compressed-tensors' dynamic scale of a row or group of x: amax / 448 (FP8) or / 127.5 (int8),
+// correctly rounded, 2^-23 where amax is 0 (the CPU's cpu::round_activations).
+__device__ __forceinline__ float dynamic_activation_scale(float amax, bool fp8) {
+  const float s = __fdiv_rn(amax, fp8 ? 448.f : 127.5f);
+  return s == 0.f ? 1.1920928955078125e-7f : s;
+}
+
 __device__ __forceinline__ float load_any(const void* p, int dt, int64_t i) {
   switch (dt) {
     case kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);

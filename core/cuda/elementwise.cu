@@ -197,8 +197,7 @@ __global__ void round_activations_kernel(const T* x, int64_t W, int64_t group, i
       for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) m = fmaxf(m, fabsf(to_f(in[c])));
       amax = block_max(m, scratch);
     }
-    s = __fdiv_rn(amax, fp8 ? 448.f : 127.5f);
-    if (s == 0.f) s = 1.1920928955078125e-7f;  // 2^-23
+    s = dynamic_activation_scale(amax, fp8);
   }
   for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
     const float q = __fdiv_rn(to_f(in[c]), s);
