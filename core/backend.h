@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/backend_device.h"
+#include "core/expert_choice.h"
 #include "core/tensor.h"
 
 namespace linnet {

@@ -110,6 +110,14 @@ LINNET_OP(router_softmax, "router_softmax", (const Tensor& logits, Tensor& probs
 LINNET_OP(top_k, "top_k",
           (const Tensor& probs, int64_t k, bool normalize, Tensor& weights, Tensor& experts),
           (probs, k, normalize, weights, experts))
+// DeepSeek's choice of experts (core/expert_choice.h), per row of logits [N, E] f32: sigmoid
+// scores or the row as given, plus bias [E] f32 (e_score_correction_bias; null: none) to
+// choose, group-limited, torch.topk(sorted=False) — weights [N, k] f32 and experts [N, k] i32
+// in torch's order.
+LINNET_OP(choose_experts, "choose_experts",
+          (const Tensor& logits, const Tensor* bias, const ExpertChoice& rule, int64_t k, Tensor& weights,
+           Tensor& experts),
+          (logits, bias, rule, k, weights, experts))
 // Each expert's product over the rows routed to it: rows [offsets[g], offsets[g + 1]) of
 // x [M, In] times group g's rows [g·Out, (g + 1)·Out) of w [G·Out, In] (transposed) into the
 // same rows of out [M, Out]. A row's bits are those matmul gives it, however many rows its

@@ -293,6 +293,25 @@ void top_k(const char* backend, const Tensor& probs, int64_t kk, bool, Tensor& w
   index_vec(k, "experts", experts, n * kk);
 }
 
+void choose_experts(const char* backend, const Tensor& logits, const Tensor* bias, const ExpertChoice& r, int64_t kk,
+                    Tensor& weights, Tensor& experts) {
+  const Op k{backend, "choose_experts"};
+  rank_is(k, "logits", logits, 2);
+  dtype_is(k, "logits", logits, DType::f32);
+  const int64_t n = logits.dim(0), e = logits.dim(1);
+  if (bias) f32_vec(k, "bias", *bias, e);
+  NEED(e <= 1024, str(e, " experts (at most 1024)"));
+  NEED(r.groups >= 1 && r.groups <= topk::kMaxExpertGroups && e % r.groups == 0,
+       str("n_group ", r.groups, " does not divide ", e, " experts"));
+  NEED(r.keep_groups >= 1 && r.keep_groups <= r.groups, str("topk_group ", r.keep_groups, " of ", r.groups, " groups"));
+  NEED(!(r.groups > 1 && r.group_top2) || e / r.groups >= 2,
+       str("a group's score sums its 2 best experts: groups of ", e / r.groups));
+  NEED(kk >= 1 && kk <= r.keep_groups * (e / r.groups),
+       str("k ", kk, " of the ", r.keep_groups * (e / r.groups), " experts in ", r.keep_groups, " of ", r.groups, " groups"));
+  f32_vec(k, "weights", weights, n * kk);
+  index_vec(k, "experts", experts, n * kk);
+}
+
 void grouped_matmul(const char* backend, const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets,
                     Tensor& out) {
   const Op k{backend, "grouped_matmul"};

@@ -228,15 +228,16 @@ LINNET_TOPK_HD void sort(Entry* first, Entry* last) {
   }
 }
 
-// torch.topk(values, k, largest=True, sorted=True) on the CPU: e[0 … k) are its k entries in its
-// order. e holds the row's n (value, index) pairs in index order on entry; 1 ≤ k ≤ n.
-LINNET_TOPK_HD void torch_top_k(Entry* e, int64_t n, int64_t k) {
-  if (k * 64 <= n) {  // std::partial_sort(e, e + k, e + n)
+// torch.topk(values, k, largest=True, sorted) on the CPU: e[0 … k) are its k entries in its
+// order. e holds the row's n (value, index) pairs in index order on entry; 1 ≤ k ≤ n. Unsorted,
+// torch skips the sort after nth_element (the same k entries, in introselect's order).
+LINNET_TOPK_HD void torch_top_k(Entry* e, int64_t n, int64_t k, bool sorted = true) {
+  if (k * 64 <= n) {  // std::partial_sort(e, e + k, e + n), sorted or not
     heap_select(e, k, n);
     sort_heap(e, k);
   } else {
     nth_element(e, e + k - 1, e + n);
-    sort(e, e + k - 1);
+    if (sorted) sort(e, e + k - 1);
   }
 }
 

@@ -927,6 +927,43 @@ OPS_TEST(RouterSoftmax, "router_softmax") {
     }
 }
 
+// DeepSeek's choice (core/expert_choice.h): V3's sigmoid + bias over groups scored by their two
+// best, V2's given scores over groups scored by their best (masked 0), no groups, and ties
+// (logits of a few levels). Experts exact; weights within f32 (expf may differ in the last bit).
+OPS_TEST(ChooseExperts, "choose_experts") {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t n, e, k, groups, keep;
+    bool v3;
+  };
+  for (const Case c : {Case{1, 8, 2, 4, 2, true}, Case{33, 64, 6, 8, 3, true}, Case{9, 256, 8, 8, 4, true},
+                       Case{5, 16, 4, 1, 1, true}, Case{17, 64, 6, 8, 3, false}, Case{3, 160, 6, 1, 1, false}})
+    for (bool ties : {false, true}) {
+      auto lv = randn(c.n * c.e, 171 + static_cast<uint32_t>(c.e + c.k));
+      if (ties)
+        for (auto& x : lv) x = std::round(x * 1.5f);
+      if (!c.v3)  // V2's scores: a softmax of each row
+        for (int64_t r = 0; r < c.n; ++r) {
+          double s = 0;
+          for (int64_t i = 0; i < c.e; ++i) s += std::exp(double(lv[r * c.e + i]));
+          for (int64_t i = 0; i < c.e; ++i) lv[r * c.e + i] = static_cast<float>(std::exp(double(lv[r * c.e + i])) / s);
+        }
+      const auto bv = randn(c.e, 172, 0.1f);
+      ExpertChoice rule;
+      rule.sigmoid = c.v3, rule.groups = c.groups, rule.keep_groups = c.keep, rule.group_top2 = c.v3;
+      rule.masked = c.v3 ? -INFINITY : 0.0f, rule.normalize = c.v3, rule.scale = 2.5f, rule.weights_of_choices = !c.v3;
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor l = put(be, ref, {c.n, c.e}, lv, DType::f32), b = put(be, ref, {c.e}, bv, DType::f32);
+        Tensor w = poison(be, ref, {c.n, c.k}, DType::f32), ix = poison(be, ref, {c.n, c.k}, DType::i32);
+        be.choose_experts(l, c.v3 ? &b : nullptr, rule, c.k, w, ix);
+        return {be.to_host(w), be.to_host(ix)};
+      };
+      check_op("choose_experts", str(c.n, "x", c.e, " k=", c.k, " groups ", c.keep, "/", c.groups, c.v3 ? " v3" : " v2",
+                                     ties ? " ties" : ""),
+               "f32", run, {{"weights", 1e-6}, {"experts", 0, true}});
+    }
+}
+
 OPS_TEST(TopK, "top_k") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {

@@ -189,6 +189,105 @@ TEST(Moe, TopKIsTheStandardLibrarysOrderOnTieHeavyRows) {
   EXPECT_EQ(top({1, 2, 2, 1, 2, 0, 2, 1}, 3), (std::vector<int32_t>{1, 6, 4}));
 }
 
+// torch.topk(sorted=False) on the CPU (torch 2.15): nth_element's order, not sorted (these rows
+// of torch.manual_seed(0)'s randn gave these indices).
+TEST(Moe, UnsortedTopKIsTorchs) {
+  auto top = [](const std::vector<float>& v, int64_t k) {
+    std::vector<topk::Entry> e;
+    for (size_t i = 0; i < v.size(); ++i) e.push_back({v[i], static_cast<int32_t>(i)});
+    topk::torch_top_k(e.data(), static_cast<int64_t>(e.size()), k, false);
+    std::vector<int32_t> out;
+    for (int64_t j = 0; j < k; ++j) out.push_back(e[static_cast<size_t>(j)].index);
+    return out;
+  };
+  const std::vector<float> a = {
+      -1.12583983f, -1.1523602f,  -0.250578582f, -0.433878809f, 0.848710358f, 0.692009151f, -0.31601277f, -2.11521935f,
+      0.322274923f, -1.26333475f, 0.349983186f,  0.30813393f,   0.119841509f, 1.2376579f,   1.11677718f,  -0.247278154f,
+      -1.35265374f, -1.6959312f,  0.566650629f,  0.793508351f,  0.598839462f, -1.55509508f, -0.34136039f, 1.85300612f,
+      0.750189483f, -0.585497558f, -0.173396751f, 0.183477938f, 1.38936615f,  1.58633423f,  0.946298361f, -0.843676746f};
+  EXPECT_EQ(top(a, 8), (std::vector<int32_t>{30, 28, 23, 29, 14, 13, 4, 19}));
+  const std::vector<float> b = {0.541141808f, 1.53895831f,  1.08604908f,   1.24640501f,   0.115075059f, 1.61930752f,
+                                0.463693529f, 1.30073547f,  0.873230517f,  0.0651267022f, 0.773241103f, -0.970138431f,
+                                -0.887676895f, -0.318316281f, -0.334403694f, 0.454283655f};
+  EXPECT_EQ(top(b, 4), (std::vector<int32_t>{1, 5, 7, 3}));
+}
+
+// DeepSeek's choice (core/expert_choice.h) against its definition written plainly in double:
+// V3 (sigmoid, the bias chooses but does not weigh, groups by their two best, −inf outside the
+// kept groups, normalized, scaled), V2 (the row as given, groups by their best, 0 outside,
+// weights of the choices), and a choice that cannot be made refused by name.
+TEST(Moe, DeepSeekChoiceMatchesItsDefinition) {
+  std::mt19937 g(11);
+  std::normal_distribution<float> nd;
+  for (const bool v3 : {true, false})
+    for (const int64_t groups : {int64_t{1}, int64_t{4}, int64_t{8}})
+      for (int trial = 0; trial < 50; ++trial) {
+        const int64_t E = 64, keep = groups == 1 ? 1 : 2, k = 6;
+        ExpertChoice r;
+        r.sigmoid = v3, r.groups = groups, r.keep_groups = keep, r.group_top2 = v3, r.masked = v3 ? -INFINITY : 0.f;
+        r.normalize = v3, r.scale = 2.5f, r.weights_of_choices = !v3;
+        std::vector<float> row(E), bias(E);
+        for (auto& x : row) x = v3 ? nd(g) : std::abs(nd(g)) / 64;
+        for (auto& x : bias) x = 0.3f * nd(g);
+        std::vector<topk::Entry> scratch(static_cast<size_t>(E + groups));
+        std::vector<float> scores(E), w(k);
+        std::vector<int32_t> ix(k);
+        topk::choose_experts(row.data(), v3 ? bias.data() : nullptr, r, E, k, scratch.data(), scores.data(), w.data(),
+                             ix.data());
+        // The definition: scores, choices, the kept groups, the k best choices, their weights.
+        std::vector<double> s(E), c(E);
+        for (int64_t i = 0; i < E; ++i) {
+          s[i] = v3 ? 1.0 / (1.0 + std::exp(-double(row[i]))) : row[i];
+          c[i] = s[i] + (v3 ? bias[i] : 0.0);
+        }
+        if (groups > 1) {
+          const int64_t per = E / groups;
+          std::vector<std::pair<double, int64_t>> gs;
+          for (int64_t q = 0; q < groups; ++q) {
+            std::vector<double> m(c.begin() + q * per, c.begin() + (q + 1) * per);
+            std::sort(m.rbegin(), m.rend());
+            gs.push_back({v3 ? m[0] + m[1] : m[0], q});
+          }
+          std::sort(gs.rbegin(), gs.rend());
+          std::set<int64_t> kept;
+          for (int64_t j = 0; j < keep; ++j) kept.insert(gs[j].second);
+          for (int64_t i = 0; i < E; ++i)
+            if (!kept.count(i / per)) c[i] = v3 ? -INFINITY : 0.0;
+        }
+        std::vector<int64_t> order(E);
+        std::iota(order.begin(), order.end(), 0);
+        std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return c[a] > c[b]; });
+        std::map<int32_t, double> want;
+        double sum = 0;
+        for (int64_t j = 0; j < k; ++j) sum += want[static_cast<int32_t>(order[j])] = v3 ? s[order[j]] : c[order[j]];
+        for (auto& [e, wt] : want) wt = (v3 ? wt / sum : wt) * 2.5;
+        std::map<int32_t, double> got;
+        for (int64_t j = 0; j < k; ++j) got[ix[j]] = w[j];
+        ASSERT_EQ(got.size(), want.size());
+        for (const auto& [e, wt] : want) {
+          ASSERT_TRUE(got.count(e)) << (v3 ? "v3" : "v2") << " groups " << groups << ": expert " << e << " not chosen";
+          EXPECT_NEAR(got[e], wt, 1e-6 * std::abs(wt) + 1e-9);
+        }
+      }
+  auto cpu = make_cpu_backend();
+  Tensor logits = Tensor::zeros({2, 12}, DType::f32), w = Tensor::empty({2, 4}, DType::f32), ix = Tensor::empty({2, 4}, DType::i32);
+  ExpertChoice r;
+  r.groups = 5;
+  try {
+    cpu->choose_experts(logits, nullptr, r, 4, w, ix);
+    ADD_FAILURE() << "5 groups of 12 experts taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_group 5 does not divide 12 experts"), std::string::npos) << e.what();
+  }
+  r.groups = 4, r.keep_groups = 1;
+  try {
+    cpu->choose_experts(logits, nullptr, r, 4, w, ix);
+    ADD_FAILURE() << "4 of the 3 experts a kept group holds taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("k 4 of the 3 experts in 1 of 4 groups"), std::string::npos) << e.what();
+  }
+}
+
 // ---- the CPU ops against their definitions ---------------------------------------------------
 
 TEST(Moe, CpuOpsMatchTheirDefinitions) {

@@ -108,6 +108,7 @@ class FakeDeviceBackend final : public Backend {
   void copy_columns(const Tensor&, Tensor&, int64_t, int64_t) override { no(); }
   void router_softmax(const Tensor&, Tensor&) override { no(); }
   void top_k(const Tensor&, int64_t, bool, Tensor&, Tensor&) override { no(); }
+  void choose_experts(const Tensor&, const Tensor*, const ExpertChoice&, int64_t, Tensor&, Tensor&) override { no(); }
   void grouped_matmul(const Tensor&, const Tensor&, const std::vector<int64_t>&, Tensor&) override { no(); }
   void moe_combine(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&) override { no(); }
   void logit_stats(const Tensor&, int64_t, int64_t, const Tensor&, Tensor&, Tensor&, Tensor&) override { no(); }

@@ -50,6 +50,17 @@ void CpuBackend::top_k_op(const Tensor& probs, int64_t k, bool normalize, Tensor
   }
 }
 
+void CpuBackend::choose_experts_op(const Tensor& logits, const Tensor* bias, const ExpertChoice& rule, int64_t k,
+                                  Tensor& weights, Tensor& experts) {
+  cpu_expect_f32(weights, "choose_experts", "weights");
+  const int64_t n = logits.dim(0), e = logits.dim(1);
+  std::vector<topk::Entry> scratch(static_cast<size_t>(e + rule.groups));
+  std::vector<float> scores(static_cast<size_t>(e));
+  for (int64_t r = 0; r < n; ++r)
+    topk::choose_experts(logits.ptr<float>() + r * e, bias ? bias->ptr<float>() : nullptr, rule, e, k, scratch.data(),
+                         scores.data(), weights.ptr<float>() + r * k, experts.ptr<int32_t>() + r * k);
+}
+
 void CpuBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
   const int64_t groups = static_cast<int64_t>(offsets.size()) - 1;
   const int64_t o = out.dim(1);

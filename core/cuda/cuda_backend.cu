@@ -1035,6 +1035,14 @@ void CudaBackend::top_k_op(const Tensor& probs, int64_t k, bool normalize, Tenso
   cuda::launch_top_k(probs.ptr<float>(), n, e, k, normalize, weights.ptr<float>(), experts.ptr<int32_t>(), stream_);
 }
 
+void CudaBackend::choose_experts_op(const Tensor& logits, const Tensor* bias, const ExpertChoice& rule, int64_t k,
+                                   Tensor& weights, Tensor& experts) {
+  activate();
+  flush();
+  cuda::launch_choose_experts(logits.ptr<float>(), bias ? bias->ptr<float>() : nullptr, rule, logits.dim(0),
+                              logits.dim(1), k, weights.ptr<float>(), experts.ptr<int32_t>(), stream_);
+}
+
 void CudaBackend::grouped_matmul_op(const Tensor& x, const Tensor& w, const std::vector<int64_t>& offsets, Tensor& out) {
   const char* op = "grouped_matmul";
   float_type(op, "x", x);

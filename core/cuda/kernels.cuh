@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "core/expert_choice.h"
+
 namespace linnet::cuda {
 
 // ---- elementwise.cu ----
@@ -160,6 +162,9 @@ void launch_argmax(const void* logits, int dt, int64_t N, int64_t Vs, int64_t va
 // probs [N, E] f32 = softmax of each row of logits (any float dtype), in f32.
 void launch_router_softmax(const void* logits, int ldt, float* probs, int64_t N, int64_t E, cudaStream_t s);
 // torch.topk's k of each row (core/top_k.h), weights divided by their sum when normalize.
+// DeepSeek's choice of experts, one thread a row (core/expert_choice.h).
+void launch_choose_experts(const float* logits, const float* bias, const ExpertChoice& rule, int64_t N, int64_t E,
+                           int64_t k, float* weights, int32_t* experts, cudaStream_t s);
 void launch_top_k(const float* probs, int64_t N, int64_t E, int64_t k, bool normalize, float* weights, int32_t* experts,
                   cudaStream_t s);
 // Up to kMax groups of rows per launch: group g's rows [offsets[g], offsets[g + 1]) of x and out,

@@ -7,6 +7,7 @@
 #include "core/cuda/device_blocks.cuh"
 #include "core/cuda/kernels.cuh"
 #include "core/cuda/quantized_weights.cuh"
+#include "core/expert_choice.h"
 #include "core/top_k.h"
 
 namespace linnet::cuda {
@@ -48,6 +49,17 @@ __global__ void top_k_kernel(const float* __restrict__ probs, int64_t N, int64_t
     weights[row * k + j] = normalize ? __fdiv_rn(e[j].value, sum) : e[j].value;
     experts[row * k + j] = e[j].index;
   }
+}
+
+// ---- choose_experts: one thread per row (core/expert_choice.h), as top_k -------------------
+__global__ void choose_experts_kernel(const float* __restrict__ logits, const float* __restrict__ bias, ExpertChoice rule,
+                                      int64_t N, int64_t E, int64_t k, float* __restrict__ weights,
+                                      int32_t* __restrict__ experts) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (row >= N) return;
+  topk::Entry e[kMaxExperts + topk::kMaxExpertGroups];
+  float scores[kMaxExperts];
+  topk::choose_experts(logits + row * E, bias, rule, E, k, e, scores, weights + row * k, experts + row * k);
 }
 
 // ---- grouped_matmul: matmul.cu's SIMT tile (core/cuda/device_blocks.cuh), each row tile ----
@@ -116,6 +128,15 @@ void launch_router_softmax(const void* logits, int ldt, float* probs, int64_t N,
   if (N == 0 || E == 0) return;
   constexpr int kWarps = 8;
   router_softmax_kernel<<<blocks_for(N, kWarps), kWarps * 32, 0, s>>>(logits, ldt, probs, N, E);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_choose_experts(const float* logits, const float* bias, const ExpertChoice& rule, int64_t N, int64_t E,
+                           int64_t k, float* weights, int32_t* experts, cudaStream_t s) {
+  if (N == 0) return;
+  if (E > kMaxExperts) throw Error(str("cuda choose_experts: ", E, " experts (at most ", kMaxExperts, ")"));
+  constexpr int kRows = 64;
+  choose_experts_kernel<<<blocks_for(N, kRows), kRows, 0, s>>>(logits, bias, rule, N, E, k, weights, experts);
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
