@@ -42,14 +42,18 @@ struct Architecture {
   bool local_rope = false;           // a second RoPE for sliding layers (Gemma 3): rope_parameters per layer type
   bool local_base_freq_key = false;  // its base as rope_local_base_freq (Gemma 3)
   double local_rope_theta = 10000.0; // its base when neither names one
-  bool partial_rotary = false;       // partial_rotary_factor (Phi-3)
+  bool partial_rotary = false;       // partial_rotary_factor (Phi-3, GLM-4.5)
+  double partial_rotary_default = 1.0;  // when none is given (GLM-4.5: 0.5)
+  bool qk_norm_key = false;          // reads use_qk_norm (GLM-4.5: per-head q/k norms when true)
   bool phi3_rope = false;            // "su"/"yarn" read as longrope; top-level original_max_position_embeddings
   bool soft_caps = false;            // logit soft-capping and query_pre_attn_scalar (Gemma)
   bool experts = false;              // mixture-of-experts keys
   bool multipliers = false;          // Granite's scaling multipliers
   bool no_rope_layers = false;       // SmolLM3's NoPE layers
   bool mlp_bias = false;             // reads mlp_bias
-  enum class Bias { attention_bias, qkv_always, none };
+  // attention_bias: q/k/v and o biases; qkv_attention_bias: attention_bias gives q/k/v biases only
+  // (GLM-4.5's o_proj has none); qkv_always: Qwen2.
+  enum class Bias { attention_bias, qkv_attention_bias, qkv_always, none };
   Bias bias = Bias::attention_bias;  // Qwen2: q/k/v biases always; Mistral, Phi-3, Mixtral: none
   bool writes_layer_types = false;     // the writer lists layer_types
   bool writes_use_sliding_window = false;

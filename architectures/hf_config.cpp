@@ -30,6 +30,16 @@ std::string family_list() {
   return s;
 }
 
+// The mixtures of experts: "mixtral, qwen3_moe, olmoe and glm4_moe".
+std::string moe_family_list() {
+  std::vector<std::string> names;
+  for (const Architecture* a : architectures())
+    if (a->experts) names.push_back(a->model_type);
+  std::string s;
+  for (size_t i = 0; i < names.size(); ++i) s += (i == 0 ? "" : i + 1 == names.size() ? " and " : ", ") + names[i];
+  return s;
+}
+
 // ---- RoPE --------------------------------------------------------------------------------
 
 bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
@@ -156,7 +166,7 @@ void parse_rope(const Reader& r, ModelConfig& c, const Architecture& a) {
   }
   // partial_rotary_factor: transformers' Phi-3 rotates that fraction of each head; the other
   // families' rotary code rotates whole heads (a fraction would break or be ignored there).
-  c.partial_rotary_factor = partial.value_or(1.0);
+  c.partial_rotary_factor = partial.value_or(a.partial_rotary_default);
   if (c.partial_rotary_factor != 1.0 && !a.partial_rotary)
     r.fail(str(given(r.j, "partial_rotary_factor") ? "" : "rope_parameters.", "partial_rotary_factor ",
                c.partial_rotary_factor, " is not supported for model_type '", type,
@@ -210,12 +220,12 @@ void refuse_unsupported(const Reader& r, const Architecture& a) {
   if (!a.experts)
     for (const char* key : {"num_experts", "num_local_experts", "n_routed_experts"})
       if (given(j, key) && !(j[key].is_number_integer() && j[key].get<int64_t>() == 0))
-        refuse(key, str("mixture-of-experts layers are read for model_type mixtral, qwen3_moe and olmoe, not '", type,
+        refuse(key, str("mixture-of-experts layers are read for model_type ", moe_family_list(), ", not '", type,
                         "'"));
   if (a.refuse) a.refuse(r);
   if (given(j, "clip_qkv")) refuse("clip_qkv", "OLMo's clipping of q, k and v");
   for (const char* key : {"use_qk_norm", "qk_layernorm", "rope_interleaved"})
-    if (given(j, key) && j[key] != false)
+    if (given(j, key) && j[key] != false && !(a.qk_norm_key && std::string(key) == "use_qk_norm"))
       refuse(key, str("model_type '", type, "' has the q/k norms (or none) ", a.class_name,
                       " has, whatever the config says; RoPE rotates halves, not pairs"));
   if (given(j, "query_pre_attn_scalar") && !a.soft_caps)
@@ -240,8 +250,8 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
       r.fail("unsupported model_type 'gemma3' (Gemma 3 with its vision tower, Gemma3ForConditionalGeneration): linnet "
              "runs the text model, model_type gemma3_text (Gemma3ForCausalLM)");
     if (t.find("moe") != std::string::npos || t == "deepseek_v2" || t == "deepseek_v3" || t == "gpt_oss")
-      r.fail(str("unsupported model_type '", t, "' (its mixture-of-experts layers are not implemented: linnet's are "
-                 "mixtral, qwen3_moe and olmoe; supported: ", family_list(), ")"));
+      r.fail(str("unsupported model_type '", t, "' (its mixture-of-experts layers are not implemented: linnet's are ",
+                 moe_family_list(), "; supported: ", family_list(), ")"));
     r.fail(str("unsupported model_type '", t, "' (supported: ", family_list(), ")"));
   }
   const std::string& type = c.model_type;
@@ -296,6 +306,8 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     c.qkv_bias = true;
   } else if (fam->bias == Architecture::Bias::none) {
     c.qkv_bias = c.o_bias = false;  // hard-wired off in transformers' modules
+  } else if (fam->bias == Architecture::Bias::qkv_attention_bias) {
+    c.qkv_bias = attention_bias;
   } else {
     c.qkv_bias = c.o_bias = attention_bias;
   }
@@ -396,6 +408,7 @@ json to_hf_config(const ModelConfig& c) {
   if (fam->gelu_tanh) j["hidden_activation"] = "gelu_pytorch_tanh";
   else j["hidden_act"] = "silu";
   if (fam->bias == Architecture::Bias::attention_bias) j["attention_bias"] = c.o_bias;
+  if (fam->bias == Architecture::Bias::qkv_attention_bias) j["attention_bias"] = c.qkv_bias;
   if (fam->mlp_bias) j["mlp_bias"] = c.mlp_bias;
   j["rope_scaling"] = rope_json(c.rope);
   if (c.partial_rotary_factor != 1.0) j["partial_rotary_factor"] = c.partial_rotary_factor;

@@ -5,7 +5,7 @@
 namespace linnet {
 
 extern const Architecture kLlama, kQwen2, kMistral, kQwen3, kGemma2, kGemma3Text, kPhi3, kOlmo2, kGranite, kSmolLm3,
-    kOlmo3, kMixtral, kQwen3Moe, kOlmoe;
+    kOlmo3, kMixtral, kQwen3Moe, kOlmoe, kGlm4Moe;
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
@@ -13,6 +13,8 @@ const std::vector<const Architecture*>& architectures() {
       &kOlmo3,  // issue 36
       // Mixtures of experts (issue 30).
       &kMixtral, &kQwen3Moe, &kOlmoe,
+      // DeepSeek's experts (issue 38).
+      &kGlm4Moe,
   };
   return all;
 }

@@ -101,6 +101,7 @@ std::vector<std::pair<std::string, int64_t>> extra_generics(const ModelConfig& c
     out.emplace_back("Experts", c.experts);
     out.emplace_back("TopK", c.experts_per_token);
     out.emplace_back("ExpertInner", c.expert_inner);
+    if (c.shared_expert_inner > 0) out.emplace_back("SharedInner", c.shared_expert_inner);
   }
   return out;
 }

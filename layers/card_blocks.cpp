@@ -6,6 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
+#include "core/error.h"
 #include "layers/card_args.h"
 #include "layers/rope.h"
 
@@ -33,7 +34,12 @@ struct Family {
   std::string expert_generics(bool declared) const {
     if (!c.moe()) return "";
     const std::string dim = declared ? ": Dim" : "";
-    return ", Experts" + dim + ", TopK" + dim + ", ExpertInner" + dim;
+    return ", Experts" + dim + ", TopK" + dim + ", ExpertInner" + dim + (shared() ? ", SharedInner" + dim : "");
+  }
+  bool shared() const { return c.shared_expert_inner > 0; }
+  // SparseMoe as a layer names it.
+  std::string moe() const {
+    return std::string("SparseMoe<H, Experts, TopK, ExpertInner, ") + (shared() ? "SharedInner, " : "") + "T, Shards>";
   }
 };
 
@@ -125,7 +131,7 @@ Block decoder_layer(const Family& f) {
               f.d_generics(false) + ">");
   if (f.c.post_norms) m.push_back("sub post_attention_norm: " + n);
   if (f.c.pre_norms) m.push_back("sub mlp_norm: " + n);
-  const std::string moe = "SparseMoe<H, Experts, TopK, ExpertInner, T, Shards>";
+  const std::string moe = f.moe();
   if (!c.moe())
     m.push_back("sub mlp: " + dense);
   else if (!c.any_dense_mlp())
@@ -250,9 +256,10 @@ Block gated_mlp(bool gelu_tanh, bool fused_gate_up) {
   return b;
 }
 
-Block sparse_moe(const std::string& ns) {
-  return {"SparseMoe",
-          ns + ".moe::SparseMoe<H: Dim, Experts: Dim, TopK: Dim, ExpertInner: Dim, T: Float, Shards: Dim = 1>",
+Block sparse_moe(const std::string& ns, bool shared) {
+  Block b{"SparseMoe",
+          ns + ".moe::SparseMoe<H: Dim, Experts: Dim, TopK: Dim, ExpertInner: Dim, " + (shared ? "SharedInner: Dim, " : "") +
+              "T: Float, Shards: Dim = 1>",
           {"sub router: Router<H, Experts, TopK, T>",
            "sub experts: [Expert<H, ExpertInner, T>; Experts]  (--moe-sharding expert: Experts / Shards whole experts "
            "per rank; --moe-sharding tensor: every Expert<H, ExpertInner / Shards, T>, its down all-reduced)",
@@ -261,6 +268,31 @@ Block sparse_moe(const std::string& ns) {
            "fn dispatch: expert sharding: each rank routes its ceil(rows / Shards) rows, each chosen row to its "
            "expert's rank and the output back (all_to_all of rows, each way), the rows all-gathered"},
           {shaped_forward("x", "H", "T", "H")}};
+  if (shared)
+    b.members.insert(b.members.begin() + 2,
+                     "sub shared: SwiGlu<H, SharedInner / Shards, T>  (n_shared_experts; sliced as the MLP in either "
+                     "sharding, its down all-reduced; added to the combined sum: combine(x) + shared(x), each in T)");
+  return b;
+}
+
+// DeepSeek's router (core/expert_choice.h), as the config sets it.
+Block deepseek_router(const ExpertChoice& r, bool bias) {
+  Function route = fn("pub fn", "forward", "*S: Shape", {tensor("x", {"*S", "H"}, "T")}, result({"*S", "TopK"}, "f32"));
+  route.results.push_back(result({"*S", "TopK"}, "i32"));
+  std::vector<std::string> m = {
+      "param weight: Tensor[Experts, H; f32]  (kept in f32 whatever T)",
+      std::string("fn scores = ") + (r.sigmoid ? "sigmoid(f32(x) * weight^T)" : "softmax(f32(x) * weight^T)") + ", in f32"};
+  if (bias)
+    m.push_back("param e_score_correction_bias: Tensor[Experts; f32]  (added to the scores to choose, never to weigh)");
+  if (r.groups > 1)
+    m.push_back(str("const n_group: Dim = ", r.groups, ", topk_group: Dim = ", r.keep_groups,
+                    "  (each group of Experts / n_group scores ", r.group_top2 ? "its two best summed" : "its best",
+                    "; the experts of the other groups are not chosen)"));
+  m.push_back("fn top_k = the TopK best choices as torch.topk(sorted=False) picks them: (scores at them, experts)");
+  m.push_back(std::string("const normalize: bool = ") + (r.normalize ? "true" : "false") +
+              "  (norm_topk_prob: the TopK weights divided by their sum + 1e-20)");
+  m.push_back("const routed_scaling_factor: f32 = " + num(r.scale) + "  (the weights times it)");
+  return {"Router", "std.nn.moe::Router<H: Dim, Experts: Dim, TopK: Dim, T: Float = bf16>", m, {route}};
 }
 
 Block router(bool normalize) {
@@ -302,8 +334,8 @@ std::vector<Block> family_blocks(const ModelConfig& c, const FamilyOptions& o) {
                             c.norm_plus_one ? rms_norm_1p() : rms_norm()};
   if (!c.moe() || c.any_dense_mlp()) out.push_back(gated_mlp(gelu_tanh(c), o.fused_gate_up));
   if (c.moe()) {
-    out.push_back(sparse_moe(o.ns));
-    out.push_back(router(c.norm_topk_prob));
+    out.push_back(sparse_moe(o.ns, c.shared_expert_inner > 0));
+    out.push_back(c.expert_choice ? deepseek_router(*c.expert_choice, c.router_bias) : router(c.norm_topk_prob));
     out.push_back(expert(c.expert_names == ModelConfig::ExpertNames::mixtral));
   }
   std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.name < b.name; });

@@ -47,9 +47,14 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
 SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard) {
   SparseMoe E;
   const std::string m = "layers[" + std::to_string(i) + "].mlp.";
-  E.router.gate.weight = w.matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
   E.router.top_k = g.top_k;
   E.router.normalize = config.norm_topk_prob;
+  E.router.choice = config.expert_choice;
+  // DeepSeek's router weight stays f32 (not packed in T): a plain upload of its f32 copy.
+  E.router.gate.weight = config.expert_choice ? w.param(m + "router.weight")
+                                              : w.matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
+  if (config.router_bias) E.router.bias = w.param(m + "router.e_score_correction_bias");
+  if (g.shared_inner > 0) E.shared = load_swiglu(w, config, m + "shared.", g.shared_inner_per_shard(), false);
   E.num_experts = g.experts;
   E.first_expert = g.expert_begin(shard);
   E.inner = g.expert_inner_per_shard();
@@ -74,24 +79,27 @@ SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generic
   return E;
 }
 
-// Layer i's dense MLP: gate|up as one column-parallel product (the card's gate and up are
-// views of its rows), down row-parallel.
-SwiGlu load_mlp(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i) {
-  const int64_t inner = g.inner_per_shard();
-  const std::string m = "layers[" + std::to_string(i) + "].mlp.";
+// A SwiGLU under card prefix m ("layers[i].mlp.", "layers[i].mlp.shared."): gate|up as one
+// column-parallel product (the card's gate and up are views of its rows), down row-parallel.
+SwiGlu load_swiglu(WeightLoader& w, const ModelConfig& config, const std::string& m, int64_t inner, bool biases) {
   SwiGlu M;
   M.options = config.mlp_options();
-  M.gate_up.weight = w.matrix(m + "gate_up.weight", {m + "gate.weight", m + "up.weight"}, {2 * inner, g.hidden});
-  if (config.mlp_bias) M.gate_up.bias = w.stacked({m + "gate.bias", m + "up.bias"});
+  M.gate_up.weight = w.matrix(m + "gate_up.weight", {m + "gate.weight", m + "up.weight"}, {2 * inner, config.hidden});
+  if (biases) M.gate_up.bias = w.stacked({m + "gate.bias", m + "up.bias"});
   M.gate.weight = M.gate_up.weight.rows(0, inner);
   M.up.weight = M.gate_up.weight.rows(inner, 2 * inner);
-  if (config.mlp_bias) {
+  if (biases) {
     M.gate.bias = M.gate_up.bias.rows(0, inner);
     M.up.bias = M.gate_up.bias.rows(inner, 2 * inner);
   }
   M.down.weight = w.matrix(m + "down.weight", {m + "down.weight"}, w.spec(m + "down.weight").shard_shape());
-  if (config.mlp_bias) M.down.bias = w.param(m + "down.bias");
+  if (biases) M.down.bias = w.param(m + "down.bias");
   return M;
+}
+
+// Layer i's dense MLP.
+SwiGlu load_mlp(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i) {
+  return load_swiglu(w, config, "layers[" + std::to_string(i) + "].mlp.", g.inner_per_shard(), config.mlp_bias);
 }
 
 // Layer i: its norms around the blocks, attention, and the dense MLP or the experts.

@@ -16,6 +16,9 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
                                      int64_t shard);
 // Layer i's experts: this rank's (expert sharding) or every expert's slices (tensor sharding).
 SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard);
+// A SwiGLU under card prefix m ("layers[i].mlp.", a layer's shared experts "layers[i].mlp.shared."),
+// inner rows on this shard, with gate/up/down biases or none.
+SwiGlu load_swiglu(WeightLoader& w, const ModelConfig& config, const std::string& m, int64_t inner, bool biases);
 // Layer i's dense MLP: gate|up as one column-parallel product, down row-parallel.
 SwiGlu load_mlp(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i);
 // Layer i: its norms around the blocks (as ModelConfig places them), attention, and the

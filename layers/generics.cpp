@@ -28,6 +28,7 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   g.experts = c.experts;
   g.top_k = c.experts_per_token;
   g.expert_inner = c.expert_inner;
+  g.shared_inner = c.shared_expert_inner;
   g.moe_sharding = o.moe_sharding;
   g.batch = o.batch;
   g.max_seq = o.max_seq > 0 ? o.max_seq : c.max_position;
@@ -65,6 +66,9 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
       throw Error(str("Experts=", g.experts, " does not divide by Shards=", g.shards,
                       " (--moe-sharding expert holds Experts/Shards whole experts per rank; --moe-sharding tensor "
                       "slices every expert instead)"));
+    if (g.shared_inner % g.shards != 0)
+      throw Error(str("SharedInner=", g.shared_inner, " does not divide by Shards=", g.shards,
+                      " (the shared experts are sliced as the MLP is, in either --moe-sharding)"));
     if (!g.expert_parallel() && g.expert_inner % g.shards != 0)
       throw Error(str("ExpertInner=", g.expert_inner, " does not divide by Shards=", g.shards,
                       " (--moe-sharding tensor slices every expert by ExpertInner; --moe-sharding expert holds whole "

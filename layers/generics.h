@@ -37,6 +37,7 @@ struct Generics {
   int64_t d = 0;  // the head dim: config.json's head_dim, else H / Heads
   // Mixtures of experts (0 without): Experts, TopK, ExpertInner and how they are sharded.
   int64_t experts = 0, top_k = 0, expert_inner = 0;
+  int64_t shared_inner = 0;  // SharedInner: the shared experts' SwiGLU (0: none), sliced as the MLP is
   MoeSharding moe_sharding = MoeSharding::expert;
   int64_t batch = 1, max_seq = 0, shards = 1, page_size = 64;
   DType t = DType::bf16;
@@ -59,6 +60,7 @@ struct Generics {
   int64_t kv_heads_per_shard() const { return shards > kv_heads ? 1 : kv_heads / shards; }
   int64_t kv_head_begin(int64_t s) const { return s / kv_replicas() * kv_heads_per_shard(); }
   int64_t inner_per_shard() const { return inner / shards; }
+  int64_t shared_inner_per_shard() const { return shared_inner / shards; }
   int64_t vocab_per_shard() const { return (vocab + shards - 1) / shards; }
   // Experts: whole experts per shard (expert sharding; every expert under tensor sharding), the
   // first of shard s, and each expert's inner rows per shard (sliced under tensor sharding).

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/expert_choice.h"
 
 namespace linnet {
 
@@ -106,6 +107,18 @@ struct ModelConfig {
   // mlp.experts.E.gate_proj/up_proj/down_proj (Qwen3-MoE, OLMoE); the router is `gate` in both.
   enum class ExpertNames { mixtral, qwen };
   ExpertNames expert_names = ExpertNames::qwen;
+  // DeepSeek's experts (GLM-4.5; DeepSeek V2/V3 and Mistral 4 with issue 38's attention): the
+  // router in f32 on the input widened to f32 (its weight kept in f32, as transformers keeps
+  // it), the experts chosen by `expert_choice` (core/expert_choice.h; none: softmax and top-k),
+  // e_score_correction_bias beside the router where `router_bias`, and shared experts — one
+  // SwiGLU of shared_expert_inner (moe_intermediate_size × n_shared_experts; 0: none) — added
+  // to the routed sum.
+  std::optional<ExpertChoice> expert_choice;
+  bool router_bias = false;
+  int64_t shared_expert_inner = 0;
+  // Multi-token-prediction layers the checkpoint holds after the last (model.layers.<layers + i>.*,
+  // num_nextn_predict_layers): skipped at load, with one log line.
+  int64_t mtp_layers = 0;
 
   // A quantized checkpoint's layout (quantization_config; none: every matrix dense).
   std::optional<Quantization> quantization;

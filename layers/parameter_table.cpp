@@ -103,8 +103,23 @@ void ParamTable::experts(const ExpertTensorNames& names) {
   const int64_t h = g_.hidden, ei = g_.expert_inner, s = g_.shards;
   const std::string m = hf_ + names.block + ".";
   // The router stays in the checkpoint's dtype: transformers' FP8 converts nn.Linear modules,
-  // and its routers are not (Qwen3-MoE, Mixtral, OLMoE: a TopKRouter of their own).
+  // and its routers are not (Qwen3-MoE, Mixtral, OLMoE: a TopKRouter of their own). DeepSeek's
+  // router is kept in f32 (its weight and e_score_correction_bias: transformers'
+  // _keep_in_fp32_modules_strict), whatever the model's dtype.
   add(m + "gate.weight", card_ + "mlp.router.weight", {g_.experts, h}, Split::mirrored, 0);
+  if (c_.expert_choice) p_.back().dtype = DType::f32;
+  if (c_.router_bias) {
+    add(m + "gate.e_score_correction_bias", card_ + "mlp.router.e_score_correction_bias", {g_.experts},
+        Split::mirrored, 0);
+    p_.back().dtype = DType::f32;
+  }
+  // Shared experts: one SwiGLU of SharedInner beside the routed ones, sliced as the MLP is.
+  if (g_.shared_inner > 0) {
+    const int64_t si = g_.shared_inner;
+    add_linear(m + "shared_experts.gate_proj.weight", card_ + "mlp.shared.gate.weight", {si, h}, Split::rows, si / s);
+    add_linear(m + "shared_experts.up_proj.weight", card_ + "mlp.shared.up.weight", {si, h}, Split::rows, si / s);
+    add_linear(m + "shared_experts.down_proj.weight", card_ + "mlp.shared.down.weight", {h, si}, Split::columns, si / s);
+  }
   for (int64_t e = 0; e < g_.experts; ++e) {
     const std::string he = m + "experts." + std::to_string(e) + ".";
     const std::string ce = card_ + "mlp.experts[" + std::to_string(e) + "].";

@@ -18,6 +18,17 @@ Tensor host_ints(const std::vector<int32_t>& v, const Shape& shape) {
 void Router::forward(Context& ctx, const Tensor& x, Tensor& weights, Tensor& experts) const {
   Backend& be = ctx.backend;
   const int64_t n = x.dim(0), e = gate.out_features();
+  if (choice) {  // transformers: F.linear(x.float(), weight.float()), then the choice in f32
+    Tensor x32 = x;
+    if (x.dtype() != DType::f32) {
+      x32 = be.empty(x.shape(), DType::f32);
+      be.convert(x, x32);
+    }
+    Tensor logits = be.empty({n, e}, DType::f32);
+    gate.forward(ctx, x32, logits);
+    be.choose_experts(logits, bias.defined() ? &bias : nullptr, *choice, top_k, weights, experts);
+    return;
+  }
   Tensor logits = be.empty({n, e}, x.dtype());
   gate.forward(ctx, x, logits);
   Tensor probs = be.empty({n, e}, DType::f32);
@@ -44,6 +55,11 @@ void SparseMoe::forward(Context& ctx, const Tensor& x, Tensor& out) const {
     forward_expert_parallel(ctx, x, out);
   else
     forward_local(ctx, x, out);
+  if (shared) {  // transformers: routed + shared_experts(x), each rounded to T, then added
+    Tensor s = ctx.backend.empty(out.shape(), out.dtype());
+    shared->forward(ctx, x, s);  // (its down's partial sums all-reduced there)
+    ctx.backend.add(out, s);
+  }
 }
 
 void SparseMoe::forward_local(Context& ctx, const Tensor& x, Tensor& out) const {

@@ -22,9 +22,11 @@
 // Card notation (H, Inner, Experts, TopK, T, Shards): the generics table of docs/entries.md and
 // its "Families" section.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "layers/linear.h"
+#include "layers/swiglu.h"
 
 namespace linnet {
 
@@ -32,6 +34,11 @@ struct Router {
   Linear gate;  // [Experts, H], whole on every rank
   int64_t top_k = 0;
   bool normalize = false;  // norm_topk_prob
+  // DeepSeek's router (none: softmax and top-k): logits in f32 from x widened to f32 and gate's
+  // f32 weight, the experts chosen as `choice` says (Backend::choose_experts), `bias`
+  // (e_score_correction_bias [Experts] f32, or undefined) added to choose.
+  std::optional<ExpertChoice> choice;
+  Tensor bias;
   // x [N, H] → weights [N, TopK] f32 and experts [N, TopK] i32 (global expert ids), on the device.
   void forward(Context& ctx, const Tensor& x, Tensor& weights, Tensor& experts) const;
 };
@@ -49,6 +56,9 @@ class SparseMoe {
   std::vector<Expert> experts;
   Linear gate_up;  // [local experts · 2·ExpertInner', H]: expert k's gate rows, then its up rows
   Linear down;     // [local experts · H, ExpertInner']
+  // Shared experts (DeepSeek's, GLM-4.5's): one SwiGLU of SharedInner / Shards rows on every
+  // rank in either sharding, its output added to the routed sum.
+  std::optional<SwiGlu> shared;
   int64_t num_experts = 0;   // Experts (all ranks)
   int64_t first_expert = 0;
   int64_t inner = 0;         // ExpertInner' : this rank's rows of each expert

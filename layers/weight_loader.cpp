@@ -38,6 +38,7 @@ Tensor WeightLoader::host(const std::string& card_name) {
   LINNET_CHECK(p.held_by(shard_), card_name, " is held by shard ", p.owner, ", not ", shard_);
   // A quantized matrix goes with its scales (quantized_matrix), never widened alone.
   LINNET_CHECK(p.layout.dense(), card_name, " is stored ", p.layout.describe(), ": read with its scales");
+  if (p.dtype == DType::f32) return converted(weights_.read(p, shard_), DType::f32);  // kept in f32 (DeepSeek's router)
   Tensor t = converted(weights_.read(p, shard_), g_.t);  // rounded to T first
   return converted(t, t.rank() == 2 ? matrix_dtype_ : act_);
 }

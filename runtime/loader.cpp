@@ -1,5 +1,7 @@
 #include "runtime/loader.h"
 
+#include <algorithm>
+
 #include <spdlog/spdlog.h>
 
 #include "checkpoint/checkpoint_weights.h"
@@ -73,7 +75,22 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   if (m.from_packed_file && comm.rank() == 0)
     spdlog::info("{}: matrices mapped from {} (checksums verified in {:.2f} s)", dir, kPackedFileName,
                  weights.packed_verify_seconds());
-  if (const auto unused = weights.unused(m.config, parameter_specs(m.config, m.generics)); !unused.empty() && comm.rank() == 0) {
+  auto unused = weights.unused(m.config, parameter_specs(m.config, m.generics));
+  // Multi-token-prediction layers (GLM-4.5, DeepSeek-V3: model.layers.<num_hidden_layers + i>.*)
+  // are skipped, with one line: speculative decoding would use them.
+  if (m.config.mtp_layers > 0) {
+    auto mtp = [&](const std::string& name) {
+      for (int64_t i = 0; i < m.config.mtp_layers; ++i)
+        if (name.starts_with(str("model.layers.", m.config.layers + i, "."))) return true;
+      return false;
+    };
+    const auto skipped = std::count_if(unused.begin(), unused.end(), mtp);
+    if (skipped > 0 && comm.rank() == 0)
+      spdlog::info("{}: {} tensor(s) of the multi-token-prediction layer(s) model.layers.{}.* skipped (num_nextn_predict_layers "
+                   "= {}; speculative decoding is not implemented)", dir, skipped, m.config.layers, m.config.mtp_layers);
+    unused.erase(std::remove_if(unused.begin(), unused.end(), mtp), unused.end());
+  }
+  if (!unused.empty() && comm.rank() == 0) {
     std::string list;
     for (size_t i = 0; i < unused.size() && i < 6; ++i) list += (i ? ", " : "") + unused[i];
     if (unused.size() > 6) list += str(", … (", unused.size() - 6, " more)");

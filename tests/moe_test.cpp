@@ -189,6 +189,99 @@ TEST(Moe, TopKIsTheStandardLibrarysOrderOnTieHeavyRows) {
   EXPECT_EQ(top({1, 2, 2, 1, 2, 0, 2, 1}, 3), (std::vector<int32_t>{1, 6, 4}));
 }
 
+// GLM-4.5 (glm4_moe): DeepSeek's experts as Glm4MoeConfig reads them — its defaults, its keys,
+// the refusals naming each rule, and the writer read back to the same model.
+TEST(Moe, Glm4MoeConfigReadAsTransformersReadsIt) {
+  const json glm = with(base(), {{"model_type", "glm4_moe"}});
+  const ModelConfig d = parse(glm);
+  EXPECT_EQ(d.experts, 128);
+  EXPECT_EQ(d.experts_per_token, 8);
+  EXPECT_EQ(d.expert_inner, 1408);
+  EXPECT_EQ(d.shared_expert_inner, 1408);  // one shared expert
+  EXPECT_TRUE(d.norm_topk_prob);
+  EXPECT_EQ(d.partial_rotary_factor, 0.5);
+  EXPECT_EQ(d.qk_norm, ModelConfig::QkNorm::none);
+  EXPECT_TRUE(!d.sparse_layer(0) && d.sparse_layer(1) && d.sparse_layer(2));  // first_k_dense_replace 1
+  ASSERT_TRUE(d.expert_choice);
+  EXPECT_TRUE(d.expert_choice->sigmoid && d.expert_choice->group_top2 && d.expert_choice->normalize);
+  EXPECT_EQ(d.expert_choice->groups, 1);
+  EXPECT_EQ(d.expert_choice->scale, 1.0f);
+  EXPECT_TRUE(d.router_bias);
+  EXPECT_EQ(d.mtp_layers, 1);
+  const ModelConfig b = parse(with(glm, {{"attention_bias", true}, {"use_qk_norm", true}, {"n_shared_experts", 2},
+                                         {"n_routed_experts", 16}, {"n_group", 4}, {"topk_group", 2},
+                                         {"num_experts_per_tok", 3}, {"routed_scaling_factor", 2.5},
+                                         {"norm_topk_prob", false}, {"first_k_dense_replace", 0},
+                                         {"num_nextn_predict_layers", 0}, {"partial_rotary_factor", 1.0}}));
+  EXPECT_TRUE(b.qkv_bias);
+  EXPECT_FALSE(b.o_bias);  // GLM-4.5's o_proj has no bias
+  EXPECT_EQ(b.qk_norm, ModelConfig::QkNorm::per_head);
+  EXPECT_EQ(b.shared_expert_inner, 2 * 1408);
+  EXPECT_EQ(b.experts, 16);
+  EXPECT_EQ(b.expert_choice->groups, 4);
+  EXPECT_EQ(b.expert_choice->keep_groups, 2);
+  EXPECT_EQ(b.expert_choice->scale, 2.5f);
+  EXPECT_FALSE(b.expert_choice->normalize);
+  EXPECT_EQ(b.partial_rotary_factor, 1.0);
+  EXPECT_EQ(b.mtp_layers, 0);
+  for (int64_t i = 0; i < 3; ++i) EXPECT_TRUE(b.sparse_layer(i)) << i;
+  // The writer, read back: the same model.
+  const ModelConfig back = parse(to_hf_config(b));
+  EXPECT_EQ(back.experts, b.experts);
+  EXPECT_EQ(back.shared_expert_inner, b.shared_expert_inner);
+  EXPECT_TRUE(back.expert_choice && *back.expert_choice == *b.expert_choice);
+  EXPECT_EQ(back.qkv_bias, b.qkv_bias);
+  EXPECT_EQ(back.o_bias, b.o_bias);
+  EXPECT_EQ(back.qk_norm, b.qk_norm);
+  EXPECT_EQ(back.partial_rotary_factor, b.partial_rotary_factor);
+  for (int64_t i = 0; i < 3; ++i) EXPECT_EQ(back.sparse_layer(i), b.sparse_layer(i)) << i;
+  // Every layer dense: no experts at all.
+  EXPECT_FALSE(parse(with(glm, {{"first_k_dense_replace", 3}})).moe());
+  // Refused, naming the rule.
+  auto refused = [&](const json& more, const std::string& what) {
+    const std::string e = error_of(with(glm, more));
+    EXPECT_NE(e.find(what), std::string::npos) << more.dump() << ": " << e;
+  };
+  refused({{"num_experts", 8}}, "'num_experts' = 8 is not read by transformers' Glm4Moe");
+  refused({{"n_routed_experts", 8}, {"num_local_experts", 16}}, "n_routed_experts 8 and num_local_experts 16 disagree");
+  refused({{"n_group", 3}}, "n_group 3 does not divide n_routed_experts 128");
+  refused({{"n_group", 2}, {"topk_group", 3}}, "topk_group 3 is more than n_group 2");
+  refused({{"n_group", 128}, {"topk_group", 4}}, "leaves groups of 1 expert(s)");
+  refused({{"n_group", 64}, {"topk_group", 1}}, "num_experts_per_tok 8 is more than the 2 experts of topk_group 1 groups");
+  refused({{"routed_scaling_factor", 0}}, "'routed_scaling_factor' must be positive");
+  refused({{"n_shared_experts", -1}}, "'n_shared_experts' must be a non-negative integer, got -1");
+  // The shared experts split as the MLP does: SharedInner must divide by Shards.
+  const ModelConfig odd = parse(with(glm, {{"n_routed_experts", 8}, {"moe_intermediate_size", 6}, {"n_shared_experts", 1},
+                                           {"num_experts_per_tok", 2}, {"intermediate_size", 16}}));
+  try {
+    bind_generics(odd, RunOptions{1, 32, 4, 8, std::nullopt, MoeSharding::expert});
+    ADD_FAILURE() << "SharedInner 6 split over 4 shards";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("SharedInner=6 does not divide by Shards=4"), std::string::npos) << e.what();
+  }
+}
+
+// GLM-4.5's multi-token-prediction layer (num_nextn_predict_layers: model.layers.<num_hidden_layers>.*)
+// is skipped with one line, not reported as unused: the glm4_moe fixture read as 2 layers, its
+// third layer's tensors standing for the MTP layer's.
+TEST(Moe, MultiTokenPredictionLayersAreSkippedWithOneLine) {
+  const fs::path golden = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/glm4_moe";
+  const fs::path d = linnet::testing::fresh_dir("glm4_moe_mtp");
+  fs::create_directories(d / "ckpt");
+  fs::copy_file(golden / "model.safetensors", d / "ckpt/model.safetensors");
+  json c = json::parse(std::ifstream(golden / "config.json"));
+  c["num_hidden_layers"] = 2;
+  c["num_nextn_predict_layers"] = 1;
+  linnet::testing::write_text(d / "ckpt/config.json", c.dump());
+  linnet::testing::write_text(d / "calls.json", R"([{"entry": "forward", "args": {"tokens": [[1, 2, 3]]}}])");
+  const auto r = linnet::testing::linnet_run(
+      {"run", "--checkpoint", (d / "ckpt").string(), "--calls", (d / "calls.json").string(), "--backend", "cpu"}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("tensor(s) of the multi-token-prediction layer(s) model.layers.2.* skipped"), std::string::npos)
+      << r.errors;
+  EXPECT_EQ(r.errors.find("not used by the model"), std::string::npos) << r.errors;
+}
+
 // torch.topk(sorted=False) on the CPU (torch 2.15): nth_element's order, not sorted (these rows
 // of torch.manual_seed(0)'s randn gave these indices).
 TEST(Moe, UnsortedTopKIsTorchs) {
@@ -521,6 +614,29 @@ TEST(Moe, InspectNamesTheBlocksAndGenerics) {
   EXPECT_EQ(mx.find("SwiGlu\n"), std::string::npos) << mx;
   EXPECT_NE(mx.find("sub mlp: SparseMoe<H, Experts, TopK, ExpertInner, T, Shards>\n"), std::string::npos) << mx;
   EXPECT_NE(mx.find("block_sparse_moe.experts.E.w1 (gate), w3 (up), w2 (down)"), std::string::npos) << mx;
+}
+
+// GLM-4.5's card: SharedInner among the generics, the shared experts in SparseMoe, DeepSeek's
+// router with its f32 weight, bias, groups and scale.
+TEST(Moe, Glm4MoeCardNamesTheRouterAndTheSharedExperts) {
+  const ModelConfig g = load_hf_config((fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/glm4_moe").string());
+  EXPECT_EQ(card::extra_generics(g), (std::vector<std::pair<std::string, int64_t>>{
+                                         {"D", 8}, {"Experts", 8}, {"TopK", 3}, {"ExpertInner", 16}, {"SharedInner", 16}}));
+  std::string all;
+  for (const auto& b : card::blocks_for(g)) {
+    all += b.name + "\n" + b.header + "\n";
+    for (const auto& m : b.members) all += m + "\n";
+  }
+  for (const char* want :
+       {"glm4_moe::DecoderLayer<", "ExpertInner: Dim, SharedInner: Dim>",
+        "sub mlp: SparseMoe<H, Experts, TopK, ExpertInner, SharedInner, T, Shards>  (sparse_layers; the others "
+        "SwiGlu<H, Inner / Shards, T>)",
+        "const sparse_layers: [1, 2]",
+        "glm4_moe.moe::SparseMoe<H: Dim, Experts: Dim, TopK: Dim, ExpertInner: Dim, SharedInner: Dim, T: Float",
+        "sub shared: SwiGlu<H, SharedInner / Shards, T>", "param weight: Tensor[Experts, H; f32]",
+        "fn scores = sigmoid(f32(x) * weight^T), in f32", "param e_score_correction_bias: Tensor[Experts; f32]",
+        "const n_group: Dim = 4, topk_group: Dim = 2", "const routed_scaling_factor: f32 = 2.5"})
+    EXPECT_NE(all.find(want), std::string::npos) << want << "\n" << all;
 }
 
 TEST(Moe, EachShardingSplitsTheExpertsAndTheMemoryPlanFollows) {

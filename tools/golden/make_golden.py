@@ -610,6 +610,56 @@ ISSUE37_CASES = [
                    [("_f32", "float32")], ct=CT_FP8_DYNAMIC),
 ]
 
+# --------------------------------------------------------------------------------------
+# Issue 38: DeepSeek's experts. GLM-4.5 (Glm4MoeForCausalLM): sigmoid routing with
+# e_score_correction_bias (drawn N(0, 0.1) here: transformers initializes it to zeros, which
+# would leave the bias untested), group-limited choice, shared experts, first dense layers,
+# partial rotary 0.5. Hidden 32, 8 q heads of 8 over 4 KV heads, 8 experts of inner 16: every
+# count splits at Shards 2 and 4 in both shardings. Seeds 7000 + index; written with
+# `make_golden.py --only NAME …` like issue 34's cases.
+# --------------------------------------------------------------------------------------
+
+GLM4_MOE = dict(MOE_BASE, architectures=["Glm4MoeForCausalLM"], model_type="glm4_moe", head_dim=8,
+                n_routed_experts=8, moe_intermediate_size=16, num_nextn_predict_layers=0, rope_theta=10000.0)
+
+ISSUE38_CASES = [
+    dict(family("glm4_moe", "Glm4MoeForCausalLM: 3 layers, layer 0 dense (first_k_dense_replace 1, intermediate "
+                "24), layers 1-2 of 8 experts (inner 16) top-3 among n_group 4 groups of 2 (topk_group 2: each "
+                "group scored by its two best sigmoid + bias), norm_topk_prob, routed_scaling_factor 2.5, one "
+                "shared expert, q/k norms per head (use_qk_norm), q/k/v biases (attention_bias; o_proj none), "
+                "head_dim 8 with half rotated (partial_rotary_factor 0.5)",
+                **dict(GLM4_MOE, num_hidden_layers=3, intermediate_size=24, first_k_dense_replace=1,
+                       num_experts_per_tok=3, n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5,
+                       n_shared_experts=1, use_qk_norm=True, attention_bias=True)),
+         router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    dict(family("glm4_moe_shared2", "Glm4MoeForCausalLM: 2 layers, both of 8 experts (first_k_dense_replace 0), "
+                "top-2 of all (n_group 1), no renormalising (norm_topk_prob false), routed_scaling_factor 1, two "
+                "shared experts (inner 32), no q/k norms, no biases",
+                **dict(GLM4_MOE, num_hidden_layers=2, first_k_dense_replace=0, num_experts_per_tok=2, n_group=1,
+                       topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0, n_shared_experts=2,
+                       use_qk_norm=False, attention_bias=False)),
+         router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+]
+
+
+def deepseek_tweak(case):
+    """moe_tweak's routers, and e_score_correction_bias N(0, 0.1) (a buffer transformers keeps in f32; its
+    values in the stored dtype, so that the checkpoint holds them exactly)."""
+    routers = moe_tweak(case)
+
+    def tweak(state, cfg, gen, store_dtype, checks):
+        import torch
+        routers(state, cfg, gen, store_dtype, checks)
+        n = 0
+        for k in sorted(state):
+            if k.endswith("mlp.gate.weight"):
+                b = k[:-len("weight")] + "e_score_correction_bias"
+                state[b] = (0.1 * torch.randn(state[k].shape[0], generator=gen)).to(store_dtype).to(torch.float32)
+                n += 1
+        checks["router_biases"] = n
+    return tweak
+
+
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 
 
@@ -2283,6 +2333,22 @@ def issue37_cases():
     return out
 
 
+def issue38_cases():
+    """(name, writer) of every issue-38 case in every dtype it is written in."""
+    def write(c, i, di, suffix, dtype_name):
+        entry = family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=7000, tweak=deepseek_tweak(c))
+        entry["moe"] = True
+        return entry
+
+    out = []
+    for i, c in enumerate(ISSUE38_CASES):
+        for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
+            out.append((c["name"] + suffix,
+                        lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
+                        write(c, i, di, suffix, dtype_name)))
+    return out
+
+
 def write_only(names):
     """Writes the named cases (issue 34's, 36's and 37's) and replaces their entries in
     manifest.json; every other case and its files stay as they are."""
@@ -2295,8 +2361,10 @@ def write_only(names):
     writers = dict(issue34_cases())
     issue36 = dict(issue36_cases())
     issue37 = dict(issue37_cases())
+    issue38 = dict(issue38_cases())
     writers.update(issue36)
     writers.update(issue37)
+    writers.update(issue38)
     unknown = [n for n in names if n not in writers]
     assert names and not unknown, f"--only takes these cases: {sorted(writers)}; not {unknown}"
     path = os.path.join(OUT, "manifest.json")
@@ -2304,7 +2372,8 @@ def write_only(names):
         manifest = json.load(f)
     for n in names:
         entry = writers[n]()
-        entry["issue37" if n in issue37 else "issue36" if n in issue36 else "issue34"] = True
+        entry["issue38" if n in issue38 else "issue37" if n in issue37 else "issue36" if n in issue36
+              else "issue34"] = True
         manifest["cases"] = [e for e in manifest["cases"] if e["name"] != n] + [entry]
     manifest["total_bytes"] = sum(e["bytes"] for e in manifest["cases"])
     with open(path, "w") as f:
