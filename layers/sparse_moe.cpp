@@ -26,6 +26,11 @@ void Router::forward(Context& ctx, const Tensor& x, Tensor& weights, Tensor& exp
     }
     Tensor logits = be.empty({n, e}, DType::f32);
     gate.forward(ctx, x32, logits);
+    if (!choice->sigmoid) {  // DeepSeek V2: the choice among the softmax's probabilities
+      Tensor probs = be.empty({n, e}, DType::f32);
+      be.router_softmax(logits, probs);
+      logits = probs;
+    }
     be.choose_experts(logits, bias.defined() ? &bias : nullptr, *choice, top_k, weights, experts);
     return;
   }

@@ -35,8 +35,9 @@ struct Router {
   int64_t top_k = 0;
   bool normalize = false;  // norm_topk_prob
   // DeepSeek's router (none: softmax and top-k): logits in f32 from x widened to f32 and gate's
-  // f32 weight, the experts chosen as `choice` says (Backend::choose_experts), `bias`
-  // (e_score_correction_bias [Experts] f32, or undefined) added to choose.
+  // f32 weight — their softmax first where the choice is not by sigmoid (V2) — the experts chosen
+  // as `choice` says (Backend::choose_experts), `bias` (e_score_correction_bias [Experts] f32, or
+  // undefined) added to choose.
   std::optional<ExpertChoice> choice;
   Tensor bias;
   // x [N, H] → weights [N, TopK] f32 and experts [N, TopK] i32 (global expert ids), on the device.

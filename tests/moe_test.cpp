@@ -387,6 +387,44 @@ TEST(Moe, DeepSeekChoiceMatchesItsDefinition) {
   }
 }
 
+// The Router as DeepSeek V3 and V2 run it on a bf16-rounded input: logits in f32 from x widened
+// (V2: their softmax, then the choice among the probabilities; V3: the choice by sigmoid).
+TEST(Moe, DeepSeekRouterComputesInF32AndTakesV2sSoftmax) {
+  auto be = make_cpu_backend();
+  SingleCommunicator comm;
+  Context ctx{*be, comm};
+  const int64_t n = 5, h = 16, e = 8, k = 2;
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd;
+  std::vector<float> xv(n * h), wv(e * h);
+  for (auto& v : xv) v = round_to(DType::bf16, nd(g));
+  for (auto& v : wv) v = 0.3f * nd(g);
+  for (const bool v3 : {true, false}) {
+    Router r;
+    r.gate.weight = be->upload_matrix(Tensor::from_floats({e, h}, wv));
+    r.top_k = k;
+    ExpertChoice ch;
+    ch.sigmoid = v3, ch.groups = 4, ch.keep_groups = 2, ch.group_top2 = v3, ch.masked = v3 ? -INFINITY : 0.f;
+    ch.normalize = v3, ch.scale = 1.5f, ch.weights_of_choices = !v3;
+    r.choice = ch;
+    Tensor w = Tensor::empty({n, k}, DType::f32), ix = Tensor::empty({n, k}, DType::i32);
+    r.forward(ctx, Tensor::from_floats({n, h}, xv), w, ix);
+    // The same by hand: logits, (softmax), choose_experts.
+    Tensor logits = Tensor::empty({n, e}, DType::f32);
+    be->matmul(Tensor::from_floats({n, h}, xv), r.gate.weight, nullptr, logits);
+    Tensor in = logits;
+    if (!v3) {
+      in = Tensor::empty({n, e}, DType::f32);
+      be->router_softmax(logits, in);
+    }
+    Tensor w2 = Tensor::empty({n, k}, DType::f32), ix2 = Tensor::empty({n, k}, DType::i32);
+    be->choose_experts(in, nullptr, ch, k, w2, ix2);
+    EXPECT_TRUE(same_bytes(w, w2) && same_bytes(ix, ix2)) << (v3 ? "v3" : "v2");
+    if (!v3)  // V2's weights are probabilities (× scale): each below 1.5
+      for (int64_t i = 0; i < n * k; ++i) EXPECT_LT(w.ptr<float>()[i], 1.5f);
+  }
+}
+
 // ---- the CPU ops against their definitions ---------------------------------------------------
 
 TEST(Moe, CpuOpsMatchTheirDefinitions) {
