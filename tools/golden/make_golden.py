@@ -2304,26 +2304,28 @@ def main():
           f"twins), {manifest['total_bytes']} bytes in all", flush=True)
 
 
-def issue34_cases():
-    """(name, writer) of every issue-34 case in every dtype it is written in."""
+def case_writers(cases, write):
+    """(name, writer) of every case in every dtype it is written in; write(c, i, di, suffix,
+    dtype_name) writes one and returns its manifest entry."""
     out = []
-    for i, c in enumerate(ISSUE34_CASES):
+    for i, c in enumerate(cases):
         for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
             out.append((c["name"] + suffix,
                         lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
-                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=4000)))
+                        write(c, i, di, suffix, dtype_name)))
     return out
+
+
+def issue34_cases():
+    """(name, writer) of every issue-34 case in every dtype it is written in."""
+    return case_writers(ISSUE34_CASES, lambda c, i, di, suffix, dtype_name:
+                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=4000))
 
 
 def issue36_cases():
     """(name, writer) of every issue-36 case in every dtype it is written in."""
-    out = []
-    for i, c in enumerate(ISSUE36_CASES):
-        for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
-            out.append((c["name"] + suffix,
-                        lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
-                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=5000)))
-    return out
+    return case_writers(ISSUE36_CASES, lambda c, i, di, suffix, dtype_name:
+                        family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=5000))
 
 
 def issue37_cases():
@@ -2335,14 +2337,7 @@ def issue37_cases():
         if moe:
             entry["moe"] = True
         return entry
-
-    out = []
-    for i, c in enumerate(ISSUE37_CASES):
-        for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
-            out.append((c["name"] + suffix,
-                        lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
-                        write(c, i, di, suffix, dtype_name)))
-    return out
+    return case_writers(ISSUE37_CASES, write)
 
 
 def issue38_cases():
@@ -2351,14 +2346,7 @@ def issue38_cases():
         entry = family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=7000, tweak=deepseek_tweak(c))
         entry["moe"] = True
         return entry
-
-    out = []
-    for i, c in enumerate(ISSUE38_CASES):
-        for di, (suffix, dtype_name) in enumerate(c["dtypes"]):
-            out.append((c["name"] + suffix,
-                        lambda c=c, i=i, di=di, suffix=suffix, dtype_name=dtype_name:
-                        write(c, i, di, suffix, dtype_name)))
-    return out
+    return case_writers(ISSUE38_CASES, write)
 
 
 def write_only(names):
