@@ -249,7 +249,11 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     if (t == "gemma3")
       r.fail("unsupported model_type 'gemma3' (Gemma 3 with its vision tower, Gemma3ForConditionalGeneration): linnet "
              "runs the text model, model_type gemma3_text (Gemma3ForCausalLM)");
-    if (t.find("moe") != std::string::npos || t == "deepseek_v2" || t == "deepseek_v3" || t == "gpt_oss")
+    if (t == "deepseek_v2" || t == "deepseek_v3" || t == "deepseek_v32" || t == "mistral4")
+      r.fail(str("unsupported model_type '", t, "' (its multi-head latent attention — q_lora_rank, kv_lora_rank, "
+                 "the latent cache — is not implemented yet; DeepSeek's experts are, in glm4_moe; supported: ",
+                 family_list(), ")"));
+    if (t.find("moe") != std::string::npos || t == "gpt_oss")
       r.fail(str("unsupported model_type '", t, "' (its mixture-of-experts layers are not implemented: linnet's are ",
                  moe_family_list(), "; supported: ", family_list(), ")"));
     r.fail(str("unsupported model_type '", t, "' (supported: ", family_list(), ")"));
