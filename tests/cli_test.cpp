@@ -97,22 +97,25 @@ TEST(Cli, InlineValuesMustFitTheirArgumentsDtype) {
   }
 }
 
-// LINNET_CPU_DOT: a value not listed is refused by name when the CPU backend is made.
-TEST(Cli, CpuDotSwitchIsCheckedByName) {
-  setenv("LINNET_CPU_DOT", "bf32", 1);
+namespace {
+// A CPU switch set to `value` for one `linnet bench`: refused by name when the backend is made.
+void expect_cpu_switch_refused(const char* var, const char* value, const std::string& want) {
+  setenv(var, value, 1);
   const auto r = run_linnet({"bench", "--checkpoint", tiny().string(), "--backend", "cpu", "--prompt", "2", "--gen",
                              "1", "--warmup", "0", "--repeats", "1"});
-  unsetenv("LINNET_CPU_DOT");
-  EXPECT_ERROR(r, 1, "LINNET_CPU_DOT=bf32: expected f32, bf16 or int8");
+  unsetenv(var);
+  EXPECT_ERROR(r, 1, want);
+}
+}  // namespace
+
+// LINNET_CPU_DOT: a value not listed is refused by name when the CPU backend is made.
+TEST(Cli, CpuDotSwitchIsCheckedByName) {
+  expect_cpu_switch_refused("LINNET_CPU_DOT", "bf32", "LINNET_CPU_DOT=bf32: expected f32, bf16 or int8");
 }
 
 // LINNET_CPU_PREFETCH likewise: only 1 and 0.
 TEST(Cli, CpuPrefetchSwitchIsCheckedByName) {
-  setenv("LINNET_CPU_PREFETCH", "off", 1);
-  const auto r = run_linnet({"bench", "--checkpoint", tiny().string(), "--backend", "cpu", "--prompt", "2", "--gen",
-                             "1", "--warmup", "0", "--repeats", "1"});
-  unsetenv("LINNET_CPU_PREFETCH");
-  EXPECT_ERROR(r, 1, "LINNET_CPU_PREFETCH=off: expected 1 or 0");
+  expect_cpu_switch_refused("LINNET_CPU_PREFETCH", "off", "LINNET_CPU_PREFETCH=off: expected 1 or 0");
 }
 
 TEST(Cli, DetokenizeRangeChecksIds) {
