@@ -34,18 +34,9 @@ if [[ ! -f $venv/.requirements.sha256 || $(cat "$venv/.requirements.sha256") != 
   echo "$want" >"$venv/.requirements.sha256"
 fi
 
-# The sdist, pinned by its sha256 (sdist.txt).
-sdist=$work/llama_cpp_python-0.3.36.tar.gz
-if [[ ! -f $sdist ]]; then
-  rm -rf "$work/sdist"
-  if ! "$venv/bin/pip" download -q --disable-pip-version-check --no-deps --no-binary :all: --require-hashes \
-       -r "$here/sdist.txt" -d "$work/sdist" >"$work/sdist.log" 2>&1; then
-    echo "chat_templates_test: skipped, cannot download llama-cpp-python 0.3.36 from PyPI:" >&2
-    tail -3 "$work/sdist.log" >&2
-    exit 77
-  fi
-  mv "$work/sdist/llama_cpp_python-0.3.36.tar.gz" "$sdist"
-fi
+# The sdist, pinned by its sha256 (sdist.txt), fetched once per build folder (shared with
+# the tokenizer and chat-serving tests).
+sdist=$(bash "$source/tests/sdist/fetch_sdist.sh" "$source" "$(dirname "$work")/sdist-work") || exit $?
 templates=$work/templates
 if [[ ! -d $templates ]]; then
   rm -rf "$work/extract" && mkdir -p "$work/extract"

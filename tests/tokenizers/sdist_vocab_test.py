@@ -9,8 +9,6 @@ is committed. Run by sdist_vocab_test.sh (the venv of tests/serve) as:
     sdist_vocab_test.py LINNET SOURCE WORK
 Exits 77 (skipped, with the reason) when PyPI cannot be reached.
 """
-import glob
-import hashlib
 import json
 import os
 import shutil
@@ -52,23 +50,16 @@ def sdist_models():
     d = os.path.join(WORK, "vocab-models")
     if all(os.path.exists(os.path.join(d, v)) for v in VOCABS):
         return d
-    pinned = open(os.path.join(SOURCE, "tests/chat_templates/sdist.txt")).read().split("sha256:")[1].split()[0]
-    tarball = None
-    # The chat-template conformance test keeps the same file in this build folder.
-    for c in [os.path.join(os.path.dirname(WORK), "chat-templates-work", "llama_cpp_python-0.3.36.tar.gz"),
-              *glob.glob(os.path.join(WORK, "sdist", "llama_cpp_python-0.3.36.tar.gz"))]:
-        if os.path.exists(c) and hashlib.sha256(open(c, "rb").read()).hexdigest() == pinned:
-            tarball = c
-    if not tarball:
-        pip = os.path.join(os.path.dirname(sys.executable), "pip")
-        r = subprocess.run([pip, "download", "-q", "--disable-pip-version-check", "--no-deps", "--no-binary", ":all:",
-                            "--require-hashes", "-r", os.path.join(SOURCE, "tests/chat_templates/sdist.txt"),
-                            "-d", os.path.join(WORK, "sdist")], capture_output=True, text=True, timeout=900)
-        found = glob.glob(os.path.join(WORK, "sdist", "llama_cpp_python-0.3.36.tar.gz"))
-        if r.returncode != 0 or not found:
-            print(f"skipped: cannot download llama-cpp-python 0.3.36 from PyPI: {r.stderr[-500:]}")
-            sys.exit(77)
-        tarball = found[0]
+    # The sdist is fetched once per build folder (tests/sdist/fetch_sdist.sh, shared with the
+    # chat-template tests); 77 passes on as this test's skip.
+    r = subprocess.run(["bash", os.path.join(SOURCE, "tests/sdist/fetch_sdist.sh"), SOURCE,
+                        os.path.join(os.path.dirname(WORK), "sdist-work")], capture_output=True, text=True, timeout=900)
+    if r.returncode == 77:
+        print(r.stderr.strip())
+        sys.exit(77)
+    if r.returncode != 0:
+        fail(f"fetch_sdist.sh failed: {r.stderr[-1000:]}")
+    tarball = r.stdout.strip()
     tmp = d + f".tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
