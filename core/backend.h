@@ -56,6 +56,22 @@ struct AttentionDims {
   int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }
 };
 
+// copy_heads' geometry: for each of R tokens, each head h < heads and j < width, the value at
+// src column src_begin + h·src_stride + j·step goes to dst column dst_begin + h·dst_stride + j.
+// A side whose `blocks` flag is set holds head h's tokens in rows [h·R, (h + 1)·R) (head-major,
+// as grouped_matmul takes them; its stride is then usually 0), else token n is row n. Multi-head
+// latent attention (layers/latent_attention.h) builds its heads from parts with it: each head's
+// rotary columns beside its latent query, DeepSeek's interleaved rotary pairs de-interleaved
+// (step 2), the latent once more as the values, the heads to and from per-head products.
+struct HeadCopy {
+  int64_t src_begin = 0, src_stride = 0, step = 1;
+  int64_t dst_begin = 0, dst_stride = 0;
+  int64_t heads = 1, width = 0;
+  bool src_blocks = false, dst_blocks = false;
+  // R: the tokens, from src's rows.
+  int64_t tokens(int64_t src_rows) const { return src_blocks ? (heads > 0 ? src_rows / heads : 0) : src_rows; }
+};
+
 // The ops (core/backend_op_list.h) on the device the backend also is (core/backend_device.h).
 class Backend : public BackendDevice {
  public:

@@ -100,6 +100,11 @@ LINNET_OP(gather_rows, "gather_rows", (const Tensor& src, const Tensor& index, T
 LINNET_OP(copy_columns, "copy_columns",
           (const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols),
           (src, dst, col_begin, cols))
+// dst[n (+ h·R), c.dst_begin + h·c.dst_stride + j] = src[n (+ h·R), c.src_begin + h·c.src_stride +
+// j·c.step] for every token n < R, head h < c.heads and j < c.width, the h·R on a side whose
+// rows are head blocks (core/backend.h HeadCopy); src and dst 2-D of one dtype, other values of
+// dst left as they are.
+LINNET_OP(copy_heads, "copy_heads", (const Tensor& src, Tensor& dst, const HeadCopy& c), (src, dst, c))
 // ---- mixtures of experts (layers/sparse_moe.h) ----
 // The router's probabilities: probs [N, E] f32 = softmax of each row of logits [N, E] (any
 // float dtype), in f32.

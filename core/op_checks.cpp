@@ -274,6 +274,28 @@ void copy_columns(const char* backend, const Tensor& src, Tensor& dst, int64_t c
        str("columns [", col_begin, ", ", col_begin + cols, ") from ", src.describe(), " into ", dst.describe()));
 }
 
+void copy_heads(const char* backend, const Tensor& src, Tensor& dst, const HeadCopy& c) {
+  const Op k{backend, "copy_heads"};
+  rank_is(k, "src", src, 2);
+  rank_is(k, "dst", dst, 2);
+  NEED(src.dtype() == dst.dtype(), str("src ", src.describe(), " and dst ", dst.describe(), " differ in dtype"));
+  NEED(c.heads >= 0 && c.width >= 0 && c.step >= 1 && c.src_begin >= 0 && c.dst_begin >= 0 && c.src_stride >= 0 &&
+           c.dst_stride >= 0,
+       str("heads ", c.heads, ", width ", c.width, ", step ", c.step, ", begins ", c.src_begin, "/", c.dst_begin,
+           ", strides ", c.src_stride, "/", c.dst_stride, ": none may be negative (step ≥ 1)"));
+  const int64_t r = c.tokens(src.dim(0));
+  NEED(!c.src_blocks || r * c.heads == src.dim(0),
+       str("src ", src.describe(), " is not ", c.heads, " head blocks of equal rows"));
+  NEED(dst.dim(0) == (c.dst_blocks ? r * c.heads : r),
+       str("dst ", dst.describe(), " has not the rows of ", r, " tokens", c.dst_blocks ? str(" × ", c.heads, " heads") : "",
+           " (src ", src.describe(), ")"));
+  if (c.heads == 0 || c.width == 0) return;
+  const int64_t last_src = c.src_begin + (c.heads - 1) * c.src_stride + (c.width - 1) * c.step;
+  const int64_t last_dst = c.dst_begin + (c.heads - 1) * c.dst_stride + c.width - 1;
+  NEED(last_src < src.dim(1), str("column ", last_src, " of src ", src.describe(), " is read"));
+  NEED(last_dst < dst.dim(1), str("column ", last_dst, " of dst ", dst.describe(), " is written"));
+}
+
 void router_softmax(const char* backend, const Tensor& logits, Tensor& probs) {
   const Op k{backend, "router_softmax"};
   rank_is(k, "logits", logits, 2);

@@ -389,6 +389,80 @@ OPS_TEST(CopyColumns, "copy_columns") {
     }
 }
 
+OPS_TEST(CopyHeads, "copy_heads") {
+  NEED_DEVICE_BACKENDS(devs);
+  struct Case {
+    int64_t tokens, src_w, dst_w;
+    HeadCopy c;
+  };
+  // MLA's uses: rotary columns de-interleaved (step 2) beside each head's latent, a head's part
+  // gathered, the latent copied once, heads to and from head-major blocks; and a wide copy.
+  const HeadCopy deinterleave_even{.src_begin = 24, .src_stride = 40, .step = 2, .dst_begin = 0, .dst_stride = 48,
+                                   .heads = 4, .width = 8};
+  const HeadCopy deinterleave_odd{.src_begin = 25, .src_stride = 40, .step = 2, .dst_begin = 8, .dst_stride = 48,
+                                  .heads = 4, .width = 8};
+  const HeadCopy part{.src_begin = 16, .width = 32};
+  const HeadCopy to_blocks{.src_begin = 0, .src_stride = 20, .heads = 3, .width = 12, .dst_blocks = true};
+  const HeadCopy from_blocks{.src_begin = 2, .dst_begin = 4, .dst_stride = 20, .heads = 3, .width = 16,
+                             .src_blocks = true};
+  const HeadCopy wide{.src_begin = 0, .src_stride = 576, .dst_begin = 64, .dst_stride = 576, .heads = 3, .width = 512};
+  for (const Case& k : {Case{5, 160, 200, deinterleave_even}, Case{33, 160, 200, deinterleave_odd},
+                        Case{7, 48, 32, part}, Case{7, 60, 12, to_blocks}, Case{9, 18, 60, from_blocks},
+                        Case{130, 1728, 1728, wide}})
+    for (DType act : kActs) {
+      const int64_t sr = k.c.src_blocks ? k.tokens * k.c.heads : k.tokens;
+      const int64_t dr = k.c.dst_blocks ? k.tokens * k.c.heads : k.tokens;
+      const auto sv = in_dtype(randn(sr * k.src_w, 73), act);
+      const auto dv = in_dtype(randn(dr * k.dst_w, 74), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor s = put(be, ref, {sr, k.src_w}, sv, act), d = put(be, ref, {dr, k.dst_w}, dv, act);
+        be.copy_heads(s, d, k.c);
+        return {be.to_host(d)};
+      };
+      check_op("copy_heads", str(sr, "x", k.src_w, " heads ", k.c.heads, "x", k.c.width, " step ", k.c.step,
+                                 k.c.src_blocks ? " from blocks" : "", k.c.dst_blocks ? " to blocks" : "", " -> ", dr,
+                                 "x", k.dst_w),
+               dtype_name(act), run, {{"dst", 0, true}});
+    }
+}
+
+// Against its definition on the CPU (the reference backend is the CPU itself): every copied
+// value lands where HeadCopy says, the rest of dst is untouched; and to head blocks and back.
+TEST(BackendOps, CopyHeadsIsItsDefinitionOnTheCpu) {
+  auto be = make_cpu_backend();
+  const int64_t rows = 3, sw = 40, dw = 30;
+  std::vector<float> sv(rows * sw), dv(rows * dw, -1.f);
+  for (size_t i = 0; i < sv.size(); ++i) sv[i] = static_cast<float>(i);
+  const HeadCopy c{.src_begin = 5, .src_stride = 11, .step = 2, .dst_begin = 1, .dst_stride = 9, .heads = 3, .width = 4};
+  Tensor s = be->upload(Tensor::from_floats({rows, sw}, sv, DType::f32));
+  Tensor d = be->upload(Tensor::from_floats({rows, dw}, dv, DType::f32));
+  be->copy_heads(s, d, c);
+  const Tensor out = be->to_host(d);
+  std::vector<float> want = dv;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t h = 0; h < c.heads; ++h)
+      for (int64_t j = 0; j < c.width; ++j)
+        want[r * dw + c.dst_begin + h * c.dst_stride + j] = sv[r * sw + c.src_begin + h * c.src_stride + j * c.step];
+  for (int64_t i = 0; i < rows * dw; ++i) EXPECT_EQ(out.ptr<float>()[i], want[i]) << "index " << i;
+  // Heads [h·13, h·13 + 13) of each row to blocks of rows and back: the same values.
+  Tensor blocks = be->empty({3 * rows, 13}, DType::f32), back = be->zeros({rows, sw}, DType::f32);
+  be->copy_heads(s, blocks, HeadCopy{.src_stride = 13, .heads = 3, .width = 13, .dst_blocks = true});
+  const Tensor b = be->to_host(blocks);
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < 13; ++j)
+        EXPECT_EQ(b.ptr<float>()[(h * rows + r) * 13 + j], sv[r * sw + h * 13 + j]) << h << " " << r << " " << j;
+  be->copy_heads(blocks, back, HeadCopy{.dst_stride = 13, .heads = 3, .width = 13, .src_blocks = true});
+  const Tensor bk = be->to_host(back);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < 39; ++j) EXPECT_EQ(bk.ptr<float>()[r * sw + j], sv[r * sw + j]);
+  HeadCopy past = c;
+  past.src_begin = 20;  // the last head's last value: column 20 + 2·11 + 3·2 = 48, past src's 40
+  EXPECT_THROW(be->copy_heads(s, d, past), Error);
+  EXPECT_THROW(be->copy_heads(s, blocks, HeadCopy{.src_stride = 13, .heads = 2, .width = 13, .dst_blocks = true}),
+               Error);  // 2 heads' blocks are 6 rows, not 9
+}
+
 OPS_TEST(Convert, "convert") {
   NEED_DEVICE_BACKENDS(devs);
   auto vals = randn(4097, 81, 10.f);

@@ -504,4 +504,22 @@ void CpuBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_beg
                 static_cast<const char*>(src.data()) + i * ws * e, static_cast<size_t>(cols) * e);
 }
 
+void CpuBackend::copy_heads_op(const Tensor& src, Tensor& dst, const HeadCopy& c) {
+  const int64_t r = c.tokens(src.dim(0)), ws = src.dim(1), wd = dst.dim(1);
+  const int64_t e = static_cast<int64_t>(dtype_size(src.dtype()));
+  const auto* s = static_cast<const char*>(src.data());
+  auto* d = static_cast<char*>(dst.data());
+  for (int64_t h = 0; h < c.heads; ++h)
+    for (int64_t i = 0; i < r; ++i) {
+      const int64_t si = c.src_blocks ? h * r + i : i, di = c.dst_blocks ? h * r + i : i;
+      const char* from = s + (si * ws + c.src_begin + h * c.src_stride) * e;
+      char* to = d + (di * wd + c.dst_begin + h * c.dst_stride) * e;
+      if (c.step == 1) {
+        std::memcpy(to, from, static_cast<size_t>(c.width * e));
+        continue;
+      }
+      for (int64_t j = 0; j < c.width; ++j) std::memcpy(to + j * e, from + j * c.step * e, static_cast<size_t>(e));
+    }
+}
+
 }  // namespace linnet

@@ -1092,6 +1092,15 @@ void CudaBackend::moe_combine_op(const Tensor& y, const Tensor& rows, const Tens
                            out.data(), dt(out), n, h, k, stream_);
 }
 
+void CudaBackend::copy_heads_op(const Tensor& src, Tensor& dst, const HeadCopy& c) {
+  activate();
+  const int64_t tokens = c.tokens(src.dim(0));
+  if (tokens == 0 || c.heads == 0 || c.width == 0) return;
+  submit(launch::CopyHeads{src.data(), dst.data(), src.dim(1), dst.dim(1), tokens,
+                           static_cast<int64_t>(dtype_size(src.dtype())), c.src_begin, c.src_stride, c.step,
+                           c.dst_begin, c.dst_stride, c.heads, c.width, c.src_blocks ? 1 : 0, c.dst_blocks ? 1 : 0});
+}
+
 void CudaBackend::copy_columns_op(const Tensor& src, Tensor& dst, int64_t col_begin, int64_t cols) {
   activate();
   const int64_t R = src.dim(0);
@@ -1212,6 +1221,10 @@ void Copy2D::run(cudaStream_t s) const {
   LINNET_CUDA_CHECK(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_pitch), src, static_cast<size_t>(src_pitch),
                                       static_cast<size_t>(width), static_cast<size_t>(rows), cudaMemcpyDeviceToDevice,
                                       s));
+}
+void CopyHeads::run(cudaStream_t s) const {
+  launch_copy_heads(src, src_w, dst, dst_w, tokens, elem_bytes, src_begin, src_stride, step, dst_begin, dst_stride,
+                    heads, width, src_blocks != 0, dst_blocks != 0, s);
 }
 void CopyColumns::run(cudaStream_t s) const {
   launch_copy_columns(src, src_dt, src_w, dst, dst_dt, dst_w, rows, col_begin, cols, s);

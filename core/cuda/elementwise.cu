@@ -265,6 +265,20 @@ __global__ void copy_columns_kernel(const void* src, int sdt, int64_t sw, void* 
   }
 }
 
+// One thread per (row, head, value): a copy of E-byte elements, no conversion.
+template <class E>
+__global__ void copy_heads_kernel(const E* src, int64_t sw, E* dst, int64_t dw, int64_t R, int64_t src_begin,
+                                  int64_t src_stride, int64_t step, int64_t dst_begin, int64_t dst_stride,
+                                  int64_t heads, int64_t width, bool src_blocks, bool dst_blocks) {
+  const int64_t per_row = heads * width, total = R * per_row;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = idx / per_row, hj = idx - r * per_row, h = hj / width, j = hj - h * width;
+    const int64_t sr = src_blocks ? h * R + r : r, dr = dst_blocks ? h * R + r : r;
+    dst[dr * dw + dst_begin + h * dst_stride + j] = src[sr * sw + src_begin + h * src_stride + j * step];
+  }
+}
+
 // One thread per (token, kv head, dim); k and v together. kv_dt < 0: the cache holds T;
 // else that dtype (a narrower cache, or f32 beside 16-bit activations), rounded to nearest even
 // (FP8 saturating) as the CPU's kv_write rounds.
@@ -438,6 +452,27 @@ void launch_copy_columns(const void* src, int sdt, int64_t sw, void* dst, int dd
   if (R * cols == 0) return;
   copy_columns_kernel<<<blocks_for(R * cols, kThreads), kThreads, 0, s>>>(
       src, sdt, sw, dst, ddt, dw, R, col_begin, cols);
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_copy_heads(const void* src, int64_t sw, void* dst, int64_t dw, int64_t R, int64_t elem_bytes,
+                       int64_t src_begin, int64_t src_stride, int64_t step, int64_t dst_begin, int64_t dst_stride,
+                       int64_t heads, int64_t width, bool src_blocks, bool dst_blocks, cudaStream_t s) {
+  const int64_t total = R * heads * width;
+  if (total == 0) return;
+  const int grid = blocks_for(total, kThreads);
+  auto run = [&](auto e) {
+    using E = decltype(e);
+    copy_heads_kernel<E><<<grid, kThreads, 0, s>>>(static_cast<const E*>(src), sw, static_cast<E*>(dst), dw, R,
+                                                   src_begin, src_stride, step, dst_begin, dst_stride, heads, width,
+                                                   src_blocks, dst_blocks);
+  };
+  switch (elem_bytes) {
+    case 1: run(uint8_t{}); break;
+    case 2: run(uint16_t{}); break;
+    case 4: run(uint32_t{}); break;
+    default: run(uint64_t{}); break;
+  }
   LINNET_CUDA_LAUNCH_CHECK();
 }
 

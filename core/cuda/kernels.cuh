@@ -42,6 +42,11 @@ void launch_rms_norm_cols(int dt, void* x, int64_t N, int64_t W, int64_t c0, int
 // out[m] = src[index[m]] (row_bytes each) or zeros where index[m] < 0 or >= src_rows.
 void launch_gather_rows(const void* src, int64_t src_rows, const int32_t* index, void* out,
                         int64_t M, int64_t row_bytes, cudaStream_t s);
+// Backend::copy_heads of elements `elem_bytes` wide (1, 2, 4 or 8) over R tokens: src rows of
+// src_w values, dst rows of dst_w; a side's `blocks` flag: head h's tokens are its rows h·R + n.
+void launch_copy_heads(const void* src, int64_t src_w, void* dst, int64_t dst_w, int64_t R, int64_t elem_bytes,
+                       int64_t src_begin, int64_t src_stride, int64_t step, int64_t dst_begin, int64_t dst_stride,
+                       int64_t heads, int64_t width, bool src_blocks, bool dst_blocks, cudaStream_t s);
 // dst[:, col_begin + c] = convert(src[:, c]) for c < cols (dtypes differ).
 void launch_copy_columns(const void* src, int src_dt, int64_t src_w, void* dst, int dst_dt,
                          int64_t dst_w, int64_t R, int64_t col_begin, int64_t cols,

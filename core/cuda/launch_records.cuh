@@ -175,6 +175,14 @@ struct CopyColumns {
   int32_t src_dt, dst_dt;
   void run(cudaStream_t s) const;
 };
+// Backend::copy_heads.
+struct CopyHeads {
+  const void* src;
+  void* dst;
+  int64_t src_w, dst_w, tokens, elem_bytes, src_begin, src_stride, step, dst_begin, dst_stride, heads, width;
+  int32_t src_blocks, dst_blocks;
+  void run(cudaStream_t s) const;
+};
 // Backend::logit_stats.
 struct LogitStats {
   const void* logits;
@@ -220,6 +228,7 @@ static_assert(sizeof(AttentionCache) == 11 * 8 + sizeof(AttnGeom) + 4 * 4);
 static_assert(sizeof(GatherRows) == 6 * 8);
 static_assert(sizeof(Copy2D) == 6 * 8);
 static_assert(sizeof(CopyColumns) == 7 * 8 + 2 * 4);
+static_assert(sizeof(CopyHeads) == 13 * 8 + 2 * 4);
 static_assert(sizeof(LogitStats) == 10 * 8 + 2 * 4);
 static_assert(sizeof(Argmax) == 10 * 8 + 6 * 4);
 
@@ -231,7 +240,7 @@ namespace linnet::cuda {
 using Launch = std::variant<launch::Memcpy, launch::Memset, launch::Convert, launch::Embedding, launch::MatmulTc,
                             launch::MatmulSimt, launch::MatmulQuantized, launch::RmsNorm, launch::Add, launch::Rope, launch::Swiglu,
                             launch::KvWrite, launch::AttentionPacked, launch::AttentionCache, launch::GatherRows,
-                            launch::Copy2D, launch::CopyColumns, launch::LogitStats, launch::Argmax>;
+                            launch::Copy2D, launch::CopyColumns, launch::CopyHeads, launch::LogitStats, launch::Argmax>;
 
 inline void run_launch(const Launch& l, cudaStream_t s) {
   std::visit([s](const auto& r) { r.run(s); }, l);
