@@ -58,6 +58,9 @@ struct Architecture {
   bool writes_layer_types = false;     // the writer lists layer_types
   bool writes_use_sliding_window = false;
 
+  // Its attention's own keys, read before the RoPE (multi-head latent attention: the RoPE's
+  // width is qk_rope_head_dim).
+  void (*attention)(const ConfigReader&, ModelConfig&) = nullptr;
   // Keys of its own it refuses (read among the shared refusals, before the layers).
   void (*refuse)(const ConfigReader&) = nullptr;
   // Each layer's kind and the window (required).

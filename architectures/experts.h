@@ -20,6 +20,17 @@ struct ExpertKeys {
 };
 
 void parse_experts(const ConfigReader& r, ModelConfig& c, const ExpertKeys& keys);
+
+// DeepSeek's experts as GLM-4.5's and DeepSeek V3's config classes read them (n_routed_experts
+// or num_local_experts, n_shared_experts, n_group, topk_group, routed_scaling_factor,
+// first_k_dense_replace, num_nextn_predict_layers): sigmoid scores, groups scored by their two
+// best, e_score_correction_bias. The defaults are the config class's.
+struct DeepSeekExpertDefaults {
+  int64_t experts = 128, per_token = 8, inner = 1408, shared = 1, groups = 1, keep_groups = 1, dense_layers = 1;
+  double scale = 1.0;
+};
+void parse_deepseek_experts(const ConfigReader& r, ModelConfig& c, const DeepSeekExpertDefaults& d);
+void write_deepseek_experts(nlohmann::json& j, const ModelConfig& c);
 // num_experts (or num_local_experts), num_experts_per_tok and norm_topk_prob, as `keys` reads them.
 void write_experts(nlohmann::json& j, const ModelConfig& c, const ExpertKeys& keys);
 

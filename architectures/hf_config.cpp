@@ -249,7 +249,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     if (t == "gemma3")
       r.fail("unsupported model_type 'gemma3' (Gemma 3 with its vision tower, Gemma3ForConditionalGeneration): linnet "
              "runs the text model, model_type gemma3_text (Gemma3ForCausalLM)");
-    if (t == "deepseek_v2" || t == "deepseek_v3" || t == "deepseek_v32" || t == "mistral4")
+    if (t == "deepseek_v2" || t == "deepseek_v32" || t == "mistral4")
       r.fail(str("unsupported model_type '", t, "' (its multi-head latent attention — q_lora_rank, kv_lora_rank, "
                  "the latent cache — is not implemented yet; DeepSeek's experts are, in glm4_moe; supported: ",
                  family_list(), ")"));
@@ -285,6 +285,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     head_dim = c.hidden / c.heads;
   }
   c.head_size = c.hidden % c.heads == 0 && head_dim == c.hidden / c.heads ? 0 : head_dim;
+  if (fam->attention) fam->attention(r, c);
   // Activation: Gemma reads hidden_activation (its hidden_act, when present, is not used).
   if (fam->gelu_tanh) {
     const std::string act = r.string("hidden_activation", "gelu_pytorch_tanh");

@@ -127,8 +127,11 @@ Block decoder_layer(const Family& f) {
   const std::string dense = f.mlp() + "<H, Inner / Shards, T>";
   std::vector<std::string> m;
   if (f.c.pre_norms) m.push_back("sub attention_norm: " + n);
-  m.push_back("sub attention: GroupedQueryAttention<H, Heads, KvHeads, Batch, MaxSeq, T, Shards, PageSize" +
-              f.d_generics(false) + ">");
+  if (c.mla)
+    m.push_back("sub attention: LatentAttention<H, Heads, Batch, MaxSeq, T, Shards, PageSize>");
+  else
+    m.push_back("sub attention: GroupedQueryAttention<H, Heads, KvHeads, Batch, MaxSeq, T, Shards, PageSize" +
+                f.d_generics(false) + ">");
   if (f.c.post_norms) m.push_back("sub post_attention_norm: " + n);
   if (f.c.pre_norms) m.push_back("sub mlp_norm: " + n);
   const std::string moe = f.moe();
@@ -174,6 +177,39 @@ Block attention(const Family& f) {
   return {"GroupedQueryAttention",
           f.o.ns + ".attention::GroupedQueryAttention<H: Dim, Heads: Dim, KvHeads: Dim, Batch: Dim, MaxSeq: Dim, T: Float, "
                    "Shards: Dim = 1, PageSize: Dim = 64" + f.d_generics(true) + ">",
+          m, layer_functions()};
+}
+
+// Multi-head latent attention (ModelConfig::mla), its sizes as constants of the block.
+Block latent_attention(const Family& f) {
+  const ModelConfig& c = f.c;
+  const LatentAttentionConfig& l = *c.mla;
+  std::vector<std::string> m = {
+      str("const q_lora_rank: Dim = ", l.q_lora, ", kv_lora_rank: Dim = ", l.kv_lora, ", qk_nope_head_dim: Dim = ",
+          l.nope, ", qk_rope_head_dim: Dim = ", l.rope, ", v_head_dim: Dim = ", l.v)};
+  if (l.q_lora > 0) {
+    m.push_back("sub q_a_proj: Linear<H, q_lora_rank, T>  (every rank whole)");
+    m.push_back("sub q_a_norm: RmsNorm<q_lora_rank, T>  (eps 1e-6)");
+    m.push_back("sub q_b_proj: Linear<q_lora_rank, (Heads / Shards) * (qk_nope_head_dim + qk_rope_head_dim), T>");
+  } else {
+    m.push_back("sub q_proj: Linear<H, (Heads / Shards) * (qk_nope_head_dim + qk_rope_head_dim), T>  (q_lora_rank null)");
+  }
+  m.push_back("sub kv_a_proj: Linear<H, kv_lora_rank + qk_rope_head_dim, T>  (kv_a_proj_with_mqa: [c_kv | k_pe]; every "
+              "rank whole)");
+  m.push_back("sub kv_a_norm: RmsNorm<kv_lora_rank, T>  (on c_kv; eps 1e-6)");
+  m.push_back("sub kv_b_proj: Linear<kv_lora_rank, (Heads / Shards) * (qk_nope_head_dim + v_head_dim), T>  (held absorbed: "
+              "each head's key rows transposed, q_lat = W_UK^T q_nope, and its value rows, out = W_UV (p * c_kv))");
+  m.push_back("sub o_proj: Linear<(Heads / Shards) * v_head_dim, H, T>");
+  m.push_back("state cache_latent: Tensor[Batch, MaxSeq, qk_rope_head_dim + kv_lora_rank; T]  ([k_pe | c_kv], every rank "
+              "whole; the keys and the values of one KV head)");
+  m.push_back("fn score = [q_pe | q_lat] * [k_pe | c_kv] * scale  (= q_nope * k_nope + q_pe * k_pe)");
+  m.push_back("const scale: f32 = " + num(static_cast<float>(*c.attention_scale)) +
+              "  (qk_head_dim^-0.5, times yarn's mscale(mscale_all_dim)^2 where set)");
+  m.push_back("const rope: " + describe_rope(c, layer_rope(c, 0)) + " on qk_rope_head_dim" +
+              (l.interleaved ? " (rope_interleave: pairs (0, 1), (2, 3), ...)" : ""));
+  return {"LatentAttention",
+          f.o.ns + ".attention::LatentAttention<H: Dim, Heads: Dim, Batch: Dim, MaxSeq: Dim, T: Float, Shards: Dim = 1, "
+                   "PageSize: Dim = 64>",
           m, layer_functions()};
 }
 
@@ -330,8 +366,8 @@ std::vector<Block> seed_blocks() {
 std::vector<Block> family_blocks(const ModelConfig& c, const FamilyOptions& o) {
   if (c.llama_shaped()) return blocks();
   const Family f{c, o, true, c.sliding_window && c.any_sliding()};
-  std::vector<Block> out = {decoder_layer(f), embedding(), attention(f), linear(), model(f),
-                            c.norm_plus_one ? rms_norm_1p() : rms_norm()};
+  std::vector<Block> out = {decoder_layer(f), embedding(), c.mla ? latent_attention(f) : attention(f), linear(),
+                            model(f), c.norm_plus_one ? rms_norm_1p() : rms_norm()};
   if (!c.moe() || c.any_dense_mlp()) out.push_back(gated_mlp(gelu_tanh(c), o.fused_gate_up));
   if (c.moe()) {
     out.push_back(sparse_moe(o.ns, c.shared_expert_inner > 0));

@@ -1,5 +1,8 @@
 #include "layers/decoder_builder.h"
 
+#include <cmath>
+#include <tuple>
+
 namespace linnet {
 
 // Layer i's attention: q/k/v as one column-parallel product over their stacked rows (the
@@ -38,6 +41,45 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
     A.v_proj.bias = A.qkv_proj.bias.rows(rq + rk, rq + 2 * rk);
   }
   A.o_proj.weight = w.matrix(a + "o_proj.weight", {a + "o_proj.weight"}, w.spec(a + "o_proj.weight").shard_shape());
+  if (config.o_bias) A.o_proj.bias = w.param(a + "o_proj.bias");
+  return A;
+}
+
+LatentAttention load_latent_attention(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i) {
+  const LatentAttentionConfig& m = *config.mla;
+  const int64_t hs = g.heads_per_shard(), h = g.hidden;
+  const std::string a = "layers[" + std::to_string(i) + "].attention.";
+  // DeepSeek's q_a_layernorm and kv_a_layernorm: RMSNorm's default eps, not the config's.
+  constexpr float kLatentNormEps = 1e-6f;
+  LatentAttention A;
+  A.nope = m.nope;
+  A.rope_dim = m.rope;
+  A.kv_lora = m.kv_lora;
+  A.v_dim = m.v;
+  A.interleaved = m.interleaved;
+  A.dims = AttentionDims{hs, 1, m.latent_head(), g.max_seq, g.page_size};
+  A.dims.round_kv = g.kv_dtype;
+  A.dims.scale = static_cast<float>(config.attention_scale.value_or(1.0 / std::sqrt(static_cast<double>(m.qk_head()))));
+  A.rope = config.layer_kind(i).rope;
+  auto linear = [&](const std::string& name, const Shape& shape, bool bias) {
+    Linear l;
+    l.weight = w.matrix(a + name + ".weight", {a + name + ".weight"}, shape);
+    if (bias) l.bias = w.param(a + name + ".bias");
+    return l;
+  };
+  if (m.q_lora > 0) {
+    A.q_a_proj = linear("q_a_proj", {m.q_lora, h}, config.qkv_bias);
+    A.q_a_norm = w.norm(a + "q_a_norm.weight");
+    A.q_a_norm->eps = kLatentNormEps;
+    A.q_b_proj = linear("q_b_proj", {hs * m.qk_head(), m.q_lora}, false);
+  } else {
+    A.q_b_proj = linear("q_proj", {hs * m.qk_head(), h}, false);
+  }
+  A.kv_a_proj = linear("kv_a_proj", {m.kv_lora + m.rope, h}, config.qkv_bias);
+  A.kv_a_norm = w.norm(a + "kv_a_norm.weight");
+  A.kv_a_norm.eps = kLatentNormEps;
+  std::tie(A.w_uk, A.w_uv) = w.absorbed_kv_b(a + "kv_b_proj.weight", hs, m.nope, m.v, m.kv_lora);
+  A.o_proj = linear("o_proj", {h, hs * m.v}, false);
   if (config.o_bias) A.o_proj.bias = w.param(a + "o_proj.bias");
   return A;
 }
@@ -116,7 +158,8 @@ DecoderLayer decoder_layer(WeightLoader& w, const ModelConfig& config, const Gen
     L.post_mlp_norm = w.norm(p + "post_mlp_norm.weight");
   }
   L.residual_multiplier = static_cast<float>(config.residual_multiplier);
-  L.attention = load_attention(w, config, g, i, shard);
+  if (config.mla) L.latent_attention = load_latent_attention(w, config, g, i);
+  else L.attention = load_attention(w, config, g, i, shard);
   if (config.sparse_layer(i)) L.moe = load_experts(w, config, g, i, shard);
   else L.mlp = load_mlp(w, config, g, i);
   return L;

@@ -14,6 +14,9 @@ namespace linnet {
 // norms, window, scale and soft-cap.
 GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i,
                                      int64_t shard);
+// Layer i's latent attention (ModelConfig::mla): q_a/q_b (or q_proj) and o_proj as their
+// splits say, kv_a_proj whole, kv_b_proj held absorbed (WeightLoader::absorbed_kv_b).
+LatentAttention load_latent_attention(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i);
 // Layer i's experts: this rank's (expert sharding) or every expert's slices (tensor sharding).
 SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard);
 // A SwiGLU under card prefix m ("layers[i].mlp.", a layer's shared experts "layers[i].mlp.shared."),
@@ -21,7 +24,8 @@ SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generic
 SwiGlu load_swiglu(WeightLoader& w, const ModelConfig& config, const std::string& m, int64_t inner, bool biases);
 // Layer i's dense MLP: gate|up as one column-parallel product, down row-parallel.
 SwiGlu load_mlp(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i);
-// Layer i: its norms around the blocks (as ModelConfig places them), attention, and the
+// Layer i: its norms around the blocks (as ModelConfig places them), attention (grouped-query
+// or latent), and the
 // dense MLP or the experts.
 DecoderLayer decoder_layer(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard);
 

@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "layers/attention.h"
+#include "layers/latent_attention.h"
 #include "layers/rms_norm.h"
 #include "layers/sparse_moe.h"
 #include "layers/swiglu.h"
@@ -16,6 +17,7 @@ namespace linnet {
 struct DecoderLayer {
   std::optional<RmsNorm> attention_norm;       // before attention (absent: OLMo 2)
   GroupedQueryAttention attention;
+  std::optional<LatentAttention> latent_attention;  // in place of `attention` (DeepSeek V2/V3, Mistral 4)
   std::optional<RmsNorm> post_attention_norm;  // after attention (Gemma 2/3, OLMo 2)
   std::optional<RmsNorm> mlp_norm;             // before the MLP (absent: OLMo 2)
   SwiGlu mlp;                                  // a dense layer's MLP
@@ -23,6 +25,11 @@ struct DecoderLayer {
   std::optional<RmsNorm> post_mlp_norm;        // after the MLP (Gemma 2/3, OLMo 2)
   float residual_multiplier = 1.0f;            // Granite
 
+  // The attention block: grouped-query or latent attention.
+  void attend(Context& ctx, const Tensor& x, const DevicePlan& plan, LayerCache& cache, Tensor& out) const {
+    if (latent_attention) latent_attention->forward(ctx, x, plan, cache, out);
+    else attention.forward(ctx, x, plan, cache, out);
+  }
   // The MLP block: the dense MLP or the mixture of experts.
   void feed_forward(Context& ctx, const Tensor& x, Tensor& out) const {
     if (moe) moe->forward(ctx, x, out);
@@ -36,7 +43,7 @@ struct DecoderLayer {
     Tensor delta = be.empty(x.shape(), x.dtype());
     if (attention_norm && mlp_norm && !post_attention_norm && !post_mlp_norm && residual_multiplier == 1.0f) {
       attention_norm->forward(ctx, x, h);
-      attention.forward(ctx, h, plan, cache, delta);
+      attend(ctx, h, plan, cache, delta);
       mlp_norm->add_forward(ctx, x, delta, h);  // x += attention; h = mlp_norm(x)
       feed_forward(ctx, h, delta);
       be.add(x, delta);
@@ -50,7 +57,7 @@ struct DecoderLayer {
       attention_norm->forward(ctx, x, h);
       in = &h;
     }
-    attention.forward(ctx, *in, plan, cache, delta);
+    attend(ctx, *in, plan, cache, delta);
     Tensor* r = &delta;
     if (post_attention_norm) {
       post_attention_norm->forward(ctx, delta, h);

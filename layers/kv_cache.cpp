@@ -9,7 +9,9 @@ KvCache::KvCache(Backend& backend, const std::vector<LayerCacheSpec>& specs, int
     const LayerCacheSpec& s = specs[i];
     if (s.kind == LayerCacheSpec::Kind::none) continue;
     if (s.kind == LayerCacheSpec::Kind::latent) {
-      layers_[i].k = backend.zeros({batch, max_seq, s.dim}, dtype);
+      // One KV head whose keys are its values (layers/latent_attention.h): one tensor, both names.
+      layers_[i].k = backend.zeros({batch, 1, max_seq, s.dim}, dtype);
+      layers_[i].v = layers_[i].k;
       continue;
     }
     layers_[i].k = backend.zeros({batch, s.heads, max_seq, s.dim}, dtype);
@@ -21,7 +23,7 @@ int64_t KvCache::bytes() const {
   int64_t n = 0;
   for (const auto& l : layers_)
     for (const Tensor* t : {&l.k, &l.v})
-      if (t->defined()) n += static_cast<int64_t>(t->nbytes());
+      if (t->defined() && !(t == &l.v && l.v.data() == l.k.data())) n += static_cast<int64_t>(t->nbytes());
   return n;
 }
 
@@ -29,7 +31,7 @@ std::vector<Tensor> KvCache::snapshot(Backend& backend) const {
   std::vector<Tensor> out;
   for (const auto& l : layers_) {
     for (const Tensor* t : {&l.k, &l.v})
-      if (t->defined()) out.push_back(backend.to_host(*t).clone());
+      if (t->defined() && !(t == &l.v && l.v.data() == l.k.data())) out.push_back(backend.to_host(*t).clone());
   }
   return out;
 }

@@ -16,7 +16,7 @@ namespace linnet {
 struct LayerCacheSpec {
   enum class Kind {
     heads,   // keys and values: [Batch, heads, MaxSeq, dim] each
-    latent,  // one vector per position: [Batch, MaxSeq, dim] in k, no v (MLA's compressed KV)
+    latent,  // one vector per position: [Batch, 1, MaxSeq, dim], k and v one tensor (MLA's latent)
     none,    // no state (a layer this rank does not run)
   };
   Kind kind = Kind::heads;
@@ -32,7 +32,7 @@ struct LayerCacheSpec {
 
 // One layer's cache as the backend holds it.
 struct LayerCache {
-  Tensor k, v;  // heads: [Batch, heads, MaxSeq, dim] each; latent: k [Batch, MaxSeq, dim]; none: undefined
+  Tensor k, v;  // heads: [Batch, heads, MaxSeq, dim] each; latent: [Batch, 1, MaxSeq, dim], v the same tensor as k; none: undefined
 };
 
 class KvCache {

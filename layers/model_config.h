@@ -48,6 +48,25 @@ struct LayerKind {
   bool sparse = false;   // a mixture of experts in place of the MLP (ModelConfig::experts)
 };
 
+// Multi-head latent attention (DeepSeek V2/V3, Kimi K2, Mistral 4): q through a low-rank
+// q_a_proj → norm → q_b_proj (or one q_proj when q_lora is 0), keys and values from one latent
+// c_kv of kv_lora values per token (kv_a_proj_with_mqa → [c_kv | k_pe] → norm; kv_b_proj →
+// [k_nope | v] per head) and a rotary key k_pe of `rope` values shared by the heads. A query
+// head is [q_nope (nope) | q_pe (rope)], a value head v wide (layers/latent_attention.h).
+struct LatentAttentionConfig {
+  int64_t q_lora = 0;   // q_lora_rank (0: null, one q_proj)
+  int64_t kv_lora = 0;  // kv_lora_rank
+  int64_t nope = 0;     // qk_nope_head_dim
+  int64_t rope = 0;     // qk_rope_head_dim
+  int64_t v = 0;        // v_head_dim
+  // rope_interleave (DeepSeek V3's default; V2's complex rotation): the rotary columns are
+  // pairs (0, 1), (2, 3), … rather than halves.
+  bool interleaved = false;
+  int64_t qk_head() const { return nope + rope; }
+  // The head the attention ops see (absorbed form): [k_pe | c_kv].
+  int64_t latent_head() const { return rope + kv_lora; }
+};
+
 struct ModelConfig {
   std::string model_type = "llama";  // llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, olmo2, granite, smollm3,
                                      // olmo3, mixtral, qwen3_moe, olmoe
@@ -120,6 +139,9 @@ struct ModelConfig {
   // num_nextn_predict_layers): skipped at load, with one log line.
   int64_t mtp_layers = 0;
 
+  // Multi-head latent attention in place of grouped-query attention (DeepSeek V2/V3, Mistral 4).
+  std::optional<LatentAttentionConfig> mla;
+
   // A quantized checkpoint's layout (quantization_config; none: every matrix dense).
   std::optional<Quantization> quantization;
 
@@ -128,7 +150,11 @@ struct ModelConfig {
 
   int64_t head_dim() const { return head_size > 0 ? head_size : hidden / heads; }
   // Columns of each head that RoPE rotates (even; head_dim × partial_rotary_factor).
-  int64_t rotary_dim() const { return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor); }
+  // (Latent attention: the rotary key's width, qk_rope_head_dim.)
+  int64_t rotary_dim() const {
+    if (mla) return mla->rope;
+    return static_cast<int64_t>(static_cast<double>(head_dim()) * partial_rotary_factor);
+  }
   LayerKind layer_kind(int64_t i) const {
     return i < static_cast<int64_t>(layer_kinds.size()) ? layer_kinds[static_cast<size_t>(i)] : LayerKind{};
   }
@@ -167,7 +193,7 @@ struct ModelConfig {
   bool llama_shaped() const {
     return qk_norm == QkNorm::none && !norm_plus_one && pre_norms && !post_norms && activation == Activation::silu &&
            embedding_scale == 1.0 && residual_multiplier == 1.0 && !attention_scale && attn_softcap == 0 &&
-           final_softcap == 0 && logits_scaling == 1.0 && head_size == 0 && uniform_layers() &&
+           final_softcap == 0 && logits_scaling == 1.0 && head_size == 0 && uniform_layers() && !mla &&
            partial_rotary_factor == 1.0 && !local_rope && !moe();
   }
 };

@@ -83,6 +83,27 @@ void ParamTable::attention(bool fused_qkv) {
   if (c_.o_bias) add(hf_ + "self_attn.o_proj.bias", card_ + "attention.o_proj.bias", {h}, Split::mirrored, 0, true);
 }
 
+void ParamTable::latent_attention() {
+  const LatentAttentionConfig& m = *c_.mla;
+  const int64_t h = g_.hidden, hs = g_.heads / g_.shards, qk = m.qk_head();
+  const std::string a = hf_ + "self_attn.", ca = card_ + "attention.";
+  if (m.q_lora > 0) {
+    add_linear(a + "q_a_proj.weight", ca + "q_a_proj.weight", {m.q_lora, h}, Split::mirrored, 0);
+    if (c_.qkv_bias) add(a + "q_a_proj.bias", ca + "q_a_proj.bias", {m.q_lora}, Split::mirrored, 0, true);
+    add(a + "q_a_layernorm.weight", ca + "q_a_norm.weight", {m.q_lora}, Split::mirrored, 0);
+    add_linear(a + "q_b_proj.weight", ca + "q_b_proj.weight", {g_.heads * qk, m.q_lora}, Split::rows, hs * qk);
+  } else {
+    add_linear(a + "q_proj.weight", ca + "q_proj.weight", {g_.heads * qk, h}, Split::rows, hs * qk);
+  }
+  add_linear(a + "kv_a_proj_with_mqa.weight", ca + "kv_a_proj.weight", {m.kv_lora + m.rope, h}, Split::mirrored, 0);
+  if (c_.qkv_bias) add(a + "kv_a_proj_with_mqa.bias", ca + "kv_a_proj.bias", {m.kv_lora + m.rope}, Split::mirrored, 0, true);
+  add(a + "kv_a_layernorm.weight", ca + "kv_a_norm.weight", {m.kv_lora}, Split::mirrored, 0);
+  add_linear(a + "kv_b_proj.weight", ca + "kv_b_proj.weight", {g_.heads * (m.nope + m.v), m.kv_lora}, Split::rows,
+             hs * (m.nope + m.v));
+  add_linear(a + "o_proj.weight", ca + "o_proj.weight", {h, g_.heads * m.v}, Split::columns, hs * m.v);
+  if (c_.o_bias) add(a + "o_proj.bias", ca + "o_proj.bias", {h}, Split::mirrored, 0, true);
+}
+
 void ParamTable::dense_mlp(bool fused_gate_up) {
   const int64_t h = g_.hidden, inner = g_.inner, s = g_.shards;
   int64_t offset = 0;
@@ -159,7 +180,8 @@ std::vector<ParamSpec> decoder_parameters(const ModelConfig& c, const Generics& 
 
 void pre_norm_layer(ParamTable& t, const ModelConfig& c, int64_t i, const ExpertTensorNames& experts) {
   t.norm("input_layernorm", "attention_norm");
-  t.attention();
+  if (c.mla) t.latent_attention();
+  else t.attention();
   // transformers' post_attention_layernorm is Llama's norm before the MLP.
   t.norm("post_attention_layernorm", "mlp_norm");
   if (c.sparse_layer(i))

@@ -34,6 +34,12 @@ class ParamTable {
   // fused_qkv: q/k/v are row ranges of one qkv_proj tensor (Phi-3). The q/k norms are the
   // config's (ModelConfig::qk_norm: the architecture states them once, when it parses).
   void attention(bool fused_qkv = false);
+  // Multi-head latent attention (ModelConfig::mla): q_a_proj [QLora, H] and q_a_layernorm
+  // mirrored, q_b_proj [Heads·(Nope + Rope), QLora] by rows (q_proj [Heads·(Nope + Rope), H]
+  // when QLora is 0), kv_a_proj_with_mqa [KvLora + Rope, H] and kv_a_layernorm mirrored (every
+  // shard computes the whole latent), kv_b_proj [Heads·(Nope + V), KvLora] by rows, o_proj
+  // [H, Heads·V] by columns; biases of q_a/kv_a/o where attention_bias.
+  void latent_attention();
   // gate/up_proj [Inner, H] by rows, down_proj [H, Inner] by columns, biases where mlp_bias.
   // fused_gate_up: gate and up are row ranges of one gate_up_proj tensor (Phi-3).
   void dense_mlp(bool fused_gate_up = false);

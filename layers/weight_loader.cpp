@@ -202,4 +202,30 @@ Tensor WeightLoader::matrix(const std::string& name, const std::vector<std::stri
   return m;
 }
 
+std::pair<Tensor, Tensor> WeightLoader::absorbed_kv_b(const std::string& card_name, int64_t heads, int64_t nope,
+                                                      int64_t v, int64_t kv_lora) {
+  const ParamSpec& p = spec(card_name);
+  if (!p.layout.dense())
+    throw Error(str(p.hf_name, " is stored ", p.layout.describe(),
+                    ": latent attention multiplies by its per-head blocks (absorbed), made from a dense kv_b_proj only "
+                    "so far; give the checkpoint with this module in quantization_config's ignore list"));
+  const std::vector<float> kvb = converted(weights_.read(p, shard_), g_.t).to_floats();  // rounded to T, as held
+  const int64_t w = nope + v;
+  LINNET_CHECK(static_cast<int64_t>(kvb.size()) == heads * w * kv_lora, card_name, ": ", kvb.size(), " values, not ",
+               heads, "·", w, "·", kv_lora);
+  std::vector<float> uk(static_cast<size_t>(heads * kv_lora * nope)), uv(static_cast<size_t>(heads * v * kv_lora));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t r = 0; r < nope; ++r)
+      for (int64_t c = 0; c < kv_lora; ++c)
+        uk[static_cast<size_t>((h * kv_lora + c) * nope + r)] = kvb[static_cast<size_t>((h * w + r) * kv_lora + c)];
+    for (int64_t r = 0; r < v; ++r)
+      for (int64_t c = 0; c < kv_lora; ++c)
+        uv[static_cast<size_t>((h * v + r) * kv_lora + c)] = kvb[static_cast<size_t>((h * w + nope + r) * kv_lora + c)];
+  }
+  // Back to T (exact: the values are T's), then as the backend holds a matrix.
+  const Tensor tk = Tensor::from_floats({heads * kv_lora, nope}, uk).to(g_.t);
+  const Tensor tv = Tensor::from_floats({heads * v, kv_lora}, uv).to(g_.t);
+  return {be_.upload_matrix(converted(tk, matrix_dtype_)), be_.upload_matrix(converted(tv, matrix_dtype_))};
+}
+
 }  // namespace linnet

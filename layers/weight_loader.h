@@ -33,6 +33,13 @@ class WeightLoader {
   // (one shard only), else read from its parts. Recorded in matrices().
   Tensor matrix(const std::string& name, const std::vector<std::string>& parts, const Shape& shape);
 
+  // Latent attention's kv_b_proj [Heads/Shards·(Nope + V), KvLora] on this shard as the
+  // absorbed form multiplies by it (layers/latent_attention.h): each head's key rows transposed,
+  // w_uk [Heads/Shards·KvLora, Nope], and its value rows, w_uv [Heads/Shards·V, KvLora] — the
+  // values rounded to T as the checkpoint's matrix holds them, only moved.
+  std::pair<Tensor, Tensor> absorbed_kv_b(const std::string& card_name, int64_t heads, int64_t nope, int64_t v,
+                                          int64_t kv_lora);
+
   // Every matrix as the backend holds it, by the model's name (what a packed file saves).
   std::vector<std::pair<std::string, Tensor>> take_matrices() { return std::move(matrices_); }
 
