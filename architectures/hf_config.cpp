@@ -249,7 +249,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     if (t == "gemma3")
       r.fail("unsupported model_type 'gemma3' (Gemma 3 with its vision tower, Gemma3ForConditionalGeneration): linnet "
              "runs the text model, model_type gemma3_text (Gemma3ForCausalLM)");
-    if (t == "deepseek_v2" || t == "deepseek_v32" || t == "mistral4")
+    if (t == "deepseek_v32" || t == "mistral4")
       r.fail(str("unsupported model_type '", t, "' (its multi-head latent attention — q_lora_rank, kv_lora_rank, "
                  "the latent cache — is not implemented yet; DeepSeek's experts are, in glm4_moe; supported: ",
                  family_list(), ")"));

@@ -649,6 +649,23 @@ DEEPSEEK_V3_NOLORA = dict(DEEPSEEK_V3, q_lora_rank=None, rope_interleave=False, 
                           norm_topk_prob=False, routed_scaling_factor=1.0, n_shared_experts=2, attention_bias=True,
                           rope_scaling=None)
 
+DEEPSEEK_V2 = dict(MOE_BASE, architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2", num_attention_heads=8,
+                   num_key_value_heads=8, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                   v_head_dim=6, n_routed_experts=8, moe_intermediate_size=16, rope_theta=10000.0,
+                   num_hidden_layers=3, intermediate_size=24, first_k_dense_replace=1, num_experts_per_tok=3,
+                   topk_method="group_limited_greedy", n_group=4, topk_group=2, norm_topk_prob=False,
+                   routed_scaling_factor=2.0, n_shared_experts=2, attention_bias=False)
+DEEPSEEK_V2_NOTE = ("DeepseekV2ForCausalLM: multi-head latent attention (8 heads, q_lora_rank 24, kv_lora_rank 16, "
+                    "qk_nope 8 + qk_rope 4, v_head_dim 6; complex rotation of pairs); 3 layers, layer 0 dense "
+                    "(intermediate 24), layers 1-2 of 8 experts (inner 16): softmax router, top-3 by "
+                    "group_limited_greedy among n_group 4 groups of 2 (topk_group 2, each group scored by its best), "
+                    "routed_scaling_factor 2, two shared experts")
+DEEPSEEK_V2_LITE = dict(DEEPSEEK_V2, q_lora_rank=None, num_hidden_layers=2, first_k_dense_replace=0,
+                        num_experts_per_tok=2, topk_method="greedy", n_group=None, topk_group=None,
+                        routed_scaling_factor=1.0, n_shared_experts=1,
+                        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                      "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1})
+
 ISSUE38_CASES = [
     dict(family("glm4_moe", GLM4_MOE_NOTE, **GLM4_MOE_GROUPED),
          router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
@@ -664,6 +681,9 @@ ISSUE38_CASES = [
     # routed expert's gate/up/down F8_E4M3 with a float32 weight_scale_inv per [2, 2] block; the
     # routers (mlp.gate, not an nn.Linear) and e_score_correction_bias, embeddings, norms and
     # lm_head f32. Blocks of 2 fall on every slice at Shards 2 and 4 (the dense inner 24: 6 rows).
+    dict(family("fp8_glm4_moe", "Glm4MoeForCausalLM in fine-grained FP8 ([2, 2] blocks; routers, biases, "
+                "embeddings, norms and lm_head unquantized). Otherwise glm4_moe: " + GLM4_MOE_NOTE, **GLM4_MOE_GROUPED),
+         router=None, router_bias=True, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
     dict(family("deepseek_v3", DEEPSEEK_V3_NOTE, inputs=LONG, **DEEPSEEK_V3),
          router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
     dict(family("deepseek_v3_nolora", "DeepseekV3ForCausalLM: q_proj (q_lora_rank null), rotary halves "
@@ -671,9 +691,13 @@ ISSUE38_CASES = [
                 "(first_k_dense_replace 0), top-2 of all, no renormalising, two shared experts; otherwise deepseek_v3's "
                 "latent sizes", **DEEPSEEK_V3_NOLORA),
          router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
-    dict(family("fp8_glm4_moe", "Glm4MoeForCausalLM in fine-grained FP8 ([2, 2] blocks; routers, biases, "
-                "embeddings, norms and lm_head unquantized). Otherwise glm4_moe: " + GLM4_MOE_NOTE, **GLM4_MOE_GROUPED),
-         router=None, router_bias=True, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
+    dict(family("deepseek_v2", DEEPSEEK_V2_NOTE, **DEEPSEEK_V2),
+         router=None, router_bias=False, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    dict(family("deepseek_v2_lite", "DeepseekV2ForCausalLM as V2-Lite: q_proj (q_lora_rank null), greedy top-2 of "
+                "the softmax over 8 experts, one shared expert, 2 layers of experts, yarn RoPE factor 4 over original 16 "
+                "with mscale = mscale_all_dim = 0.707 (positions up to 31); otherwise deepseek_v2's sizes",
+                inputs=LONG, **DEEPSEEK_V2_LITE),
+         router=None, router_bias=False, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
 ]
 
 
@@ -2368,7 +2392,8 @@ def issue37_cases():
 def issue38_cases():
     """(name, writer) of every issue-38 case in every dtype it is written in."""
     def write(c, i, di, suffix, dtype_name):
-        entry = family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=7000, tweak=deepseek_tweak(c))
+        tweak = deepseek_tweak(c) if c.get("router_bias") else moe_tweak(c)  # V2: no e_score_correction_bias
+        entry = family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=7000, tweak=tweak)
         entry["moe"] = True
         return entry
     return case_writers(ISSUE38_CASES, write)
