@@ -1,6 +1,7 @@
 #include "core/quantized_parts.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "core/error.h"
@@ -270,6 +271,31 @@ QuantizedRows read_quantized_parts(const std::vector<BackendDevice::QuantizedPar
   if (layout.format == WeightFormat::mxfp4) return read_mxfp4(rd, parts, layout, parts[0].cols);
   rd.expect(layout.format == WeightFormat::int4, str("no quantized kernels for ", layout.describe(), " weights"));
   return read_int4(rd, parts, layout, parts[0].cols);
+}
+
+std::vector<float> dequantize_rows(const QuantizedRows& m) {
+  // MXFP4's E2M1 codes: sign, 2 exponent bits, 1 mantissa bit.
+  static constexpr float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r)
+    for (int64_t c = 0; c < m.cols; ++c) {
+      const size_t i = static_cast<size_t>(r * m.cols + c), b = static_cast<size_t>(r * m.groups + m.group_of(c));
+      const uint8_t q = m.values[i];
+      float w = 0;
+      switch (m.format) {
+        case WeightFormat::fp8: w = f8_e4m3_to_f32(q) * m.scales[b]; break;
+        case WeightFormat::int8: w = static_cast<float>(static_cast<int8_t>(q)) * m.scales[b]; break;
+        case WeightFormat::int4:
+          w = static_cast<float>(static_cast<int>(q) - static_cast<int>(m.zeros[b])) * m.scales[b];
+          break;
+        case WeightFormat::mxfp4:
+          w = (q & 8 ? -1.0f : 1.0f) * kE2m1[q & 7] * std::ldexp(1.0f, static_cast<int>(m.zeros[b]) - 127);
+          break;
+        default: throw Error(str("dequantize_rows: format ", static_cast<int>(m.format), " has no weights to dequantize"));
+      }
+      out[i] = round_to(m.dequant, w);
+    }
+  return out;
 }
 
 }  // namespace linnet

@@ -40,4 +40,9 @@ struct QuantizedRows {
 QuantizedRows read_quantized_parts(const std::vector<BackendDevice::QuantizedPart>& parts, const WeightLayout& layout,
                                    const char* backend);
 
+// Every weight of m as the formula above gives it, each in f32 then rounded to m.dequant,
+// [rows, cols] row-major: for a layer whose product needs the matrix itself in another shape
+// (latent attention's per-head blocks of kv_b_proj, transposed: layers/weight_loader.h).
+std::vector<float> dequantize_rows(const QuantizedRows& m);
+
 }  // namespace linnet

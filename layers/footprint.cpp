@@ -39,7 +39,7 @@ int64_t held_bytes_per_value(const ModelConfig& c, const ParamSpec& p, DType hel
 
 int64_t held_bytes(const ModelConfig& c, const ParamSpec& p, DType held, DType weights) {
   const Shape s = p.shard_shape();
-  if (s.rank() == 2 && !p.layout.dense()) return p.layout.bytes(s, weights);
+  if (s.rank() == 2 && !p.layout.dense() && !p.held_dequantized) return p.layout.bytes(s, weights);
   int64_t n = 1;
   for (int64_t d : s.dims()) n = mul(n, d);
   return mul(n, held_bytes_per_value(c, p, held, weights));

@@ -100,6 +100,7 @@ void ParamTable::latent_attention() {
   add(a + "kv_a_layernorm.weight", ca + "kv_a_norm.weight", {m.kv_lora}, Split::mirrored, 0);
   add_linear(a + "kv_b_proj.weight", ca + "kv_b_proj.weight", {g_.heads * (m.nope + m.v), m.kv_lora}, Split::rows,
              hs * (m.nope + m.v));
+  p_.back().held_dequantized = true;  // held absorbed, in T (layers/latent_attention.h)
   add_linear(a + "o_proj.weight", ca + "o_proj.weight", {h, g_.heads * m.v}, Split::columns, hs * m.v);
   if (c_.o_bias) add(a + "o_proj.bias", ca + "o_proj.bias", {h}, Split::mirrored, 0, true);
 }

@@ -42,6 +42,9 @@ struct ParamSpec {
   // The dtype it is stored in; none: the checkpoint's (config.json's torch_dtype). Companions
   // (scales, zero points, g_idx) carry theirs.
   std::optional<DType> dtype{};
+  // A quantized matrix the network holds dequantized, in the weights' dtype (latent attention's
+  // kv_b_proj, split into its absorbed per-head blocks): counted so.
+  bool held_dequantized = false;
 
   const Shape& stored_shape() const { return stored.rank() ? stored : full; }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/quantized_parts.h"
 
 namespace linnet {
 
@@ -114,6 +115,12 @@ bool dequantize_in_f32() {
 }  // namespace
 
 Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
+  auto [q, rounded] = quantized_parts(parts);
+  return be_.upload_quantized_matrix(q, rounded);
+}
+
+std::pair<std::vector<Backend::QuantizedPart>, WeightLayout> WeightLoader::quantized_parts(
+    const std::vector<std::string>& parts) {
   // The parts of one matrix are stored alike, checked before anything is read.
   const ParamSpec& first = spec(*std::find_if(parts.begin(), parts.end(),
                                               [&](const std::string& n) { return !spec(n).layout.dense(); }));
@@ -184,7 +191,7 @@ Tensor WeightLoader::quantized_matrix(const std::vector<std::string>& parts) {
   if (layout.dequant_in_scale_dtype && stored_scales && (*stored_scales == DType::bf16 || *stored_scales == DType::f16))
     rounded.dequant_dtype = *stored_scales;  // (a 16-bit model's weights, rounded as its reference rounds them)
   if (dequantize_in_f32()) rounded.dequant_dtype.reset();
-  return be_.upload_quantized_matrix(q, rounded);
+  return {std::move(q), rounded};
 }
 
 Tensor WeightLoader::matrix(const std::string& name, const std::vector<std::string>& parts, const Shape& shape) {
@@ -205,11 +212,15 @@ Tensor WeightLoader::matrix(const std::string& name, const std::vector<std::stri
 std::pair<Tensor, Tensor> WeightLoader::absorbed_kv_b(const std::string& card_name, int64_t heads, int64_t nope,
                                                       int64_t v, int64_t kv_lora) {
   const ParamSpec& p = spec(card_name);
-  if (!p.layout.dense())
-    throw Error(str(p.hf_name, " is stored ", p.layout.describe(),
-                    ": latent attention multiplies by its per-head blocks (absorbed), made from a dense kv_b_proj only "
-                    "so far; give the checkpoint with this module in quantization_config's ignore list"));
-  const std::vector<float> kvb = converted(weights_.read(p, shard_), g_.t).to_floats();  // rounded to T, as held
+  std::vector<float> kvb;
+  if (p.layout.dense()) {
+    kvb = converted(weights_.read(p, shard_), g_.t).to_floats();  // rounded to T, as held
+  } else {
+    // Quantized (DeepSeek's FP8 blocks): dequantized as the product would (its format's
+    // rounding), then rounded to T below — held in T, as vLLM holds its absorbed W_UK and W_UV.
+    auto [q, rounded] = quantized_parts({card_name});
+    kvb = dequantize_rows(read_quantized_parts(q, rounded, "latent attention"));
+  }
   const int64_t w = nope + v;
   LINNET_CHECK(static_cast<int64_t>(kvb.size()) == heads * w * kv_lora, card_name, ": ", kvb.size(), " values, not ",
                heads, "·", w, "·", kv_lora);

@@ -36,7 +36,8 @@ class WeightLoader {
   // Latent attention's kv_b_proj [Heads/Shards·(Nope + V), KvLora] on this shard as the
   // absorbed form multiplies by it (layers/latent_attention.h): each head's key rows transposed,
   // w_uk [Heads/Shards·KvLora, Nope], and its value rows, w_uv [Heads/Shards·V, KvLora] — the
-  // values rounded to T as the checkpoint's matrix holds them, only moved.
+  // values rounded to T as the checkpoint's matrix holds them, only moved (a quantized one
+  // dequantized first: held in T).
   std::pair<Tensor, Tensor> absorbed_kv_b(const std::string& card_name, int64_t heads, int64_t nope, int64_t v,
                                           int64_t kv_lora);
 
@@ -48,6 +49,8 @@ class WeightLoader {
   Tensor up(const Tensor& t);                 // to the device, the host copy let go of
   // Parts stored quantized (ParamSpec::layout), each with its scales, as the backend holds them.
   Tensor quantized_matrix(const std::vector<std::string>& parts);
+  // The same parts read and checked, with the layout their dequantization rounds by.
+  std::pair<std::vector<Backend::QuantizedPart>, WeightLayout> quantized_parts(const std::vector<std::string>& parts);
 
   const ModelConfig& config_;
   const Generics& g_;

@@ -698,6 +698,13 @@ ISSUE38_CASES = [
                 "with mscale = mscale_all_dim = 0.707 (positions up to 31); otherwise deepseek_v2's sizes",
                 inputs=LONG, **DEEPSEEK_V2_LITE),
          router=None, router_bias=False, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    # The deepseek_v3 case in fine-grained FP8 as DeepSeek-V3 ships it: every nn.Linear of the
+    # decoder (q_a/q_b, kv_a_proj_with_mqa, kv_b_proj, o_proj, the dense MLP, shared and routed
+    # experts) F8_E4M3 with a float32 weight_scale_inv per [2, 2] block.
+    dict(family("fp8_deepseek_v3", "DeepseekV3ForCausalLM in fine-grained FP8 ([2, 2] blocks; routers, "
+                "e_score_correction_bias, embeddings, norms and lm_head unquantized). Otherwise deepseek_v3: "
+                + DEEPSEEK_V3_NOTE, inputs=LONG, **DEEPSEEK_V3),
+         router=None, router_bias=True, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
 ]
 
 
