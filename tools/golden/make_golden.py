@@ -619,7 +619,8 @@ ISSUE37_CASES = [
 # `make_golden.py --only NAME …` like issue 34's cases.
 # --------------------------------------------------------------------------------------
 
-GLM4_MOE = dict(MOE_BASE, architectures=["Glm4MoeForCausalLM"], model_type="glm4_moe", head_dim=8,
+# 128 positions: greedy runs of 48 steps from 24-token prompts (longer than a page of 16).
+GLM4_MOE = dict(MOE_BASE, max_position_embeddings=128, architectures=["Glm4MoeForCausalLM"], model_type="glm4_moe", head_dim=8,
                 n_routed_experts=8, moe_intermediate_size=16, num_nextn_predict_layers=0, rope_theta=10000.0)
 
 GLM4_MOE_NOTE = ("Glm4MoeForCausalLM: 3 layers, layer 0 dense (first_k_dense_replace 1, intermediate 24), layers 1-2 "
@@ -631,7 +632,7 @@ GLM4_MOE_GROUPED = dict(GLM4_MOE, num_hidden_layers=3, intermediate_size=24, fir
                         num_experts_per_tok=3, n_group=4, topk_group=2, norm_topk_prob=True, routed_scaling_factor=2.5,
                         n_shared_experts=1, use_qk_norm=True, attention_bias=True)
 
-DEEPSEEK_V3 = dict(MOE_BASE, architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", num_attention_heads=8,
+DEEPSEEK_V3 = dict(MOE_BASE, max_position_embeddings=128, architectures=["DeepseekV3ForCausalLM"], model_type="deepseek_v3", num_attention_heads=8,
                    num_key_value_heads=8, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
                    v_head_dim=6, n_routed_experts=8, moe_intermediate_size=16, num_nextn_predict_layers=0,
                    rope_theta=10000.0, num_hidden_layers=3, intermediate_size=24, first_k_dense_replace=1,
@@ -641,7 +642,7 @@ DEEPSEEK_V3 = dict(MOE_BASE, architectures=["DeepseekV3ForCausalLM"], model_type
                                  "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 32, "beta_slow": 1})
 DEEPSEEK_V3_NOTE = ("DeepseekV3ForCausalLM: multi-head latent attention (8 heads, q_lora_rank 24, kv_lora_rank 16, "
                     "qk_nope 8 + qk_rope 4, v_head_dim 6, rope_interleave), yarn RoPE factor 4 over original 16 with "
-                    "mscale = mscale_all_dim = 1 (softmax scale x mscale^2); positions up to 31; 3 layers, layer 0 "
+                    "mscale = mscale_all_dim = 1 (softmax scale x mscale^2); 24-token prompts (a page is 16), 48 greedy steps (positions up to 71); 3 layers, layer 0 "
                     "dense (intermediate 24), layers 1-2 of 8 experts (inner 16) top-3 among n_group 4 groups of 2 "
                     "(topk_group 2), norm_topk_prob, routed_scaling_factor 2.5, one shared expert")
 DEEPSEEK_V3_NOLORA = dict(DEEPSEEK_V3, q_lora_rank=None, rope_interleave=False, num_hidden_layers=2,
@@ -649,7 +650,7 @@ DEEPSEEK_V3_NOLORA = dict(DEEPSEEK_V3, q_lora_rank=None, rope_interleave=False, 
                           norm_topk_prob=False, routed_scaling_factor=1.0, n_shared_experts=2, attention_bias=True,
                           rope_scaling=None)
 
-DEEPSEEK_V2 = dict(MOE_BASE, architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2", num_attention_heads=8,
+DEEPSEEK_V2 = dict(MOE_BASE, max_position_embeddings=128, architectures=["DeepseekV2ForCausalLM"], model_type="deepseek_v2", num_attention_heads=8,
                    num_key_value_heads=8, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
                    v_head_dim=6, n_routed_experts=8, moe_intermediate_size=16, rope_theta=10000.0,
                    num_hidden_layers=3, intermediate_size=24, first_k_dense_replace=1, num_experts_per_tok=3,
@@ -667,44 +668,45 @@ DEEPSEEK_V2_LITE = dict(DEEPSEEK_V2, q_lora_rank=None, num_hidden_layers=2, firs
                                       "mscale": 0.707, "mscale_all_dim": 0.707, "beta_fast": 32, "beta_slow": 1})
 
 ISSUE38_CASES = [
-    dict(family("glm4_moe", GLM4_MOE_NOTE, **GLM4_MOE_GROUPED),
-         router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    dict(family("glm4_moe", GLM4_MOE_NOTE, inputs=LONG, **GLM4_MOE_GROUPED),
+         router=None, router_bias=True, steps=48, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
     dict(family("glm4_moe_shared2", "Glm4MoeForCausalLM: 2 layers, both of 8 experts (first_k_dense_replace 0), "
                 "top-2 of all (n_group 1), no renormalising (norm_topk_prob false), routed_scaling_factor 1, two "
                 "shared experts (inner 32), no q/k norms, no biases",
                 **dict(GLM4_MOE, num_hidden_layers=2, first_k_dense_replace=0, num_experts_per_tok=2, n_group=1,
                        topk_group=1, norm_topk_prob=False, routed_scaling_factor=1.0, n_shared_experts=2,
-                       use_qk_norm=False, attention_bias=False)),
-         router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+                       use_qk_norm=False, attention_bias=False), inputs=LONG),
+         router=None, router_bias=True, steps=48, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
     # The glm4_moe case in fine-grained FP8 as GLM-4.5-FP8 and DeepSeek-V3 ship their weights: every
     # decoder nn.Linear (q/k/v/o, the dense layer's and the shared experts' gate/up/down) and each
     # routed expert's gate/up/down F8_E4M3 with a float32 weight_scale_inv per [2, 2] block; the
     # routers (mlp.gate, not an nn.Linear) and e_score_correction_bias, embeddings, norms and
     # lm_head f32. Blocks of 2 fall on every slice at Shards 2 and 4 (the dense inner 24: 6 rows).
     dict(family("fp8_glm4_moe", "Glm4MoeForCausalLM in fine-grained FP8 ([2, 2] blocks; routers, biases, "
-                "embeddings, norms and lm_head unquantized). Otherwise glm4_moe: " + GLM4_MOE_NOTE, **GLM4_MOE_GROUPED),
-         router=None, router_bias=True, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
+                "embeddings, norms and lm_head unquantized). Otherwise glm4_moe: " + GLM4_MOE_NOTE, inputs=LONG,
+                **GLM4_MOE_GROUPED),
+         router=None, router_bias=True, steps=48, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
     dict(family("deepseek_v3", DEEPSEEK_V3_NOTE, inputs=LONG, **DEEPSEEK_V3),
-         router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+         router=None, router_bias=True, steps=48, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
     dict(family("deepseek_v3_nolora", "DeepseekV3ForCausalLM: q_proj (q_lora_rank null), rotary halves "
                 "(rope_interleave false), default RoPE, q_a/kv_a/o biases (attention_bias); 2 layers of 8 experts "
                 "(first_k_dense_replace 0), top-2 of all, no renormalising, two shared experts; otherwise deepseek_v3's "
-                "latent sizes", **DEEPSEEK_V3_NOLORA),
-         router=None, router_bias=True, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
-    dict(family("deepseek_v2", DEEPSEEK_V2_NOTE, **DEEPSEEK_V2),
-         router=None, router_bias=False, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+                "latent sizes", inputs=LONG, **DEEPSEEK_V3_NOLORA),
+         router=None, router_bias=True, steps=48, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    dict(family("deepseek_v2", DEEPSEEK_V2_NOTE, inputs=LONG, **DEEPSEEK_V2),
+         router=None, router_bias=False, steps=48, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
     dict(family("deepseek_v2_lite", "DeepseekV2ForCausalLM as V2-Lite: q_proj (q_lora_rank null), greedy top-2 of "
                 "the softmax over 8 experts, one shared expert, 2 layers of experts, yarn RoPE factor 4 over original 16 "
-                "with mscale = mscale_all_dim = 0.707 (positions up to 31); otherwise deepseek_v2's sizes",
+                "with mscale = mscale_all_dim = 0.707, positions up to 71; otherwise deepseek_v2's sizes",
                 inputs=LONG, **DEEPSEEK_V2_LITE),
-         router=None, router_bias=False, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+         router=None, router_bias=False, steps=48, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
     # The deepseek_v3 case in fine-grained FP8 as DeepSeek-V3 ships it: every nn.Linear of the
     # decoder (q_a/q_b, kv_a_proj_with_mqa, kv_b_proj, o_proj, the dense MLP, shared and routed
     # experts) F8_E4M3 with a float32 weight_scale_inv per [2, 2] block.
     dict(family("fp8_deepseek_v3", "DeepseekV3ForCausalLM in fine-grained FP8 ([2, 2] blocks; routers, "
                 "e_score_correction_bias, embeddings, norms and lm_head unquantized). Otherwise deepseek_v3: "
                 + DEEPSEEK_V3_NOTE, inputs=LONG, **DEEPSEEK_V3),
-         router=None, router_bias=True, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
+         router=None, router_bias=True, steps=48, dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
 ]
 
 
