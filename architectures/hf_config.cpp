@@ -243,6 +243,9 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
   Reader r{j, source};
   ModelConfig c;
   c.model_type = r.string("model_type", "llama");
+  // Kimi K2's published config.json says model_type kimi_k2 (its remote code); its network is
+  // DeepSeek V3's (architectures: DeepseekV3ForCausalLM), as transformers reads it inside Kimi K2.5.
+  if (c.model_type == "kimi_k2") c.model_type = "deepseek_v3";
   const Architecture* fam = find_architecture(c.model_type);
   if (!fam) {
     const std::string& t = c.model_type;

@@ -6,9 +6,11 @@
 #include <sstream>
 
 #include "architectures/hf_config.h"
+#include "architectures/presets.h"
 #include "core/backend.h"
 #include "layers/card.h"
 #include "layers/footprint.h"
+#include "layers/model_definition.h"
 #include "layers/parameters.h"
 #include "launcher/options.h"
 
@@ -78,8 +80,12 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
       times *= g.experts_per_shard();
     }
     o << name << "\t" << split_name(p.split) << (p.replicas > 1 ? str(" (×", p.replicas, " replicated)") : "") << "\t"
-      << p.shard_shape().to_string() << "\t" << (p.layout.dense() ? dtype_name(p.full.rank() == 2 ? weights : held) : p.layout.describe())
-      << "\t";
+      << p.shard_shape().to_string() << "\t";
+    if (!p.layout.dense())
+      o << p.layout.describe() << (p.held_dequantized ? str(", held in ", dtype_name(weights), " (absorbed)") : "");
+    else
+      o << dtype_name(p.dtype == DType::f32 ? DType::f32 : p.full.rank() == 2 ? weights : held);  // f32: kept so (routers)
+    o << "\t";
     if (name == "lm_head.weight" && c.tie_word_embeddings) {
       o << "0 (a view of embedding.weight: tied)\n";
       continue;
@@ -96,9 +102,15 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
       << ")\n";
   const Footprint f = rank_footprint(c, g, held, weights);
   o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";
-  o << "KV cache per rank\t" << f.kv_cache << " (" << human_bytes(static_cast<double>(f.kv_cache)) << ") = 2 × " << g.layers
-    << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", " << g.head_dim()
-    << "] " << dtype_name(g.cache_dtype(held)) << (g.kv_dtype ? " (--kv-cache-dtype)" : "") << "\n";
+  const auto states = layer_states(c, g);
+  o << "KV cache per rank\t" << f.kv_cache << " (" << human_bytes(static_cast<double>(f.kv_cache)) << ") = ";
+  if (!states.empty() && states[0].kind == LayerCacheSpec::Kind::latent)  // latent attention: one vector a position
+    o << g.layers << " layers × [" << g.batch << ", " << g.max_seq << ", " << states[0].dim << "] "
+      << dtype_name(g.cache_dtype(held)) << (g.kv_dtype ? " (--kv-cache-dtype)" : "")
+      << " (cache_latent: [k_pe | c_kv], whole on every rank)\n";
+  else
+    o << "2 × " << g.layers << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", "
+      << g.head_dim() << "] " << dtype_name(g.cache_dtype(held)) << (g.kv_dtype ? " (--kv-cache-dtype)" : "") << "\n";
   o << "Total per rank\t" << f.total() << " (" << human_bytes(static_cast<double>(f.total())) << ")\n";
   if (c.moe()) {
     // Both ways to shard the experts, side by side (what --moe-sharding would change).
@@ -124,7 +136,8 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
 int cmd_inspect(const Args& args) {
   po::options_description desc("linnet inspect");
   desc.add_options()("checkpoint", po::value<std::string>()->required(),
-                     "checkpoint directory (config.json is enough), or a config.json")(
+                     "checkpoint directory (config.json is enough), a config.json, or a preset's name (a plan "
+                     "for a published model's shapes: deepseek-v3, kimi-k2, glm-4.5, …)")(
       "backend", po::value<std::string>()->default_value("auto"),
       "size for this backend's dtypes: cpu, cuda or auto (cuda when a GPU is visible)");
   add_run_options(desc);
@@ -132,7 +145,7 @@ int cmd_inspect(const Args& args) {
   if (!parse(args, desc, vm, "linnet inspect"))
     return 0;
   const std::string dir = vm["checkpoint"].as<std::string>();
-  const ModelConfig config = load_hf_config(dir);
+  const ModelConfig config = preset_or_config(dir);
   const RunOptions options = run_options(vm);
   const Generics g = bind_generics(config, options);
   // The card alone is byte-for-byte what the seed shows; the per-rank sizes follow only

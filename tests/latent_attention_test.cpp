@@ -88,6 +88,11 @@ TEST(LatentAttention, DeepseekV3ConfigReadAsTransformersReadsIt) {
   EXPECT_EQ(back.mla->interleaved, b.mla->interleaved);
   EXPECT_EQ(*back.attention_scale, *b.attention_scale);
   EXPECT_TRUE(*back.expert_choice == *b.expert_choice);
+  // Kimi K2's published model_type (its remote code's name) is DeepSeek V3's network, as
+  // transformers reads it inside Kimi K2.5.
+  const ModelConfig kimi = parse(with(v3_base(), {{"model_type", "kimi_k2"}, {"architectures", {"DeepseekV3ForCausalLM"}}}));
+  EXPECT_EQ(kimi.model_type, "deepseek_v3");
+  EXPECT_TRUE(kimi.mla && kimi.expert_choice);
   // Refused, naming the rule.
   EXPECT_NE(error_of(with(v3_base(), {{"num_key_value_heads", 4}})).find("latent attention expands keys and values per "
                                                                           "query head"),

@@ -105,6 +105,39 @@ TEST(Inspect, Llama31_70BPlanInDocsMatches) {
   }
 }
 
+// DeepSeek-V3's and Kimi K2's plans (docs/cluster.md) from their shapes: FP8 matrices with a
+// float per 128×128 block, kv_b_proj held in bf16 (absorbed), f32 routers, Experts/Shards whole
+// experts a rank, the latent cache whole on every rank; inspect prints them, the page quotes them.
+TEST(Inspect, DeepSeekV3AndKimiK2PlansInDocsMatch) {
+  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
+  auto fp8 = [](int64_t r, int64_t c) { return r * c + (r + 127) / 128 * ((c + 127) / 128) * 4; };
+  struct Model {
+    const char* preset;
+    int64_t heads, experts, vocab, dense;
+  };
+  for (const Model m : {Model{"deepseek-v3", 128, 256, 129280, 3}, Model{"kimi-k2", 64, 384, 163840, 1}})
+    for (int64_t S : {8, 16}) {
+      SCOPED_TRACE(str(m.preset, " ", S));
+      const int64_t H = 7168, L = 61, hs = m.heads / S;
+      const int64_t attention = 2 * H * 2 + fp8(1536, H) + 1536 * 2 + fp8(hs * 192, 1536) + fp8(576, H) + 512 * 2 +
+                                hs * 256 * 512 * 2 /* kv_b_proj, bf16 */ + fp8(H, hs * 128);
+      const int64_t dense = 2 * fp8(18432 / S, H) + fp8(H, 18432 / S);
+      const int64_t sparse = m.experts * H * 4 + m.experts * 4 /* f32 router and bias */ + 2 * fp8(2048 / S, H) +
+                             fp8(H, 2048 / S) + m.experts / S * 3 * fp8(2048, H);
+      const int64_t params = m.vocab * H * 2 + H * 2 + (m.vocab + S - 1) / S * H * 2 + L * attention + m.dense * dense +
+                             (L - m.dense) * sparse;
+      const int64_t cache = L * 8 * 32768 * 576 * 2;
+      const Output r = linnet_cmd(str("inspect --checkpoint ", m.preset, " --shards ", S,
+                                      " --batch 8 --max-seq 32768 --backend cuda"));
+      ASSERT_EQ(r.code, 0) << r.out;
+      EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
+      EXPECT_NE(r.out.find("61 layers × [8, 32768, 576] bf16 (cache_latent"), std::string::npos) << r.out;
+      EXPECT_NE(doc.find(std::to_string(params) + " B"), std::string::npos) << "docs/cluster.md lacks " << params;
+      EXPECT_NE(doc.find(std::to_string(cache) + " B"), std::string::npos) << "docs/cluster.md lacks " << cache;
+    }
+}
+
 TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
   const fs::path d = fresh_dir("inspect_mpi");
   fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");
