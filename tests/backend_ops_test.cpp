@@ -558,6 +558,9 @@ OPS_TEST(AttentionPacked, "attention_packed") {
       {4, 2, 48, {33, 31, 2}},
       {8, 4, 96, {-1, 70, -2, 18}},
       {4, 1, 64, {16, 16, 16, 17}},
+      // Latent attention's heads (layers/latent_attention.h): one KV head of qk_rope + kv_lora.
+      {16, 1, 576, {40, 7}},
+      {8, 1, 320, {33, -2, 5}},
   };
   for (const Case& c : cases)
     for (DType act : kActs) {
@@ -606,6 +609,8 @@ OPS_TEST(AttentionCache, "attention_cache") {
       {{4, 2, 32, 512, 16, 2}, 2, {{1, 511}, {0, 1}, {-1, 3}}},
       {{6, 3, 48, 128, 64, 5}, 5, {{4, 127}, {0, 64}, {2, 5}}},
       {{4, 4, 80, 2048, 128, 2}, 2, {{0, 2047}}},
+      // Latent attention (DeepSeek, Kimi K2): 16 heads over one head of 64 + 512 (decode steps).
+      {{16, 1, 576, 512, 64, 2}, 2, {{0, 511}, {1, 130}, {0, 3}}},
   };
   for (int64_t p = 0; p < 300; ++p) cases[2].tokens.push_back({2, p});  // a prefill-like chunk
   cases[2].tokens.push_back({0, 700});

@@ -531,17 +531,28 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, int spl
   }
 }
 
+// Head dims up to 256 (every GQA family), and latent attention's heads of qk_rope + kv_lora
+// (layers/latent_attention.h): Mistral 4's 64 + 256 = 320, DeepSeek's and Kimi K2's 64 + 512 =
+// 576. The kernels take D ≤ 32·DCH (each lane checks d < D), so those take DCH 10 and 18.
+constexpr int kMaxHeadDim = 576;
 int chunks_for(int D) {
-  if (D <= 0 || D > 256)
-    throw Error(str("cuda attention: head_dim ", D, " is not supported (1 … 256)"));
+  if (D <= 0 || D > kMaxHeadDim)
+    throw Error(str("cuda attention: head_dim ", D, " is not supported (1 … ", kMaxHeadDim, ")"));
   return (D + 31) / 32;
 }
 
-// Dynamic shared memory past 48 KiB (head dims above 128) must be allowed per kernel.
+// Dynamic shared memory past 48 KiB (head dims above 128) must be allowed per kernel; past what
+// the GPU gives a block (227 KiB on Hopper, 163 KiB on Ampere) the launch is refused by name.
 template <class K>
-void allow_smem(K kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    LINNET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+void allow_smem(K kernel, size_t bytes, int D) {
+  if (bytes <= 48 * 1024) return;
+  int device = 0, most = 0;
+  LINNET_CUDA_CHECK(cudaGetDevice(&device));
+  LINNET_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  if (bytes > static_cast<size_t>(most))
+    throw Error(str("cuda attention: head_dim ", D, " needs ", bytes, " bytes of shared memory a block, more than this "
+                    "GPU's ", most));
+  LINNET_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 // Calls f.template operator()<T, DCH>() for the run-time dtype and head-dim chunk count.
@@ -558,7 +569,10 @@ void dispatch(int dt, int D, F&& f) {
       case 5: f.template operator()<T, 5>(); break;
       case 6: f.template operator()<T, 6>(); break;
       case 7: f.template operator()<T, 7>(); break;
-      default: f.template operator()<T, 8>(); break;
+      case 8: f.template operator()<T, 8>(); break;
+      case 9:
+      case 10: f.template operator()<T, 10>(); break;  // latent attention, qk_rope 64 + kv_lora 256
+      default: f.template operator()<T, 18>(); break;  // up to 576: qk_rope 64 + kv_lora 512
     }
   };
   switch (dt) {
@@ -597,7 +611,7 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
   const size_t smem = sizeof(float) * (kBQ * D + kBK * (2 * D + 1) + kWarps * kBK);
   const dim3 grid(static_cast<unsigned>((N + kBQ - 1) / kBQ), static_cast<unsigned>(g.q_heads));
   dispatch(dt, D, [&]<class T, int DCH>() {
-    allow_smem(attention_packed_kernel<T, DCH>, smem);
+    allow_smem(attention_packed_kernel<T, DCH>, smem, D);
     attention_packed_kernel<T, DCH><<<grid, kWarps * 32, smem, s>>>(
         static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, run_start,
         static_cast<T*>(out), g.kv_dt == dt ? -1 : g.kv_dt);
@@ -657,7 +671,7 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
   }
   const size_t smem = sizeof(float) * (Q * G * D + kBK * (2 * D + 1) + Q * G * kBK);
   dispatch(dt, D, [&]<class T, int DCH>() {
-    allow_smem(attention_cache_kernel<T, DCH>, smem);
+    allow_smem(attention_cache_kernel<T, DCH>, smem, D);
     attention_cache_kernel<T, DCH><<<grid, Q * G * 32, smem, s>>>(
         static_cast<const T*>(qkv), N, Q, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, g.max_seq,
         g.page_size, g.cache_rows, rows, positions, table, R, pages, cache_k, cache_v, workspace, split_base,

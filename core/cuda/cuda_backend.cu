@@ -959,7 +959,7 @@ static void cache_type(const char* op, const Tensor& qkv, DType t) {
 void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, const Tensor& slots,
                            Tensor& cache_k, Tensor& cache_v) {
   const char* op = "kv_write";
-  need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
+  need(dims.head_dim <= 576, op, str("head_dim ", dims.head_dim, " is not supported (1 … 576)"));
   act_type(op, "qkv", qkv);
   cache_type(op, qkv, cache_k.dtype());
   activate();
@@ -970,7 +970,7 @@ void CudaBackend::kv_write_op(const Tensor& qkv, const AttentionDims& dims, cons
 void CudaBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& dims,
                                    const Tensor& run_start, Tensor& out) {
   const char* op = "attention_packed";
-  need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
+  need(dims.head_dim <= 576, op, str("head_dim ", dims.head_dim, " is not supported (1 … 576)"));
   act_type(op, "qkv", qkv);
   if (dims.round_kv) cache_type(op, qkv, *dims.round_kv);
   activate();
@@ -982,7 +982,7 @@ void CudaBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& dim
                                   const Tensor& positions, const Tensor& table,
                                   const Tensor& cache_k, const Tensor& cache_v, Tensor& out) {
   const char* op = "attention_cache";
-  need(dims.head_dim <= 256, op, str("head_dim ", dims.head_dim, " is not supported (1 … 256)"));
+  need(dims.head_dim <= 576, op, str("head_dim ", dims.head_dim, " is not supported (1 … 576)"));
   act_type(op, "qkv", qkv);
   cache_type(op, qkv, cache_k.dtype());
   const int64_t N = qkv.dim(0);
