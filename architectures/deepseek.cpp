@@ -23,15 +23,20 @@ using nlohmann::json;
 
 // The latent attention's sizes (DeepseekV3Config's defaults where absent). transformers sets
 // head_dim to qk_rope_head_dim itself; a head_dim in the file is not read.
-void latent_keys(const ConfigReader& r, ModelConfig& c, bool interleave_key) {
+// The config classes' defaults of the latent sizes.
+struct LatentDefaults {
+  int64_t q_lora = 1536, kv_lora = 512, nope = 128, rope = 64, v = 128;
+};
+
+void latent_keys(const ConfigReader& r, ModelConfig& c, bool interleave_key, const LatentDefaults& d = {}) {
   const json& j = r.j;
   LatentAttentionConfig m;
-  // q_lora_rank null: one q_proj (DeepSeek-V2-Lite); absent: the class's 1536.
-  m.q_lora = j.contains("q_lora_rank") && j["q_lora_rank"].is_null() ? 0 : r.positive("q_lora_rank", 1536);
-  m.kv_lora = r.positive("kv_lora_rank", 512);
-  m.nope = r.positive("qk_nope_head_dim", 128);
-  m.rope = r.positive("qk_rope_head_dim", 64);
-  m.v = r.positive("v_head_dim", 128);
+  // q_lora_rank null: one q_proj (DeepSeek-V2-Lite); absent: the class's default.
+  m.q_lora = j.contains("q_lora_rank") && j["q_lora_rank"].is_null() ? 0 : r.positive("q_lora_rank", d.q_lora);
+  m.kv_lora = r.positive("kv_lora_rank", d.kv_lora);
+  m.nope = r.positive("qk_nope_head_dim", d.nope);
+  m.rope = r.positive("qk_rope_head_dim", d.rope);
+  m.v = r.positive("v_head_dim", d.v);
   if (m.rope % 2 != 0) r.fail(str("qk_rope_head_dim ", m.rope, " must be even for RoPE"));
   // V2 rotates pairs always (view_as_complex); V3 reads rope_interleave.
   m.interleaved = interleave_key ? r.boolean("rope_interleave", true) : true;
@@ -153,7 +158,7 @@ void write_latent(json& j, const ModelConfig& c) {
   j["qk_nope_head_dim"] = m.nope;
   j["qk_rope_head_dim"] = m.rope;
   j["v_head_dim"] = m.v;
-  if (c.model_type == "deepseek_v3") j["rope_interleave"] = m.interleaved;
+  if (c.model_type != "deepseek_v2") j["rope_interleave"] = m.interleaved;
   j.erase("head_dim");
 }
 
@@ -161,7 +166,97 @@ std::vector<ParamSpec> deepseek_parameters(const ModelConfig& c, const Generics&
   return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) { pre_norm_layer(t, c, i); });
 }
 
+// Mistral 4 (Mistral4ForCausalLM): DeepSeek V3's latent attention with its own defaults, its
+// RoPE over qk_rope_head_dim (partial_rotary_factor qk_rope / (qk_nope + qk_rope), which
+// transformers sets itself), and Llama 4's query scaling by position (rope_parameters'
+// llama_4_scaling_beta over original_max_position_embeddings: transformers multiplies by it
+// unconditionally, so both are required). Its experts: DeepSeek's choice among the softmax's
+// probabilities computed in the model's dtype (no f32 router, no e_score_correction_bias),
+// groups by their two best, renormalised (norm_topk_prob), scaled, one shared expert; no
+// multi-token-prediction layers.
+void mistral4_keys(const ConfigReader& r, ModelConfig& c) {
+  latent_keys(r, c, true, {.q_lora = 1024, .kv_lora = 256, .nope = 64, .rope = 64, .v = 128});
+  const json& j = r.j;
+  if (!given(j, "rope_parameters"))
+    r.fail("mistral4 needs rope_parameters with llama_4_scaling_beta and original_max_position_embeddings (as "
+           "transformers writes them; its query scaling reads both)");
+  const json& rp = j["rope_parameters"];
+  for (const char* k : {"llama_4_scaling_beta", "original_max_position_embeddings"})
+    if (!rp.is_object() || !given(rp, k))
+      r.fail(str("rope_parameters.", k, " is required for mistral4 (transformers' query scaling reads it)"));
+  if (!rp["llama_4_scaling_beta"].is_number()) r.fail("rope_parameters.llama_4_scaling_beta must be a number");
+  const json& period = rp["original_max_position_embeddings"];
+  if (!period.is_number_integer() || period.get<int64_t>() < 1)
+    r.fail(str("rope_parameters.original_max_position_embeddings must be a positive integer, got ", period.dump()));
+  // Mistral4RotaryEmbedding's own default RoPE spans head_dim (qk_nope + qk_rope), not the
+  // qk_rope_head_dim it rotates: transformers fails on it; the scaled kinds use the partial factor.
+  const std::string type = rp.contains("rope_type") && rp["rope_type"].is_string() ? rp["rope_type"].get<std::string>()
+                           : rp.contains("type") && rp["type"].is_string()         ? rp["type"].get<std::string>()
+                                                                                   : "default";
+  if (type == "default")
+    r.fail("rope_parameters.rope_type default is not run by transformers' mistral4 (its default RoPE spans "
+           "qk_nope_head_dim + qk_rope_head_dim and fails on the qk_rope_head_dim it rotates): give yarn, as Mistral "
+           "4 ships");
+  c.mla->query_scale_beta = rp["llama_4_scaling_beta"].get<float>();
+  c.mla->query_scale_period = period.get<int64_t>();
+  if (given(rp, "partial_rotary_factor") && rp["partial_rotary_factor"].is_number()) {
+    const double want = static_cast<double>(c.mla->rope) / static_cast<double>(c.mla->qk_head());
+    if (std::fabs(rp["partial_rotary_factor"].get<double>() - want) > 1e-12)
+      r.fail(str("rope_parameters.partial_rotary_factor ", rp["partial_rotary_factor"].dump(),
+                 " must be qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim) = ", want,
+                 " (the RoPE covers qk_rope_head_dim)"));
+  }
+}
+
+void mistral4_experts(const ConfigReader& r, ModelConfig& c) {
+  parse_deepseek_experts(r, c, {.experts = 128, .per_token = 4, .inner = 2048, .shared = 1, .groups = 1,
+                                .keep_groups = 1, .dense_layers = 0, .scale = 1.0});
+  c.mtp_layers = 0;
+  if (!c.expert_choice) return;
+  c.expert_choice->sigmoid = false;  // softmax, in the model's dtype
+  c.expert_choice->masked = 0.0f;    // masked_fill(0.0)
+  c.router_bias = false;
+  c.router_in_model_dtype = true;
+}
+
 }  // namespace
+
+extern const Architecture kMistral4{
+    .model_type = "mistral4",
+    .class_name = "Mistral4ForCausalLM",
+    .rms_norm_eps = 1e-6,
+    .partial_rotary = true,
+    .experts = true,
+    .bias = Architecture::Bias::attention_bias,
+    .attention = mistral4_keys,
+    .layers = window_not_applied,
+    .moe = mistral4_experts,
+    .finish = latent_scale,
+    .write =
+        [](json& j, const ModelConfig& c) {
+          write_latent(j, c);
+          write_deepseek_experts(j, c);
+          j.erase("num_nextn_predict_layers");
+          // One rope_parameters object, as Mistral4Config writes it, with the query scaling's keys.
+          json rp = c.rope.type == RopeScaling::Type::none ? json{{"rope_type", "default"}} : rope_json(c.rope);
+          rp["rope_theta"] = c.rope_theta;
+          j.erase("rope_scaling");
+          j.erase("rope_theta");
+          rp["llama_4_scaling_beta"] = c.mla->query_scale_beta;
+          rp["original_max_position_embeddings"] = c.mla->query_scale_period;
+          rp["partial_rotary_factor"] = static_cast<double>(c.mla->rope) / static_cast<double>(c.mla->qk_head());
+          j["rope_parameters"] = rp;
+          j.erase("partial_rotary_factor");
+        },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         // Its experts in transformers' fused layout (no conversion splits them).
+                         return decoder_parameters(c, g, [](ParamTable& t, const ModelConfig& c, int64_t i) {
+                           pre_norm_layer(t, c, i, ExpertTensorNames{.fused = true});
+                         });
+                       },
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "mistral4"}); }},
+};
 
 extern const Architecture kDeepseekV3{
     .model_type = "deepseek_v3",

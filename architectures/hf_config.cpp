@@ -252,10 +252,9 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     if (t == "gemma3")
       r.fail("unsupported model_type 'gemma3' (Gemma 3 with its vision tower, Gemma3ForConditionalGeneration): linnet "
              "runs the text model, model_type gemma3_text (Gemma3ForCausalLM)");
-    if (t == "deepseek_v32" || t == "mistral4")
-      r.fail(str("unsupported model_type '", t, "' (its multi-head latent attention — q_lora_rank, kv_lora_rank, "
-                 "the latent cache — is not implemented yet; DeepSeek's experts are, in glm4_moe; supported: ",
-                 family_list(), ")"));
+    if (t == "deepseek_v32")
+      r.fail(str("unsupported model_type 'deepseek_v32' (its sparse attention's indexer — index_n_heads, index_topk "
+                 "— is not implemented; deepseek_v3's latent attention is; supported: ", family_list(), ")"));
     if (t.find("moe") != std::string::npos || t == "gpt_oss")
       r.fail(str("unsupported model_type '", t, "' (its mixture-of-experts layers are not implemented: linnet's are ",
                  moe_family_list(), "; supported: ", family_list(), ")"));

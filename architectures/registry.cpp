@@ -5,7 +5,7 @@
 namespace linnet {
 
 extern const Architecture kLlama, kQwen2, kMistral, kQwen3, kGemma2, kGemma3Text, kPhi3, kOlmo2, kGranite, kSmolLm3,
-    kOlmo3, kMixtral, kQwen3Moe, kOlmoe, kGlm4Moe, kDeepseekV2, kDeepseekV3;
+    kOlmo3, kMixtral, kQwen3Moe, kOlmoe, kGlm4Moe, kDeepseekV2, kDeepseekV3, kMistral4;
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
@@ -14,7 +14,7 @@ const std::vector<const Architecture*>& architectures() {
       // Mixtures of experts (issue 30).
       &kMixtral, &kQwen3Moe, &kOlmoe,
       // DeepSeek's experts (issue 38).
-      &kGlm4Moe, &kDeepseekV2, &kDeepseekV3,
+      &kGlm4Moe, &kDeepseekV2, &kDeepseekV3, &kMistral4,
   };
   return all;
 }

@@ -113,6 +113,19 @@ void CheckpointDir::expect(const std::string& name, const Shape& shape) const {
     throw Error(str(f.path(), ": tensor '", name, "' has shape ", ti.shape.to_string(), ", expected ", shape.to_string()));
 }
 
+Tensor CheckpointDir::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
+  return file_of(name).read_block(name, r0, r1, c0, c1);
+}
+
+void CheckpointDir::expect_2d(const std::string& name, const Shape& shape) const {
+  const SafetensorsFile& f = file_of(name);
+  const Shape& s = f.info(name).shape;
+  const int64_t cols = s.rank() ? s[s.rank() - 1] : 0;
+  if (s.rank() < 2 || shape.rank() != 2 || cols != shape[1] || s.numel() != shape.numel())
+    throw Error(str(f.path(), ": tensor '", name, "' has shape ", s.to_string(), ", expected ", shape.to_string(),
+                    s.rank() > 2 ? " (its rows: every dimension but the last)" : ""));
+}
+
 void CheckpointDir::expect(const std::string& name, const Shape& shape, DType dtype) const {
   expect(name, shape);
   const SafetensorsFile& f = file_of(name);

@@ -30,7 +30,8 @@ void expect_layers(const CheckpointDir& dir, int64_t layers) {
 void CheckpointWeights::expect_all(const std::vector<ParamSpec>& specs) const {
   for (const auto& p : specs) {
     const ParamSpec v = p.layout.dense() ? p : p.values_part();
-    dir_.expect(v.hf_name, v.stored_shape());
+    if (v.stored.rank()) dir_.expect_2d(v.hf_name, v.stored);  // a part: the fused tensor seen as 2-D
+    else dir_.expect(v.hf_name, v.stored_shape());
     // A symmetric scheme has no zero points: one in the file says the config is not the files'.
     const std::string zero_points = p.hf_name + "_zero_point";
     if (!p.layout.dense() && !p.layout.zero_point_dtype && dir_.has(zero_points))
@@ -41,7 +42,8 @@ void CheckpointWeights::expect_all(const std::vector<ParamSpec>& specs) const {
 
 Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   used_.insert(p.hf_name);
-  dir_.expect(p.hf_name, p.stored_shape());
+  if (p.stored.rank()) dir_.expect_2d(p.hf_name, p.stored);  // a part: the fused tensor seen as 2-D
+  else dir_.expect(p.hf_name, p.stored_shape());
   const DType stored = dir_.info(p.hf_name).dtype;
   const std::string& path = dir_.file_of(p.hf_name).path();
   // E8M0 scales (MXFP4) are stored as F8_E8M0 or as U8 bytes (compressed-tensors, gpt-oss): the
@@ -62,6 +64,14 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
                     ", but config.json's torch_dtype says ", dtype_name(declared_)));
   }
   const auto [part_begin, part_end] = p.shard_range(shard);
+  if (p.stored.rank() && p.split != Split::rows) {
+    // A part of a fused tensor held whole or split by columns (transformers' fused experts:
+    // expert e's gate/up/down are row ranges of a 3-D tensor): its block of the 2-D view.
+    const int64_t c0 = p.split == Split::columns ? part_begin : 0, c1 = p.split == Split::columns ? part_end : p.full[1];
+    Tensor t = dir_.read_block(p.hf_name, p.row_offset, p.row_offset + p.full[0], c0, c1);
+    check_finite(p, t, p.row_offset, c0);
+    return t;
+  }
   // A part of a fused tensor (Phi-3's qkv_proj, gate_up_proj) reads its rows from the part's offset.
   const int64_t begin = part_begin + p.row_offset, end = part_end + p.row_offset;
   // A whole matrix: a view of the mapped file, no copy (the backend lays it out in its own
@@ -74,6 +84,7 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   Tensor t = whole && p.full.rank() == 2        ? dir_.view(p.hf_name)
              : mirrored                         ? dir_.read(p.hf_name)
              : p.split == Split::columns        ? dir_.read_cols(p.hf_name, begin, end)
+             : p.stored.rank() > 0              ? dir_.read_block(p.hf_name, begin, end, 0, p.full[1])
                                                 : dir_.read_rows(p.hf_name, begin, end);
   if (e8m0_bytes) t = Tensor(t.storage(), static_cast<size_t>(static_cast<const char*>(t.data()) -
                                                               static_cast<const char*>(t.storage()->data)),

@@ -106,12 +106,13 @@ Tensor RandomWeights::read(const ParamSpec& p, int64_t shard) {
   // switch back, for comparisons).
   const char* where = std::getenv("LINNET_RANDOM_WEIGHTS");  // read each time: a sweep may set it
   const bool host_only = where && std::string(where) == "host";
-  if (device_ && !host_only && p.full.rank() == 2)
+  if (device_ && !host_only && p.full.rank() == 2 && !p.stored.rank())  // (a fused tensor's part: on the host)
     if (Tensor t = device_matrix(p, shard); t.defined()) return t;
   const Shape shape = p.shard_shape();
   std::vector<float> v(static_cast<size_t>(shape.numel()), 0.0f);
+  const int64_t part_first = p.row_offset * (p.full.numel() / std::max<int64_t>(1, p.full[0]));  // a part's first value
   if (p.split == Split::mirrored || p.split == Split::expert) {
-    random_values(seed_, p.hf_name, p.full, 0, p.full.numel(), v.data());
+    random_values(seed_, p.hf_name, p.stored_shape(), part_first, p.full.numel(), v.data());
   } else if (p.split == Split::rows) {
     const auto [b, e] = p.shard_range(shard);
     const int64_t row = p.full.numel() / p.full[0];
@@ -121,7 +122,8 @@ Tensor RandomWeights::read(const ParamSpec& p, int64_t shard) {
   } else {
     const auto [b, e] = p.shard_range(shard);
     const int64_t cols = p.full[1], w = e - b;
-    for (int64_t r = 0; r < p.full[0]; ++r) random_values(seed_, p.hf_name, p.full, r * cols + b, w, v.data() + r * w);
+    for (int64_t r = 0; r < p.full[0]; ++r)
+      random_values(seed_, p.hf_name, p.stored_shape(), part_first + r * cols + b, w, v.data() + r * w);
   }
   return Tensor::from_floats(shape, v, dtype_);
 }

@@ -277,6 +277,26 @@ Tensor SafetensorsFile::read_rows(const std::string& name, int64_t begin, int64_
   return t;
 }
 
+Tensor SafetensorsFile::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
+  const TensorInfo& ti = info(name);
+  if (ti.shape.rank() < 2)
+    throw Error(str(path_, ": tensor '", name, "': read_block needs rank >= 2, shape is ", ti.shape.to_string()));
+  const int64_t cols = ti.shape[ti.shape.rank() - 1], rows = cols ? ti.shape.numel() / cols : 0;
+  if (r0 < 0 || r0 > r1 || r1 > rows || c0 < 0 || c0 > c1 || c1 > cols)
+    throw Error(str(path_, ": tensor '", name, "': rows [", r0, ", ", r1, ") and columns [", c0, ", ", c1,
+                    ") are outside its ", rows, " × ", cols, " (as 2-D)"));
+  Tensor t = Tensor::empty({r1 - r0, c1 - c0}, ti.dtype);
+  const size_t es = dtype_size(ti.dtype), src_row = static_cast<size_t>(cols) * es,
+               dst_row = static_cast<size_t>(c1 - c0) * es;
+  if (t.nbytes() == 0) return t;
+  const char* src = bytes_of(ti) + static_cast<size_t>(r0) * src_row + static_cast<size_t>(c0) * es;
+  char* dst = static_cast<char*>(t.data());
+  for (int64_t r = 0; r < r1 - r0; ++r)
+    std::memcpy(dst + static_cast<size_t>(r) * dst_row, src + static_cast<size_t>(r) * src_row, dst_row);
+  drop_mapped_pages(bytes_of(ti) + static_cast<size_t>(r0) * src_row, static_cast<size_t>(r1 - r0) * src_row);
+  return t;
+}
+
 Tensor SafetensorsFile::read_cols(const std::string& name, int64_t begin, int64_t end) const {
   const TensorInfo& ti = info(name);
   if (ti.shape.rank() != 2)

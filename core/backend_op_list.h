@@ -35,6 +35,13 @@ LINNET_OP(swiglu, "swiglu", (const Tensor& gate_up, Tensor& out), (gate_up, out)
 // out[N, I] = gelu_tanh(gate_up[:, :I]) · gate_up[:, I:], GELU's tanh approximation
 // (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh).
 LINNET_OP(geglu, "geglu", (const Tensor& gate_up, Tensor& out), (gate_up, out))
+// x[n, c] ← x[n, c] · f(n) for columns [col_begin, col_begin + cols), f(n) = 1 + beta · ln(1 +
+// floor(positions[n] / period)) in f32, rounded to x's dtype first (f = 1 where positions[n] <
+// 0): Llama 4's attention temperature tuning, queries scaled by how many periods their position
+// has passed (Mistral 4's llama_4_scaling_beta). positions [N] i32, period ≥ 1.
+LINNET_OP(scale_by_position, "scale_by_position",
+          (Tensor& x, int64_t col_begin, int64_t cols, const Tensor& positions, float beta, int64_t period),
+          (x, col_begin, cols, positions, beta, period))
 // x ← x · value, x / value, or value · tanh(x / value) (soft-capping) (Backend::Pointwise),
 // element by element in f32.
 LINNET_OP(pointwise, "pointwise", (Tensor& x, Pointwise op, float value), (x, op, value))

@@ -1,6 +1,7 @@
 #include "core/op_checks.h"
 
 #include <climits>
+#include <cmath>
 
 #include "core/error.h"
 
@@ -176,6 +177,16 @@ void swiglu(const char* backend, const Tensor& gate_up, Tensor& out) { check_glu
 void geglu(const char* backend, const Tensor& gate_up, Tensor& out) { check_glu({backend, "geglu"}, gate_up, out); }
 
 void pointwise(const char* backend, Tensor& x, Pointwise, float) { defined({backend, "pointwise"}, "x", x); }
+
+void scale_by_position(const char* backend, Tensor& x, int64_t col_begin, int64_t cols, const Tensor& positions,
+                       float beta, int64_t period) {
+  const Op k{backend, "scale_by_position"};
+  rank_is(k, "x", x, 2);
+  index_vec(k, "positions", positions, x.dim(0));
+  NEED(col_begin >= 0 && cols >= 0 && col_begin + cols <= x.dim(1),
+       str("columns [", col_begin, ", ", col_begin + cols, ") of x ", x.describe()));
+  NEED(period >= 1 && std::isfinite(beta), str("period ", period, " (≥ 1) and beta ", beta, " (finite)"));
+}
 
 void sum_squares(const char* backend, const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
   const Op k{backend, "sum_squares"};

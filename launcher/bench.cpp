@@ -10,6 +10,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "layers/model_definition.h"
 #include "runtime/loader.h"
 #include "core/files.h"
 #include "core/profiling_backend.h"
@@ -213,8 +214,11 @@ int cmd_bench(const Args& args) {
       expert_params += static_cast<double>(n);
       continue;
     }
-    wbytes += bytes;
     if (p.full.rank() == 2) matmul_params += n;
+    // Latent attention's kv_b_proj is read by grouped_matmul (its absorbed per-head blocks):
+    // counted with the experts' bytes as the step runs, not twice.
+    if (p.held_dequantized) continue;
+    wbytes += bytes;
     if (p.card_name == "lm_head.weight") lm_head_params = n;
   }
   const double active = g.experts > 0 ? static_cast<double>(g.top_k) / static_cast<double>(g.experts) : 0.0;
@@ -248,8 +252,11 @@ int cmd_bench(const Args& args) {
   const double per_tok = dec.median / gen;
   // This rank's experts' bytes a decode step read (warm-up steps included in the mean).
   const double expert_step_bytes = (grouped_weight_bytes() - experts_read_before) / ((warmup + repeats) * gen);
-  // Decode floor: the weights once, plus the K/V read at the mean position.
-  const double kv = 2.0 * g.layers * g.batch * g.kv_heads_per_shard() * g.head_dim() * (prompt + gen) * dtype_size(act);
+  // Decode floor: the weights once, plus the cache read at the mean position — each layer's
+  // keys and values, or latent attention's one latent vector a position (layers/cache_layout.h).
+  double kv_per_position = 0;
+  for (const LayerCacheSpec& l : layer_states(config, g)) kv_per_position += static_cast<double>(l.values_per_slot());
+  const double kv = kv_per_position * g.batch * (prompt + gen) * dtype_size(g.cache_dtype(act));
   // Decode streams the weights once for all rows, but at a larger batch its FLOPs bound it.
   const double dec_flops = 2.0 * (static_cast<double>(matmul_params) + expert_params * active) * g.batch;
   const double dec_floor = std::max((wbytes + expert_step_bytes + kv) / bw, dec_flops / rate), pre_floor = pre_flops / rate;

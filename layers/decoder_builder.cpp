@@ -57,6 +57,8 @@ LatentAttention load_latent_attention(WeightLoader& w, const ModelConfig& config
   A.kv_lora = m.kv_lora;
   A.v_dim = m.v;
   A.interleaved = m.interleaved;
+  A.query_scale_beta = m.query_scale_beta;
+  A.query_scale_period = m.query_scale_period;
   A.dims = AttentionDims{hs, 1, m.latent_head(), g.max_seq, g.page_size};
   A.dims.round_kv = g.kv_dtype;
   A.dims.scale = static_cast<float>(config.attention_scale.value_or(1.0 / std::sqrt(static_cast<double>(m.qk_head()))));
@@ -93,8 +95,10 @@ SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generic
   E.router.normalize = config.norm_topk_prob;
   E.router.choice = config.expert_choice;
   // DeepSeek's router weight stays f32 (not packed in T): a plain upload of its f32 copy.
-  E.router.gate.weight = config.expert_choice ? w.param(m + "router.weight")
-                                              : w.matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
+  E.router.gate.weight = config.expert_choice && !config.router_in_model_dtype
+                             ? w.param(m + "router.weight")
+                             : w.matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
+  if (config.router_in_model_dtype) E.router.round_to = g.t;
   if (config.router_bias) E.router.bias = w.param(m + "router.e_score_correction_bias");
   if (g.shared_inner > 0) E.shared = load_swiglu(w, config, m + "shared.", g.shared_inner_per_shard(), false);
   E.num_experts = g.experts;

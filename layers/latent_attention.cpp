@@ -55,6 +55,8 @@ void LatentAttention::forward(Context& ctx, const Tensor& x, const DevicePlan& p
     be.rope_heads(qkv, 0, hs + 1, d, plan.positions, plan.rope_freq[static_cast<size_t>(rope)],
                   plan.rope_scale[static_cast<size_t>(rope)]);
   be.copy_heads(qkv, qkv, HeadCopy{.src_begin = hs * d, .dst_begin = (hs + 1) * d, .width = d});
+  if (query_scale_beta != 0)  // Mistral 4: the whole query (both parts), after RoPE
+    be.scale_by_position(qkv, 0, hs * d, plan.positions, query_scale_beta, query_scale_period);
 
   // The latents written (k and v are one tensor: the same values twice) before any token reads them.
   if (plan.any_write) be.kv_write(qkv, dims, plan.slots, cache.k, cache.v);

@@ -35,6 +35,9 @@ class LatentAttention {
   // DeepSeek's rotary columns in interleaved pairs: de-interleaved as they are copied into the
   // heads (transformers' apply_rotary_pos_emb_interleave gives the same halves).
   bool interleaved = false;
+  // Mistral 4's llama_4_scaling_beta (0: none): each query × 1 + beta·ln(1 + ⌊pos / period⌋).
+  float query_scale_beta = 0;
+  int64_t query_scale_period = 0;
   AttentionDims dims;  // q_heads Heads/Shards, one KV head of Rope + KvLora, the scale
   int rope = 0;        // the RoPE of DevicePlan::rope_freq this layer uses
 

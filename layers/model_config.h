@@ -62,6 +62,10 @@ struct LatentAttentionConfig {
   // rope_interleave (DeepSeek V3's default; V2's complex rotation): the rotary columns are
   // pairs (0, 1), (2, 3), … rather than halves.
   bool interleaved = false;
+  // Mistral 4's llama_4_scaling_beta: queries × (1 + beta·ln(1 + ⌊position / period⌋)), period
+  // its RoPE's original_max_position_embeddings (Backend::scale_by_position; 0: none).
+  float query_scale_beta = 0;
+  int64_t query_scale_period = 0;
   int64_t qk_head() const { return nope + rope; }
   // The head the attention ops see (absorbed form): [k_pe | c_kv].
   int64_t latent_head() const { return rope + kv_lora; }
@@ -134,6 +138,9 @@ struct ModelConfig {
   // to the routed sum.
   std::optional<ExpertChoice> expert_choice;
   bool router_bias = false;
+  // Mistral 4's router: its weight in T (not kept in f32), x·Wᵀ and the softmax rounded to T
+  // as transformers computes them in the model's dtype, the choice among those probabilities.
+  bool router_in_model_dtype = false;
   int64_t shared_expert_inner = 0;
   // Multi-token-prediction layers the checkpoint holds after the last (model.layers.<layers + i>.*,
   // num_nextn_predict_layers): skipped at load, with one log line.

@@ -20,6 +20,12 @@ void ParamTable::add_part(std::string hf, std::string card, Shape full, Shape st
   stored_as_checkpoint_says(p_.back());
 }
 
+void ParamTable::add_part(std::string hf, std::string card, Shape full, Shape stored, int64_t offset, Split split,
+                          int64_t per_shard) {
+  add_part(std::move(hf), std::move(card), std::move(full), std::move(stored), offset, per_shard);
+  p_.back().split = split;
+}
+
 void ParamTable::stored_as_checkpoint_says(ParamSpec& p) const {
   if (!c_.quantization) return;
   const std::string suffix = ".weight";
@@ -129,7 +135,7 @@ void ParamTable::experts(const ExpertTensorNames& names) {
   // router is kept in f32 (its weight and e_score_correction_bias: transformers'
   // _keep_in_fp32_modules_strict), whatever the model's dtype.
   add(m + "gate.weight", card_ + "mlp.router.weight", {g_.experts, h}, Split::mirrored, 0);
-  if (c_.expert_choice) p_.back().dtype = DType::f32;
+  if (c_.expert_choice && !c_.router_in_model_dtype) p_.back().dtype = DType::f32;
   if (c_.router_bias) {
     add(m + "gate.e_score_correction_bias", card_ + "mlp.router.e_score_correction_bias", {g_.experts},
         Split::mirrored, 0);
@@ -141,6 +147,24 @@ void ParamTable::experts(const ExpertTensorNames& names) {
     add_linear(m + "shared_experts.gate_proj.weight", card_ + "mlp.shared.gate.weight", {si, h}, Split::rows, si / s);
     add_linear(m + "shared_experts.up_proj.weight", card_ + "mlp.shared.up.weight", {si, h}, Split::rows, si / s);
     add_linear(m + "shared_experts.down_proj.weight", card_ + "mlp.shared.down.weight", {h, si}, Split::columns, si / s);
+  }
+  if (names.fused) {
+    // Expert e: rows [e·2·ExpertInner, … + ExpertInner) of gate_up_proj (gate), the next
+    // ExpertInner (up), rows [e·H, (e + 1)·H) of down_proj.
+    const std::string gu = m + "experts.gate_up_proj", dn = m + "experts.down_proj";
+    const Shape gu_2d{g_.experts * 2 * ei, h}, dn_2d{g_.experts * h, ei};
+    for (int64_t e = 0; e < g_.experts; ++e) {
+      const std::string ce = card_ + "mlp.experts[" + std::to_string(e) + "].";
+      const bool whole = g_.expert_parallel();
+      add_part(gu, ce + "gate.weight", {ei, h}, gu_2d, e * 2 * ei, whole ? Split::expert : Split::rows, whole ? 0 : ei / s);
+      if (whole) p_.back().owner = g_.expert_owner(e);
+      add_part(gu, ce + "up.weight", {ei, h}, gu_2d, e * 2 * ei + ei, whole ? Split::expert : Split::rows,
+               whole ? 0 : ei / s);
+      if (whole) p_.back().owner = g_.expert_owner(e);
+      add_part(dn, ce + "down.weight", {h, ei}, dn_2d, e * h, whole ? Split::expert : Split::columns, whole ? 0 : ei / s);
+      if (whole) p_.back().owner = g_.expert_owner(e);
+    }
+    return;
   }
   for (int64_t e = 0; e < g_.experts; ++e) {
     const std::string he = m + "experts." + std::to_string(e) + ".";

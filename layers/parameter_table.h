@@ -16,6 +16,10 @@ struct ExpertTensorNames {
   const char* gate = "gate_proj";
   const char* up = "up_proj";
   const char* down = "down_proj";
+  // transformers 5's own layout, where no conversion splits it (Mistral 4): `block`.experts.
+  // gate_up_proj [Experts, 2·ExpertInner, H] (each expert's gate rows, then its up rows) and
+  // `block`.experts.down_proj [Experts, H, ExpertInner]; expert e's matrices are row ranges.
+  bool fused = false;
 };
 
 class ParamTable {
@@ -58,6 +62,9 @@ class ParamTable {
   void stored_as_checkpoint_says(ParamSpec& p) const;
   // A part of a fused tensor: rows [offset, offset + full[0]) of `stored`.
   void add_part(std::string hf, std::string card, Shape full, Shape stored, int64_t offset, int64_t per_shard);
+  // The same, split as `split` says (an expert's part: held whole by its owner, or sliced).
+  void add_part(std::string hf, std::string card, Shape full, Shape stored, int64_t offset, Split split,
+                int64_t per_shard);
 
   const ModelConfig& c_;
   const Generics& g_;

@@ -18,6 +18,29 @@ Tensor host_ints(const std::vector<int32_t>& v, const Shape& shape) {
 void Router::forward(Context& ctx, const Tensor& x, Tensor& weights, Tensor& experts) const {
   Backend& be = ctx.backend;
   const int64_t n = x.dim(0), e = gate.out_features();
+  if (choice && round_to) {
+    // Mistral 4: F.linear(x, weight) and softmax(-1) in T; the choice among those probabilities.
+    auto rounded = [&](Tensor& t) {
+      if (*round_to == DType::f32) return;
+      Tensor r = be.empty(t.shape(), *round_to);
+      be.convert(t, r);
+      be.convert(r, t);
+    };
+    Tensor logits = be.empty({n, e}, DType::f32);
+    if (x.dtype() == DType::f32) {
+      gate.forward(ctx, x, logits);
+    } else {
+      Tensor l = be.empty({n, e}, x.dtype());
+      gate.forward(ctx, x, l);
+      be.convert(l, logits);
+    }
+    rounded(logits);
+    Tensor probs = be.empty({n, e}, DType::f32);
+    be.router_softmax(logits, probs);
+    rounded(probs);
+    be.choose_experts(probs, nullptr, *choice, top_k, weights, experts);
+    return;
+  }
   if (choice) {  // transformers: F.linear(x.float(), weight.float()), then the choice in f32
     Tensor x32 = x;
     if (x.dtype() != DType::f32) {

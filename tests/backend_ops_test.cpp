@@ -463,6 +463,42 @@ TEST(BackendOps, CopyHeadsIsItsDefinitionOnTheCpu) {
                Error);  // 2 heads' blocks are 6 rows, not 9
 }
 
+OPS_TEST(ScaleByPosition, "scale_by_position") {
+  NEED_DEVICE_BACKENDS(devs);
+  const int64_t n = 9, w = 40;
+  const std::vector<int64_t> pos = {0, 7, 8, 15, 16, 100, -1, 8191, 8192};
+  for (DType act : kActs) {
+    const auto xv = in_dtype(randn(n * w, 75), act);
+    OpRun run = [&](Backend& be, bool ref) -> Outputs {
+      Tensor x = put(be, ref, {n, w}, xv, act), p = put_ints(be, {n}, pos);
+      be.scale_by_position(x, 4, 30, p, 0.1f, 8);
+      return {be.to_host(x)};
+    };
+    check_op("scale_by_position", str(n, "x", w, " cols 4+30 period 8"), dtype_name(act), run,
+             {{"x", bound_for(act, 1e-6)}});
+  }
+}
+
+// Against transformers' get_llama_4_attn_scale on the CPU: 1 + beta·log(1 + floor(pos / period)),
+// each step in f32; a skipped row (position −1) and the columns outside untouched.
+TEST(BackendOps, ScaleByPositionIsLlama4sScaleOnTheCpu) {
+  auto be = make_cpu_backend();
+  const std::vector<int64_t> pos = {0, 15, 16, 47, -1};
+  std::vector<float> xv(5 * 6, 2.0f);
+  Tensor x = be->upload(Tensor::from_floats({5, 6}, xv, DType::f32));
+  be->scale_by_position(x, 1, 4, be->upload(Tensor::from_ints({5}, pos, DType::i32)), 0.1f, 16);
+  const Tensor out = be->to_host(x);
+  for (int64_t r = 0; r < 5; ++r)
+    for (int64_t c = 0; c < 6; ++c) {
+      float f = 1.0f;
+      if (pos[r] >= 0 && c >= 1 && c < 5)
+        f = 1.0f + 0.1f * std::log(1.0f + std::floor(static_cast<float>(pos[r]) / 16.0f));
+      EXPECT_EQ(out.ptr<float>()[r * 6 + c], 2.0f * f) << r << " " << c;
+    }
+  EXPECT_EQ(out.ptr<float>()[2 * 6 + 1], 2.0f * (1.0f + 0.1f * std::log(2.0f)));  // position 16: one period passed
+  EXPECT_THROW(be->scale_by_position(x, 3, 4, be->upload(Tensor::from_ints({5}, pos, DType::i32)), 0.1f, 16), Error);
+}
+
 OPS_TEST(Convert, "convert") {
   NEED_DEVICE_BACKENDS(devs);
   auto vals = randn(4097, 81, 10.f);

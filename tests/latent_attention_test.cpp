@@ -129,6 +129,73 @@ TEST(LatentAttention, DeepseekV2ConfigReadAsTransformersReadsIt) {
   EXPECT_NE(error_of(with(v2, {{"n_routed_experts", 8}, {"num_experts", 16}})).find("disagree"), std::string::npos);
 }
 
+// Mistral4Config: its defaults, the query scaling's keys required (transformers multiplies by
+// them unconditionally), its default RoPE refused (transformers' fails on it), the router in T,
+// the experts in transformers' fused layout; the writer read back.
+TEST(LatentAttention, Mistral4ConfigReadAsTransformersReadsIt) {
+  const json rope = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 128.0},
+                     {"original_max_position_embeddings", 8192}, {"llama_4_scaling_beta", 0.1},
+                     {"mscale", 1.0}, {"mscale_all_dim", 1.0}};
+  const json m4 = json{{"model_type", "mistral4"}, {"vocab_size", 97}, {"hidden_size", 64}, {"num_attention_heads", 4},
+                       {"intermediate_size", 24}, {"num_hidden_layers", 2}, {"rope_parameters", rope}};
+  const ModelConfig d = parse(m4);
+  ASSERT_TRUE(d.mla && d.expert_choice);
+  EXPECT_EQ(d.mla->q_lora, 1024);
+  EXPECT_EQ(d.mla->kv_lora, 256);
+  EXPECT_EQ(d.mla->nope, 64);
+  EXPECT_EQ(d.mla->rope, 64);
+  EXPECT_EQ(d.mla->v, 128);
+  EXPECT_TRUE(d.mla->interleaved);
+  EXPECT_EQ(d.mla->query_scale_beta, 0.1f);
+  EXPECT_EQ(d.mla->query_scale_period, 8192);
+  EXPECT_EQ(d.experts, 128);
+  EXPECT_EQ(d.experts_per_token, 4);
+  EXPECT_EQ(d.expert_inner, 2048);
+  EXPECT_FALSE(d.expert_choice->sigmoid);
+  EXPECT_EQ(d.expert_choice->masked, 0.0f);
+  EXPECT_TRUE(d.expert_choice->normalize);
+  EXPECT_TRUE(d.router_in_model_dtype);
+  EXPECT_FALSE(d.router_bias);
+  EXPECT_EQ(d.mtp_layers, 0);
+  EXPECT_TRUE(d.sparse_layer(0));  // first_k_dense_replace 0
+  const Generics g = bind_generics(d, RunOptions{1, 32, 1, 8, std::nullopt});
+  bool fused = false;
+  for (const ParamSpec& p : parameter_specs(d, g)) {
+    if (p.card_name == "layers[0].mlp.experts[3].up.weight") {
+      fused = true;
+      EXPECT_EQ(p.hf_name, "model.layers.0.mlp.experts.gate_up_proj");
+      EXPECT_EQ(p.stored, Shape({128 * 2 * 2048, 64}));
+      EXPECT_EQ(p.row_offset, 3 * 2 * 2048 + 2048);
+    }
+    if (p.card_name == "layers[0].mlp.router.weight") EXPECT_FALSE(p.dtype.has_value());  // in T, not f32
+  }
+  EXPECT_TRUE(fused);
+  const ModelConfig back = parse(to_hf_config(d));
+  EXPECT_EQ(back.mla->query_scale_beta, d.mla->query_scale_beta);
+  EXPECT_EQ(back.mla->query_scale_period, d.mla->query_scale_period);
+  EXPECT_EQ(back.mla->q_lora, d.mla->q_lora);
+  EXPECT_TRUE(*back.expert_choice == *d.expert_choice);
+  EXPECT_EQ(back.rope.type, d.rope.type);
+  EXPECT_EQ(*back.attention_scale, *d.attention_scale);
+  auto refused = [&](const json& j, const std::string& what) {
+    const std::string e = error_of(j);
+    EXPECT_NE(e.find(what), std::string::npos) << j.dump() << ": " << e;
+  };
+  json no_rope = m4;
+  no_rope.erase("rope_parameters");
+  refused(no_rope, "mistral4 needs rope_parameters");
+  json no_beta = m4;
+  no_beta["rope_parameters"].erase("llama_4_scaling_beta");
+  refused(no_beta, "rope_parameters.llama_4_scaling_beta is required");
+  json plain = m4;
+  plain["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 10000.0}, {"llama_4_scaling_beta", 0.1},
+                              {"original_max_position_embeddings", 8192}};
+  refused(plain, "rope_type default is not run by transformers' mistral4");
+  json partial = m4;
+  partial["rope_parameters"]["partial_rotary_factor"] = 1.0;
+  refused(partial, "must be qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim)");
+}
+
 // The cache holds the latent once per position and layer — Rope + KvLora values, no head
 // dimension — whole on every shard: the footprint says so, and the cache the network holds
 // (keys and values one tensor) is that size.

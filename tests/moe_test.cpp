@@ -66,6 +66,15 @@ std::map<std::string, json> moe_configs() {
                                     {"first_k_dense_replace", 1}, {"q_lora_rank", 24}, {"kv_lora_rank", 16},
                                     {"qk_nope_head_dim", 8}, {"qk_rope_head_dim", 4}, {"v_head_dim", 6},
                                     {"num_nextn_predict_layers", 0}})},
+      // Mistral 4: its router in T, Llama 4's query scaling by position, fused experts.
+      {"mistral4", with(base(), {{"model_type", "mistral4"}, {"n_routed_experts", 8}, {"num_experts_per_tok", 3},
+                                 {"moe_intermediate_size", 16}, {"intermediate_size", 24}, {"n_group", 4},
+                                 {"topk_group", 2}, {"routed_scaling_factor", 1.5}, {"n_shared_experts", 1},
+                                 {"first_k_dense_replace", 1}, {"q_lora_rank", 24}, {"kv_lora_rank", 16},
+                                 {"qk_nope_head_dim", 8}, {"qk_rope_head_dim", 4}, {"v_head_dim", 6},
+                                 {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 2.0},
+                                                      {"original_max_position_embeddings", 16},
+                                                      {"llama_4_scaling_beta", 0.1}}}})},
   };
 }
 
@@ -129,7 +138,7 @@ TEST(Moe, ConfigsReadAsTransformersReadsThem) {
   // Refused by name: other MoE types, experts in a dense family, impossible choices.
   for (const char* t : {"qwen2_moe", "granitemoe", "gpt_oss"})
     EXPECT_NE(error_of(with(base(), {{"model_type", t}})).find("mixture-of-experts"), std::string::npos) << t;
-  EXPECT_NE(error_of(with(base(), {{"model_type", "mistral4"}})).find("latent attention"), std::string::npos);
+  EXPECT_NE(error_of(with(base(), {{"model_type", "deepseek_v32"}})).find("indexer"), std::string::npos);
   EXPECT_NE(error_of(with(base(), {{"num_experts", 8}})).find("mixture-of-experts layers are read for"),
             std::string::npos);
   EXPECT_NE(error_of(with(base(), {{"model_type", "olmoe"}, {"num_experts", 4}, {"num_experts_per_tok", 5}}))
@@ -570,7 +579,8 @@ std::vector<double> reference_moe(const ModelConfig& c, int64_t layer, const std
 TEST(Moe, SparseLayerMatchesAFloat64Reference) {
   for (const auto& [name, j] : moe_configs()) {
     SCOPED_TRACE(name);
-    if (name == "glm4_moe" || name == "deepseek_v3") continue;  // DeepSeek's router: against transformers (fixtures)
+    if (name == "glm4_moe" || name == "deepseek_v3" || name == "mistral4")
+      continue;  // DeepSeek's router: against transformers (fixtures)
     ConfigModel m(j);
     const ModelConfig& c = m.c;
     // The model's first sparse layer, fed hidden states of spread 1.
@@ -633,7 +643,8 @@ TEST_P(MoeEntries, EveryEntryAgreesWithForward) { expect_every_entry_agrees_with
 // outputs do not depend on which other tokens chose the same experts.
 TEST_P(MoeEntries, BatchInvariantBitForBit) { expect_batch_invariant_bit_for_bit(moe_configs().at(GetParam())); }
 
-INSTANTIATE_TEST_SUITE_P(Family, MoeEntries, ::testing::Values("mixtral", "qwen3_moe", "olmoe", "glm4_moe", "deepseek_v3"),
+INSTANTIATE_TEST_SUITE_P(Family, MoeEntries, ::testing::Values("mixtral", "qwen3_moe", "olmoe", "glm4_moe", "deepseek_v3",
+                                                                  "mistral4"),
                          [](const auto& info) { return info.param; });
 
 // ---- the card, the memory plan and what each rank reads ----------------------------------------
@@ -880,7 +891,8 @@ fs::path moe_checkpoint(const std::string& family) {
   json j = moe_configs().at(family);
   j["vocab_size"] = 1398;
   j["num_attention_heads"] = 8;
-  j["num_key_value_heads"] = j["model_type"] == "deepseek_v3" ? 8 : 4;  // latent attention: one per head
+  const bool latent = j["model_type"] == "deepseek_v3" || j["model_type"] == "mistral4";
+  j["num_key_value_heads"] = latent ? 8 : 4;  // latent attention: one per head
   j["max_position_embeddings"] = 256;
   ModelConfig c = parse(j);
   c.eos_token_ids = {1};
@@ -895,7 +907,7 @@ fs::path moe_checkpoint(const std::string& family) {
 // log-likelihoods agree within f32 noise.
 TEST(Moe, GenerateAndEvalOnOneTwoAndFourRanksInBothShardings) {
   const std::vector<std::string> expert = {"--moe-sharding", "expert"}, tensor = {"--moe-sharding", "tensor"};
-  for (const std::string family : {"mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3"}) {
+  for (const std::string family : {"mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3", "mistral4"}) {
     SCOPED_TRACE(family);
     expect_generate_and_eval_agree(moe_checkpoint(family), family,
                                    {{2, expert}, {4, expert}, {2, tensor}, {4, tensor}}, {{4, expert}, {4, tensor}});

@@ -107,6 +107,7 @@ class FakeDeviceBackend final : public Backend {
   void gather_rows(const Tensor&, const Tensor&, Tensor&) override { no(); }
   void copy_columns(const Tensor&, Tensor&, int64_t, int64_t) override { no(); }
   void copy_heads(const Tensor&, Tensor&, const HeadCopy&) override { no(); }
+  void scale_by_position(Tensor&, int64_t, int64_t, const Tensor&, float, int64_t) override { no(); }
   void router_softmax(const Tensor&, Tensor&) override { no(); }
   void top_k(const Tensor&, int64_t, bool, Tensor&, Tensor&) override { no(); }
   void choose_experts(const Tensor&, const Tensor*, const ExpertChoice&, int64_t, Tensor&, Tensor&) override { no(); }

@@ -418,6 +418,20 @@ void CpuBackend::pointwise_op(Tensor& x, Pointwise op, float value) {
   }
 }
 
+void CpuBackend::scale_by_position_op(Tensor& x, int64_t col_begin, int64_t cols, const Tensor& positions, float beta,
+                                      int64_t period) {
+  cpu_expect_f32(x, "scale_by_position", "x");
+  const int64_t n = x.dim(0), w = x.dim(1);
+  for (int64_t r = 0; r < n; ++r) {
+    const int32_t pos = positions.ptr<int32_t>()[r];
+    if (pos < 0) continue;
+    // torch: 1 + beta * log(1 + floor(positions / period)), each step in f32.
+    const float f = 1.0f + beta * std::log(1.0f + std::floor(static_cast<float>(pos) / static_cast<float>(period)));
+    float* a = x.ptr<float>() + r * w + col_begin;
+    for (int64_t c = 0; c < cols; ++c) a[c] *= f;
+  }
+}
+
 void CpuBackend::row_amax_op(const Tensor& x, Tensor& out) {
   cpu_expect_f32(x, "row_amax", "x");
   const int64_t n = x.dim(0), w = x.dim(1);

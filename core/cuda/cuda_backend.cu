@@ -882,6 +882,16 @@ void CudaBackend::pointwise_op(Tensor& x, Pointwise p, float value) {
   cuda::launch_pointwise(dt(x), x.data(), x.numel(), static_cast<int>(p), value, stream_);
 }
 
+void CudaBackend::scale_by_position_op(Tensor& x, int64_t col_begin, int64_t cols, const Tensor& positions, float beta,
+                                       int64_t period) {
+  const char* op = "scale_by_position";
+  act_type(op, "x", x);
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_scale_by_position(dt(x), x.data(), x.dim(0), x.dim(1), col_begin, cols, positions.ptr<int32_t>(), beta,
+                                 period, stream_);
+}
+
 void CudaBackend::sum_squares_op(const Tensor& x, int64_t col_begin, int64_t cols, Tensor& out) {
   const char* op = "sum_squares";
   act_type(op, "x", x);

@@ -144,6 +144,23 @@ __global__ void pointwise_kernel(T* x, int64_t n, int op, float v) {
   }
 }
 
+// One thread per value: x[n, c0 + c] · f(positions[n]), f rounded to T first (the reference
+// multiplies the query by the factor in its dtype).
+template <class T>
+__global__ void scale_by_position_kernel(T* x, int64_t N, int64_t W, int64_t c0, int64_t cols,
+                                         const int32_t* positions, float beta, float period) {
+  const int64_t total = N * cols;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i / cols, c = i - n * cols;
+    const int32_t pos = positions[n];
+    if (pos < 0) continue;
+    const float f = to_f(from_f<T>(__fadd_rn(1.f, __fmul_rn(beta, logf(__fadd_rn(1.f, floorf(__fdiv_rn(static_cast<float>(pos), period))))))));
+    T* a = x + n * W + c0 + c;
+    *a = from_f<T>(__fmul_rn(to_f(*a), f));
+  }
+}
+
 // One block per row: the sum of squares of columns [c0, c0 + cols), in f32.
 template <class T>
 __global__ void sum_squares_kernel(const T* x, int64_t W, int64_t c0, int64_t cols, float* out) {
@@ -382,6 +399,16 @@ void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStrea
   if (n == 0) return;
   by_act(dt, "pointwise", [&]<class T>() {
     pointwise_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x), n, op, value);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_scale_by_position(int dt, void* x, int64_t N, int64_t W, int64_t c0, int64_t cols, const int32_t* positions,
+                              float beta, int64_t period, cudaStream_t s) {
+  if (N * cols == 0) return;
+  by_act(dt, "scale_by_position", [&]<class T>() {
+    scale_by_position_kernel<T><<<blocks_for(N * cols, kThreads), kThreads, 0, s>>>(
+        static_cast<T*>(x), N, W, c0, cols, positions, beta, static_cast<float>(period));
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }

@@ -28,6 +28,9 @@ void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I,
 void launch_geglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s);
 // op: 0 multiply, 1 divide, 2 soft-cap (Backend::Pointwise).
 void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStream_t s);
+// Backend::scale_by_position over x [N, W].
+void launch_scale_by_position(int dt, void* x, int64_t N, int64_t W, int64_t c0, int64_t cols, const int32_t* positions,
+                              float beta, int64_t period, cudaStream_t s);
 void launch_sum_squares(int dt, const void* x, int64_t N, int64_t W, int64_t c0, int64_t cols, float* out,
                         cudaStream_t s);
 // max |x| of each row of x [N, W] into out [N] f32.
