@@ -132,22 +132,16 @@ void deepseek_v2_experts(const ConfigReader& r, ModelConfig& c) {
 }
 
 void write_deepseek_v2_experts(json& j, const ModelConfig& c) {
-  int64_t dense = 0;
-  while (dense < c.layers && !c.sparse_layer(dense)) ++dense;
-  j["first_k_dense_replace"] = dense;
+  write_deepseek_experts(j, c);  // the keys V3's share, then V2's own
+  j.erase("num_nextn_predict_layers");
   if (!c.moe()) return;
-  j["n_routed_experts"] = c.experts;
-  j["num_experts_per_tok"] = c.experts_per_token;
-  j["moe_intermediate_size"] = c.expert_inner;
-  j["n_shared_experts"] = c.shared_expert_inner / c.expert_inner;
-  j["routed_scaling_factor"] = c.expert_choice->scale;
   j["norm_topk_prob"] = false;
   if (c.expert_choice->groups > 1) {
     j["topk_method"] = "group_limited_greedy";
-    j["n_group"] = c.expert_choice->groups;
-    j["topk_group"] = c.expert_choice->keep_groups;
   } else {
     j["topk_method"] = "greedy";
+    j.erase("n_group");
+    j.erase("topk_group");
   }
 }
 

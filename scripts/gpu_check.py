@@ -63,7 +63,7 @@ GPU_SUITES = ["BackendOps.*", "Cuda.*", "CudaBatchInvariance.*", "CudaPaths.*", 
 GPU_FILTER = ":".join(GPU_SUITES)
 CONFORMANCE_FILTER = "Golden/Conformance.*"
 MEMCHECK_TESTS = ["BackendOps.Matmul", "BackendOps.QuantizedMatmul", "BackendOps.NarrowerKvCache", "BackendOps.AttentionPacked", "BackendOps.AttentionCache", "BackendOps.KvWrite",
-                  "BackendOps.GatherRows", "BackendOps.Argmax", "BackendOps.GumbelMax", "BackendOps.LogitStats",
+                  "BackendOps.GatherRows", "BackendOps.CopyHeads", "BackendOps.ScaleByPosition", "BackendOps.Argmax", "BackendOps.GumbelMax", "BackendOps.LogitStats",
                   "CudaPaths.AttentionCachePrefetchEqualsTheEarlierKernel", "CudaPaths.SplitRowsEqualOneBlockRows"]
 RACECHECK_TESTS = ["BackendOps.AttentionPacked", "BackendOps.AttentionCache", "Cuda.MatmulKernelChoice",
                    "CudaPaths.AttentionCachePrefetchEqualsTheEarlierKernel"]

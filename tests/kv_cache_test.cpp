@@ -17,8 +17,9 @@ TEST(KvCache, EachKindHoldsWhatItsDescriptionSays) {
   ASSERT_EQ(cache.size(), 3u);
   EXPECT_EQ(cache.layer(0).k.shape(), (Shape{3, 2, 16, 8}));
   EXPECT_EQ(cache.layer(0).v.shape(), (Shape{3, 2, 16, 8}));
-  EXPECT_EQ(cache.layer(1).k.shape(), (Shape{3, 16, 24}));
-  EXPECT_FALSE(cache.layer(1).v.defined());
+  // Latent: one KV head whose keys are its values (layers/latent_attention.h): one tensor, both names.
+  EXPECT_EQ(cache.layer(1).k.shape(), (Shape{3, 1, 16, 24}));
+  EXPECT_EQ(cache.layer(1).v.data(), cache.layer(1).k.data());
   EXPECT_FALSE(cache.layer(2).k.defined());
   EXPECT_FALSE(cache.layer(2).v.defined());
   EXPECT_EQ(specs[0].values_per_slot(), 2 * 2 * 8);
@@ -26,7 +27,7 @@ TEST(KvCache, EachKindHoldsWhatItsDescriptionSays) {
   EXPECT_EQ(specs[2].values_per_slot(), 0);
   EXPECT_EQ(cache.bytes(), (2 * 3 * 2 * 16 * 8 + 3 * 16 * 24) * 4);
   const auto snap = cache.snapshot(*be);
-  ASSERT_EQ(snap.size(), 3u);  // k, v of layer 0; k of layer 1
+  ASSERT_EQ(snap.size(), 3u);  // k, v of layer 0; layer 1's one tensor
   for (const auto& t : snap)
     for (float v : t.to_floats()) EXPECT_EQ(v, 0.0f);
 }
