@@ -73,21 +73,16 @@ void deepseek_v2_experts(const ConfigReader& r, ModelConfig& c) {
   if (routed && named && *routed != *named)
     r.fail(str("n_routed_experts ", *routed, " and num_experts ", *named, " disagree"));
   c.experts = routed ? *routed : named.value_or(64);
-  if (c.experts > 1024) r.fail(str(c.experts, " experts per layer are more than linnet's router takes (1024)"));
   if (!given(j, "num_experts_per_tok")) r.fail("'num_experts_per_tok' is required (DeepseekV2Config has no default)");
   c.experts_per_token = r.positive("num_experts_per_tok");
-  if (c.experts_per_token > c.experts)
-    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", c.experts, " experts"));
-  if (c.experts_per_token > 64)
-    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than linnet's router takes (64)"));
+  check_expert_counts(r, c);
   c.expert_inner = r.positive("moe_intermediate_size", 1407);
   if (r.boolean("norm_topk_prob", false))
     r.fail("'norm_topk_prob' = true is not read by transformers' deepseek_v2 (its router never renormalises; "
            "DeepSeek's own code did): refused rather than guessed");
   c.norm_topk_prob = false;
   c.expert_names = ModelConfig::ExpertNames::qwen;
-  const int64_t shared = given(j, "n_shared_experts") ? r.positive("n_shared_experts") : 2;
-  c.shared_expert_inner = shared * c.expert_inner;
+  c.shared_expert_inner = non_negative(r, "n_shared_experts", 2) * c.expert_inner;
   ExpertChoice ch;
   ch.sigmoid = false;  // the router's softmax, computed before the choice
   ch.group_top2 = false;
@@ -102,11 +97,7 @@ void deepseek_v2_experts(const ConfigReader& r, ModelConfig& c) {
       r.fail("topk_method group_limited_greedy needs n_group and topk_group");
     ch.groups = r.positive("n_group");
     ch.keep_groups = r.positive("topk_group");
-    if (c.experts % ch.groups != 0) r.fail(str("n_group ", ch.groups, " does not divide n_routed_experts ", c.experts));
-    if (ch.keep_groups > ch.groups) r.fail(str("topk_group ", ch.keep_groups, " is more than n_group ", ch.groups));
-    if (c.experts_per_token > ch.keep_groups * (c.experts / ch.groups))
-      r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", ch.keep_groups * (c.experts / ch.groups),
-                 " experts of topk_group ", ch.keep_groups, " groups"));
+    check_expert_groups(r, c, ch);
   } else if (method != "greedy") {
     r.fail(str("unsupported topk_method '", method, "' (transformers' deepseek_v2 reads greedy and group_limited_greedy)"));
   }
@@ -118,17 +109,7 @@ void deepseek_v2_experts(const ConfigReader& r, ModelConfig& c) {
     r.fail(str("'moe_layer_freq' = ", j["moe_layer_freq"].dump(),
                " is not read by transformers' deepseek_v2 (every layer from first_k_dense_replace has experts): "
                "refused rather than guessed"));
-  int64_t dense = 0;
-  if (given(j, "first_k_dense_replace")) {
-    const json& v = j["first_k_dense_replace"];
-    if (!v.is_number_integer() || v.get<int64_t>() < 0) r.fail(str("'first_k_dense_replace' must be a non-negative integer, got ", v.dump()));
-    dense = v.get<int64_t>();
-  }
-  for (int64_t i = 0; i < c.layers; ++i) c.layer_kinds[static_cast<size_t>(i)].sparse = i >= dense;
-  if (dense >= c.layers) {
-    c.experts = c.experts_per_token = c.expert_inner = c.shared_expert_inner = 0;
-    c.expert_choice.reset();
-  }
+  deepseek_dense_layers(r, c, 0);
 }
 
 void write_deepseek_v2_experts(json& j, const ModelConfig& c) {

@@ -26,17 +26,11 @@ void parse_experts(const ConfigReader& r, ModelConfig& c, const ExpertKeys& keys
       r.fail(str("num_experts ", *named, " and num_local_experts ", *local, " disagree"));
     c.experts = local ? *local : named.value_or(keys.experts);
   }
-  constexpr int64_t kMaxExperts = 1024;  // a router row sorts in one device thread's memory
-  if (c.experts > kMaxExperts)
-    r.fail(str(c.experts, " experts per layer are more than linnet's router takes (", kMaxExperts, ")"));
   // Absent takes the family's default; null is not absent (transformers' top-k fails on it).
   if (j.contains("num_experts_per_tok") && j["num_experts_per_tok"].is_null())
     r.fail("'num_experts_per_tok' must be a positive integer, got null");
   c.experts_per_token = r.positive("num_experts_per_tok", keys.per_token);
-  if (c.experts_per_token > c.experts)
-    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", c.experts, " experts"));
-  if (c.experts_per_token > 64)
-    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than linnet's router takes (64)"));
+  check_expert_counts(r, c);
   c.expert_inner = keys.inner_key ? r.positive("moe_intermediate_size", 768) : c.inner;
   // Mixtral always renormalises its top-k weights (its router has no switch for it).
   c.norm_topk_prob = keys.always_normalized ? true : r.boolean("norm_topk_prob", false);
@@ -76,16 +70,45 @@ void write_experts(json& j, const ModelConfig& c, const ExpertKeys& keys) {
   if (!keys.always_normalized) j["norm_topk_prob"] = c.norm_topk_prob;
 }
 
-namespace {
-// An integer ≥ 0 (absent: fallback).
-int64_t count(const ConfigReader& r, const char* key, int64_t fallback) {
+int64_t non_negative(const ConfigReader& r, const char* key, int64_t fallback) {
   if (!given(r.j, key)) return fallback;
   const json& v = r.j[key];
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (int64_t{1} << 31))
     r.fail(str("'", key, "' must be a non-negative integer, got ", v.dump()));
   return v.get<int64_t>();
 }
-}  // namespace
+
+void check_expert_counts(const ConfigReader& r, const ModelConfig& c) {
+  constexpr int64_t kMaxExperts = 1024;  // a router row sorts in one device thread's memory
+  if (c.experts > kMaxExperts)
+    r.fail(str(c.experts, " experts per layer are more than linnet's router takes (", kMaxExperts, ")"));
+  if (c.experts_per_token > c.experts)
+    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", c.experts, " experts"));
+  if (c.experts_per_token > 64)
+    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than linnet's router takes (64)"));
+}
+
+void check_expert_groups(const ConfigReader& r, const ModelConfig& c, const ExpertChoice& ch) {
+  if (c.experts % ch.groups != 0) r.fail(str("n_group ", ch.groups, " does not divide n_routed_experts ", c.experts));
+  if (ch.keep_groups > ch.groups) r.fail(str("topk_group ", ch.keep_groups, " is more than n_group ", ch.groups));
+  if (ch.group_top2 && ch.groups > 1 && c.experts / ch.groups < 2)
+    r.fail(str("n_group ", ch.groups, " leaves groups of ", c.experts / ch.groups,
+               " expert(s); a group's score sums its two best (torch.topk(2))"));
+  if (c.experts_per_token > ch.keep_groups * (c.experts / ch.groups))
+    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", ch.keep_groups * (c.experts / ch.groups),
+               " experts of topk_group ", ch.keep_groups, " groups"));
+}
+
+void deepseek_dense_layers(const ConfigReader& r, ModelConfig& c, int64_t dense_default) {
+  // transformers: layer i has experts when i ≥ first_k_dense_replace, else an MLP of intermediate_size.
+  const int64_t dense = non_negative(r, "first_k_dense_replace", dense_default);
+  for (int64_t i = 0; i < c.layers; ++i) c.layer_kinds[static_cast<size_t>(i)].sparse = i >= dense;
+  if (dense >= c.layers) {  // every layer dense: no experts at all
+    c.experts = c.experts_per_token = c.expert_inner = c.shared_expert_inner = 0;
+    c.expert_choice.reset();
+    c.router_bias = false;
+  }
+}
 
 void parse_deepseek_experts(const ConfigReader& r, ModelConfig& c, const DeepSeekExpertDefaults& d) {
   const json& j = r.j;
@@ -100,16 +123,12 @@ void parse_deepseek_experts(const ConfigReader& r, ModelConfig& c, const DeepSee
   if (routed && local && *routed != *local)
     r.fail(str("n_routed_experts ", *routed, " and num_local_experts ", *local, " disagree"));
   c.experts = routed ? *routed : local.value_or(d.experts);
-  if (c.experts > 1024) r.fail(str(c.experts, " experts per layer are more than linnet's router takes (1024)"));
   c.experts_per_token = r.positive("num_experts_per_tok", d.per_token);
-  if (c.experts_per_token > c.experts)
-    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", c.experts, " experts"));
-  if (c.experts_per_token > 64)
-    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than linnet's router takes (64)"));
+  check_expert_counts(r, c);
   c.expert_inner = r.positive("moe_intermediate_size", d.inner);
   c.norm_topk_prob = r.boolean("norm_topk_prob", true);
   c.expert_names = ModelConfig::ExpertNames::qwen;
-  c.shared_expert_inner = count(r, "n_shared_experts", d.shared) * c.expert_inner;
+  c.shared_expert_inner = non_negative(r, "n_shared_experts", d.shared) * c.expert_inner;
 
   ExpertChoice ch;
   ch.sigmoid = true;
@@ -119,26 +138,11 @@ void parse_deepseek_experts(const ConfigReader& r, ModelConfig& c, const DeepSee
   ch.normalize = c.norm_topk_prob;
   ch.scale = static_cast<float>(r.number("routed_scaling_factor", d.scale));
   if (!(ch.scale > 0)) r.fail("'routed_scaling_factor' must be positive");
-  if (c.experts % ch.groups != 0) r.fail(str("n_group ", ch.groups, " does not divide n_routed_experts ", c.experts));
-  if (ch.keep_groups > ch.groups) r.fail(str("topk_group ", ch.keep_groups, " is more than n_group ", ch.groups));
-  if (ch.groups > 1 && c.experts / ch.groups < 2)
-    r.fail(str("n_group ", ch.groups, " leaves groups of ", c.experts / ch.groups,
-               " expert(s); a group's score sums its two best (torch.topk(2))"));
-  if (c.experts_per_token > ch.keep_groups * (c.experts / ch.groups))
-    r.fail(str("num_experts_per_tok ", c.experts_per_token, " is more than the ", ch.keep_groups * (c.experts / ch.groups),
-               " experts of topk_group ", ch.keep_groups, " groups"));
+  check_expert_groups(r, c, ch);
   c.expert_choice = ch;
   c.router_bias = true;  // its router always has e_score_correction_bias
-
-  // transformers: layer i has experts when i ≥ first_k_dense_replace, else an MLP of intermediate_size.
-  const int64_t dense = count(r, "first_k_dense_replace", d.dense_layers);
-  for (int64_t i = 0; i < c.layers; ++i) c.layer_kinds[static_cast<size_t>(i)].sparse = i >= dense;
-  if (dense >= c.layers) {  // every layer dense: no experts at all
-    c.experts = c.experts_per_token = c.expert_inner = c.shared_expert_inner = 0;
-    c.expert_choice.reset();
-    c.router_bias = false;
-  }
-  c.mtp_layers = count(r, given(j, "num_nextn_predict_layers") ? "num_nextn_predict_layers" : "num_mtp_layers", 1);
+  deepseek_dense_layers(r, c, d.dense_layers);
+  c.mtp_layers = non_negative(r, given(j, "num_nextn_predict_layers") ? "num_nextn_predict_layers" : "num_mtp_layers", 1);
 }
 
 

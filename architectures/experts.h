@@ -30,6 +30,14 @@ struct DeepSeekExpertDefaults {
   double scale = 1.0;
 };
 void parse_deepseek_experts(const ConfigReader& r, ModelConfig& c, const DeepSeekExpertDefaults& d);
+// The pieces DeepSeek V2's reading (architectures/deepseek.cpp) shares with it, each rule once:
+// the router's limits on Experts and TopK; n_group / topk_group against them (group_top2: a group
+// scores its two best, so it needs two); the layers from first_k_dense_replace (default
+// `dense`) sparse, none at all when every layer is dense; an integer key ≥ 0.
+void check_expert_counts(const ConfigReader& r, const ModelConfig& c);
+void check_expert_groups(const ConfigReader& r, const ModelConfig& c, const ExpertChoice& ch);
+void deepseek_dense_layers(const ConfigReader& r, ModelConfig& c, int64_t dense);
+int64_t non_negative(const ConfigReader& r, const char* key, int64_t fallback);
 void write_deepseek_experts(nlohmann::json& j, const ModelConfig& c);
 // num_experts (or num_local_experts), num_experts_per_tok and norm_topk_prob, as `keys` reads them.
 void write_experts(nlohmann::json& j, const ModelConfig& c, const ExpertKeys& keys);
