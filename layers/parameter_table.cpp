@@ -155,14 +155,19 @@ void ParamTable::experts(const ExpertTensorNames& names) {
     const Shape gu_2d{g_.experts * 2 * ei, h}, dn_2d{g_.experts * h, ei};
     for (int64_t e = 0; e < g_.experts; ++e) {
       const std::string ce = card_ + "mlp.experts[" + std::to_string(e) + "].";
-      const bool whole = g_.expert_parallel();
-      add_part(gu, ce + "gate.weight", {ei, h}, gu_2d, e * 2 * ei, whole ? Split::expert : Split::rows, whole ? 0 : ei / s);
-      if (whole) p_.back().owner = g_.expert_owner(e);
-      add_part(gu, ce + "up.weight", {ei, h}, gu_2d, e * 2 * ei + ei, whole ? Split::expert : Split::rows,
-               whole ? 0 : ei / s);
-      if (whole) p_.back().owner = g_.expert_owner(e);
-      add_part(dn, ce + "down.weight", {h, ei}, dn_2d, e * h, whole ? Split::expert : Split::columns, whole ? 0 : ei / s);
-      if (whole) p_.back().owner = g_.expert_owner(e);
+      // Held whole by its owner (expert sharding), or sliced as the MLP is (`sliced`: rows or columns).
+      auto part = [&](const std::string& hf, const char* card, Shape full, const Shape& stored, int64_t offset,
+                      Split sliced) {
+        if (g_.expert_parallel()) {
+          add_part(hf, ce + card, std::move(full), stored, offset, Split::expert, 0);
+          p_.back().owner = g_.expert_owner(e);
+        } else {
+          add_part(hf, ce + card, std::move(full), stored, offset, sliced, ei / s);
+        }
+      };
+      part(gu, "gate.weight", {ei, h}, gu_2d, e * 2 * ei, Split::rows);
+      part(gu, "up.weight", {ei, h}, gu_2d, e * 2 * ei + ei, Split::rows);
+      part(dn, "down.weight", {h, ei}, dn_2d, e * h, Split::columns);
     }
     return;
   }

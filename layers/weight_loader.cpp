@@ -233,7 +233,8 @@ std::pair<Tensor, Tensor> WeightLoader::absorbed_kv_b(const std::string& card_na
       for (int64_t c = 0; c < kv_lora; ++c)
         uv[static_cast<size_t>((h * v + r) * kv_lora + c)] = kvb[static_cast<size_t>((h * w + nope + r) * kv_lora + c)];
   }
-  // Back to T (exact: the values are T's), then as the backend holds a matrix.
+  // To T (exact for a dense kv_b_proj, whose values are T's; a dequantized one is rounded here,
+  // once), then as the backend holds a matrix.
   const Tensor tk = Tensor::from_floats({heads * kv_lora, nope}, uk).to(g_.t);
   const Tensor tv = Tensor::from_floats({heads * v, kv_lora}, uv).to(g_.t);
   return {be_.upload_matrix(converted(tk, matrix_dtype_)), be_.upload_matrix(converted(tv, matrix_dtype_))};
