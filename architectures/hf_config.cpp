@@ -236,9 +236,35 @@ void refuse_unsupported(const Reader& r, const Architecture& a) {
         refuse(key, "scaling multipliers are Granite's (model_type granite)");
 }
 
+// A multimodal checkpoint whose text model linnet runs: Mistral 3's (Mistral3ForConditionalGeneration:
+// Mistral Small 3.1/3.2, and Mistral Small 4 with a mistral4 text model). Its text_config is the
+// model, with the keys transformers reads from the wrapper itself: tie_word_embeddings (Mistral3Config's
+// default true), the dtype and quantization_config. The vision tower's tensors are set aside at load.
+ModelConfig parse_text_model(const json& j, const std::string& source) {
+  Reader r{j, source};
+  const std::string wrapper = r.string("model_type", "");
+  if (!given(j, "text_config") || !j["text_config"].is_object())
+    r.fail(str("model_type '", wrapper, "' (a multimodal checkpoint) needs its text_config object: the text model "
+               "linnet runs"));
+  json t = j["text_config"];
+  if (!given(t, "model_type")) t["model_type"] = "mistral";  // Mistral3Config's default text model
+  if (t["model_type"] == wrapper) r.fail(str("text_config's model_type is '", wrapper, "' again"));
+  t["tie_word_embeddings"] = given(j, "tie_word_embeddings") ? j["tie_word_embeddings"] : json(true);
+  for (const char* key : {"torch_dtype", "dtype", "quantization_config"})
+    if (given(j, key)) {
+      if (std::string(key) != "quantization_config") t.erase("torch_dtype"), t.erase("dtype");
+      t[key] = j[key];
+    }
+  ModelConfig c = parse_hf_config(t, source + " text_config");
+  c.multimodal = wrapper;
+  return c;
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const json& j, const std::string& source) {
+  // Mistral 3's multimodal checkpoints: their text model (parse_text_model).
+  if (j.is_object() && j.contains("model_type") && j["model_type"] == "mistral3") return parse_text_model(j, source);
   if (!j.is_object()) throw Error(str(source, ": config must be a JSON object"));
   Reader r{j, source};
   ModelConfig c;

@@ -96,42 +96,76 @@ const SafetensorsFile& CheckpointDir::file_of(const std::string& name) const {
   return *it->second;
 }
 
-const TensorInfo& CheckpointDir::info(const std::string& name) const { return file_of(name).info(name); }
-Tensor CheckpointDir::view(const std::string& name) const { return file_of(name).view(name); }
-Tensor CheckpointDir::read(const std::string& name) const { return file_of(name).read(name); }
+const std::string& CheckpointDir::stored(const std::string& name) const {
+  auto it = stored_.find(name);
+  return it == stored_.end() ? name : it->second;
+}
+
+const TensorInfo& CheckpointDir::info(const std::string& name) const { return file_of(name).info(stored(name)); }
+Tensor CheckpointDir::view(const std::string& name) const { return file_of(name).view(stored(name)); }
+Tensor CheckpointDir::read(const std::string& name) const { return file_of(name).read(stored(name)); }
 Tensor CheckpointDir::read_rows(const std::string& name, int64_t begin, int64_t end) const {
-  return file_of(name).read_rows(name, begin, end);
+  return file_of(name).read_rows(stored(name), begin, end);
 }
 Tensor CheckpointDir::read_cols(const std::string& name, int64_t begin, int64_t end) const {
-  return file_of(name).read_cols(name, begin, end);
+  return file_of(name).read_cols(stored(name), begin, end);
 }
 
 void CheckpointDir::expect(const std::string& name, const Shape& shape) const {
   const SafetensorsFile& f = file_of(name);
-  const TensorInfo& ti = f.info(name);
+  const TensorInfo& ti = f.info(stored(name));
   if (ti.shape != shape)
-    throw Error(str(f.path(), ": tensor '", name, "' has shape ", ti.shape.to_string(), ", expected ", shape.to_string()));
+    throw Error(str(f.path(), ": tensor '", stored(name), "' has shape ", ti.shape.to_string(), ", expected ",
+                    shape.to_string()));
 }
 
 Tensor CheckpointDir::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
-  return file_of(name).read_block(name, r0, r1, c0, c1);
+  return file_of(name).read_block(stored(name), r0, r1, c0, c1);
 }
 
 void CheckpointDir::expect_2d(const std::string& name, const Shape& shape) const {
   const SafetensorsFile& f = file_of(name);
-  const Shape& s = f.info(name).shape;
+  const Shape& s = f.info(stored(name)).shape;
   const int64_t cols = s.rank() ? s[s.rank() - 1] : 0;
   if (s.rank() < 2 || shape.rank() != 2 || cols != shape[1] || s.numel() != shape.numel())
-    throw Error(str(f.path(), ": tensor '", name, "' has shape ", s.to_string(), ", expected ", shape.to_string(),
-                    s.rank() > 2 ? " (its rows: every dimension but the last)" : ""));
+    throw Error(str(f.path(), ": tensor '", stored(name), "' has shape ", s.to_string(), ", expected ",
+                    shape.to_string(), s.rank() > 2 ? " (its rows: every dimension but the last)" : ""));
 }
 
 void CheckpointDir::expect(const std::string& name, const Shape& shape, DType dtype) const {
   expect(name, shape);
   const SafetensorsFile& f = file_of(name);
-  const DType actual = f.info(name).dtype;
+  const DType actual = f.info(stored(name)).dtype;
   if (actual != dtype)
-    throw Error(str(f.path(), ": tensor '", name, "' has dtype ", dtype_name(actual), ", expected ", dtype_name(dtype)));
+    throw Error(str(f.path(), ": tensor '", stored(name), "' has dtype ", dtype_name(actual), ", expected ",
+                    dtype_name(dtype)));
+}
+
+int64_t CheckpointDir::keep_text_model() {
+  // transformers saves Mistral 3's text model under language_model.model.* and
+  // language_model.lm_head.*; its modules (and checkpoints written from them) say
+  // model.language_model.* and lm_head.*.
+  static const std::pair<const char*, const char*> kRenames[] = {
+      {"language_model.model.", "model."}, {"language_model.lm_head.", "lm_head."}, {"model.language_model.", "model."}};
+  std::map<std::string, const SafetensorsFile*> text;
+  std::map<std::string, std::string> stored;
+  int64_t set_aside = 0;
+  for (const auto& [name, file] : where_) {
+    std::string as = name.starts_with("lm_head.") ? name : "";
+    for (const auto& [from, to] : kRenames)
+      if (name.starts_with(from)) as = to + name.substr(std::string(from).size());
+    if (as.empty()) {
+      ++set_aside;
+      continue;
+    }
+    if (!text.emplace(as, file).second)
+      throw Error(str(dir_, ": tensors '", stored.count(as) ? stored[as] : as, "' and '", name, "' are both the text "
+                      "model's '", as, "'"));
+    if (as != name) stored[as] = name;
+  }
+  where_ = std::move(text);
+  stored_ = std::move(stored);
+  return set_aside;
 }
 
 }  // namespace linnet

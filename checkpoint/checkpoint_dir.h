@@ -36,6 +36,13 @@ class CheckpointDir {
   // (a fused tensor: transformers' 3-D [E, R, C] experts as E·R rows).
   void expect_2d(const std::string& name, const Shape& shape) const;
 
+  // A multimodal checkpoint's text model (ModelConfig::multimodal): its tensors named as a text
+  // checkpoint's — language_model.model.* → model.*, language_model.lm_head.* → lm_head.* (as
+  // transformers saves them), model.language_model.* → model.* (its in-memory names) — and every
+  // other tensor (the vision tower, the projector) set aside; errors name the tensors as stored.
+  // Returns how many were set aside.
+  int64_t keep_text_model();
+
  private:
   const SafetensorsFile& open(const std::string& path);
   void load_index(const std::string& index_path);
@@ -43,6 +50,8 @@ class CheckpointDir {
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;  // stable addresses for file_of()
   std::map<std::string, const SafetensorsFile*> where_;  // tensor → its file
+  std::map<std::string, std::string> stored_;            // a renamed tensor → its name in the file
+  const std::string& stored(const std::string& name) const;
 };
 
 }  // namespace linnet

@@ -72,8 +72,11 @@ struct LatentAttentionConfig {
 };
 
 struct ModelConfig {
-  std::string model_type = "llama";  // llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, olmo2, granite, smollm3,
-                                     // olmo3, mixtral, qwen3_moe, olmoe
+  // The family, by transformers' model_type (architectures/registry.cpp lists them).
+  std::string model_type = "llama";
+  // A multimodal checkpoint whose text model this is ("mistral3": config.json's text_config,
+  // the tensors under language_model.*; the vision tower's set aside), "" for a text model.
+  std::string multimodal;
   int64_t vocab = 0, hidden = 0, heads = 0, kv_heads = 0, inner = 0, layers = 0;
   int64_t head_size = 0;  // head_dim when it is not hidden / heads (0: hidden / heads)
   int64_t max_position = 0;

@@ -61,6 +61,12 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
                        int ranks_sharing) {
   const ModelConfig config = load_hf_config(dir);
   CheckpointDir files(dir);
+  if (!config.multimodal.empty()) {
+    const int64_t aside = files.keep_text_model();
+    if (comm.rank() == 0)
+      spdlog::info("{}: the {} text model of a {} checkpoint ({} tensor(s) of its vision tower and projector set aside)",
+                   dir, config.model_type, config.multimodal, aside);
+  }
   // What the config asks for against what the files hold, from their headers, before the
   // memory plan and before anything is read (a folder with no tensors at all gets the memory
   // plan's verdict first, then the first missing tensor's name).

@@ -160,6 +160,9 @@ void quantize_checkpoint(const std::string& src, const std::string& out, const Q
     throw Error(str(src, ": already quantized (quantization_config ", c.quantization->describe(),
                     "); linnet quantize reads bf16, f16 or f32 checkpoints"));
   if (c.moe()) throw Error(str(src, ": linnet quantize does not write mixtures of experts yet"));
+  if (!c.multimodal.empty())
+    throw Error(str(src, ": a ", c.multimodal, " multimodal checkpoint (its text model: ", c.model_type,
+                    "); linnet quantize reads text checkpoints"));
   if (fs::exists(out) && !fs::is_empty(out)) throw Error(str(out, ": exists and is not empty"));
 
   // The tensors to quantize: the parameter table's linear layers under the quantization they

@@ -172,3 +172,66 @@ TEST(CheckpointDir, FifoAndSymlinkLoopAreRefusedByName) {
   EXPECT_THAT(error_of([&] { CheckpointDir ck(dir.str()); }),
               HasSubstr("model.safetensors: cannot open: Too many levels of symbolic links"));
 }
+
+// A multimodal checkpoint's text model: transformers' saved names (language_model.model.*,
+// language_model.lm_head.*) and its in-memory ones (model.language_model.*) read as a text
+// checkpoint's; the vision tower and projector set aside; errors name the tensor as stored.
+TEST(CheckpointDir, TextModelOfAMultimodalCheckpoint) {
+  ScratchDir dir;
+  save_safetensors(dir / "model.safetensors",
+                   {{"language_model.model.embed_tokens.weight", ramp({4, 3})},
+                    {"language_model.model.layers.0.mlp.up_proj.weight", ramp({2, 3}, DType::bf16)},
+                    {"language_model.lm_head.weight", ramp({4, 3}, DType::f32, 50)},
+                    {"vision_tower.patch_conv.weight", ramp({2})},
+                    {"multi_modal_projector.linear_1.weight", ramp({2, 2})}});
+  CheckpointDir ck(dir.str());
+  EXPECT_EQ(ck.keep_text_model(), 2);
+  EXPECT_EQ(ck.names(), (std::vector<std::string>{"lm_head.weight", "model.embed_tokens.weight",
+                                                  "model.layers.0.mlp.up_proj.weight"}));
+  EXPECT_EQ(ck.read("lm_head.weight").to_floats(), ramp({4, 3}, DType::f32, 50).to_floats());
+  EXPECT_EQ(ck.read_rows("model.layers.0.mlp.up_proj.weight", 1, 2).to_floats(), (std::vector<float>{3, 4, 5}));
+  EXPECT_EQ(ck.info("model.embed_tokens.weight").shape, Shape({4, 3}));
+  EXPECT_FALSE(ck.has("vision_tower.patch_conv.weight"));
+  const std::string file = dir / "model.safetensors";
+  EXPECT_THAT(error_of([&] { ck.expect("model.layers.0.mlp.up_proj.weight", {3, 3}); }),
+              HasSubstr(file + ": tensor 'language_model.model.layers.0.mlp.up_proj.weight' has shape [2, 3], "
+                        "expected [3, 3]"));
+  EXPECT_THAT(error_of([&] { ck.expect("model.embed_tokens.weight", {4, 3}, DType::bf16); }),
+              HasSubstr("tensor 'language_model.model.embed_tokens.weight' has dtype f32, expected bf16"));
+
+  // transformers' module names, lm_head at the top.
+  ScratchDir modules;
+  save_safetensors(modules / "model.safetensors", {{"model.language_model.norm.weight", ramp({3})},
+                                                   {"model.vision_tower.ln_pre.weight", ramp({3})},
+                                                   {"lm_head.weight", ramp({4, 3})}});
+  CheckpointDir m(modules.str());
+  EXPECT_EQ(m.keep_text_model(), 1);
+  EXPECT_EQ(m.names(), (std::vector<std::string>{"lm_head.weight", "model.norm.weight"}));
+
+  // Both spellings of one tensor: which one is the model's is not for linnet to guess.
+  ScratchDir both;
+  save_safetensors(both / "model.safetensors", {{"model.language_model.norm.weight", ramp({3})},
+                                                {"language_model.model.norm.weight", ramp({3})}});
+  CheckpointDir b(both.str());
+  EXPECT_THAT(error_of([&] { b.keep_text_model(); }),
+              HasSubstr("are both the text model's 'model.norm.weight'"));
+}
+
+// transformers' fused experts ([E, R, C], read as E·R rows): a tensor of another shape is
+// refused naming it, the shape it has and the rows it was read as.
+TEST(CheckpointDir, FusedTensorOfTheWrongShapeIsRefusedByName) {
+  ScratchDir dir;
+  save_safetensors(dir / "model.safetensors", {{"model.layers.0.mlp.experts.gate_up_proj", ramp({2, 4, 3})},
+                                               {"flat", ramp({6})}});
+  CheckpointDir ck(dir.str());
+  ck.expect_2d("model.layers.0.mlp.experts.gate_up_proj", {8, 3});
+  EXPECT_EQ(ck.read_block("model.layers.0.mlp.experts.gate_up_proj", 5, 6, 0, 3).to_floats(),
+            (std::vector<float>{15, 16, 17}));  // expert 1's row 1
+  const std::string file = dir / "model.safetensors";
+  EXPECT_THAT(error_of([&] { ck.expect_2d("model.layers.0.mlp.experts.gate_up_proj", {6, 4}); }),
+              HasSubstr(file + ": tensor 'model.layers.0.mlp.experts.gate_up_proj' has shape [2, 4, 3], expected "
+                               "[6, 4] (its rows: every dimension but the last)"));
+  EXPECT_THAT(error_of([&] { ck.expect_2d("model.layers.0.mlp.experts.gate_up_proj", {4, 6}); }),
+              HasSubstr("has shape [2, 4, 3], expected [4, 6]"));
+  EXPECT_THAT(error_of([&] { ck.expect_2d("flat", {2, 3}); }), HasSubstr("tensor 'flat' has shape [6], expected [2, 3]"));
+}

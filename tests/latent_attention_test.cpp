@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "architectures/hf_config.h"
+#include "architectures/presets.h"
 #include "config_models.h"
 #include "core/backend.h"
 #include "layers/footprint.h"
@@ -194,6 +195,48 @@ TEST(LatentAttention, Mistral4ConfigReadAsTransformersReadsIt) {
   json partial = m4;
   partial["rope_parameters"]["partial_rotary_factor"] = 1.0;
   refused(partial, "must be qk_rope_head_dim / (qk_nope_head_dim + qk_rope_head_dim)");
+}
+
+// Mistral Small 4 as it ships: Mistral 3's multimodal config around a mistral4 text model. The
+// text model is text_config; the wrapper's tie_word_embeddings (default true, as transformers
+// ties it), dtype and quantization_config are the ones that apply; the mistral-4 preset is the
+// published shape. Its numbers: the fixture mistral3_mistral4 (tests/conformance_test.cpp).
+TEST(LatentAttention, Mistral3WrapperIsReadAsItsTextModel) {
+  const json rope = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0},
+                     {"original_max_position_embeddings", 16}, {"llama_4_scaling_beta", 0.1}};
+  const json text = {{"model_type", "mistral4"}, {"vocab_size", 97}, {"hidden_size", 64}, {"num_attention_heads", 4},
+                     {"intermediate_size", 24}, {"num_hidden_layers", 2}, {"rope_parameters", rope},
+                     {"tie_word_embeddings", false}, {"torch_dtype", "float32"}};
+  json wrapper = {{"model_type", "mistral3"}, {"architectures", {"Mistral3ForConditionalGeneration"}},
+                  {"text_config", text}, {"vision_config", {{"model_type", "pixtral"}}}, {"dtype", "bfloat16"}};
+  const ModelConfig c = parse(wrapper);
+  EXPECT_EQ(c.model_type, "mistral4");
+  EXPECT_EQ(c.multimodal, "mistral3");
+  EXPECT_TRUE(c.tie_word_embeddings);  // the wrapper's default, not text_config's false
+  EXPECT_EQ(c.dtype, DType::bf16);     // the wrapper's dtype
+  ASSERT_TRUE(c.mla);
+  EXPECT_EQ(c.mla->query_scale_period, 16);
+  wrapper["tie_word_embeddings"] = false;
+  EXPECT_FALSE(parse(wrapper).tie_word_embeddings);
+  json no_text = wrapper;
+  no_text.erase("text_config");
+  EXPECT_NE(error_of(no_text).find("model_type 'mistral3' (a multimodal checkpoint) needs its text_config"),
+            std::string::npos);
+  json ministral = wrapper;
+  ministral["text_config"]["model_type"] = "ministral3";
+  EXPECT_NE(error_of(ministral).find("text_config: unsupported model_type 'ministral3'"), std::string::npos)
+      << error_of(ministral);
+
+  const ModelConfig p = preset_config("mistral-4");
+  EXPECT_EQ(p.model_type, "mistral4");
+  EXPECT_EQ(p.multimodal, "mistral3");
+  EXPECT_FALSE(p.tie_word_embeddings);
+  EXPECT_EQ(p.layers, 36);
+  EXPECT_EQ(p.experts, 128);
+  EXPECT_EQ(p.experts_per_token, 4);
+  EXPECT_EQ(p.mla->kv_lora + p.mla->rope, 320);  // the latent cache: 320 values a token and layer
+  EXPECT_EQ(p.mla->query_scale_period, 8192);
+  EXPECT_EQ(p.max_position, 1048576);
 }
 
 // The cache holds the latent once per position and layer — Rope + KvLora values, no head

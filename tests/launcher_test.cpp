@@ -138,6 +138,30 @@ TEST(Inspect, DeepSeekV3AndKimiK2PlansInDocsMatch) {
     }
 }
 
+// Mistral Small 4 (the mistral-4 preset: Mistral 3's wrapper around mistral4) in bf16, from its
+// shapes: the latent attention with W_UK/W_UV held per head (nope 64 + v 128 rows of kv_lora
+// 256), the router in T, one shared expert; the latent cache 320 values a token and layer.
+TEST(Inspect, Mistral4PlanInDocsMatches) {
+  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
+  const int64_t H = 4096, L = 36, V = 131072;
+  for (int64_t S : {2, 4}) {
+    SCOPED_TRACE(S);
+    const int64_t hs = 32 / S;
+    const int64_t attention = 2 * H * 2 + 1024 * H * 2 + 1024 * 2 + hs * 128 * 1024 * 2 + 320 * H * 2 + 256 * 2 +
+                              hs * 192 * 256 * 2 /* kv_b_proj: W_UK, W_UV */ + H * hs * 128 * 2;
+    const int64_t experts = 128 * H * 2 /* router, bf16 */ + 3 * (2048 / S) * H * 2 + 128 / S * 3 * 2048 * H * 2;
+    const int64_t params = V * H * 2 + H * 2 + V / S * H * 2 + L * (attention + experts);
+    const int64_t cache = L * 8 * 32768 * 320 * 2;
+    const Output r = linnet_cmd(str("inspect --checkpoint mistral-4 --shards ", S,
+                                    " --batch 8 --max-seq 32768 --backend cuda"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
+    EXPECT_NE(doc.find(std::to_string(params) + " B"), std::string::npos) << "docs/cluster.md lacks " << params;
+    EXPECT_NE(doc.find(std::to_string(cache) + " B"), std::string::npos) << "docs/cluster.md lacks " << cache;
+  }
+}
+
 TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
   const fs::path d = fresh_dir("inspect_mpi");
   fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");

@@ -135,6 +135,14 @@ TEST(Quantize, RefusesWhatItCannotWriteByName) {
       << e;
   e = error_of([&] { quantize_checkpoint((kFixtures / "golden/fp8_block").string(), d / "c", QuantizeOptions{}); });
   EXPECT_NE(e.find("already quantized (quantization_config fp8 8×16"), std::string::npos) << e;
+  // A multimodal checkpoint (its text model dense): refused, not half-written.
+  fs::create_directories(d / "mm");
+  std::ofstream(d / "mm/config.json") << R"({"model_type": "mistral3", "text_config": {"model_type": "mistral",
+    "vocab_size": 32, "hidden_size": 16, "num_attention_heads": 2, "intermediate_size": 32, "num_hidden_layers": 1}})";
+  e = error_of([&] { quantize_checkpoint(d / "mm", d / "mm_out", QuantizeOptions{}); });
+  EXPECT_NE(e.find("a mistral3 multimodal checkpoint (its text model: mistral); linnet quantize reads text checkpoints"),
+            std::string::npos)
+      << e;
   fs::create_directories(d / "full");
   std::ofstream(d / "full/x") << "x";
   e = error_of([&] { quantize_checkpoint(src, d / "full", QuantizeOptions{}); });

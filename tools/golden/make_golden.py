@@ -740,6 +740,23 @@ ISSUE38_CASES = [
                 "groups of 2 (topk_group 2, groups scored by their two best probabilities, the others 0)",
                 inputs=LONG, **MISTRAL4_GROUPS),
          router=None, router_bias=False, steps=48, dtypes=[("", "float32")]),
+    # Mistral Small 4 as it ships: Mistral 3's multimodal wrapper (Mistral3ForConditionalGeneration)
+    # around the mistral4 text model, its tensors saved under language_model.model.* beside a
+    # (tiny) pixtral vision tower and projector; the wrapper's tie_word_embeddings (default true)
+    # is the one transformers applies, so lm_head is the embedding here.
+    dict({"name": "mistral3_mistral4", "inputs": LONG,
+          "note": "Mistral3ForConditionalGeneration around mistral4's text model (mistral4_groups' sizes with "
+                  "q_lora_rank 24, one dense layer), tied lm_head by the wrapper's default, a one-layer pixtral vision "
+                  "tower and projector in the checkpoint (not run: text only)",
+          "config": {"model_type": "mistral3", "architectures": ["Mistral3ForConditionalGeneration"],
+                     "text_config": {k: v for k, v in dict(MISTRAL4_GROUPS, q_lora_rank=24, num_hidden_layers=3,
+                                                          first_k_dense_replace=1).items()
+                                     if k != "architectures" and k != "tie_word_embeddings"},
+                     "vision_config": {"model_type": "pixtral", "hidden_size": 16, "intermediate_size": 32,
+                                       "num_hidden_layers": 1, "num_attention_heads": 2, "head_dim": 8,
+                                       "image_size": 32, "patch_size": 16},
+                     "spatial_merge_size": 2}},
+         router=None, router_bias=False, steps=48, dtypes=[("", "float32")]),
 ]
 
 
@@ -1787,10 +1804,15 @@ def reset_rope(ref):
     """Dynamic NTK keeps state between calls in transformers (frequencies grown past
     max_position_embeddings stay until a short call resets them); the references here are
     each call on its own: the state as loaded before every call."""
-    re = ref.model.rotary_emb
+    re = getattr(ref.model, "language_model", ref.model).rotary_emb  # (a multimodal model's text model)
     if hasattr(re, "original_inv_freq") and hasattr(re, "original_max_seq_len"):
         re.register_buffer("inv_freq", re.original_inv_freq.clone(), persistent=False)
         re.max_seq_len_cached = re.original_max_seq_len
+
+
+def text_config(cfg):
+    """The text model's config: a multimodal wrapper's text_config (Mistral 3), else the config."""
+    return cfg.get("text_config", cfg)
 
 
 def causal_lm(cfg):
@@ -1972,7 +1994,7 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         checks["ct_weight_rel_error_max"] = round(max(rel(sd[k], state[k]) for k in want), 6)
     ref.generation_config.eos_token_id = None
     ref.generation_config.pad_token_id = 0
-    V, H = cfg["vocab_size"], cfg["hidden_size"]
+    V, H = text_config(cfg)["vocab_size"], text_config(cfg)["hidden_size"]
     S, S0, runs = inp["S"], inp["S0"], inp["runs"]
     steps = c.get("steps", STEPS)
     # compressed-tensors' int8 activations: a value within float noise of a rounding boundary
