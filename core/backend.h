@@ -51,6 +51,10 @@ struct AttentionDims {
   // keys and values it reads from qkv the same way, so that a token's result does not depend on
   // whether its keys came from the cache or from the call. Unset: as computed.
   std::optional<DType> round_kv;
+  // Attention sinks (gpt-oss): one logit per q head, f32 [q_heads] on the backend's device, that
+  // joins each softmax's denominator as a key never attended — softmax over [scaled scores |
+  // sink], the sink's share dropped — as transformers' eager attention computes it. Null: none.
+  const Tensor* sinks = nullptr;
   float score_scale() const { return scale != 0 ? scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim))); }
   int64_t pages_per_row() const { return max_seq / page_size; }
   int64_t qkv_width() const { return (q_heads + 2 * kv_heads) * head_dim; }

@@ -46,6 +46,9 @@ void check_dims(const Op& k, const AttentionDims& d) {
        str("q_heads ", d.q_heads, " should be a positive multiple of kv_heads ", d.kv_heads));
   NEED(d.head_dim > 0, str("head_dim ", d.head_dim, " should be positive"));
   NEED(d.window >= 0 && d.softcap >= 0, str("window ", d.window, " and softcap ", d.softcap, " must be ≥ 0"));
+  if (d.sinks)
+    NEED(d.sinks->defined() && d.sinks->dtype() == DType::f32 && d.sinks->rank() == 1 && d.sinks->dim(0) == d.q_heads,
+         str("sinks ", d.sinks->describe(), " should be f32 [", d.q_heads, "] (one per q head)"));
 }
 void check_qkv(const Op& k, const AttentionDims& d, const Tensor& qkv) {
   rank_is(k, "qkv", qkv, 2);

@@ -689,6 +689,72 @@ OPS_TEST(AttentionCache, "attention_cache") {
     }
 }
 
+// ---- attention sinks (gpt-oss) ------------------------------------------------------------------
+// One f32 logit per q head joins each softmax's denominator, on both attention ops, full and
+// windowed (gpt-oss's sliding layers): packed runs, decode steps and a prefill chunk through a
+// page table; one head's sink far above its scores (the keys' shares near 0).
+OPS_TEST(AttentionSinks, "attention_packed", "attention_cache") {
+  NEED_DEVICE_BACKENDS(devs);
+  const CacheGeom g{8, 2, 64, 256, 16, 2};
+  std::vector<float> sink_values = randn(8, 121, 2.0f);
+  sink_values[3] = 30.0f;
+  for (int64_t window : {int64_t{0}, int64_t{8}})
+    for (DType act : kActs) {
+      AttentionDims d = g.dims();
+      d.window = window;
+      const std::vector<int64_t> runs = {20, -2, 9};
+      std::vector<int64_t> start;
+      std::vector<uint8_t> active;
+      for (int64_t r : runs)
+        for (int64_t i = 0, s = static_cast<int64_t>(start.size()); i < std::abs(r); ++i) {
+          start.push_back(r > 0 ? s : -1);
+          active.push_back(r > 0);
+        }
+      const int64_t n = static_cast<int64_t>(start.size());
+      const auto qkv = in_dtype(randn(n * d.qkv_width(), 122, 1.5f), act);
+      OpRun packed = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, d.qkv_width()}, qkv, act), rs = put_ints(be, {n}, start);
+        Tensor sinks = put(be, true, {g.q_heads}, sink_values, DType::f32);
+        AttentionDims dd = d;
+        dd.sinks = &sinks;
+        Tensor out = poison(be, ref, {n, d.q_heads * d.head_dim}, act);
+        be.attention_packed(x, dd, rs, out);
+        return {be.to_host(out)};
+      };
+      check_op("attention_packed", str("sinks window=", window), dtype_name(act), packed,
+               {{"out", bound_for(act), false, active}});
+
+      const int64_t ppr = g.max_seq / g.page_size;
+      std::vector<int64_t> table(static_cast<size_t>(2 * ppr));
+      for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int64_t>((i * 7) % table.size());
+      std::vector<int64_t> rows, pos;
+      for (int64_t p = 0; p < 40; ++p) rows.push_back(0), pos.push_back(p);  // a prefill chunk
+      rows.push_back(1), pos.push_back(200);                                 // decode steps
+      rows.push_back(-1), pos.push_back(0);
+      rows.push_back(1), pos.push_back(3);
+      const int64_t m = static_cast<int64_t>(rows.size());
+      std::vector<uint8_t> on(rows.size());
+      for (size_t i = 0; i < rows.size(); ++i) on[i] = rows[i] >= 0;
+      const auto q = in_dtype(randn(m * d.qkv_width(), 123, 1.5f), act);
+      const auto kc = in_dtype(randn(g.cache_numel(), 124, 1.5f), act);
+      const auto vc = in_dtype(randn(g.cache_numel(), 125), act);
+      OpRun cache = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {m, d.qkv_width()}, q, act);
+        Tensor r = put_ints(be, {m}, rows), p = put_ints(be, {m}, pos), t = put_ints(be, {2, ppr}, table);
+        Tensor ck = put(be, ref, g.cache_shape(), kc, act), cv = put(be, ref, g.cache_shape(), vc, act);
+        Tensor sinks = put(be, true, {g.q_heads}, sink_values, DType::f32);
+        AttentionDims dd = d;
+        dd.sinks = &sinks;
+        dd.row_run = 40;
+        Tensor out = poison(be, ref, {m, d.q_heads * d.head_dim}, act);
+        be.attention_cache(x, dd, r, p, t, ck, cv, out);
+        return {be.to_host(out)};
+      };
+      check_op("attention_cache", str("sinks window=", window), dtype_name(act), cache,
+               {{"out", bound_for(act), false, on}});
+    }
+}
+
 // ---- a KV cache in another dtype (--kv-cache-dtype) -----------------------------------------
 // kv_write rounds K and V to the cache's dtype (bf16, f16, FP8 E4M3, or f32 beside 16-bit
 // activations), attention_cache widens them exactly, attention_packed with round_kv rounds the

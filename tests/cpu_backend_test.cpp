@@ -402,6 +402,77 @@ TEST(CpuBackend, AttentionWindowScaleSoftcap) {
   }
 }
 
+// Attention sinks (gpt-oss): one logit per q head in each softmax's denominator — softmax over
+// [scaled scores | sink], the sink's share dropped — on packed and cache attention, full and
+// windowed, against the float64 definition; one head's sink far above its scores.
+TEST(CpuBackend, AttentionSinks) {
+  auto be = make_cpu_backend();
+  const std::vector<float> sink_values = {0.5f, -1.25f, 30.0f, 2.0f};
+  Tensor sinks = Tensor::from_floats({4}, sink_values);
+  for (int64_t window : {int64_t{0}, int64_t{3}}) {
+    SCOPED_TRACE(str("window ", window));
+    AttentionDims d{4, 2, 8, 16, 4};
+    d.window = window;
+    d.sinks = &sinks;
+    const int64_t n = 11, w = d.qkv_width();
+    auto qv = randn(n * w, 28, 2.0f);
+    Tensor qkv = Tensor::from_floats({n, w}, qv);
+    std::vector<int64_t> start(n);
+    for (int64_t t = 0; t < n; ++t) start[t] = t < 4 ? 0 : 4;
+    Tensor out_p = Tensor::zeros({n, d.q_heads * d.head_dim}, DType::f32);
+    be->attention_packed(qkv, d, Tensor::from_ints({n}, start), out_p);
+    Tensor ck = Tensor::zeros({2, d.kv_heads, d.max_seq, d.head_dim}, DType::f32);
+    Tensor cv = Tensor::zeros({2, d.kv_heads, d.max_seq, d.head_dim}, DType::f32);
+    std::vector<int64_t> table = {6, 1, 3, 0, 2, 4, 5, 7};
+    Tensor run = Tensor::from_floats({7, w}, std::vector<float>(qv.begin() + 4 * w, qv.end()));
+    std::vector<int64_t> slots(7), rows(7, 0), pos(7);
+    for (int64_t t = 0; t < 7; ++t) pos[t] = t, slots[t] = table[t / 4] * 4 + t % 4;
+    be->kv_write(run, d, Tensor::from_ints({7}, slots), ck, cv);
+    Tensor out_c = Tensor::zeros({7, d.q_heads * d.head_dim}, DType::f32);
+    be->attention_cache(run, d, Tensor::from_ints({7}, rows), Tensor::from_ints({7}, pos),
+                        Tensor::from_ints({2, 4}, table), ck, cv, out_c);
+    std::vector<double> ref(n * 32);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t h = 0; h < 4; ++h) {
+        const int64_t g = h / 2, lo = std::max<int64_t>(start[t], window ? t - window + 1 : 0);
+        std::vector<double> s;
+        double mx = sink_values[h], sum = 0;
+        for (int64_t j = lo; j <= t; ++j) {
+          double dot = 0;
+          for (int64_t i = 0; i < 8; ++i) dot += double(qv[t * w + h * 8 + i]) * qv[j * w + (4 + g) * 8 + i];
+          s.push_back(dot / std::sqrt(8.0));
+          mx = std::max(mx, s.back());
+        }
+        for (auto& x : s) sum += (x = std::exp(x - mx));
+        sum += std::exp(sink_values[h] - mx);
+        for (int64_t i = 0; i < 8; ++i) {
+          double acc = 0;
+          for (int64_t j = lo; j <= t; ++j) acc += s[j - lo] / sum * qv[j * w + (6 + g) * 8 + i];
+          ref[t * 32 + h * 8 + i] = acc;
+        }
+      }
+    EXPECT_LT(rel_err(out_p.to_floats(), ref), 1e-6);
+    EXPECT_LT(rel_err(out_c.to_floats(), std::vector<double>(ref.begin() + 4 * 32, ref.end())), 1e-6);
+    // The packed and the cache path give the same bits (a token's numbers whichever path).
+    const auto p = out_p.to_floats(), c = out_c.to_floats();
+    EXPECT_TRUE(std::equal(c.begin(), c.end(), p.begin() + 4 * 32));
+    // Head 2's sink (30) takes nearly all: its outputs are ~e^-25 of the values.
+    for (int64_t t = 0; t < n; ++t) EXPECT_LT(std::abs(p[t * 32 + 2 * 8]), 1e-6);
+  }
+  // A sink tensor of the wrong size is refused naming it.
+  Tensor three = Tensor::from_floats({3}, {0.f, 0.f, 0.f});
+  AttentionDims d{4, 2, 8, 16, 4};
+  d.sinks = &three;
+  Tensor qkv = Tensor::zeros({1, d.qkv_width()}, DType::f32), out = Tensor::zeros({1, 32}, DType::f32);
+  try {
+    be->attention_packed(qkv, d, Tensor::from_ints({1}, {0}), out);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("attention_packed: sinks Tensor[3; f32] should be f32 [4] (one per q head)"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Partial rotation (the first R of D dims), per-token frequencies and the attention factor.
 TEST(CpuBackend, RopePartialPerTokenScaled) {
   auto be = make_cpu_backend();

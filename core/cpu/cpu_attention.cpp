@@ -34,6 +34,16 @@ void softcap_scores(float* s, int64_t count, float cap) {
   for (int64_t j = 0; j < count; ++j) s[j] = std::tanh(s[j] / cap) * cap;
 }
 
+// scores[0, count) ← exp(s − max), returning 1 / Σ. With a sink (gpt-oss) the softmax runs
+// over [scores | sink] — its max and sum count the sink — and only the keys' shares are kept, as
+// transformers concatenates the sink to the scaled scores; `scores` has room for it.
+float softmax(const cpu::AttentionKernels& k, std::vector<float>& scores, int64_t count, const float* sink) {
+  if (!sink) return k.softmax(scores.data(), count);
+  scores.resize(static_cast<size_t>(count + 1));
+  scores[static_cast<size_t>(count)] = *sink;
+  return k.softmax(scores.data(), count + 1);
+}
+
 }  // namespace
 
 // A cache in f32, or narrower (--kv-cache-dtype): bf16, f16, FP8 E4M3 (saturating at ±448).
@@ -88,6 +98,7 @@ void CpuBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& d, 
     base = rounded.data();
   }
   const cpu::AttentionKernels& k = cpu::attention_kernels();
+  const float* sinks = d.sinks ? d.sinks->ptr<float>() : nullptr;
 #pragma omp parallel
   {
     std::vector<float> scores;
@@ -106,7 +117,7 @@ void CpuBackend::attention_packed_op(const Tensor& qkv, const AttentionDims& d, 
       k.scores(q, first + (d.q_heads + g) * dh, w, count, dh, scale, scores.data());
       softcap_scores(scores.data(), count, d.softcap);
       for (int64_t j = 0; j < count; ++j) values[j] = first + j * w + (d.q_heads + d.kv_heads + g) * dh;
-      const float inv = k.softmax(scores.data(), count);
+      const float inv = softmax(k, scores, count, sinks ? &sinks[h] : nullptr);
       k.combine(scores.data(), values.data(), count, dh, inv, out.ptr<float>() + t * d.q_heads * dh + h * dh);
     }
   }
@@ -129,6 +140,7 @@ void CpuBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& d, c
   // The first position token t attends: 0, or the start of its window.
   auto first_pos = [&](int64_t t) -> int64_t { return d.window > 0 ? std::max<int64_t>(0, pos[t] - d.window + 1) : 0; };
   const cpu::AttentionKernels& kern = cpu::attention_kernels();
+  const float* sinks = d.sinks ? d.sinks->ptr<float>() : nullptr;
   for (int64_t t = 0; t < n; ++t) {
     if (row[t] < 0) continue;
     cpu_expect(row[t] < table.dim(0) && pos[t] >= 0 && pos[t] / d.page_size < pages,
@@ -178,7 +190,7 @@ void CpuBackend::attention_cache_op(const Tensor& qkv, const AttentionDims& d, c
         j0 += end;
       }
       softcap_scores(scores.data(), count, d.softcap);
-      const float inv = kern.softmax(scores.data(), count);
+      const float inv = softmax(kern, scores, count, sinks ? &sinks[h] : nullptr);
       kern.combine(scores.data(), values.data(), count, dh, inv, out.ptr<float>() + t * d.q_heads * dh + h * dh);
     }
   }

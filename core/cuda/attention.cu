@@ -64,7 +64,8 @@ template <class T, int DCH>
 __global__ void __launch_bounds__(kWarps * 32)
     attention_packed_kernel(const T* __restrict__ qkv, int64_t N, int q_heads, int kv_heads,
                             int D, float scale, float softcap, int64_t window,
-                            const int32_t* __restrict__ run_start, T* __restrict__ out, int kv_dt) {
+                            const int32_t* __restrict__ run_start, T* __restrict__ out, int kv_dt,
+                            const float* __restrict__ sinks) {
   extern __shared__ float smem[];
   float* q_sh = smem;                   // [kBQ][D]
   float* k_sh = q_sh + kBQ * D;         // [kBK][D + 1]
@@ -151,6 +152,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int r = 0; r < kRowsPerWarp; ++r) {
     if (start[r] < 0) continue;
+    // A sink joins the denominator (its share of the softmax dropped): e^(sink − m) more.
+    if (sinks && m[r] != -INFINITY) l[r] += expf(sinks[h] - m[r]);
     const float inv = l[r] > 0.f || isnan(l[r]) ? 1.f / l[r] : 0.f;  // NaN stays NaN
     T* o = out + qn[r] * static_cast<int64_t>(q_heads) * D + static_cast<int64_t>(h) * D;
 #pragma unroll
@@ -498,11 +501,12 @@ __global__ void __launch_bounds__(512, 2)
   }
 }
 
-// grid (N, q_heads), block 128: out = Σ_s e^{m_s − M} acc_s / Σ_s e^{m_s − M} l_s.
+// grid (N, q_heads), block 128: out = Σ_s e^{m_s − M} acc_s / Σ_s e^{m_s − M} l_s (with a sink,
+// the denominator + e^{sink − M}).
 template <class T>
 __global__ void attention_combine_kernel(const float* __restrict__ part, int splits, int q_heads,
                                          int D, const int32_t* __restrict__ rows, int64_t R,
-                                         T* __restrict__ out) {
+                                         T* __restrict__ out, const float* __restrict__ sinks) {
   const int h = blockIdx.y;
   const int64_t n = blockIdx.x;
   const int64_t row = rows[n];
@@ -525,6 +529,7 @@ __global__ void attention_combine_kernel(const float* __restrict__ part, int spl
         num += w * p[d];
         den += w * p[D + 1];
       }
+      if (sinks) den += expf(sinks[h] - M);
     }
     out[n * q_heads * static_cast<int64_t>(D) + static_cast<int64_t>(h) * D + d] =
         from_f<T>(den > 0.f || isnan(den) ? num / den : 0.f);
@@ -614,7 +619,7 @@ void launch_attention_packed(int dt, const void* qkv, int64_t N, const AttnGeom&
     allow_smem(attention_packed_kernel<T, DCH>, smem, D);
     attention_packed_kernel<T, DCH><<<grid, kWarps * 32, smem, s>>>(
         static_cast<const T*>(qkv), N, g.q_heads, g.kv_heads, D, scale, g.softcap, g.window, run_start,
-        static_cast<T*>(out), g.kv_dt == dt ? -1 : g.kv_dt);
+        static_cast<T*>(out), g.kv_dt == dt ? -1 : g.kv_dt, g.sinks);
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }
@@ -663,7 +668,7 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
             workspace, ldk, ldv, split_base);
         LINNET_CUDA_LAUNCH_CHECK();
         attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)), 128, 0, s>>>(
-            workspace, splits, g.q_heads, D, rows, R, static_cast<T*>(out));
+            workspace, splits, g.q_heads, D, rows, R, static_cast<T*>(out), g.sinks);
       }
     });
     LINNET_CUDA_LAUNCH_CHECK();
@@ -679,7 +684,7 @@ void launch_attention_cache(int dt, const void* qkv, int64_t N, const AttnGeom& 
     LINNET_CUDA_LAUNCH_CHECK();
     attention_combine_kernel<T><<<dim3(static_cast<unsigned>(N), static_cast<unsigned>(g.q_heads)),
                                   128, 0, s>>>(workspace, splits, g.q_heads, D, rows, R,
-                                               static_cast<T*>(out));
+                                               static_cast<T*>(out), g.sinks);
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }

@@ -218,6 +218,7 @@ cuda::AttnGeom geom(const AttentionDims& d, int64_t cache_rows, int kv_dt) {
   g.softcap = d.softcap;
   g.window = d.window;
   g.kv_dt = kv_dt;
+  g.sinks = d.sinks ? d.sinks->ptr<float>() : nullptr;
   return g;
 }
 

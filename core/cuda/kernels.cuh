@@ -71,8 +71,11 @@ struct AttnGeom {
   // and attention_cache widens from; attention_packed rounds the K and V it reads from qkv to
   // it, so a token's keys are the same values on either path. -1: the activations' dtype.
   int kv_dt = -1;
+  // AttentionDims::sinks on the device: f32 [q_heads], each joining its head's softmax
+  // denominator (gpt-oss); null: none.
+  const float* sinks = nullptr;
 };
-static_assert(sizeof(AttnGeom) == 5 * 8 + 6 * 4, "AttnGeom has no padding");
+static_assert(sizeof(AttnGeom) == 6 * 8 + 6 * 4, "AttnGeom has no padding");
 
 void launch_kv_write(int dt, const void* qkv, int64_t N, const AttnGeom& g, const int32_t* slots,
                      void* cache_k, void* cache_v, cudaStream_t s);
