@@ -35,6 +35,11 @@ LINNET_OP(swiglu, "swiglu", (const Tensor& gate_up, Tensor& out), (gate_up, out)
 // out[N, I] = gelu_tanh(gate_up[:, :I]) · gate_up[:, I:], GELU's tanh approximation
 // (PyTorch's gelu(approximate="tanh"), Gemma's gelu_pytorch_tanh).
 LINNET_OP(geglu, "geglu", (const Tensor& gate_up, Tensor& out), (gate_up, out))
+// gpt-oss's clamped SwiGLU over interleaved columns (gate 2i, up 2i + 1, as its gate_up_proj
+// stores them): g = min(gate, limit), u = clamp(up, −limit, limit), out[N, I] = (u + 1) · g ·
+// sigmoid(alpha · g), in f32.
+LINNET_OP(swiglu_clamped, "swiglu_clamped", (const Tensor& gate_up, Tensor& out, float alpha, float limit),
+          (gate_up, out, alpha, limit))
 // x[n, c] ← x[n, c] · f(n) for columns [col_begin, col_begin + cols), f(n) = 1 + beta · ln(1 +
 // floor(positions[n] / period)) in f32, rounded to x's dtype first (f = 1 where positions[n] <
 // 0): Llama 4's attention temperature tuning, queries scaled by how many periods their position

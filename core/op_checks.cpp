@@ -178,6 +178,11 @@ void rope_heads(const char* backend, Tensor& x, int64_t head_begin, int64_t head
 
 void swiglu(const char* backend, const Tensor& gate_up, Tensor& out) { check_glu({backend, "swiglu"}, gate_up, out); }
 void geglu(const char* backend, const Tensor& gate_up, Tensor& out) { check_glu({backend, "geglu"}, gate_up, out); }
+void swiglu_clamped(const char* backend, const Tensor& gate_up, Tensor& out, float alpha, float limit) {
+  const Op k{backend, "swiglu_clamped"};
+  check_glu(k, gate_up, out);
+  NEED(std::isfinite(alpha) && limit > 0, str("alpha ", alpha, " must be finite and limit ", limit, " positive"));
+}
 
 void pointwise(const char* backend, Tensor& x, Pointwise, float) { defined({backend, "pointwise"}, "x", x); }
 

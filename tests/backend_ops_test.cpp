@@ -912,6 +912,22 @@ OPS_TEST(GumbelMax, "gumbel_max") {
       }
 }
 
+// gpt-oss's clamped SwiGLU (interleaved gate/up columns): values on both sides of ±limit.
+OPS_TEST(SwigluClamped, "swiglu_clamped") {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [n, inner] : {std::pair<int64_t, int64_t>{1, 11}, {9, 1024}, {130, 344}})
+    for (DType act : kActs) {
+      const auto gv = in_dtype(randn(n * 2 * inner, 152, 6.0f), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor gu = put(be, ref, {n, 2 * inner}, gv, act);
+        Tensor out = poison(be, ref, {n, inner}, act);
+        be.swiglu_clamped(gu, out, 1.702f, 7.0f);
+        return {be.to_host(out)};
+      };
+      check_op("swiglu_clamped", str(n, "x", inner), dts(act, act), run, {{"out", bound_for(act)}});
+    }
+}
+
 // ---- the families' ops (issue 28) --------------------------------------------------------------
 OPS_TEST(Geglu, "geglu") {
   NEED_DEVICE_BACKENDS(devs);

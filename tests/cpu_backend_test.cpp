@@ -496,6 +496,26 @@ TEST(CpuBackend, RopePartialPerTokenScaled) {
     }
 }
 
+// gpt-oss's clamped SwiGLU: gate = even columns ≤ limit, up = odd columns in ±limit,
+// (up + 1) · gate · sigmoid(alpha · gate), against float64; values past ±limit on both sides.
+TEST(CpuBackend, SwigluClamped) {
+  auto be = make_cpu_backend();
+  const int64_t n = 3, inner = 7;
+  auto gv = randn(n * 2 * inner, 23, 6.0f);
+  gv[0] = 9.5f, gv[1] = -8.0f, gv[2] = -11.0f, gv[3] = 7.5f;
+  Tensor gu = Tensor::from_floats({n, 2 * inner}, gv), out = Tensor::empty({n, inner}, DType::f32);
+  be->swiglu_clamped(gu, out, 1.702f, 7.0f);
+  const auto o = out.to_floats();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < inner; ++i) {
+      const double g = std::min<double>(gv[r * 2 * inner + 2 * i], 7.0);
+      const double u = std::clamp<double>(gv[r * 2 * inner + 2 * i + 1], -7.0, 7.0);
+      const double want = (u + 1) * g / (1 + std::exp(-1.702 * g));
+      EXPECT_NEAR(o[r * inner + i], want, 1e-5 * std::max(1.0, std::abs(want)));
+    }
+  EXPECT_NEAR(o[0], (-7.0 + 1) * 7.0 / (1 + std::exp(-1.702 * 7.0)), 1e-5);  // both clamped
+}
+
 TEST(CpuBackend, GegluPointwiseAndColumnNorms) {
   auto be = make_cpu_backend();
   const int64_t n = 2, inner = 5;

@@ -89,6 +89,7 @@ class FakeDeviceBackend final : public Backend {
   void rope_heads(Tensor&, int64_t, int64_t, int64_t, const Tensor&, const Tensor&, float) override { no(); }
   void swiglu(const Tensor&, Tensor&) override { no(); }
   void geglu(const Tensor&, Tensor&) override { no(); }
+  void swiglu_clamped(const Tensor&, Tensor&, float, float) override { no(); }
   void pointwise(Tensor&, Pointwise, float) override { no(); }
   void sum_squares(const Tensor&, int64_t, int64_t, Tensor&) override { no(); }
   void row_amax(const Tensor&, Tensor&) override { no(); }

@@ -385,6 +385,22 @@ void CpuBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
     }
 }
 
+void CpuBackend::swiglu_clamped_op(const Tensor& gate_up, Tensor& out, float alpha, float limit) {
+  cpu_expect_f32(gate_up, "swiglu_clamped", "gate_up");
+  cpu_expect_f32(out, "swiglu_clamped", "out");
+  const int64_t n = gate_up.dim(0), inner = out.dim(1);
+  const float* g = gate_up.ptr<float>();
+  float* o = out.ptr<float>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t i = 0; i < inner; ++i) {
+      // transformers' GptOssExperts._apply_gate, in f32: torch's clamp and sigmoid (1 / (1 + e^−x)).
+      const float a = std::min(g[r * 2 * inner + 2 * i], limit);
+      const float b = std::clamp(g[r * 2 * inner + 2 * i + 1], -limit, limit);
+      const float glu = a * (1.0f / (1.0f + std::exp(-(a * alpha))));
+      o[r * inner + i] = (b + 1.0f) * glu;
+    }
+}
+
 void CpuBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
   cpu_expect_f32(gate_up, "geglu", "gate_up");
   cpu_expect_f32(out, "geglu", "out");

@@ -867,6 +867,14 @@ void CudaBackend::swiglu_op(const Tensor& gate_up, Tensor& out) {
   submit(launch::Swiglu{gate_up.data(), out.data(), out.dim(0), out.dim(1), dt(out), 0});
 }
 
+void CudaBackend::swiglu_clamped_op(const Tensor& gate_up, Tensor& out, float alpha, float limit) {
+  const char* op = "swiglu_clamped";
+  act_type(op, "gate_up", gate_up);
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_swiglu_clamped(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), alpha, limit, stream_);
+}
+
 void CudaBackend::geglu_op(const Tensor& gate_up, Tensor& out) {
   const char* op = "geglu";
   act_type(op, "gate_up", gate_up);

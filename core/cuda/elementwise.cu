@@ -119,6 +119,20 @@ __global__ void swiglu_kernel(const T* gu, T* out, int64_t N, int64_t I) {
   }
 }
 
+// gpt-oss's clamped SwiGLU over interleaved gate/up columns, in f32 (CpuBackend::swiglu_clamped_op).
+template <class T>
+__global__ void swiglu_clamped_kernel(const T* gu, T* out, int64_t N, int64_t I, float alpha, float limit) {
+  const int64_t total = N * I;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = idx / I, i = idx - n * I;
+    const float g = fminf(to_f(gu[n * 2 * I + 2 * i]), limit);
+    const float u = fminf(fmaxf(to_f(gu[n * 2 * I + 2 * i + 1]), -limit), limit);
+    const float glu = __fmul_rn(g, __fdiv_rn(1.f, __fadd_rn(1.f, expf(-__fmul_rn(g, alpha)))));
+    out[idx] = from_f<T>(__fmul_rn(__fadd_rn(u, 1.f), glu));
+  }
+}
+
 // PyTorch's gelu(approximate="tanh") of the gate times the up half, in f32.
 template <class T>
 __global__ void geglu_kernel(const T* gu, T* out, int64_t N, int64_t I) {
@@ -382,6 +396,16 @@ void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I,
   by_act(dt, "swiglu", [&]<class T>() {
     swiglu_kernel<T><<<blocks_for(N * I, kThreads), kThreads, 0, s>>>(
         static_cast<const T*>(gate_up), static_cast<T*>(out), N, I);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_swiglu_clamped(int dt, const void* gate_up, void* out, int64_t N, int64_t I, float alpha, float limit,
+                           cudaStream_t s) {
+  if (N * I == 0) return;
+  by_act(dt, "swiglu_clamped", [&]<class T>() {
+    swiglu_clamped_kernel<T><<<blocks_for(N * I, kThreads), kThreads, 0, s>>>(
+        static_cast<const T*>(gate_up), static_cast<T*>(out), N, I, alpha, limit);
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }

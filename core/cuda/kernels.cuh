@@ -26,6 +26,8 @@ void launch_rope(int dt, void* x, int64_t N, int64_t W, int64_t head_begin, int6
                  bool per_token, float scale, cudaStream_t s);
 void launch_swiglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s);
 void launch_geglu(int dt, const void* gate_up, void* out, int64_t N, int64_t I, cudaStream_t s);
+void launch_swiglu_clamped(int dt, const void* gate_up, void* out, int64_t N, int64_t I, float alpha, float limit,
+                           cudaStream_t s);
 // op: 0 multiply, 1 divide, 2 soft-cap (Backend::Pointwise).
 void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStream_t s);
 // Backend::scale_by_position over x [N, W].
