@@ -55,6 +55,7 @@ struct Architecture {
   // (GLM-4.5's o_proj has none); qkv_always: Qwen2.
   enum class Bias { attention_bias, qkv_attention_bias, qkv_always, none };
   Bias bias = Bias::attention_bias;  // Qwen2: q/k/v biases always; Mistral, Phi-3, Mixtral: none
+  bool attention_bias_default = false;  // attention_bias when absent (gpt-oss: true)
   bool writes_layer_types = false;     // the writer lists layer_types
   bool writes_use_sliding_window = false;
 

@@ -281,7 +281,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
     if (t == "deepseek_v32")
       r.fail(str("unsupported model_type 'deepseek_v32' (its sparse attention's indexer — index_n_heads, index_topk "
                  "— is not implemented; deepseek_v3's latent attention is; supported: ", family_list(), ")"));
-    if (t.find("moe") != std::string::npos || t == "gpt_oss")
+    if (t.find("moe") != std::string::npos)
       r.fail(str("unsupported model_type '", t, "' (its mixture-of-experts layers are not implemented: linnet's are ",
                  moe_family_list(), "; supported: ", family_list(), ")"));
     r.fail(str("unsupported model_type '", t, "' (supported: ", family_list(), ")"));
@@ -334,7 +334,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
   if (fam->moe) fam->moe(r, c);
   c.tie_word_embeddings = r.boolean("tie_word_embeddings", fam->tie_word_embeddings);
   // Biases, as each family's modules have them.
-  const bool attention_bias = r.boolean("attention_bias", false);
+  const bool attention_bias = r.boolean("attention_bias", fam->attention_bias_default);
   if (fam->bias == Architecture::Bias::qkv_always) {
     c.qkv_bias = true;
   } else if (fam->bias == Architecture::Bias::none) {

@@ -5,7 +5,7 @@
 namespace linnet {
 
 extern const Architecture kLlama, kQwen2, kMistral, kQwen3, kGemma2, kGemma3Text, kPhi3, kOlmo2, kGranite, kSmolLm3,
-    kOlmo3, kMixtral, kQwen3Moe, kOlmoe, kGlm4Moe, kDeepseekV2, kDeepseekV3, kMistral4;
+    kOlmo3, kMixtral, kQwen3Moe, kOlmoe, kGlm4Moe, kDeepseekV2, kDeepseekV3, kMistral4, kGptOss;
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
@@ -15,6 +15,8 @@ const std::vector<const Architecture*>& architectures() {
       &kMixtral, &kQwen3Moe, &kOlmoe,
       // DeepSeek's experts (issue 38).
       &kGlm4Moe, &kDeepseekV2, &kDeepseekV3, &kMistral4,
+      // Attention sinks and clamped experts (issue 39).
+      &kGptOss,
   };
   return all;
 }

@@ -10,6 +10,20 @@
 
 namespace linnet {
 
+namespace {
+// A host matrix [R, C] of any dtype as [C, R].
+Tensor transposed(const Tensor& t) {
+  const int64_t r = t.dim(0), c = t.dim(1);
+  const size_t es = dtype_size(t.dtype());
+  Tensor out = Tensor::empty({c, r}, t.dtype());
+  const char* src = static_cast<const char*>(t.data());
+  char* dst = static_cast<char*>(out.data());
+  for (int64_t i = 0; i < r; ++i)
+    for (int64_t j = 0; j < c; ++j) std::memcpy(dst + (j * r + i) * es, src + (i * c + j) * es, es);
+  return out;
+}
+}  // namespace
+
 void expect_layers(const CheckpointDir& dir, int64_t layers) {
   int64_t held = 0;  // 1 + the largest layer index of a tensor
   const std::string prefix = "model.layers.";
@@ -64,6 +78,15 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
                     ", but config.json's torch_dtype says ", dtype_name(declared_)));
   }
   const auto [part_begin, part_end] = p.shard_range(shard);
+  if (p.stored.rank() && p.transposed) {
+    // Its slice of the stored block (a row slice of the part is a column slice there), transposed.
+    const bool rows = p.split == Split::rows, cols = p.split == Split::columns;
+    const int64_t r0 = p.row_offset + (cols ? part_begin : 0), r1 = p.row_offset + (cols ? part_end : p.full[1]);
+    const int64_t c0 = rows ? part_begin : 0, c1 = rows ? part_end : p.full[0];
+    Tensor t = dir_.read_block(p.hf_name, r0, r1, c0, c1);
+    check_finite(p, t, r0, c0);
+    return transposed(t);
+  }
   if (p.stored.rank() && p.split != Split::rows) {
     // A part of a fused tensor held whole or split by columns (transformers' fused experts:
     // expert e's gate/up/down are row ranges of a 3-D tensor): its block of the 2-D view.

@@ -38,9 +38,11 @@ void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DeviceP
   // entries").
   if (plan.any_write) be.kv_write(qkv, dims, plan.slots, cache.k, cache.v);
   Tensor attn = be.empty({n, dims.q_heads * dims.head_dim}, x.dtype());
-  if (plan.any_packed) be.attention_packed(qkv, dims, plan.run_start, attn);
+  AttentionDims packed = dims;
+  if (sinks.defined()) packed.sinks = &sinks;
+  if (plan.any_packed) be.attention_packed(qkv, packed, plan.run_start, attn);
   if (plan.any_cache) {
-    AttentionDims d = dims;
+    AttentionDims d = packed;
     d.span = plan.span;  // splits sized by this call's longest context, not MaxSeq
     d.row_run = plan.row_run;  // prefill chunks: K/V reads shared among a row's tokens
     be.attention_cache(qkv, d, plan.cache_row, plan.positions, plan.table, cache.k, cache.v, attn);

@@ -33,6 +33,8 @@ class GroupedQueryAttention {
   // whole, with KV heads replicated across shards: whether this shard's k columns count in the
   // all-reduced sum of squares (the first shard of each KV head's copies; the others add 0).
   bool k_squares_counted = true;
+  // Attention sinks (gpt-oss): this shard's heads' logits, f32 [Heads/Shards] (undefined: none).
+  Tensor sinks;
 
   // x: [N, H] normed hidden states of the plan's tokens; out: [N, H]. The plan's K/V are
   // written into cache ([Batch, KvHeads/Shards, MaxSeq, D] each) before any token reads it.

@@ -21,6 +21,14 @@ struct AttentionOptions {
   std::optional<int64_t> window;  // sliding window (positions seen, this one included); none: full
   float scale = 0;                // q·k · scale (0: 1/√D)
   float softcap = 0;              // cap · tanh(s / cap) on the scaled scores (0: none)
+  bool sinks = false;             // a learned logit per head in each softmax's denominator (gpt-oss)
+};
+
+// gpt-oss's experts' activation over interleaved gate/up columns (Backend::swiglu_clamped).
+struct ClampedSwiglu {
+  float alpha = 1.702f;  // swiglu_alpha
+  float limit = 7.0f;    // swiglu_limit
+  bool operator==(const ClampedSwiglu&) const = default;
 };
 
 struct MlpOptions {

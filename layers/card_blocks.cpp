@@ -170,6 +170,9 @@ Block attention(const Family& f) {
     m.push_back("const scale: f32 = " + num(static_cast<float>(scale)) + (c.attention_scale ? "" : "  (1 / sqrt(D))"));
     if (c.attn_softcap > 0) m.push_back("const softcap: f32 = " + num(c.attn_softcap) + "  (scores: softcap * tanh(s / softcap))");
     if (f.window) m.push_back("const window: Window  (sliding layers: the last Window positions)");
+    if (c.attention_sinks)
+      m.push_back("param sinks: Tensor[Heads / Shards; f32]  (a logit per head in each softmax's denominator: "
+                  "softmax over [scores | sink], the sink's share dropped)");
     m.push_back("const rope: " + describe_rope(c, layer_rope(c, 0)));
   }
   if (f.o.fused_qkv)
@@ -343,6 +346,32 @@ Block router(bool normalize) {
           {route}};
 }
 
+// gpt-oss's router: its logits with a bias in T, the top-k of them, their softmax.
+Block gpt_oss_router() {
+  Function route = fn("pub fn", "forward", "*S: Shape", {tensor("x", {"*S", "H"}, "T")}, result({"*S", "TopK"}, "f32"));
+  route.results.push_back(result({"*S", "TopK"}, "i32"));
+  return {"Router",
+          "std.nn.moe::Router<H: Dim, Experts: Dim, TopK: Dim, T: Float = bf16>",
+          {"param weight: Tensor[Experts, H; T]", "param bias: Tensor[Experts; T]",
+           "fn logits = x * weight^T + bias, rounded to T",
+           "fn top_k = the TopK largest logits as torch.topk chooses them; weights = their softmax (in f32)"},
+          {route}};
+}
+
+// gpt-oss's expert: gate and up interleaved in one product, both products with biases, the
+// clamped SwiGLU between them.
+Block gpt_oss_expert(const ClampedSwiglu& s) {
+  return {"Expert",
+          "std.nn.moe::Expert<H: Dim, ExpertInner: Dim, T: Float = bf16>",
+          {"sub gate_up: Linear<H, 2 * ExpertInner, T>  (with bias; rows interleaved: gate 2i, up 2i + 1)",
+           "sub down: Linear<ExpertInner, H, T>  (with bias; tensor sharding: added on shard 0)",
+           str("const alpha: f32 = ", num(s.alpha), ", limit: f32 = ", num(s.limit)),
+           "fn act = g * sigmoid(alpha * g) * (u + 1), g = min(gate, limit), u = clamp(up, -limit, limit)",
+           "checkpoint: mlp.experts.gate_up_proj [Experts, H, 2 * ExpertInner] and down_proj [Experts, ExpertInner, H] "
+           "(each expert's matrix transposed), gate_up_proj_bias, down_proj_bias; the router mlp.router"},
+          {shaped_forward("x", "H", "T", "H")}};
+}
+
 Block expert(bool mixtral_names) {
   Block b{"Expert",
           "std.nn.moe::Expert<H: Dim, ExpertInner: Dim, T: Float = bf16>",
@@ -371,8 +400,13 @@ std::vector<Block> family_blocks(const ModelConfig& c, const FamilyOptions& o) {
   if (!c.moe() || c.any_dense_mlp()) out.push_back(gated_mlp(gelu_tanh(c), o.fused_gate_up));
   if (c.moe()) {
     out.push_back(sparse_moe(o.ns, c.shared_expert_inner > 0));
-    out.push_back(c.expert_choice ? deepseek_router(*c.expert_choice, c.router_bias) : router(c.norm_topk_prob));
-    out.push_back(expert(c.expert_names == ModelConfig::ExpertNames::mixtral));
+    if (c.clamped_swiglu) {
+      out.push_back(gpt_oss_router());
+      out.push_back(gpt_oss_expert(*c.clamped_swiglu));
+    } else {
+      out.push_back(c.expert_choice ? deepseek_router(*c.expert_choice, c.router_bias) : router(c.norm_topk_prob));
+      out.push_back(expert(c.expert_names == ModelConfig::ExpertNames::mixtral));
+    }
   }
   std::sort(out.begin(), out.end(), [](const Block& a, const Block& b) { return a.name < b.name; });
   return out;

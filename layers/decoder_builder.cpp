@@ -42,6 +42,7 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
   }
   A.o_proj.weight = w.matrix(a + "o_proj.weight", {a + "o_proj.weight"}, w.spec(a + "o_proj.weight").shard_shape());
   if (config.o_bias) A.o_proj.bias = w.param(a + "o_proj.bias");
+  if (ao.sinks) A.sinks = w.param(a + "sinks");
   return A;
 }
 
@@ -86,6 +87,33 @@ LatentAttention load_latent_attention(WeightLoader& w, const ModelConfig& config
   return A;
 }
 
+// gpt-oss's experts (card prefix m: "layers[i].mlp."): each one's gate_up rows interleaved
+// (gate, up) as stored, its biases, the clamped SwiGLU. The biases of this rank's experts: rows
+// [first, first + local) of the tables; under tensor sharding the down bias is added on shard
+// 0 alone (the shards' partial sums are all-reduced).
+SparseMoe load_gpt_oss_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, const std::string& m,
+                               int64_t shard, SparseMoe E) {
+  const int64_t el = g.experts_per_shard(), ei = E.inner;
+  std::vector<std::string> gate_up, down;
+  for (int64_t e = E.first_expert; e < E.first_expert + el; ++e) {
+    gate_up.push_back(m + "experts[" + std::to_string(e) + "].gate_up.weight");
+    down.push_back(m + "experts[" + std::to_string(e) + "].down.weight");
+  }
+  E.gate_up.weight = w.matrix(m + "experts.gate_up.weight", gate_up, {el * 2 * ei, g.hidden});
+  E.down.weight = w.matrix(m + "experts.down.weight", down, {el * g.hidden, ei});
+  E.clamped = config.clamped_swiglu;
+  E.gate_up_bias = w.table(m + "experts.gate_up.bias").rows(E.first_expert, E.first_expert + el);
+  if (E.expert_parallel || shard == 0)
+    E.down_bias = w.table(m + "experts.down.bias").rows(E.first_expert, E.first_expert + el);
+  E.experts.resize(static_cast<size_t>(el));
+  for (int64_t k = 0; k < el; ++k) {
+    Expert& X = E.experts[static_cast<size_t>(k)];
+    X.gate.weight = E.gate_up.weight.rows(2 * k * ei, (2 * k + 2) * ei);  // gate and up, interleaved
+    X.down.weight = E.down.weight.rows(k * g.hidden, (k + 1) * g.hidden);
+  }
+  return E;
+}
+
 // Layer i's experts: this rank's (expert sharding) or every expert's slices (tensor
 // sharding), each product over one stacked matrix with a group of rows per expert.
 SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard) {
@@ -99,6 +127,11 @@ SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generic
                              ? w.param(m + "router.weight")
                              : w.matrix(m + "router.weight", {m + "router.weight"}, {g.experts, g.hidden});
   if (config.router_in_model_dtype) E.router.round_to = g.t;
+  const bool gpt_oss = config.expert_names == ModelConfig::ExpertNames::gpt_oss;
+  if (gpt_oss) {  // its router's bias; its logits in T (transformers: F.linear in the model's dtype)
+    E.router.gate.bias = w.param(m + "router.bias");
+    E.router.round_to = g.t;
+  }
   if (config.router_bias) E.router.bias = w.param(m + "router.e_score_correction_bias");
   if (g.shared_inner > 0) E.shared = load_swiglu(w, config, m + "shared.", g.shared_inner_per_shard(), false);
   E.num_experts = g.experts;
@@ -106,6 +139,7 @@ SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generic
   E.inner = g.expert_inner_per_shard();
   E.expert_parallel = g.expert_parallel();
   const int64_t el = g.experts_per_shard(), ei = E.inner;
+  if (gpt_oss) return load_gpt_oss_experts(w, config, g, m, shard, std::move(E));
   std::vector<std::string> gate_up, down;
   for (int64_t e = E.first_expert; e < E.first_expert + el; ++e) {
     const std::string x = m + "experts[" + std::to_string(e) + "].";

@@ -131,8 +131,16 @@ struct ModelConfig {
   bool norm_topk_prob = false;    // the TopK weights divided by their sum (Mixtral: always)
   // Where the experts' tensors are: Mixtral's block_sparse_moe.experts.E.w1/w3/w2, or
   // mlp.experts.E.gate_proj/up_proj/down_proj (Qwen3-MoE, OLMoE); the router is `gate` in both.
-  enum class ExpertNames { mixtral, qwen };
+  // gpt_oss: mlp.experts.gate_up_proj [E, H, 2·ExpertInner] (each expert's matrix transposed,
+  // gate and up interleaved by column) and down_proj [E, ExpertInner, H], each with a bias
+  // (gate_up_proj_bias, down_proj_bias); the router mlp.router with a bias.
+  enum class ExpertNames { mixtral, qwen, gpt_oss };
   ExpertNames expert_names = ExpertNames::qwen;
+  // gpt-oss's experts: the clamped SwiGLU (swiglu_alpha, swiglu_limit: Backend::swiglu_clamped)
+  // over their interleaved gate/up, biases on both products, the router's logits (with its
+  // bias) rounded to T before the top-k and the softmax over the chosen, as transformers
+  // computes them in the model's dtype.
+  std::optional<ClampedSwiglu> clamped_swiglu;
   // DeepSeek's experts (GLM-4.5; DeepSeek V2/V3 and Mistral 4 with issue 38's attention): the
   // router in f32 on the input widened to f32 (its weight kept in f32, as transformers keeps
   // it), the experts chosen by `expert_choice` (core/expert_choice.h; none: softmax and top-k),
@@ -148,6 +156,9 @@ struct ModelConfig {
   // Multi-token-prediction layers the checkpoint holds after the last (model.layers.<layers + i>.*,
   // num_nextn_predict_layers): skipped at load, with one log line.
   int64_t mtp_layers = 0;
+
+  // Attention sinks (gpt-oss): self_attn.sinks, one logit per head in every softmax's denominator.
+  bool attention_sinks = false;
 
   // Multi-head latent attention in place of grouped-query attention (DeepSeek V2/V3, Mistral 4).
   std::optional<LatentAttentionConfig> mla;
@@ -176,6 +187,7 @@ struct ModelConfig {
     if (layer_kind(i).sliding && sliding_window) o.window = sliding_window;
     o.scale = attention_scale ? static_cast<float>(*attention_scale) : 0.0f;
     o.softcap = static_cast<float>(attn_softcap);
+    o.sinks = attention_sinks;
     return o;
   }
   MlpOptions mlp_options() const { return MlpOptions{activation}; }

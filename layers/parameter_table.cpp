@@ -87,6 +87,10 @@ void ParamTable::attention(bool fused_qkv) {
   add_linear(hf_ + "self_attn.o_proj.weight", card_ + "attention.o_proj.weight", {h, g_.heads * d}, Split::columns,
              g_.heads / s * d);
   if (c_.o_bias) add(hf_ + "self_attn.o_proj.bias", card_ + "attention.o_proj.bias", {h}, Split::mirrored, 0, true);
+  if (c_.attention_sinks) {  // gpt-oss: one logit per q head, split with the heads, held in f32
+    add(hf_ + "self_attn.sinks", card_ + "attention.sinks", {g_.heads}, Split::rows, g_.heads / s);
+    p_.back().dtype = DType::f32;
+  }
 }
 
 void ParamTable::latent_attention() {
@@ -134,8 +138,10 @@ void ParamTable::experts(const ExpertTensorNames& names) {
   // and its routers are not (Qwen3-MoE, Mixtral, OLMoE: a TopKRouter of their own). DeepSeek's
   // router is kept in f32 (its weight and e_score_correction_bias: transformers'
   // _keep_in_fp32_modules_strict), whatever the model's dtype.
-  add(m + "gate.weight", card_ + "mlp.router.weight", {g_.experts, h}, Split::mirrored, 0);
+  add(m + (names.gpt_oss ? "router" : "gate") + ".weight", card_ + "mlp.router.weight", {g_.experts, h},
+      Split::mirrored, 0);
   if (c_.expert_choice && !c_.router_in_model_dtype) p_.back().dtype = DType::f32;
+  if (names.gpt_oss) add(m + "router.bias", card_ + "mlp.router.bias", {g_.experts}, Split::mirrored, 0);
   if (c_.router_bias) {
     add(m + "gate.e_score_correction_bias", card_ + "mlp.router.e_score_correction_bias", {g_.experts},
         Split::mirrored, 0);
@@ -147,6 +153,36 @@ void ParamTable::experts(const ExpertTensorNames& names) {
     add_linear(m + "shared_experts.gate_proj.weight", card_ + "mlp.shared.gate.weight", {si, h}, Split::rows, si / s);
     add_linear(m + "shared_experts.up_proj.weight", card_ + "mlp.shared.up.weight", {si, h}, Split::rows, si / s);
     add_linear(m + "shared_experts.down_proj.weight", card_ + "mlp.shared.down.weight", {h, si}, Split::columns, si / s);
+  }
+  if (names.gpt_oss) {
+    // Expert e's gate_up [2·ExpertInner, H] (rows interleaved: gate 2i, up 2i + 1) is the
+    // transpose of rows [e·H, (e + 1)·H) of gate_up_proj seen as [Experts·H, 2·ExpertInner];
+    // its down [H, ExpertInner] of rows [e·ExpertInner, (e + 1)·ExpertInner) of down_proj. Under
+    // tensor sharding a shard takes whole (gate, up) pairs: rows [s·2I/S, (s + 1)·2I/S).
+    const std::string gu = m + "experts.gate_up_proj", dn = m + "experts.down_proj";
+    const Shape gu_2d{g_.experts * h, 2 * ei}, dn_2d{g_.experts * ei, h};
+    for (int64_t e = 0; e < g_.experts; ++e) {
+      const std::string ce = card_ + "mlp.experts[" + std::to_string(e) + "].";
+      auto part = [&](const std::string& hf, const char* card, Shape full, const Shape& stored, int64_t offset,
+                      Split sliced, int64_t per_shard) {
+        if (g_.expert_parallel()) {
+          add_part(hf, ce + card, std::move(full), stored, offset, Split::expert, 0);
+          p_.back().owner = g_.expert_owner(e);
+        } else {
+          add_part(hf, ce + card, std::move(full), stored, offset, sliced, per_shard);
+        }
+        p_.back().transposed = true;
+      };
+      part(gu, "gate_up.weight", {2 * ei, h}, gu_2d, e * h, Split::rows, 2 * ei / s);
+      part(dn, "down.weight", {h, ei}, dn_2d, e * ei, Split::columns, ei / s);
+    }
+    // The biases of every expert, on every rank (sliced with the pairs under tensor sharding).
+    if (g_.expert_parallel())
+      add(gu + "_bias", card_ + "mlp.experts.gate_up.bias", {g_.experts, 2 * ei}, Split::mirrored, 0);
+    else
+      add(gu + "_bias", card_ + "mlp.experts.gate_up.bias", {g_.experts, 2 * ei}, Split::columns, 2 * ei / s);
+    add(dn + "_bias", card_ + "mlp.experts.down.bias", {g_.experts, h}, Split::mirrored, 0);
+    return;
   }
   if (names.fused) {
     // Expert e: rows [e·2·ExpertInner, … + ExpertInner) of gate_up_proj (gate), the next

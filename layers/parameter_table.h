@@ -20,6 +20,11 @@ struct ExpertTensorNames {
   // gate_up_proj [Experts, 2·ExpertInner, H] (each expert's gate rows, then its up rows) and
   // `block`.experts.down_proj [Experts, H, ExpertInner]; expert e's matrices are row ranges.
   bool fused = false;
+  // gpt-oss's layout: `block`.router (weight and bias); `block`.experts.gate_up_proj [Experts, H,
+  // 2·ExpertInner] — each expert's matrix transposed, its gate and up columns interleaved —
+  // and down_proj [Experts, ExpertInner, H], transposed too; gate_up_proj_bias [Experts,
+  // 2·ExpertInner] and down_proj_bias [Experts, H].
+  bool gpt_oss = false;
 };
 
 class ParamTable {

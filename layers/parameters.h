@@ -45,6 +45,9 @@ struct ParamSpec {
   // A quantized matrix the network holds dequantized, in the weights' dtype (latent attention's
   // kv_b_proj, split into its absorbed per-head blocks): counted so.
   bool held_dequantized = false;
+  // A part stored transposed (gpt-oss's bf16 experts: each expert's [in, out] matrix): rows
+  // [row_offset, row_offset + full[1]) of the stored 2-D view hold its columns.
+  bool transposed = false;
 
   const Shape& stored_shape() const { return stored.rank() ? stored : full; }
 

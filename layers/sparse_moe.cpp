@@ -59,6 +59,13 @@ void Router::forward(Context& ctx, const Tensor& x, Tensor& weights, Tensor& exp
   }
   Tensor logits = be.empty({n, e}, x.dtype());
   gate.forward(ctx, x, logits);
+  if (round_to && *round_to != x.dtype()) {
+    // gpt-oss: the logits (with the router's bias) in T, as F.linear gives them in the model's
+    // dtype; the top-k of those, their softmax (the probabilities renormalised over the chosen).
+    Tensor r = be.empty(logits.shape(), *round_to);
+    be.convert(logits, r);
+    be.convert(r, logits);
+  }
   Tensor probs = be.empty({n, e}, DType::f32);
   be.router_softmax(logits, probs);
   be.top_k(probs, top_k, normalize, weights, experts);
@@ -67,14 +74,30 @@ void Router::forward(Context& ctx, const Tensor& x, Tensor& weights, Tensor& exp
 void SparseMoe::run_experts(Context& ctx, const Tensor& xs, const std::vector<int64_t>& offsets, Tensor& y) const {
   Backend& be = ctx.backend;
   const int64_t m = xs.dim(0);
+  // gpt-oss's biases: row r (of local expert g) gets row g of the table, gathered then added.
+  Tensor expert_of;
+  if (gate_up_bias.defined() || down_bias.defined()) {
+    std::vector<int32_t> g(static_cast<size_t>(m));
+    for (size_t e = 0; e + 1 < offsets.size(); ++e)
+      for (int64_t r = offsets[e]; r < offsets[e + 1]; ++r) g[static_cast<size_t>(r)] = static_cast<int32_t>(e);
+    expert_of = be.upload(host_ints(g, {m}));
+  }
+  auto add_bias = [&](Tensor& out, const Tensor& table) {
+    Tensor b = be.empty(out.shape(), out.dtype());
+    be.gather_rows(table, expert_of, b);
+    be.add(out, b);
+  };
   Tensor gu = be.empty({m, 2 * inner}, xs.dtype());
   be.grouped_matmul(gate_up.rounded_input(ctx, xs, false), gate_up.weight, offsets, gu);
+  if (gate_up_bias.defined()) add_bias(gu, gate_up_bias);
   Tensor act = be.empty({m, inner}, xs.dtype());
-  be.swiglu(gu, act);
+  if (clamped) be.swiglu_clamped(gu, act, clamped->alpha, clamped->limit);
+  else be.swiglu(gu, act);
   // Tensor sharding slices down by columns: a per-token scale takes the whole row's amax, all-reduced
   // (every rank holds the same rows in the same order). Expert sharding holds experts whole.
   const bool columns_split = !expert_parallel && ctx.comm.size() > 1;
   be.grouped_matmul(down.rounded_input(ctx, act, columns_split), down.weight, offsets, y);
+  if (down_bias.defined()) add_bias(y, down_bias);
 }
 
 void SparseMoe::forward(Context& ctx, const Tensor& x, Tensor& out) const {

@@ -25,6 +25,7 @@
 #include <optional>
 #include <vector>
 
+#include "layers/block_options.h"
 #include "layers/linear.h"
 #include "layers/swiglu.h"
 
@@ -60,6 +61,11 @@ class SparseMoe {
   std::vector<Expert> experts;
   Linear gate_up;  // [local experts · 2·ExpertInner', H]: expert k's gate rows, then its up rows
   Linear down;     // [local experts · H, ExpertInner']
+  // gpt-oss: gate_up's rows interleaved (gate, up) per expert, the clamped SwiGLU, and each
+  // expert's biases as tables — gate_up_bias [local experts, 2·ExpertInner'], down_bias [local
+  // experts, H] (undefined where this rank does not add it: tensor sharding's other shards).
+  std::optional<ClampedSwiglu> clamped;
+  Tensor gate_up_bias, down_bias;
   // Shared experts (DeepSeek's, GLM-4.5's): one SwiGLU of SharedInner / Shards rows on every
   // rank in either sharding, its output added to the routed sum.
   std::optional<SwiGlu> shared;

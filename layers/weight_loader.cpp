@@ -52,6 +52,11 @@ Tensor WeightLoader::up(const Tensor& t) {
 
 Tensor WeightLoader::param(const std::string& card_name) { return up(host(card_name)); }
 
+Tensor WeightLoader::table(const std::string& card_name) {
+  const ParamSpec& p = spec(card_name);
+  return be_.upload(converted(converted(weights_.read(p, shard_), g_.t), act_));
+}
+
 Tensor WeightLoader::stacked(const std::vector<std::string>& card_names) {
   std::vector<Tensor> parts;
   for (const auto& n : card_names) parts.push_back(host(n));

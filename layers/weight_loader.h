@@ -23,6 +23,9 @@ class WeightLoader {
   const ParamSpec& spec(const std::string& card_name) const;
   // This shard's slice on the device: a matrix in the backend's layout, else as it is.
   Tensor param(const std::string& card_name);
+  // A table of vectors [R, C] (gpt-oss's experts' biases, a row each): its slice rounded to T,
+  // in the compute dtype, uploaded as it is (not laid out as a matrix).
+  Tensor table(const std::string& card_name);
   // Slices stacked by rows into one device tensor (q|k|v, gate|up; biases too).
   Tensor stacked(const std::vector<std::string>& card_names);
   // An RMSNorm of the model's eps; Gemma's (1 + w) weight formed in f32 as transformers forms

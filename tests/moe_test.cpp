@@ -75,6 +75,12 @@ std::map<std::string, json> moe_configs() {
                                  {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 2.0},
                                                       {"original_max_position_embeddings", 16},
                                                       {"llama_4_scaling_beta", 0.1}}}})},
+      // gpt-oss: sinks, sliding and full layers, q/k/v/o biases; router with a bias, interleaved
+      // experts with biases and the clamped SwiGLU.
+      {"gpt_oss", with(base(), {{"model_type", "gpt_oss"}, {"num_local_experts", 8}, {"num_experts_per_tok", 2},
+                                {"head_dim", 8}, {"sliding_window", 4}, {"swiglu_limit", 0.5},
+                                {"rope_parameters", {{"rope_type", "yarn"}, {"rope_theta", 150000.0}, {"factor", 4.0},
+                                                     {"original_max_position_embeddings", 16}, {"truncate", false}}}})},
   };
 }
 
@@ -82,6 +88,94 @@ std::map<std::string, json> moe_configs() {
 }  // namespace
 
 // ---- config.json ---------------------------------------------------------------------------
+
+// gpt-oss as transformers' GptOssConfig reads it: its defaults (head_dim 64, window 128 on even
+// layers, θ 150000, attention_bias true, 128 experts top 4, swiglu 1.702 / 7.0), its sinks held in
+// f32 and split with the heads, each expert's gate_up and down read transposed from the fused
+// tensors, the biases as tables; its RoPE required; the writer read back.
+TEST(Moe, GptOssConfigReadAsTransformersReadsIt) {
+  const json rope = {{"rope_type", "yarn"}, {"rope_theta", 150000.0}, {"factor", 32.0},
+                     {"original_max_position_embeddings", 4096}, {"beta_fast", 32.0}, {"beta_slow", 1.0},
+                     {"truncate", false}};
+  const json j = {{"model_type", "gpt_oss"}, {"vocab_size", 97}, {"hidden_size", 64}, {"num_attention_heads", 8},
+                  {"num_key_value_heads", 4}, {"intermediate_size", 32}, {"num_hidden_layers", 4},
+                  {"rope_parameters", rope}};
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.head_dim(), 64);
+  EXPECT_EQ(c.experts, 128);
+  EXPECT_EQ(c.experts_per_token, 4);
+  EXPECT_EQ(c.expert_inner, 32);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.expert_names, ModelConfig::ExpertNames::gpt_oss);
+  ASSERT_TRUE(c.clamped_swiglu);
+  EXPECT_EQ(c.clamped_swiglu->alpha, 1.702f);
+  EXPECT_EQ(c.clamped_swiglu->limit, 7.0f);
+  EXPECT_TRUE(c.attention_sinks && c.qkv_bias && c.o_bias);
+  EXPECT_EQ(c.sliding_window, 128);
+  for (int64_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(c.layer_kind(i).sliding, i % 2 == 0) << i;
+    EXPECT_TRUE(c.sparse_layer(i));
+    EXPECT_TRUE(c.attention_options(i).sinks);
+  }
+  EXPECT_EQ(c.rope.type, RopeScaling::Type::yarn);
+  EXPECT_FALSE(c.rope.truncate);
+  EXPECT_EQ(c.rope_theta, 150000.0);
+  EXPECT_FALSE(parse(with(j, {{"attention_bias", false}})).o_bias);
+  const ModelConfig back = parse(to_hf_config(c));
+  EXPECT_EQ(*back.clamped_swiglu, *c.clamped_swiglu);
+  EXPECT_EQ(back.experts, c.experts);
+  EXPECT_TRUE(back.attention_sinks);
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(back.layer_kind(i).sliding, c.layer_kind(i).sliding);
+  json no_rope = j;
+  no_rope.erase("rope_parameters");
+  EXPECT_NE(error_of(no_rope).find("gpt_oss needs its RoPE in rope_parameters"), std::string::npos);
+  EXPECT_NE(error_of(with(j, {{"swiglu_limit", 0}})).find("'swiglu_limit' must be positive"), std::string::npos);
+
+  // Tensor sharding over 2: the sinks split by heads (f32), expert 3's gate_up the transpose of
+  // rows [3·H, 4·H) of gate_up_proj seen as [E·H, 2I], a shard taking 2I/2 of its rows (whole
+  // gate/up pairs); expert sharding: expert 3 held whole by shard 0 of 2.
+  const Generics g = bind_generics(c, RunOptions{1, 32, 2, 8, std::nullopt, MoeSharding::tensor});
+  int found = 0;
+  for (const ParamSpec& p : parameter_specs(c, g)) {
+    if (p.card_name == "layers[1].attention.sinks") {
+      ++found;
+      EXPECT_EQ(p.hf_name, "model.layers.1.self_attn.sinks");
+      EXPECT_EQ(p.dtype, DType::f32);
+      EXPECT_EQ(p.shard_shape(), Shape({4}));
+    }
+    if (p.card_name == "layers[1].mlp.experts[3].gate_up.weight") {
+      ++found;
+      EXPECT_EQ(p.hf_name, "model.layers.1.mlp.experts.gate_up_proj");
+      EXPECT_TRUE(p.transposed);
+      EXPECT_EQ(p.stored, Shape({128 * 64, 64}));
+      EXPECT_EQ(p.row_offset, 3 * 64);
+      EXPECT_EQ(p.shard_shape(), Shape({32, 64}));
+      EXPECT_EQ(p.shard_range(1), (std::pair<int64_t, int64_t>{32, 64}));
+    }
+    if (p.card_name == "layers[1].mlp.experts[3].down.weight") {
+      ++found;
+      EXPECT_TRUE(p.transposed);
+      EXPECT_EQ(p.row_offset, 3 * 32);
+      EXPECT_EQ(p.shard_shape(), Shape({64, 16}));
+    }
+    if (p.card_name == "layers[1].mlp.router.bias") ++found;
+    if (p.card_name == "layers[1].mlp.experts.gate_up.bias") {
+      ++found;
+      EXPECT_EQ(p.hf_name, "model.layers.1.mlp.experts.gate_up_proj_bias");
+      EXPECT_EQ(p.shard_shape(), Shape({128, 32}));
+    }
+  }
+  EXPECT_EQ(found, 5);
+  const Generics ge = bind_generics(c, RunOptions{1, 32, 2, 8, std::nullopt, MoeSharding::expert});
+  for (const ParamSpec& p : parameter_specs(c, ge)) {
+    if (p.card_name == "layers[1].mlp.experts[3].gate_up.weight") {
+      EXPECT_EQ(p.split, Split::expert);
+      EXPECT_EQ(p.owner, 0);
+      EXPECT_EQ(p.shard_shape(), Shape({64, 64}));
+    }
+    if (p.card_name == "layers[1].mlp.experts.gate_up.bias") EXPECT_EQ(p.shard_shape(), Shape({128, 64}));
+  }
+}
 
 TEST(Moe, ConfigsReadAsTransformersReadsThem) {
   const auto cfgs = moe_configs();
@@ -136,7 +230,7 @@ TEST(Moe, ConfigsReadAsTransformersReadsThem) {
   EXPECT_NE(error_of(with(base(), {{"model_type", "olmoe"}, {"head_dim", 4}})).find("q/k norms are sized"),
             std::string::npos);
   // Refused by name: other MoE types, experts in a dense family, impossible choices.
-  for (const char* t : {"qwen2_moe", "granitemoe", "gpt_oss"})
+  for (const char* t : {"qwen2_moe", "granitemoe"})
     EXPECT_NE(error_of(with(base(), {{"model_type", t}})).find("mixture-of-experts"), std::string::npos) << t;
   EXPECT_NE(error_of(with(base(), {{"model_type", "deepseek_v32"}})).find("indexer"), std::string::npos);
   EXPECT_NE(error_of(with(base(), {{"num_experts", 8}})).find("mixture-of-experts layers are read for"),
@@ -644,7 +738,7 @@ TEST_P(MoeEntries, EveryEntryAgreesWithForward) { expect_every_entry_agrees_with
 TEST_P(MoeEntries, BatchInvariantBitForBit) { expect_batch_invariant_bit_for_bit(moe_configs().at(GetParam())); }
 
 INSTANTIATE_TEST_SUITE_P(Family, MoeEntries, ::testing::Values("mixtral", "qwen3_moe", "olmoe", "glm4_moe", "deepseek_v3",
-                                                                  "mistral4"),
+                                                                  "mistral4", "gpt_oss"),
                          [](const auto& info) { return info.param; });
 
 // ---- the card, the memory plan and what each rank reads ----------------------------------------
@@ -907,7 +1001,7 @@ fs::path moe_checkpoint(const std::string& family) {
 // log-likelihoods agree within f32 noise.
 TEST(Moe, GenerateAndEvalOnOneTwoAndFourRanksInBothShardings) {
   const std::vector<std::string> expert = {"--moe-sharding", "expert"}, tensor = {"--moe-sharding", "tensor"};
-  for (const std::string family : {"mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3", "mistral4"}) {
+  for (const std::string family : {"mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3", "mistral4", "gpt_oss"}) {
     SCOPED_TRACE(family);
     expect_generate_and_eval_agree(moe_checkpoint(family), family,
                                    {{2, expert}, {4, expert}, {2, tensor}, {4, tensor}}, {{4, expert}, {4, tensor}});

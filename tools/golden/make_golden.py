@@ -760,6 +760,30 @@ ISSUE38_CASES = [
 ]
 
 
+GPT_OSS = dict(MOE_BASE, architectures=["GptOssForCausalLM"], model_type="gpt_oss", num_attention_heads=8,
+               num_key_value_heads=4, head_dim=8, intermediate_size=16, num_local_experts=8, num_experts_per_tok=2,
+               num_hidden_layers=3, sliding_window=4, max_position_embeddings=128, attention_bias=True,
+               swiglu_alpha=1.702, swiglu_limit=0.4, rms_norm_eps=1e-05,
+               layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+               rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0,
+                                "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                "truncate": False})
+GPT_OSS_NOTE = ("GptOssForCausalLM: 8 heads over 4 KV heads of 8, q/k/v/o biases, a sink logit per head N(0, 1), "
+                "layers sliding (window 4), full, sliding; yarn RoPE ×4 over 16 (truncate false, θ 150000); every "
+                "layer 8 experts top-2 (router with its bias; softmax over the chosen logits), gate_up interleaved "
+                "with biases, the clamped SwiGLU at limit 0.4 (the clamp bites on both sides), down with biases; "
+                "24-token prompts, 48 greedy steps")
+
+ISSUE39_CASES = [
+    # Routers N(0, 1) and inputs drawn until every greedy step's top-two gap is ≥ 2e-3 (as
+    # mistral4's): transformers takes the top-k of bf16 logits computed from bf16 activations,
+    # so logits closer than bf16's step choose by its activations' last bits.
+    dict(family("gpt_oss", GPT_OSS_NOTE, inputs=LONG, **GPT_OSS),
+         router=None, router_std=1.0, min_greedy_gap=2e-3, steps=48,
+         dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+]
+
+
 def deepseek_tweak(case):
     """moe_tweak's routers, and e_score_correction_bias N(0, 0.1) (a buffer transformers keeps in f32; its
     values in the stored dtype, so that the checkpoint holds them exactly)."""
@@ -1775,7 +1799,7 @@ def moe_tweak(case):
 
     def tweak(state, cfg, gen, store_dtype, checks):
         import torch
-        routers = sorted(k for k in state if k.endswith("mlp.gate.weight"))
+        routers = sorted(k for k in state if k.endswith("mlp.gate.weight") or k.endswith("mlp.router.weight"))
         assert routers, "no router weights"
         for k in routers:
             state[k] = (spread * torch.randn(state[k].shape, generator=gen)).to(store_dtype).to(torch.float32)
@@ -1858,6 +1882,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
             # Gemma's norms scale by (1 + w): around 0 there, around 1 elsewhere.
             base = 0.0 if cfg["model_type"].startswith("gemma") else 1.0
             t = base + 0.1 * torch.randn(p.shape, generator=gen)
+        elif pname.endswith("self_attn.sinks"):
+            t = torch.randn(p.shape, generator=gen)  # gpt-oss's sinks: as large as the scores
         elif pname.endswith(".bias"):
             t = 0.05 * torch.randn(p.shape, generator=gen)
         elif "embed_tokens" in pname:
@@ -2489,6 +2515,15 @@ def issue38_cases():
     return case_writers(ISSUE38_CASES, write)
 
 
+def issue39_cases():
+    """(name, writer) of every issue-39 case in every dtype it is written in."""
+    def write(c, i, di, suffix, dtype_name):
+        entry = family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=8000, tweak=moe_tweak(c))
+        entry["moe"] = True
+        return entry
+    return case_writers(ISSUE39_CASES, write)
+
+
 def write_only(names):
     """Writes the named cases (issue 34's, 36's and 37's) and replaces their entries in
     manifest.json; every other case and its files stay as they are."""
@@ -2502,9 +2537,11 @@ def write_only(names):
     issue36 = dict(issue36_cases())
     issue37 = dict(issue37_cases())
     issue38 = dict(issue38_cases())
+    issue39 = dict(issue39_cases())
     writers.update(issue36)
     writers.update(issue37)
     writers.update(issue38)
+    writers.update(issue39)
     unknown = [n for n in names if n not in writers]
     assert names and not unknown, f"--only takes these cases: {sorted(writers)}; not {unknown}"
     path = os.path.join(OUT, "manifest.json")
@@ -2512,7 +2549,7 @@ def write_only(names):
         manifest = json.load(f)
     for n in names:
         entry = writers[n]()
-        entry["issue38" if n in issue38 else "issue37" if n in issue37 else "issue36" if n in issue36
+        entry["issue39" if n in issue39 else "issue38" if n in issue38 else "issue37" if n in issue37 else "issue36" if n in issue36
               else "issue34"] = True
         manifest["cases"] = [e for e in manifest["cases"] if e["name"] != n] + [entry]
     manifest["total_bytes"] = sum(e["bytes"] for e in manifest["cases"])
