@@ -387,6 +387,30 @@ Quantization awq(const ConfigReader& r, const json& q) {
   return out;
 }
 
+// gpt-oss's MXFP4 (transformers' Mxfp4Config): its experts' gate_up_proj and down_proj as
+// "…_blocks" (E2M1, two a byte) and "…_scales" (E8M0 per 32 inputs), rows the outputs; the
+// attention, router, embeddings, biases and lm_head as stored.
+Quantization gpt_oss_mxfp4(const ConfigReader& r, const json& q, const ModelConfig& c) {
+  if (c.model_type != "gpt_oss")
+    r.fail(str("quantization_config.quant_method 'mxfp4' is gpt-oss's format for its experts; model_type '",
+               c.model_type, "' has none (compressed-tensors' mxfp4-pack-quantized is read for any family)"));
+  for (const auto& [k, v] : q.items())
+    if (k != "quant_method" && k != "modules_to_not_convert" && !(k == "dequantize" && v == false))
+      r.fail(str("quantization_config.", k, " = ", v.dump(), " is not read (mxfp4: quant_method, "
+                 "modules_to_not_convert)"));
+  Quantization out;
+  out.method = "mxfp4";
+  out.matrices = WeightLayout::gpt_oss_mxfp4();
+  out.not_converted = string_list(r, q, "modules_to_not_convert");
+  out.schemes = {{{"re:model\\.layers\\.[0-9]+\\.mlp\\.experts\\.(gate_up|down)_proj"}, out.matrices}};
+  for (int64_t i = 0; i < c.layers; ++i)
+    for (const char* m : {"gate_up_proj", "down_proj"})
+      if (!out.layout_of(str("model.layers.", i, ".mlp.experts.", m)))
+        r.fail(str("quantization_config.modules_to_not_convert keeps model.layers.", i, ".mlp.experts.", m,
+                   " unquantized: linnet reads gpt-oss's experts in MXFP4 (as it ships) or all in bf16"));
+  return out;
+}
+
 }  // namespace
 
 std::optional<Quantization> parse_quantization_config(const ConfigReader& r, const ModelConfig& c) {
@@ -399,6 +423,7 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   if (method == "fp8") return fine_grained_fp8(r, q);
   if (method == "awq") return awq(r, q);
   if (method == "gptq") return gptq(r, q);
+  if (method == "mxfp4") return gpt_oss_mxfp4(r, q, c);
   if (method == "compressed-tensors") {
     Quantization out = compressed_tensors(r, q);
     // The experts' grouped products round their rows' inputs as a Linear does (dynamic scales: a
@@ -414,8 +439,8 @@ std::optional<Quantization> parse_quantization_config(const ConfigReader& r, con
   }
   r.fail(str("quantization_config.quant_method '", method.size() > 40 ? method.substr(0, 37) + "..." : method,
              "' is not supported yet (linnet reads fp8, Hugging Face's fine-grained FP8, and compressed-tensors' "
-             "float-quantized FP8, pack-quantized W4A16, int-quantized W8A8 and mxfp4-pack-quantized MXFP4A16, gptq "
-             "and awq)"));
+             "float-quantized FP8, pack-quantized W4A16, int-quantized W8A8 and mxfp4-pack-quantized MXFP4A16, gptq, "
+             "awq, and gpt-oss's mxfp4)"));
 }
 
 }  // namespace linnet

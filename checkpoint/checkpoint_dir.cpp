@@ -119,14 +119,16 @@ void CheckpointDir::expect(const std::string& name, const Shape& shape) const {
                     shape.to_string()));
 }
 
-Tensor CheckpointDir::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
-  return file_of(name).read_block(stored(name), r0, r1, c0, c1);
+Tensor CheckpointDir::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                 int64_t cols) const {
+  return file_of(name).read_block(stored(name), r0, r1, c0, c1, cols);
 }
 
 void CheckpointDir::expect_2d(const std::string& name, const Shape& shape) const {
   const SafetensorsFile& f = file_of(name);
   const Shape& s = f.info(stored(name)).shape;
-  const int64_t cols = s.rank() ? s[s.rank() - 1] : 0;
+  int64_t cols = 1;  // the product of trailing dimensions that reaches shape[1], if one does
+  for (size_t d = s.rank(); d-- > 1 && shape.rank() == 2 && cols < shape[1];) cols *= s[d];
   if (s.rank() < 2 || shape.rank() != 2 || cols != shape[1] || s.numel() != shape.numel())
     throw Error(str(f.path(), ": tensor '", stored(name), "' has shape ", s.to_string(), ", expected ",
                     shape.to_string(), s.rank() > 2 ? " (its rows: every dimension but the last)" : ""));

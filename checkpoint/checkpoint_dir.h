@@ -27,13 +27,14 @@ class CheckpointDir {
   Tensor read(const std::string& name) const;
   Tensor read_rows(const std::string& name, int64_t begin, int64_t end) const;
   Tensor read_cols(const std::string& name, int64_t begin, int64_t end) const;
-  Tensor read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const;
+  Tensor read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols = 0) const;
 
   // Throws unless the tensor exists with this shape (and dtype).
   void expect(const std::string& name, const Shape& shape) const;
   void expect(const std::string& name, const Shape& shape, DType dtype) const;
-  // Throws unless the tensor exists and, seen as 2-D [numel / last dim, last dim], is `shape`
-  // (a fused tensor: transformers' 3-D [E, R, C] experts as E·R rows).
+  // Throws unless the tensor exists and, seen as 2-D [numel / C, C] with C the product of its
+  // trailing dimensions, is `shape` (a fused tensor: transformers' 3-D [E, R, C] experts as E·R
+  // rows; gpt-oss's MXFP4 blocks [E, out, in/32, 16] as [E·out, in/2]).
   void expect_2d(const std::string& name, const Shape& shape) const;
 
   // A multimodal checkpoint's text model (ModelConfig::multimodal): its tensors named as a text

@@ -83,7 +83,7 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
     const bool rows = p.split == Split::rows, cols = p.split == Split::columns;
     const int64_t r0 = p.row_offset + (cols ? part_begin : 0), r1 = p.row_offset + (cols ? part_end : p.full[1]);
     const int64_t c0 = rows ? part_begin : 0, c1 = rows ? part_end : p.full[0];
-    Tensor t = dir_.read_block(p.hf_name, r0, r1, c0, c1);
+    Tensor t = dir_.read_block(p.hf_name, r0, r1, c0, c1, p.stored[1]);
     check_finite(p, t, r0, c0);
     return transposed(t);
   }
@@ -91,9 +91,9 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
     // A part of a fused tensor held whole or split by columns (transformers' fused experts:
     // expert e's gate/up/down are row ranges of a 3-D tensor): its block of the 2-D view.
     const int64_t c0 = p.split == Split::columns ? part_begin : 0, c1 = p.split == Split::columns ? part_end : p.full[1];
-    Tensor t = dir_.read_block(p.hf_name, p.row_offset, p.row_offset + p.full[0], c0, c1);
+    Tensor t = dir_.read_block(p.hf_name, p.row_offset, p.row_offset + p.full[0], c0, c1, p.stored[1]);
     check_finite(p, t, p.row_offset, c0);
-    return t;
+    return e8m0_bytes ? Tensor(t.storage(), 0, t.shape(), DType::f8_e8m0) : t;  // (a fresh copy: offset 0)
   }
   // A part of a fused tensor (Phi-3's qkv_proj, gate_up_proj) reads its rows from the part's offset.
   const int64_t begin = part_begin + p.row_offset, end = part_end + p.row_offset;
@@ -107,7 +107,7 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   Tensor t = whole && p.full.rank() == 2        ? dir_.view(p.hf_name)
              : mirrored                         ? dir_.read(p.hf_name)
              : p.split == Split::columns        ? dir_.read_cols(p.hf_name, begin, end)
-             : p.stored.rank() > 0              ? dir_.read_block(p.hf_name, begin, end, 0, p.full[1])
+             : p.stored.rank() > 0              ? dir_.read_block(p.hf_name, begin, end, 0, p.full[1], p.stored[1])
                                                 : dir_.read_rows(p.hf_name, begin, end);
   if (e8m0_bytes) t = Tensor(t.storage(), static_cast<size_t>(static_cast<const char*>(t.data()) -
                                                               static_cast<const char*>(t.storage()->data)),

@@ -277,11 +277,17 @@ Tensor SafetensorsFile::read_rows(const std::string& name, int64_t begin, int64_
   return t;
 }
 
-Tensor SafetensorsFile::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const {
+Tensor SafetensorsFile::read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1,
+                                   int64_t view_cols) const {
   const TensorInfo& ti = info(name);
   if (ti.shape.rank() < 2)
     throw Error(str(path_, ": tensor '", name, "': read_block needs rank >= 2, shape is ", ti.shape.to_string()));
-  const int64_t cols = ti.shape[ti.shape.rank() - 1], rows = cols ? ti.shape.numel() / cols : 0;
+  int64_t trailing = 1;  // the view's columns must be whole trailing dimensions
+  for (size_t d = ti.shape.rank(); d-- > 1 && trailing < view_cols;) trailing *= ti.shape[d];
+  if (view_cols > 0 && trailing != view_cols)
+    throw Error(str(path_, ": tensor '", name, "' ", ti.shape.to_string(), " cannot be seen as 2-D with ", view_cols,
+                    " columns"));
+  const int64_t cols = view_cols > 0 ? view_cols : ti.shape[ti.shape.rank() - 1], rows = cols ? ti.shape.numel() / cols : 0;
   if (r0 < 0 || r0 > r1 || r1 > rows || c0 < 0 || c0 > c1 || c1 > cols)
     throw Error(str(path_, ": tensor '", name, "': rows [", r0, ", ", r1, ") and columns [", c0, ", ", c1,
                     ") are outside its ", rows, " × ", cols, " (as 2-D)"));

@@ -53,7 +53,9 @@ class SafetensorsFile {
   Tensor read_cols(const std::string& name, int64_t begin, int64_t end) const;
   // Rows [r0, r1) and columns [c0, c1) of the tensor seen as 2-D [numel / last dim, last dim]
   // (a 3-D [E, R, C] is E·R rows: transformers' fused experts), copied.
-  Tensor read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1) const;
+  // `cols`: the 2-D view's columns, a product of trailing dimensions (gpt-oss's MXFP4 blocks
+  // [E, out, in/32, 16] as [E·out, in/2]); 0: the last dimension.
+  Tensor read_block(const std::string& name, int64_t r0, int64_t r1, int64_t c0, int64_t c1, int64_t cols = 0) const;
 
  private:
   const char* bytes_of(const TensorInfo& ti) const;

@@ -74,6 +74,13 @@ WeightLayout WeightLayout::int8_packed_groups(int64_t group) {
 
 WeightLayout WeightLayout::mxfp4_blocks() { return of(WeightFormat::mxfp4); }
 
+WeightLayout WeightLayout::gpt_oss_mxfp4() {
+  WeightLayout l = of(WeightFormat::mxfp4);
+  l.values_suffix = "_blocks";
+  l.scale_suffix = "_scales";
+  return l;
+}
+
 WeightLayout WeightLayout::gptq_groups(int64_t group, bool v1, int bits) {
   LINNET_CHECK(group > 0 && (bits == 4 || bits == 8), "gptq ", bits, "-bit groups of ", group);
   WeightLayout l = of(bits == 8 ? WeightFormat::int8 : WeightFormat::int4);

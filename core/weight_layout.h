@@ -165,6 +165,10 @@ struct WeightLayout {
   // "…weight_scale" U8 [out, in/32] of E8M0 exponents per block of 32 columns. (gpt-oss's
   // "…_blocks" [.., out, in/32, 16] and "…_scales" hold the same bits.)
   static WeightLayout mxfp4_blocks();
+  // gpt-oss's MXFP4 experts (quant_method "mxfp4"): the same bits named after the parameter —
+  // "…gate_up_proj_blocks" U8 [E, out, in/32, 16] (read as [E·out, in/2]) and
+  // "…gate_up_proj_scales" U8 [E, out, in/32].
+  static WeightLayout gpt_oss_mxfp4();
   // AWQ (quant_method "awq", version "gemm", 4 bits, zero points): qweight [in, out/8], qzeros
   // [groups, out/8] (zero as is), scales (f16) [groups, out], named after the module, stored
   // transposed, nibbles interleaved; weights rounded to f16 as GPTQ's.

@@ -158,9 +158,13 @@ void ParamTable::experts(const ExpertTensorNames& names) {
     // Expert e's gate_up [2·ExpertInner, H] (rows interleaved: gate 2i, up 2i + 1) is the
     // transpose of rows [e·H, (e + 1)·H) of gate_up_proj seen as [Experts·H, 2·ExpertInner];
     // its down [H, ExpertInner] of rows [e·ExpertInner, (e + 1)·ExpertInner) of down_proj. Under
-    // tensor sharding a shard takes whole (gate, up) pairs: rows [s·2I/S, (s + 1)·2I/S).
+    // tensor sharding a shard takes whole (gate, up) pairs: rows [s·2I/S, (s + 1)·2I/S). In
+    // MXFP4 (gpt-oss as it ships) the experts are stored with their rows the outputs:
+    // gate_up_proj_blocks [E, 2·ExpertInner, H/32, 16], rows [e·2I, (e + 1)·2I) its gate_up.
     const std::string gu = m + "experts.gate_up_proj", dn = m + "experts.down_proj";
-    const Shape gu_2d{g_.experts * h, 2 * ei}, dn_2d{g_.experts * ei, h};
+    const bool rows_out = c_.quantization && c_.quantization->layout_of(gu);
+    const Shape gu_2d = rows_out ? Shape{g_.experts * 2 * ei, h} : Shape{g_.experts * h, 2 * ei},
+                dn_2d = rows_out ? Shape{g_.experts * h, ei} : Shape{g_.experts * ei, h};
     for (int64_t e = 0; e < g_.experts; ++e) {
       const std::string ce = card_ + "mlp.experts[" + std::to_string(e) + "].";
       auto part = [&](const std::string& hf, const char* card, Shape full, const Shape& stored, int64_t offset,
@@ -171,10 +175,10 @@ void ParamTable::experts(const ExpertTensorNames& names) {
         } else {
           add_part(hf, ce + card, std::move(full), stored, offset, sliced, per_shard);
         }
-        p_.back().transposed = true;
+        p_.back().transposed = !rows_out;
       };
-      part(gu, "gate_up.weight", {2 * ei, h}, gu_2d, e * h, Split::rows, 2 * ei / s);
-      part(dn, "down.weight", {h, ei}, dn_2d, e * ei, Split::columns, ei / s);
+      part(gu, "gate_up.weight", {2 * ei, h}, gu_2d, rows_out ? e * 2 * ei : e * h, Split::rows, 2 * ei / s);
+      part(dn, "down.weight", {h, ei}, dn_2d, rows_out ? e * h : e * ei, Split::columns, ei / s);
     }
     // The biases of every expert, on every rank (sliced with the pairs under tensor sharding).
     if (g_.expert_parallel())

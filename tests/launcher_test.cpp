@@ -162,6 +162,31 @@ TEST(Inspect, Mistral4PlanInDocsMatches) {
   }
 }
 
+// gpt-oss-120b as it ships (the preset: its experts MXFP4, the rest bf16), from its shapes: the
+// attention with biases and f32 sinks split by heads; under expert sharding Experts/Shards whole
+// experts a rank, each gate_up [5760, 2880] and down [2880, 2880] at half a byte a weight plus an
+// E8M0 byte per 32; the router, its bias and the experts' bias tables mirrored; GQA's cache.
+TEST(Inspect, GptOss120bPlanInDocsMatches) {
+  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
+  const int64_t H = 2880, L = 36, V = 201088, E = 128, I = 2880;
+  auto mxfp4 = [](int64_t rows, int64_t cols) { return rows * cols / 2 + rows * cols / 32; };
+  for (int64_t S : {1, 2, 4}) {
+    SCOPED_TRACE(S);
+    const int64_t q = 64 / S * 64, kv = 8 / S * 64;
+    const int64_t attention = 2 * H * 2 + (q + 2 * kv) * H * 2 + (q + 2 * kv) * 2 + H * q * 2 + H * 2 + 64 / S * 4;
+    const int64_t experts = E * H * 2 + E * 2 + E * 2 * I * 2 + E * H * 2 + E / S * (mxfp4(2 * I, H) + mxfp4(H, I));
+    const int64_t params = V * H * 2 + H * 2 + V / S * H * 2 + L * (attention + experts);
+    const int64_t cache = 2 * L * 8 * (8 / S) * 32768 * 64 * 2;
+    const Output r = linnet_cmd(str("inspect --checkpoint gpt-oss-120b --shards ", S,
+                                    " --batch 8 --max-seq 32768 --backend cuda"));
+    ASSERT_EQ(r.code, 0) << r.out;
+    EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
+    EXPECT_NE(doc.find(std::to_string(params) + " B"), std::string::npos) << "docs/cluster.md lacks " << params;
+    EXPECT_NE(doc.find(std::to_string(cache) + " B"), std::string::npos) << "docs/cluster.md lacks " << cache;
+  }
+}
+
 TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
   const fs::path d = fresh_dir("inspect_mpi");
   fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");

@@ -774,6 +774,8 @@ GPT_OSS_NOTE = ("GptOssForCausalLM: 8 heads over 4 KV heads of 8, q/k/v/o biases
                 "with biases, the clamped SwiGLU at limit 0.4 (the clamp bites on both sides), down with biases; "
                 "24-token prompts, 48 greedy steps")
 
+GPT_OSS_MXFP4 = dict(GPT_OSS, intermediate_size=128)
+
 ISSUE39_CASES = [
     # Routers N(0, 1) and inputs drawn until every greedy step's top-two gap is ≥ 2e-3 (as
     # mistral4's): transformers takes the top-k of bf16 logits computed from bf16 activations,
@@ -781,6 +783,14 @@ ISSUE39_CASES = [
     dict(family("gpt_oss", GPT_OSS_NOTE, inputs=LONG, **GPT_OSS),
          router=None, router_std=1.0, min_greedy_gap=2e-3, steps=48,
          dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    # gpt-oss as it ships: its experts in MXFP4 (…_blocks, …_scales; quant_method mxfp4), the
+    # rest as stored. Inner 128: down's 128 inputs are 4 blocks of 32, one a shard at Shards 4.
+    dict(family("mxfp4_gpt_oss", "GptOssForCausalLM with its experts in MXFP4 as gpt-oss ships them "
+                "(gate_up_proj_blocks U8 [E, 2I, H/32, 16], gate_up_proj_scales U8 [E, 2I, H/32], down alike; "
+                "quant_method mxfp4, modules_to_not_convert as gpt-oss-20b's); inner 128; otherwise gpt_oss. "
+                + GPT_OSS_NOTE, inputs=LONG, **GPT_OSS_MXFP4),
+         router=None, router_std=1.0, min_greedy_gap=2e-3, steps=48, gpt_oss_mxfp4=True,
+         dtypes=[("_f32", "float32")]),
 ]
 
 
@@ -1310,6 +1320,49 @@ def ct_is_mxfp4(ct):
 
 
 E2M1 = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+
+
+GPT_OSS_MXFP4_NOT_CONVERTED = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
+
+
+def gpt_oss_mxfp4_rewrite(d):
+    """Rewrites d/model.safetensors' experts (gate_up_proj [E, H, 2I], down_proj [E, I, H]) as
+    gpt-oss ships them in MXFP4: each expert's matrix with its rows the outputs (the transpose),
+    in blocks of 32 inputs — an E8M0 exponent per block (the smallest 2^k ≥ amax / 6), the E2M1
+    code nearest each value / 2^k (the first on ties), two codes a byte with the first in the low
+    nibble: `…_blocks` U8 [E, out, in/32, 16], `…_scales` U8 [E, out, in/32] — and config.json's
+    quantization_config as gpt-oss-20b's. Returns {parameter: its dequantized value as
+    transformers holds it, [E, in, out]}."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    path = os.path.join(d, "model.safetensors")
+    sd = load_file(path)
+    lut = torch.tensor(E2M1)
+    want = {}
+    for k in sorted(sd):
+        if not (k.endswith("mlp.experts.gate_up_proj") or k.endswith("mlp.experts.down_proj")):
+            continue
+        w = sd.pop(k).float().transpose(1, 2).contiguous()  # [E, out, in]
+        E, out, inn = w.shape
+        assert inn % 32 == 0, (k, tuple(w.shape))
+        b = w.reshape(E, out, inn // 32, 32)
+        amax = b.abs().amax(-1)
+        e = torch.ceil(torch.log2(torch.clamp(amax / 6.0, min=2.0 ** -126))).clamp(-127, 127)
+        scale = torch.pow(2.0, e)
+        x = b / scale[..., None]
+        code = (x.abs()[..., None] - lut[:8]).abs().argmin(-1) + 8 * (x < 0).long()
+        q = code.to(torch.uint8)
+        sd[k + "_blocks"] = (q[..., 0::2] | (q[..., 1::2] << 4)).contiguous()
+        sd[k + "_scales"] = (e + 127).to(torch.uint8).contiguous()
+        want[k] = (lut[code] * scale[..., None]).reshape(E, out, inn).transpose(1, 2).contiguous()
+    save_file(sd, path, metadata={"format": "pt"})
+    cfg_path = os.path.join(d, "config.json")
+    with open(cfg_path) as f:
+        saved = json.load(f)
+    saved["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": GPT_OSS_MXFP4_NOT_CONVERTED}
+    with open(cfg_path, "w") as f:
+        json.dump(saved, f, indent=2)
+    return want
 
 
 def ct_mxfp4_unpack(m):
@@ -1947,6 +2000,13 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         from transformers import FineGrainedFP8Config
         load_args["quantization_config"] = FineGrainedFP8Config(dequantize=True, **{
             k: v for k, v in fp8_config(quant).items() if k not in ("quant_method",)})
+    if c.get("gpt_oss_mxfp4"):  # issue 39: gpt-oss's experts in MXFP4 as it ships them
+        want = gpt_oss_mxfp4_rewrite(d)
+        from transformers import Mxfp4Config
+        load_args["quantization_config"] = Mxfp4Config(dequantize=True,
+                                                       modules_to_not_convert=GPT_OSS_MXFP4_NOT_CONVERTED)
+        checks["mxfp4_expert_parameters"] = sorted(want)
+        checks["mxfp4_weight_rel_error_max"] = round(max(rel(want[k], state[k]) for k in want), 6)
     gptq, gptq_w = c.get("gptq") or c.get("awq") or c.get("ct_actorder"), {}
     if gptq is not None:  # issue 37: the decoder layers' nn.Linear weights in GPTQ's or AWQ's layout
         import re
@@ -1995,7 +2055,10 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         if k in want:
             # transformers' dequantization is exactly fp8 -> f32 times the f32 block scale
             # (experts: each expert's, then fused)
-            assert sd[k].dtype == torch.float32 and torch.equal(sd[k], want[k]), f"{name}: {k} not q * scale"
+            if c.get("gpt_oss_mxfp4"):  # (dequantized by transformers into bf16: exact, MXFP4's values are)
+                assert torch.equal(sd[k].float(), want[k]), f"{name}: {k} not e2m1(q) * 2^(e - 127)"
+            else:
+                assert sd[k].dtype == torch.float32 and torch.equal(sd[k], want[k]), f"{name}: {k} not q * scale"
         else:
             assert torch.equal(sd[k], v), f"{name}: {k} not loaded as saved"
     if fp8:
