@@ -1186,34 +1186,40 @@ TEST(Moe, ServeOnTwoRanksAnswersAsGenerateDoes) {
   expect_serve_answers_as_generate(moe_checkpoint("qwen3_moe"), "moe", {2, {"--moe-sharding", "expert"}});
 }
 
-// Latent attention on the commands that serve: `linnet serve` on two ranks answers as one rank's
+// Latent attention and gpt-oss on the commands that serve: `linnet serve` on two ranks answers as one rank's
 // `linnet generate` (DeepSeek V3 under expert sharding, Mistral 4 under tensor sharding), and
 // `linnet run-batch` on two ranks writes the completions one rank writes.
-TEST(Moe, LatentAttentionServesAndRunsBatchesOnTwoRanks) {
+// gpt-oss alike (its sinks split by heads, its experts' biases): serve under tensor sharding, and
+// run-batch on two ranks under expert sharding.
+TEST(Moe, LatentAttentionAndGptOssServeAndRunBatchesOnTwoRanks) {
   expect_serve_answers_as_generate(moe_checkpoint("deepseek_v3"), "deepseek", {2, {"--moe-sharding", "expert"}});
   expect_serve_answers_as_generate(moe_checkpoint("mistral4"), "mistral4", {2, {"--moe-sharding", "tensor"}});
-  const fs::path ckpt = moe_checkpoint("deepseek_v3");
-  const fs::path d = linnet::testing::fresh_dir("latent_run_batch");
-  {
-    std::ofstream in(d / "in.jsonl");
-    for (int i = 0; i < 3; ++i)
-      in << json{{"custom_id", "r" + std::to_string(i)}, {"method", "POST"}, {"url", "/v1/completions"},
-                 {"body", {{"prompt", "Once upon a time " + std::to_string(i)}, {"max_tokens", 6}, {"temperature", 0}}}}
-                .dump()
-         << "\n";
+  expect_serve_answers_as_generate(moe_checkpoint("gpt_oss"), "gpt_oss", {2, {"--moe-sharding", "tensor"}});
+  for (const char* family : {"deepseek_v3", "gpt_oss"}) {
+    SCOPED_TRACE(family);
+    const fs::path ckpt = moe_checkpoint(family);
+    const fs::path d = linnet::testing::fresh_dir(std::string("latent_run_batch_") + family);
+    {
+      std::ofstream in(d / "in.jsonl");
+      for (int i = 0; i < 3; ++i)
+        in << json{{"custom_id", "r" + std::to_string(i)}, {"method", "POST"}, {"url", "/v1/completions"},
+                   {"body", {{"prompt", "Once upon a time " + std::to_string(i)}, {"max_tokens", 6}, {"temperature", 0}}}}
+                  .dump()
+           << "\n";
+    }
+    auto texts = [&](int np, const std::string& out) {
+      const auto r = linnet_run({"run-batch", "--checkpoint", ckpt.string(), "-i", (d / "in.jsonl").string(), "-o",
+                                 (d / out).string(), "--backend", "cpu", "--max-seq", "64", "--moe-sharding", "expert"},
+                                120, np);
+      EXPECT_EQ(r.exit_code, 0) << r.errors;
+      std::map<std::string, std::string> by_id;
+      for (const json& line : read_jsonl(d / out))
+        by_id[line["custom_id"]] = line["response"]["body"]["choices"][0]["text"];
+      return by_id;
+    };
+    const auto one = texts(1, "one.jsonl"), two = texts(2, "two.jsonl");
+    EXPECT_EQ(one.size(), 3u);
+    EXPECT_EQ(one, two);
   }
-  auto texts = [&](int np, const std::string& out) {
-    const auto r = linnet_run({"run-batch", "--checkpoint", ckpt.string(), "-i", (d / "in.jsonl").string(), "-o",
-                               (d / out).string(), "--backend", "cpu", "--max-seq", "64", "--moe-sharding", "expert"},
-                              120, np);
-    EXPECT_EQ(r.exit_code, 0) << r.errors;
-    std::map<std::string, std::string> by_id;
-    for (const json& line : read_jsonl(d / out))
-      by_id[line["custom_id"]] = line["response"]["body"]["choices"][0]["text"];
-    return by_id;
-  };
-  const auto one = texts(1, "one.jsonl"), two = texts(2, "two.jsonl");
-  EXPECT_EQ(one.size(), 3u);
-  EXPECT_EQ(one, two);
 }
 
