@@ -87,6 +87,17 @@ ChatRequest read_chat_request(const ojson& j, const ChatTemplate& chat, const st
                                                    "false}), got ", dump(j["chat_template_kwargs"])));
     r.kwargs = j["chat_template_kwargs"];
   }
+  // OpenAI's and vLLM's top-level reasoning_effort: the template variable of that name (gpt-oss's
+  // harmony template reads it: "Reasoning: low|medium|high"), unless chat_template_kwargs sets it.
+  if (given(j, "reasoning_effort")) {
+    const ojson& e = j["reasoning_effort"];
+    if (!e.is_string() || (e != "low" && e != "medium" && e != "high"))
+      throw FieldError("reasoning_effort", str("`reasoning_effort` must be \"low\", \"medium\" or \"high\", got ", dump(e)));
+    if (r.kwargs.contains("reasoning_effort") && r.kwargs["reasoning_effort"] != e)
+      throw FieldError("reasoning_effort", str("`reasoning_effort` ", dump(e), " and chat_template_kwargs.reasoning_effort ",
+                                               dump(r.kwargs["reasoning_effort"]), " disagree"));
+    r.kwargs["reasoning_effort"] = e;
+  }
   if (given(j, "documents")) {
     const ojson& d = j["documents"];
     if (!d.is_array()) throw FieldError("documents", str("`documents` must be a list of objects, got ", dump(d)));

@@ -81,7 +81,7 @@ const std::vector<RequestField>& request_fields() {
       {"tool_choice", X, X, R, "\"auto\"", "\"none\"", "tool calls"},
       {"functions", X, X, R, "[{\"name\": \"f\"}]", "null", "tool calls"},
       {"function_call", X, X, R, "\"auto\"", "\"none\"", "tool calls"},
-      {"reasoning_effort", X, X, R, "\"low\"", "null", "pass what the template reads in chat_template_kwargs"},
+      {"reasoning_effort", H, X, H, "\"low\"", "", "the template's reasoning_effort (gpt-oss: low, medium, high)"},
       {"modalities", X, X, R, "[\"audio\"]", "[\"text\"]", "text only"},
       {"audio", X, X, R, "{}", "null", "text only"},
       {"prediction", X, X, R, "{}", "null", "predicted outputs"},

@@ -41,7 +41,8 @@ struct Prompt {
 };
 
 // The keys of a line whose prompt is a conversation, beside "messages".
-const char* const kChatKeys[] = {"add_generation_prompt", "continue_final_message", "chat_template_kwargs", "documents"};
+const char* const kChatKeys[] = {"add_generation_prompt", "continue_final_message", "chat_template_kwargs", "documents",
+                                 "reasoning_effort"};
 
 // max_new_tokens not given anywhere (max_seq_fit > 0): at most what fits in MaxSeq after
 // the prompt, as vLLM does when max_tokens is left out.

@@ -178,7 +178,6 @@ void refuse_unsupported_chat(const json& b) {
     bad("tool_choice", str("`tool_choice` = ", dump(b["tool_choice"]), " is not supported by linnet serve (no tools)"));
   if (set("function_call") && b["function_call"] != "none")
     bad("function_call", "`function_call` is not supported by linnet serve (no tools)");
-  no("reasoning_effort", "pass what the template reads in `chat_template_kwargs`");
   no("chat_template", "a template per request is not accepted; start the server with --chat-template FILE");
   no("prediction", "no predicted outputs");
   no("audio", "linnet serves text");

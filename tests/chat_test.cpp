@@ -211,6 +211,30 @@ TEST(ChatRequest, ThePromptIsTheRenderedTextWithoutASecondBos) {
   // chat_template_kwargs reach the template.
   ojson kw{{"messages", kHello}, {"chat_template_kwargs", {{"enable_thinking", false}}}};
   EXPECT_EQ(engine::chat_prompt(chat(), engine::read_chat_request(kw, chat()), tok(), 1398).text, kHelloText + "(no thinking)");
+  // reasoning_effort (OpenAI's, vLLM's; gpt-oss's template reads it): the template variable of that name.
+  EXPECT_EQ(engine::read_chat_request(ojson{{"messages", kHello}, {"reasoning_effort", "high"}}, chat())
+                .kwargs["reasoning_effort"],
+            "high");
+  EXPECT_EQ(engine::read_chat_request(ojson{{"messages", kHello}, {"reasoning_effort", "low"},
+                                            {"chat_template_kwargs", {{"reasoning_effort", "low"}, {"x", 1}}}},
+                                      chat())
+                .kwargs,
+            (ojson{{"reasoning_effort", "low"}, {"x", 1}}));
+  auto refused = [&](const ojson& j) {
+    try {
+      engine::read_chat_request(j, chat());
+    } catch (const engine::FieldError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(refused(ojson{{"messages", kHello}, {"reasoning_effort", "max"}})
+                .find("`reasoning_effort` must be \"low\", \"medium\" or \"high\", got \"max\""),
+            std::string::npos);
+  EXPECT_NE(refused(ojson{{"messages", kHello}, {"reasoning_effort", "low"},
+                          {"chat_template_kwargs", {{"reasoning_effort", "high"}}}})
+                .find("disagree"),
+            std::string::npos);
 }
 
 TEST(ServeChat, BodiesAreCheckedAndRefusedByName) {
@@ -227,7 +251,7 @@ TEST(ServeChat, BodiesAreCheckedAndRefusedByName) {
   EXPECT_EQ(c.logprobs, 3);
   EXPECT_EQ(parse_chat({{"messages", kHello}, {"logprobs", false}}).logprobs, -1);
   // Fields that would change the output: refused by name, never ignored.
-  for (const char* key : {"tools", "functions", "response_format", "reasoning_effort", "chat_template", "guided_json"}) {
+  for (const char* key : {"tools", "functions", "response_format", "chat_template", "guided_json"}) {
     const json value = std::string(key) == "response_format" ? json{{"type", "json_object"}}
                        : std::string(key) == "tools"         ? json::array({{{"type", "function"}}})
                                                              : json("x");
@@ -744,7 +768,7 @@ TEST(RequestFields, EveryFieldOnEveryRoute) {
       if (n == "id" || n == "text" || n == "tokens" || n == "messages") continue;
       json line = {{"id", n}, {"max_new_tokens", 4}};
       const bool chat_key = n == "chat_template_kwargs" || n == "add_generation_prompt" || n == "continue_final_message" ||
-                            n == "documents";
+                            n == "documents" || n == "reasoning_effort";
       if (chat_key) line["messages"] = n == "continue_final_message"
                                            ? json::array({kHello[1], {{"role", "assistant"}, {"content", "Hi"}}})
                                            : kHello;
