@@ -105,11 +105,25 @@ TEST(Inspect, Llama31_70BPlanInDocsMatches) {
   }
 }
 
+// A plan's figures computed from the shapes: `linnet inspect PRESET --shards S --batch 8
+// --max-seq 32768 --backend cuda` prints them, and docs/cluster.md quotes them. Returns inspect's
+// output.
+static std::string expect_plan(const std::string& preset, int64_t shards, int64_t params, int64_t cache) {
+  static const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
+  const Output r = linnet_cmd(str("inspect --checkpoint ", preset, " --shards ", shards,
+                                  " --batch 8 --max-seq 32768 --backend cuda"));
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
+  EXPECT_NE(doc.find(std::to_string(params) + " B"), std::string::npos) << "docs/cluster.md lacks " << params;
+  EXPECT_NE(doc.find(std::to_string(cache) + " B"), std::string::npos) << "docs/cluster.md lacks " << cache;
+  return r.out;
+}
+
 // DeepSeek-V3's and Kimi K2's plans (docs/cluster.md) from their shapes: FP8 matrices with a
 // float per 128×128 block, kv_b_proj held in bf16 (absorbed), f32 routers, Experts/Shards whole
 // experts a rank, the latent cache whole on every rank; inspect prints them, the page quotes them.
 TEST(Inspect, DeepSeekV3AndKimiK2PlansInDocsMatch) {
-  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
   auto fp8 = [](int64_t r, int64_t c) { return r * c + (r + 127) / 128 * ((c + 127) / 128) * 4; };
   struct Model {
     const char* preset;
@@ -127,14 +141,8 @@ TEST(Inspect, DeepSeekV3AndKimiK2PlansInDocsMatch) {
       const int64_t params = m.vocab * H * 2 + H * 2 + (m.vocab + S - 1) / S * H * 2 + L * attention + m.dense * dense +
                              (L - m.dense) * sparse;
       const int64_t cache = L * 8 * 32768 * 576 * 2;
-      const Output r = linnet_cmd(str("inspect --checkpoint ", m.preset, " --shards ", S,
-                                      " --batch 8 --max-seq 32768 --backend cuda"));
-      ASSERT_EQ(r.code, 0) << r.out;
-      EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
-      EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
-      EXPECT_NE(r.out.find("61 layers × [8, 32768, 576] bf16 (cache_latent"), std::string::npos) << r.out;
-      EXPECT_NE(doc.find(std::to_string(params) + " B"), std::string::npos) << "docs/cluster.md lacks " << params;
-      EXPECT_NE(doc.find(std::to_string(cache) + " B"), std::string::npos) << "docs/cluster.md lacks " << cache;
+      EXPECT_NE(expect_plan(m.preset, S, params, cache).find("61 layers × [8, 32768, 576] bf16 (cache_latent"),
+                std::string::npos);
     }
 }
 
@@ -142,7 +150,6 @@ TEST(Inspect, DeepSeekV3AndKimiK2PlansInDocsMatch) {
 // shapes: the latent attention with W_UK/W_UV held per head (nope 64 + v 128 rows of kv_lora
 // 256), the router in T, one shared expert; the latent cache 320 values a token and layer.
 TEST(Inspect, Mistral4PlanInDocsMatches) {
-  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
   const int64_t H = 4096, L = 36, V = 131072;
   for (int64_t S : {2, 4}) {
     SCOPED_TRACE(S);
@@ -152,13 +159,7 @@ TEST(Inspect, Mistral4PlanInDocsMatches) {
     const int64_t experts = 128 * H * 2 /* router, bf16 */ + 3 * (2048 / S) * H * 2 + 128 / S * 3 * 2048 * H * 2;
     const int64_t params = V * H * 2 + H * 2 + V / S * H * 2 + L * (attention + experts);
     const int64_t cache = L * 8 * 32768 * 320 * 2;
-    const Output r = linnet_cmd(str("inspect --checkpoint mistral-4 --shards ", S,
-                                    " --batch 8 --max-seq 32768 --backend cuda"));
-    ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
-    EXPECT_NE(doc.find(std::to_string(params) + " B"), std::string::npos) << "docs/cluster.md lacks " << params;
-    EXPECT_NE(doc.find(std::to_string(cache) + " B"), std::string::npos) << "docs/cluster.md lacks " << cache;
+    expect_plan("mistral-4", S, params, cache);
   }
 }
 
@@ -167,7 +168,6 @@ TEST(Inspect, Mistral4PlanInDocsMatches) {
 // experts a rank, each gate_up [5760, 2880] and down [2880, 2880] at half a byte a weight plus an
 // E8M0 byte per 32; the router, its bias and the experts' bias tables mirrored; GQA's cache.
 TEST(Inspect, GptOss120bPlanInDocsMatches) {
-  const std::string doc = slurp(fs::path(LINNET_SOURCE_DIR) / "docs/cluster.md");
   const int64_t H = 2880, L = 36, V = 201088, E = 128, I = 2880;
   auto mxfp4 = [](int64_t rows, int64_t cols) { return rows * cols / 2 + rows * cols / 32; };
   for (int64_t S : {1, 2, 4}) {
@@ -177,13 +177,7 @@ TEST(Inspect, GptOss120bPlanInDocsMatches) {
     const int64_t experts = E * H * 2 + E * 2 + E * 2 * I * 2 + E * H * 2 + E / S * (mxfp4(2 * I, H) + mxfp4(H, I));
     const int64_t params = V * H * 2 + H * 2 + V / S * H * 2 + L * (attention + experts);
     const int64_t cache = 2 * L * 8 * (8 / S) * 32768 * 64 * 2;
-    const Output r = linnet_cmd(str("inspect --checkpoint gpt-oss-120b --shards ", S,
-                                    " --batch 8 --max-seq 32768 --backend cuda"));
-    ASSERT_EQ(r.code, 0) << r.out;
-    EXPECT_NE(r.out.find("Parameters per rank\t" + std::to_string(params) + " "), std::string::npos) << r.out;
-    EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
-    EXPECT_NE(doc.find(std::to_string(params) + " B"), std::string::npos) << "docs/cluster.md lacks " << params;
-    EXPECT_NE(doc.find(std::to_string(cache) + " B"), std::string::npos) << "docs/cluster.md lacks " << cache;
+    expect_plan("gpt-oss-120b", S, params, cache);
   }
 }
 
