@@ -99,7 +99,7 @@ std::string placeholder(const po::option_description& o) {
       {"served-model-name", "NAME"}, {"chat-template", "FILE"}, {"messages", "FILE.json"},   {"tools", "FILE.json"},
       {"input-file", "IN.jsonl"},   {"output-file", "OUT.jsonl"}, {"template", "NAME|FILE"},  {"kwargs", "JSON"},
       {"moe-sharding", "expert|tensor"}, {"kv-cache-dtype", "auto|bf16|f16|fp8|f32"}, {"api-key", "KEY"},   {"allowed-origins", "JSON"},  {"allowed-methods", "JSON"},
-      {"allowed-headers", "JSON"}};
+      {"allowed-headers", "JSON"}, {"reasoning-parser", "NAME"}};
   if (auto it = named.find(o.long_name()); it != named.end()) return it->second;
   const po::value_semantic* v = o.semantic().get();
   if (dynamic_cast<const po::typed_value<int>*>(v) || dynamic_cast<const po::typed_value<int64_t>*>(v) ||

@@ -4,13 +4,17 @@
 
 #include <filesystem>
 
+#include "engine/reasoning.h"
 #include "launcher/options.h"
 
 namespace linnet::cli {
 
 void add_served_model_option(po::options_description& desc) {
   desc.add_options()("served-model-name", po::value<std::string>(),
-                     "the model's name in the API (default: the checkpoint folder's name)");
+                     "the model's name in the API (default: the checkpoint folder's name)")(
+      "reasoning-parser", po::value<std::string>(),
+      "chat answers split into reasoning_content and content: deepseek_r1, gpt_oss, qwen3, or none "
+      "(default: gpt_oss for a harmony chat template, else none)");
 }
 
 serve::ServedModel served_model(const po::variables_map& vm, const ModelCommand& cmd) {
@@ -28,6 +32,15 @@ serve::ServedModel served_model(const po::variables_map& vm, const ModelCommand&
   m.chat = cmd.chat.get();
   m.no_chat = cmd.no_chat;
   if (!m.chat) spdlog::info("conversations (/v1/chat/completions) are refused: {}", cmd.no_chat);
+  m.reasoning_parser = vm.count("reasoning-parser") ? vm["reasoning-parser"].as<std::string>()
+                       : m.chat                     ? engine::reasoning_parser_for_template(m.chat->source(false))
+                                                    : "";
+  if (m.reasoning_parser == "none") m.reasoning_parser.clear();
+  if (!m.reasoning_parser.empty()) {
+    engine::make_reasoning_parser(m.reasoning_parser, *cmd.tok);  // its markers are in this vocabulary
+    spdlog::info("chat answers split by the {} reasoning parser{}", m.reasoning_parser,
+                 vm.count("reasoning-parser") ? "" : " (the chat template's format; --reasoning-parser none turns it off)");
+  }
   return m;
 }
 

@@ -71,6 +71,14 @@ bool write(httplib::DataSink& sink, Reply& r, const std::string& s) {
 
 std::string event(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
+// A message's tool calls as a stream's delta carries them: each with its index. They come
+// whole, in the last chunk (a harmony call ends the answer).
+json stream_tool_calls(const json& message) {
+  json calls = message.at("tool_calls");
+  for (size_t k = 0; k < calls.size(); ++k) calls[k]["index"] = k;
+  return calls;
+}
+
 // An answer written as it comes: chunked to an HTTP/1.1 client; to an HTTP/1.0 one, which
 // knows no chunks, as plain bytes ended by closing the connection.
 void provide(const httplib::Request& req, httplib::Response& res, const char* type,
@@ -300,7 +308,9 @@ void HttpServer::answer(const std::string& route, const httplib::Request& req, h
             const json lp = p.logprobs < 0 ? json(nullptr)
                             : p.chat       ? chat_logprobs_json(tok_, prompt, c, p.tokens_as_ids, p.logprobs)
                                            : logprobs_json(tok_, prompt, c, p.echo, 0, 0, p.tokens_as_ids, p.logprobs);
-            json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i, {{"content", c.text}}, lp, c.finish_reason)
+            json delta = p.reasoning_parser.empty() ? json{{"content", c.text}} : chat_delta(c.text, c.reasoning);
+            if (!c.tool_calls.empty()) delta["tool_calls"] = stream_tool_calls(chat_message(p, c));
+            json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i, delta, lp, c.finish_reason)
                                 : stream_chunk(r->id, r->created, r->model, i,
                                                (p.echo ? echo_text(tok_, prompt) : "") + c.text, lp, c.finish_reason);
             chunk["choices"][0]["stop_reason"] = c.stop_reason;
@@ -313,10 +323,11 @@ void HttpServer::answer(const std::string& route, const httplib::Request& req, h
           std::string text = e.text;
           if (p.echo && !r->opened[i]) text = echo_text(tok_, prompt) + text;
           r->opened[i] = true;
-          if (text.empty() && !e.done) continue;
+          if (text.empty() && e.reasoning.empty() && !e.done) continue;
           const json finish = e.done ? json(c.finish_reason) : json(nullptr);
-          json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i,
-                                           text.empty() ? json::object() : json{{"content", text}}, nullptr, finish)
+          json delta = chat_delta(text, e.reasoning);
+          if (e.done && !c.tool_calls.empty()) delta["tool_calls"] = stream_tool_calls(chat_message(p, c));
+          json chunk = p.chat ? chat_chunk(r->id, r->created, r->model, i, delta, nullptr, finish)
                               : stream_chunk(r->id, r->created, r->model, i, text, nullptr, finish);
           if (e.done) chunk["choices"][0]["stop_reason"] = c.stop_reason;
           if (!write(sink, *r, event(chunk))) return false;

@@ -9,7 +9,8 @@ json to_json(const StepPlan& p) {
   for (const ServeJob& j : p.jobs) {
     jobs.push_back({{"id", j.id}, {"replica", j.replica}, {"prompt", j.prompt}, {"params", engine::to_json(j.params)},
                     {"stop", j.stop}, {"logprobs", j.logprobs}, {"prompt_logprobs", j.prompt_logprobs},
-                    {"include_stop_str", j.include_stop_str}, {"skip_special", j.skip_special}});
+                    {"include_stop_str", j.include_stop_str}, {"skip_special", j.skip_special},
+                    {"reasoning_parser", j.reasoning_parser}, {"thinking", j.thinking}});
   }
   return {{"jobs", jobs}, {"cancels", p.cancels}, {"shutdown", p.shutdown}};
 }
@@ -27,6 +28,8 @@ StepPlan plan_from_json(const json& j) {
     job.prompt_logprobs = x.at("prompt_logprobs").get<int64_t>();
     job.include_stop_str = x.at("include_stop_str").get<bool>();
     job.skip_special = x.at("skip_special").get<bool>();
+    job.reasoning_parser = x.at("reasoning_parser").get<std::string>();
+    job.thinking = x.at("thinking").get<bool>();
     p.jobs.push_back(std::move(job));
   }
   p.cancels = j.at("cancels").get<std::vector<uint64_t>>();
@@ -37,7 +40,7 @@ StepPlan plan_from_json(const json& j) {
 json to_json(const StepReport& r) {
   json events = json::array();
   for (const JobEvent& e : r.events) {
-    json x = {{"id", e.id}, {"tokens", e.tokens}, {"text", e.text}, {"done", e.done}};
+    json x = {{"id", e.id}, {"tokens", e.tokens}, {"text", e.text}, {"reasoning", e.reasoning}, {"done", e.done}};
     if (e.done) {
       x["finish_reason"] = e.finish_reason;
       x["error"] = e.error;
@@ -46,6 +49,7 @@ json to_json(const StepReport& r) {
       x["ranks"] = e.ranks;
       x["stop_string"] = e.stop_string;
       x["stop_token"] = e.stop_token;
+      x["tool_calls"] = e.tool_calls;
     }
     events.push_back(std::move(x));
   }
@@ -63,6 +67,7 @@ StepReport report_from_json(const json& j) {
     e.id = x.at("id").get<uint64_t>();
     e.tokens = x.at("tokens").get<std::vector<int32_t>>();
     e.text = x.at("text").get<std::string>();
+    e.reasoning = x.at("reasoning").get<std::string>();
     e.done = x.at("done").get<bool>();
     if (e.done) {
       e.finish_reason = x.at("finish_reason").get<std::string>();
@@ -72,6 +77,7 @@ StepReport report_from_json(const json& j) {
       e.ranks = x.at("ranks").get<std::vector<int64_t>>();
       e.stop_string = x.at("stop_string").get<std::string>();
       e.stop_token = x.at("stop_token").get<int32_t>();
+      e.tool_calls = x.at("tool_calls").get<std::vector<std::pair<std::string, std::string>>>();
     }
     r.events.push_back(std::move(e));
   }

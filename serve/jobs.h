@@ -23,6 +23,8 @@ struct ServeJob {
   int64_t prompt_logprobs = -1;   // -1: none; n ≥ 0: the prompt's tokens' too (vLLM's prompt_logprobs)
   bool include_stop_str = false;  // a stop string that ended it stays in the text
   bool skip_special = true;       // special tokens give no text
+  std::string reasoning_parser;   // chat: engine/reasoning.h's name, "" none
+  bool thinking = true;           // false: the request turned thinking off (qwen3's enable_thinking)
 };
 
 // A job's news from one step: the tokens it generated and the text they release (text that
@@ -42,6 +44,10 @@ struct JobEvent {
   // vLLM's stop_reason: the stop string or stop id that ended it (neither: "" and -1).
   std::string stop_string;
   int32_t stop_token = -1;
+  // With a reasoning parser: the reasoning's text these tokens release, and at the end the
+  // messages to a recipient (harmony's tool calls), (recipient, body).
+  std::string reasoning;
+  std::vector<std::pair<std::string, std::string>> tool_calls;
 };
 
 struct ReplicaStatus {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <random>
 
 #include "core/error.h"
 #include "engine/chat_request.h"
@@ -295,6 +296,8 @@ CompletionParams parse_chat_completion(const json& b, const ojson& ordered, cons
   c.max_tokens.push_back(max_new);
   c.sampling.max_new_tokens = max_new;
   engine::check_min_tokens(c.sampling, key);
+  c.reasoning_parser = m.reasoning_parser;
+  c.thinking = !(request.kwargs.contains("enable_thinking") && request.kwargs["enable_thinking"] == false);
   return c;
 } catch (const engine::FieldError& e) {
   throw ApiError(400, e.what(), e.field());
@@ -323,6 +326,8 @@ std::vector<ServeJob> jobs_of(const CompletionParams& p, uint64_t seed) {
       job.prompt_logprobs = p.prompt_logprobs;
       job.include_stop_str = p.include_stop_str;
       job.skip_special = p.skip_special;
+      job.reasoning_parser = p.reasoning_parser;
+      job.thinking = p.thinking;
       jobs.push_back(std::move(job));
     }
   return jobs;
@@ -331,7 +336,10 @@ std::vector<ServeJob> jobs_of(const CompletionParams& p, uint64_t seed) {
 bool apply_event(ChoiceResult& r, const JobEvent& e) {
   r.tokens.insert(r.tokens.end(), e.tokens.begin(), e.tokens.end());
   r.text += e.text;
+  r.reasoning += e.reasoning;
   if (!e.done) return false;
+  r.tool_calls = e.tool_calls;
+  if (!r.tool_calls.empty() && r.finish_reason == "stop") r.finish_reason = "tool_calls";
   r.finish_reason = e.finish_reason;
   r.error = e.error;
   r.token_logprobs = e.token_logprobs;
@@ -447,7 +455,7 @@ json completion_body(const std::string& id, int64_t created, const std::string& 
     completion_tokens += static_cast<int64_t>(r.tokens.size());
     if (p.chat) {
       choices.push_back({{"index", i},
-                         {"message", {{"role", "assistant"}, {"content", r.text}}},
+                         {"message", chat_message(p, r)},
                          {"logprobs", p.logprobs >= 0 ? chat_logprobs_json(tok, pr, r, p.tokens_as_ids, p.logprobs) : json(nullptr)},
                          {"finish_reason", r.finish_reason},
                          {"stop_reason", r.stop_reason}});
@@ -485,6 +493,30 @@ json stream_chunk(const std::string& id, int64_t created, const std::string& mod
           {"created", created},
           {"model", model},
           {"choices", json::array({{{"index", index}, {"text", text}, {"logprobs", logprobs}, {"finish_reason", finish_reason}}})}};
+}
+
+json chat_message(const CompletionParams& p, const ChoiceResult& r) {
+  if (p.reasoning_parser.empty()) return {{"role", "assistant"}, {"content", r.text}};
+  // As vLLM: what the model did not write is null.
+  json message = {{"role", "assistant"},
+                  {"content", r.text.empty() ? json(nullptr) : json(r.text)},
+                  {"reasoning_content", r.reasoning.empty() ? json(nullptr) : json(r.reasoning)}};
+  json calls = json::array();
+  for (const auto& [recipient, body] : r.tool_calls) {
+    static std::mt19937_64 ids{std::random_device{}()};
+    calls.push_back({{"id", str("chatcmpl-tool-", std::hex, ids())},
+                     {"type", "function"},
+                     {"function", {{"name", recipient.substr(recipient.find('.') + 1)}, {"arguments", body}}}});
+  }
+  message["tool_calls"] = std::move(calls);
+  return message;
+}
+
+json chat_delta(const std::string& text, const std::string& reasoning) {
+  json delta = json::object();
+  if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
+  if (!text.empty()) delta["content"] = text;
+  return delta;
 }
 
 json chat_chunk(const std::string& id, int64_t created, const std::string& model, size_t index, const json& delta,

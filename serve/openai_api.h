@@ -45,6 +45,7 @@ struct ServedModel {
   int64_t max_prompts = 1024;    // prompts in one request
   const ChatTemplate* chat = nullptr;  // the chat template, when the checkpoint (or --chat-template) has one
   std::string no_chat;                 // else why chat is refused
+  std::string reasoning_parser;        // chat answers split into reasoning and content (engine/reasoning.h); "" none
 };
 
 struct PromptIn {
@@ -67,6 +68,8 @@ struct CompletionParams {
   bool tokens_as_ids = false;    // return_tokens_as_token_ids
   bool include_stop_str = false, skip_special = true;
   std::string request_id;        // the client's (the response id follows it); "" none
+  std::string reasoning_parser;  // chat: the served model's; "" none
+  bool thinking = true;          // chat_template_kwargs.enable_thinking (false turns qwen3's reasoning off)
 };
 
 // The 404 for a model this server does not serve.
@@ -103,7 +106,14 @@ struct ChoiceResult {
   std::vector<std::vector<std::pair<int32_t, float>>> top;
   std::vector<int64_t> ranks;         // prompt_logprobs: positions 1… of the prompt + completion
   nlohmann::json stop_reason;         // vLLM's: the stop string or stop id that ended it, else null
+  std::string reasoning;              // with a reasoning parser
+  std::vector<std::pair<std::string, std::string>> tool_calls;  // (recipient, body), harmony's
 };
+// A chat choice's message (the reasoning parser's fields when the request has one):
+// {"role", "content", "reasoning_content", "tool_calls"}.
+nlohmann::json chat_message(const CompletionParams& p, const ChoiceResult& r);
+// A stream's delta for new text and reasoning (either may be empty): {} when both are.
+nlohmann::json chat_delta(const std::string& text, const std::string& reasoning);
 // What a job's event adds to its choice: tokens and text; at the end, why it finished and
 // its log-probabilities. Returns true when the event finished it.
 bool apply_event(ChoiceResult& r, const JobEvent& e);

@@ -26,10 +26,14 @@ void ReplicaEngine::apply(const StepPlan& plan) {
     // The front checked what submit checks; a refusal here would be a bug, reported as one.
     const std::string why = gen_.submit(r);
     LINNET_CHECK(why.empty(), "serve: job ", job.id, " refused after its checks: ", why);
+    // The front checked the parser against this vocabulary before the job was planned.
+    auto parser = job.reasoning_parser.empty() ? nullptr
+                                               : engine::make_reasoning_parser(job.reasoning_parser, tok_, job.thinking);
     live_.emplace(job.id, Live{job,
                                engine::CompletionText(tok_, job.prompt, job.stop,
-                                                      {job.skip_special, job.include_stop_str, job.params.min_tokens}),
-                               0, {}, 0});
+                                                      {job.skip_special, job.include_stop_str, job.params.min_tokens},
+                                                      std::move(parser)),
+                               0, 0, {}, 0});
   }
   for (uint64_t id : plan.cancels) {
     if (live_.erase(id)) gen_.cancel(static_cast<size_t>(id));
@@ -70,6 +74,8 @@ JobEvent ReplicaEngine::finish(Live& live, const engine::Completion& c) {
   e.id = live.job.id;
   e.tokens.assign(generated.begin() + static_cast<std::ptrdiff_t>(live.tokens_sent), generated.end());
   e.text = live.text.text().substr(std::min(live.sent, live.text.text().size()));
+  e.reasoning = live.text.reasoning().substr(std::min(live.reasoning_sent, live.text.reasoning().size()));
+  e.tool_calls = live.text.tool_calls();
   e.done = true;
   e.finish_reason = engine::finish_reason_name(c.reason);
   e.stop_string = live.text.stop_string();
@@ -101,8 +107,10 @@ StepReport ReplicaEngine::step() {
       e.id = id;
       e.tokens = std::move(l.fresh);
       e.text = l.text.text().substr(l.sent, upto - l.sent);
+      e.reasoning = l.text.reasoning().substr(l.reasoning_sent);
       l.fresh.clear();
       l.sent = upto;
+      l.reasoning_sent = l.text.reasoning().size();
     }
   }
   // Prompts to score alone: a few per step, so decoding rows are not kept waiting long.

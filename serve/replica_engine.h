@@ -34,6 +34,7 @@ class ReplicaEngine {
     ServeJob job;
     engine::CompletionText text;  // decoded so far (cut at a stop string), as generate's
     size_t sent = 0;              // text released in events
+    size_t reasoning_sent = 0;    // reasoning released in events
     std::vector<int32_t> fresh;   // tokens of this step
     size_t tokens_sent = 0;       // tokens reported in events
   };
