@@ -338,14 +338,14 @@ bool apply_event(ChoiceResult& r, const JobEvent& e) {
   r.text += e.text;
   r.reasoning += e.reasoning;
   if (!e.done) return false;
-  r.tool_calls = e.tool_calls;
-  if (!r.tool_calls.empty() && r.finish_reason == "stop") r.finish_reason = "tool_calls";
   r.finish_reason = e.finish_reason;
   r.error = e.error;
   r.token_logprobs = e.token_logprobs;
   r.top = e.top;
   r.ranks = e.ranks;
   r.stop_reason = !e.stop_string.empty() ? json(e.stop_string) : e.stop_token >= 0 ? json(e.stop_token) : json(nullptr);
+  r.tool_calls = e.tool_calls;
+  if (!r.tool_calls.empty() && r.finish_reason == "stop") r.finish_reason = "tool_calls";  // as vLLM
   return true;
 }
 

@@ -185,3 +185,21 @@ TEST(Reasoning, UnknownNamesAndMissingMarkersAreRefusedByName) {
   EXPECT_EQ(reasoning_parser_for_template("{{ '<|start|>assistant<|channel|>final<|message|>' }}"), "gpt_oss");
   EXPECT_EQ(reasoning_parser_for_template("{{ '<think>' }}"), "");
 }
+
+// The harmony fixture's tokenizer (o200k's pre-tokenizer, harmony's special tokens; see
+// tools/golden/make_harmony_chat.py): linnet's ids are the `tokenizers` library's.
+TEST(Reasoning, HarmonyFixtureTokenizesAsTokenizers) {
+  const std::string dir = std::string(LINNET_BUILD_SOURCE_DIR) + "/tests/fixtures/harmony_chat";
+  auto tok = linnet::load_tokenizer(dir);
+  nlohmann::json canned;
+  std::ifstream(dir + "/canned.json") >> canned;
+  ASSERT_GE(canned["tokenizer_cases"].size(), 8u);
+  for (const auto& c : canned["tokenizer_cases"]) {
+    const std::string text = c["text"];
+    SCOPED_TRACE(text);
+    EXPECT_EQ(tok->encode(text), c["ids"].get<std::vector<TokenId>>());
+    EXPECT_EQ(tok->decode(c["ids"].get<std::vector<TokenId>>()), text);
+  }
+  for (const auto& c : canned["conversations"])
+    EXPECT_EQ(tok->encode(c["output"].get<std::string>()), c["output_ids"].get<std::vector<TokenId>>());
+}

@@ -1231,7 +1231,10 @@ CASES = {
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import chat_cases  # noqa: E402
 
+import reasoning_cases  # noqa: E402
+
 CASES.update(chat_cases.cases(sys.modules[__name__]))
+CASES.update(reasoning_cases.cases(sys.modules[__name__]))
 
 if __name__ == "__main__":
     t0 = time.time()

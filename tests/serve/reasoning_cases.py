@@ -1,0 +1,117 @@
+"""Reasoning and final content apart (ctest's Serve.harmony; run by serve_test.py).
+
+The model: tests/fixtures/harmony_chat, a tiny Llama trained to answer three conversations in
+the harmony format (gpt-oss's: analysis then final, a function call, a final answer alone;
+tools/golden/make_harmony_chat.py), with an o200k-style tokenizer and harmony's special
+tokens; canned.json holds what a client must read. The server picks the gpt_oss reasoning
+parser from the chat template. The `openai` client reads message.reasoning_content, content
+and tool_calls, streaming and not; run-batch writes the same bodies on one rank and on two
+shards; --reasoning-parser none gives the plain text back.
+"""
+import json
+import os
+import subprocess
+
+st = None  # serve_test, set by cases()
+
+
+def fixture():
+    d = os.path.join(st.SOURCE, "tests", "fixtures", "harmony_chat")
+    with open(os.path.join(d, "canned.json"), encoding="utf-8") as f:
+        return d, json.load(f)
+
+
+def extra(obj, key):
+    """A field the openai package's types do not declare (they keep what the server sends)."""
+    return (obj.model_extra or {}).get(key)
+
+
+def check_message(name, want, reasoning, content, calls, finish):
+    st.check(reasoning == want["reasoning"], f"{name}: reasoning_content {reasoning!r}, want {want['reasoning']!r}")
+    st.check(content == want["content"], f"{name}: content {content!r}, want {want['content']!r}")
+    st.check(finish == want["finish_reason"], f"{name}: finish_reason {finish!r}, want {want['finish_reason']!r}")
+    got = [{"name": c["name"], "arguments": c["arguments"]} for c in calls]
+    st.check(got == want["tool_calls"], f"{name}: tool calls {got}, want {want['tool_calls']}")
+
+
+def case_harmony():
+    d, canned = fixture()
+    import openai
+    with st.Server(checkpoint=d, name="harmony") as srv:
+        st.check("chat answers split by the gpt_oss reasoning parser" in srv.tail(100000),
+                 "the server did not say it picked the gpt_oss parser")
+        c = openai.OpenAI(base_url=srv.base + "/v1", api_key="none")
+        for conv in canned["conversations"]:
+            name = conv["name"]
+            # The prompt is transformers' rendering.
+            status, t = st.http(srv.base, "POST", "/tokenize", {"model": st.NAME, "messages": conv["messages"]})
+            st.check(status == 200 and t["tokens"] == conv["prompt_ids"], f"{name}: prompt ids {t}")
+            r = c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0, max_tokens=100)
+            m = r.choices[0].message
+            calls = [{"name": x.function.name, "arguments": x.function.arguments} for x in (m.tool_calls or [])]
+            for x in m.tool_calls or []:
+                st.check(x.type == "function" and x.id, f"{name}: tool call {x}")
+            check_message(name, conv, extra(m, "reasoning_content"), m.content, calls, r.choices[0].finish_reason)
+            st.check(r.usage.completion_tokens == len(conv["output_ids"]), f"{name}: {r.usage}")
+            # Streamed: reasoning deltas, then content deltas; the call whole in the last chunk.
+            parts = {"reasoning": "", "content": ""}
+            order, calls, finish = [], [], None
+            for chunk in c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0,
+                                                   max_tokens=100, stream=True):
+                delta = chunk.choices[0].delta
+                for key, field in (("reasoning", extra(delta, "reasoning_content")), ("content", delta.content)):
+                    if field:
+                        parts[key] += field
+                        if not order or order[-1] != key:
+                            order.append(key)
+                for x in delta.tool_calls or []:
+                    calls.append({"name": x.function.name, "arguments": x.function.arguments})
+                finish = chunk.choices[0].finish_reason or finish
+            check_message(f"{name} (streamed)", conv, parts["reasoning"] or None, parts["content"] or None, calls,
+                          finish)
+            st.check(order == [k for k in ("reasoning", "content") if conv[k]], f"{name}: streamed in order {order}")
+        # Cut inside the analysis: reasoning only, no content, finish_reason length.
+        conv = canned["conversations"][0]
+        r = c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0, max_tokens=9)
+        m = r.choices[0].message
+        st.check(r.choices[0].finish_reason == "length" and m.content is None and
+                 conv["reasoning"].startswith(extra(m, "reasoning_content")) and extra(m, "reasoning_content"),
+                 f"cut short: {m}")
+    # --reasoning-parser none: the text as it was, special tokens skipped.
+    with st.Server("--reasoning-parser", "none", checkpoint=d, name="harmony-none") as srv:
+        conv = canned["conversations"][0]
+        status, body = st.http(srv.base, "POST", "/v1/chat/completions",
+                               {"messages": conv["messages"], "temperature": 0, "max_tokens": 100})
+        m = body["choices"][0]["message"]
+        want = "analysis" + conv["reasoning"] + "assistantfinal" + conv["content"]
+        st.check(status == 200 and m["content"] == want and "reasoning_content" not in m, f"parser none: {body}")
+    # run-batch: the same messages, on one rank and on two shards.
+    src = os.path.join(st.TMP, "harmony-batch.jsonl")
+    with open(src, "w") as f:
+        for i, conv in enumerate(canned["conversations"]):
+            f.write(json.dumps({"custom_id": conv["name"], "method": "POST", "url": "/v1/chat/completions",
+                                "body": {"model": st.NAME, "messages": conv["messages"], "temperature": 0,
+                                         "max_tokens": 100}}) + "\n")
+    for label, ranks in (("one", 1), ("tp2", 2)):
+        out = os.path.join(st.TMP, f"harmony-batch-{label}.jsonl")
+        cmd = [st.LINNET, "run-batch", "--checkpoint", d, "-i", src, "-o", out, "--overwrite", "--backend", "cpu",
+               "--served-model-name", st.NAME, "--quiet"]
+        if ranks > 1:
+            cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", *cmd, "--tp", "2", "--threads", "1"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        st.check(r.returncode == 0, f"run-batch {label}: exit {r.returncode}\n{r.stderr[-3000:]}")
+        lines = {x["custom_id"]: x for x in map(json.loads, open(out))}
+        for conv in canned["conversations"]:
+            choice = lines[conv["name"]]["response"]["body"]["choices"][0]
+            m = choice["message"]
+            calls = [x["function"] for x in m["tool_calls"]]
+            check_message(f"run-batch {label} {conv['name']}", conv, m["reasoning_content"], m["content"], calls,
+                          choice["finish_reason"])
+    print(f"harmony: {len(canned['conversations'])} conversations split into reasoning_content, content and "
+          "tool_calls (openai client, streamed and not; run-batch on one rank and two shards)")
+
+
+def cases(module):
+    global st
+    st = module
+    return {"harmony": case_harmony}

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""Writes tests/fixtures/harmony_chat/: a tiny Llama that answers three conversations in the
+harmony format (gpt-oss's), for the reasoning parser's end-to-end tests (Serve.harmony: the
+`openai` client reads reasoning_content, content and tool_calls, streaming and not; run-batch
+writes the same).
+
+- The tokenizer: the hf_bytelevel fixture's BPE (tests/fixtures/tokenizers) with o200k's
+  pre-tokenizer (the Split regex and ByteLevel without its own, as gpt-oss's tokenizer.json
+  has them), no BOS template, and harmony's special tokens, saved by transformers 5.24
+  (tokenizer.json, tokenizer_config.json, chat_template.jinja).
+- The chat template: harmony's message layout without gpt-oss's system preamble (whose date
+  changes daily): `<|start|>ROLE<|message|>TEXT<|end|>`, then `<|start|>assistant`.
+- The model: LlamaForCausalLM (2 layers, hidden 64) trained here until greedy decoding writes
+  each canned answer; it is then checked with transformers' generate (eos: <|return|> and
+  <|call|>, as gpt-oss's generation_config.json) and every step's margin between the first and
+  second logit is printed (linnet must pick the same token).
+- canned.json: the conversations, the answer's raw text, what a client must read
+  (reasoning, content, tool calls), and the prompt ids transformers renders.
+
+Runs in tools/golden's venv (torch, transformers), as make_golden.py:
+    tools/golden/.venv/bin/python tools/golden/make_harmony_chat.py
+torch runs on one CPU thread with a fixed seed, so re-running reproduces the same files.
+"""
+import json
+import os
+import shutil
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+OUT = os.path.join(ROOT, "tests", "fixtures", "harmony_chat")
+
+O200K_SPLIT = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+HARMONY = ["<|startoftext|>", "<|endoftext|>", "<|return|>", "<|constrain|>", "<|channel|>", "<|start|>", "<|end|>",
+           "<|message|>", "<|call|>"]
+TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'assistant' -%}"
+    "<|start|>assistant<|channel|>final<|message|>{{ m.content }}<|end|>"
+    "{%- else -%}"
+    "<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}<|start|>assistant{%- endif -%}")
+
+CONVERSATIONS = [
+    {"name": "sum",
+     "messages": [{"role": "user", "content": "What is 2 + 2?"}],
+     "output": "<|channel|>analysis<|message|>The user asks for a sum. 2 + 2 = 4.<|end|>"
+               "<|start|>assistant<|channel|>final<|message|>2 + 2 is 4.<|return|>",
+     "reasoning": "The user asks for a sum. 2 + 2 = 4.", "content": "2 + 2 is 4.", "tool_calls": [],
+     "finish_reason": "stop"},
+    {"name": "weather",
+     "messages": [{"role": "user", "content": "Weather in Paris?"}],
+     "output": "<|channel|>analysis<|message|>Call get_weather.<|end|>"
+               "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+               "{\"city\": \"Paris\"}<|call|>",
+     "reasoning": "Call get_weather.", "content": None,
+     "tool_calls": [{"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}], "finish_reason": "tool_calls"},
+    {"name": "greeting",
+     "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello there"}],
+     "output": "<|channel|>final<|message|>Hi! What can I do for you today?<|return|>",
+     "reasoning": None, "content": "Hi! What can I do for you today?", "tool_calls": [], "finish_reason": "stop"},
+]
+TOKENIZER_TEXTS = [
+    "Hello world", "It's 2025: don't WORRY, we'll see 12345 items!", "ÅNGSTRÖM straße ÉCOLE naïve",
+    "x<|channel|>analysis<|message|>think<|end|><|start|>assistant", "tabs\tand\n\nnewlines  \n end",
+    "CamelCaseWords and snake_case_words", "数字123和中文", "emoji 🌍🙂 done",
+]
+
+
+def main():
+    import torch
+    from tokenizers import Regex, Tokenizer, pre_tokenizers, processors
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    base = Tokenizer.from_file(os.path.join(ROOT, "tests/fixtures/tokenizers/hf_bytelevel/tokenizer.json"))
+    base.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(O200K_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    base.post_processor = processors.ByteLevel(trim_offsets=False)
+    tok = PreTrainedTokenizerFast(tokenizer_object=base, eos_token="<|return|>", pad_token="<|endoftext|>")
+    tok.add_special_tokens({"additional_special_tokens": HARMONY})
+    tok.chat_template = TEMPLATE
+    shutil.rmtree(OUT, ignore_errors=True)
+    os.makedirs(OUT)
+    tok.save_pretrained(OUT)
+    tok = PreTrainedTokenizerFast.from_pretrained(OUT)
+    ret, call = tok.convert_tokens_to_ids("<|return|>"), tok.convert_tokens_to_ids("<|call|>")
+
+    pairs = []
+    for c in CONVERSATIONS:
+        prompt = tok.apply_chat_template(c["messages"], add_generation_prompt=True, tokenize=True, return_dict=True)
+        prompt = list(prompt["input_ids"])
+        answer = tok(c["output"], add_special_tokens=False)["input_ids"]
+        assert tok.decode(answer) == c["output"], c["name"]
+        c["prompt_ids"] = prompt
+        c["prompt_text"] = tok.apply_chat_template(c["messages"], add_generation_prompt=True, tokenize=False)
+        c["output_ids"] = answer
+        pairs.append((prompt, answer))
+
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, rms_norm_eps=1e-5,
+                      bos_token_id=None, eos_token_id=[ret, call], pad_token_id=tok.pad_token_id,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).float()
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    for step in range(600):
+        opt.zero_grad()
+        loss = 0.0
+        for prompt, answer in pairs:
+            ids = torch.tensor([prompt + answer])
+            labels = torch.tensor([[-100] * len(prompt) + answer])
+            loss = loss + model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        opt.step()
+        if step % 100 == 0:
+            print(f"step {step}: loss {loss.item():.4f}", flush=True)
+    model.eval()
+    worst = float("inf")
+    with torch.no_grad():
+        for c, (prompt, answer) in zip(CONVERSATIONS, pairs):
+            out = model.generate(torch.tensor([prompt]), max_new_tokens=len(answer) + 8, do_sample=False,
+                                 eos_token_id=[ret, call], pad_token_id=tok.pad_token_id)
+            got = out[0, len(prompt):].tolist()
+            assert got == answer, f"{c['name']}: greedy {tok.decode(got)!r}"
+            logits = model(torch.tensor([prompt + answer])).logits[0, len(prompt) - 1:-1]
+            top2 = logits.topk(2, dim=-1).values
+            margin = (top2[:, 0] - top2[:, 1]).min().item()
+            worst = min(worst, margin)
+            print(f"{c['name']}: {len(answer)} tokens written greedily; smallest margin {margin:.3f}")
+    model.save_pretrained(OUT, safe_serialization=True)
+    model.generation_config.save_pretrained(OUT)
+    ids = [{"text": t, "ids": tok(t, add_special_tokens=False)["input_ids"]} for t in TOKENIZER_TEXTS]
+    with open(os.path.join(OUT, "canned.json"), "w", encoding="utf-8") as f:
+        json.dump({"note": "made by tools/golden/make_harmony_chat.py", "smallest_margin": round(worst, 3),
+                   "conversations": CONVERSATIONS, "tokenizer_cases": ids}, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    for fn in sorted(os.listdir(OUT)):
+        print(f"{os.path.getsize(os.path.join(OUT, fn)):>9}  {fn}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
