@@ -1089,10 +1089,24 @@ pid_t find_rank(const std::string& binary, const std::string& marker, int rank) 
 // Expert sharding on 2 ranks, generating: once results start coming, rank 1 is killed (SIGKILL).
 // Rank 0, in the step's collectives — most of them the experts' all-to-alls — must not hang:
 // the job ends, non-zero, within seconds, and no rank outlives it.
+namespace {
+void expect_a_lost_rank_ends_the_job(const std::string& family, const std::string& sharding);
+}
+
+// Mixtral under expert sharding; gpt-oss (sinks, clamped experts) under tensor sharding.
 TEST(Moe, ARankLostMidStepEndsEveryRank) {
   if (find_mpirun().empty()) GTEST_SKIP() << "mpirun is not on PATH";
-  const fs::path ckpt = moe_checkpoint("mixtral");
-  const fs::path d = fs::temp_directory_path() / ("linnet_moe_kill_" + std::to_string(::getpid()));
+  for (const auto& [family, sharding] : {std::pair{"mixtral", "expert"}, {"gpt_oss", "tensor"}}) {
+    SCOPED_TRACE(family);
+    expect_a_lost_rank_ends_the_job(family, sharding);
+  }
+}
+
+namespace {
+
+void expect_a_lost_rank_ends_the_job(const std::string& family, const std::string& sharding) {
+  const fs::path ckpt = moe_checkpoint(family);
+  const fs::path d = fs::temp_directory_path() / ("linnet_moe_kill_" + family + std::to_string(::getpid()));
   fs::remove_all(d);
   fs::create_directories(d);
   {
@@ -1103,7 +1117,7 @@ TEST(Moe, ARankLostMidStepEndsEveryRank) {
   MpiRunResult r;
   std::thread job([&] {
     r = linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(), "--output", out,
-                    "--backend", "cpu", "--max-new-tokens", "200", "--max-seq", "256", "--moe-sharding", "expert",
+                    "--backend", "cpu", "--max-new-tokens", "200", "--max-seq", "256", "--moe-sharding", sharding,
                     "--batch", "2"},
                    120, 2);
   });
@@ -1128,11 +1142,13 @@ TEST(Moe, ARankLostMidStepEndsEveryRank) {
   EXPECT_NE(r.exit_code, 0) << r.output << r.errors;
   EXPECT_LT(r.seconds - killed_at, 15) << r.output << r.errors;
   EXPECT_EQ(find_rank(LINNET_BINARY, out, 0), 0) << "rank 0 outlived the job";
-  std::printf("rank 1 killed %.2f s into the run; the job ended %.2f s later (exit %d)\n", killed_at,
-              r.seconds - killed_at, r.exit_code);
+  std::printf("%s: rank 1 killed %.2f s into the run; the job ended %.2f s later (exit %d)\n", family.c_str(),
+              killed_at, r.seconds - killed_at, r.exit_code);
   EXPECT_LT(read_jsonl(out).size(), 256u) << "the job finished before the kill: not a mid-run loss";
   fs::remove_all(d);
 }
+
+}  // namespace
 
 // `linnet bench` on two ranks: the all-to-alls' share of a step under expert sharding (none
 // under tensor sharding), and the bytes of experts a decode step read — more than one
