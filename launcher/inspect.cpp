@@ -100,6 +100,17 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
                               : str("--moe-sharding tensor: ", g.expert_inner_per_shard(), " of each expert's ",
                                     g.expert_inner, " inner rows"))
       << ")\n";
+  // What the loader refuses before any read (a slice off a quantized format's block
+  // boundaries): said here, so a plan is never one that cannot run.
+  auto block_problem = [&](const Generics& gm) -> std::string {
+    try {
+      for (const ParamSpec& p : parameter_specs(c, gm)) p.check_blocks(gm.shards);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  if (const std::string why = block_problem(g); !why.empty()) o << "\nRefused at load: " << why << "\n";
   const Footprint f = rank_footprint(c, g, held, weights);
   o << "\nParameters per rank\t" << f.parameters << " (" << human_bytes(static_cast<double>(f.parameters)) << ")\n";
   const auto states = layer_states(c, g);
@@ -122,7 +133,9 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
       try {
         const Footprint fm = rank_footprint(c, bind_generics(c, other), held, weights);
         o << fm.total() << " (" << human_bytes(static_cast<double>(fm.total())) << "; parameters "
-          << human_bytes(static_cast<double>(fm.parameters)) << ")" << (m == g.moe_sharding ? "  (this run)" : "") << "\n";
+          << human_bytes(static_cast<double>(fm.parameters)) << ")" << (m == g.moe_sharding ? "  (this run)" : "");
+        if (const std::string why = block_problem(bind_generics(c, other)); !why.empty()) o << "  refused at load";
+        o << "\n";
       } catch (const Error& e) {
         o << "not possible: " << e.what() << "\n";
       }

@@ -177,8 +177,18 @@ TEST(Inspect, GptOss120bPlanInDocsMatches) {
     const int64_t experts = E * H * 2 + E * 2 + E * 2 * I * 2 + E * H * 2 + E / S * (mxfp4(2 * I, H) + mxfp4(H, I));
     const int64_t params = V * H * 2 + H * 2 + V / S * H * 2 + L * (attention + experts);
     const int64_t cache = 2 * L * 8 * (8 / S) * 32768 * 64 * 2;
-    expect_plan("gpt-oss-120b", S, params, cache);
+    const std::string out = expect_plan("gpt-oss-120b", S, params, cache);
+    EXPECT_EQ(out.find("Refused at load"), std::string::npos) << out;  // expert sharding: whole experts
+    EXPECT_EQ(out.find("tensor\t") != std::string::npos && out.find("refused at load") != std::string::npos, S == 4) << out;
   }
+  // Tensor sharding cuts each expert's 2880 inner rows into 720 at Shards 4: not whole MXFP4
+  // blocks of 32, which the loader refuses; inspect says so for this run and in the comparison.
+  Output r = linnet_cmd("inspect --checkpoint gpt-oss-120b --shards 4 --moe-sharding tensor");
+  EXPECT_NE(r.out.find("\nRefused at load: model.layers.0.mlp.experts."), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cuts a block of 32 (mxfp4 1×32 blocks)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(this run)  refused at load"), std::string::npos) << r.out;
+  r = linnet_cmd("inspect --checkpoint gpt-oss-120b --shards 2 --moe-sharding tensor");  // 1440 = 45 blocks
+  EXPECT_EQ(r.out.find("efused at load"), std::string::npos) << r.out;
 }
 
 TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
