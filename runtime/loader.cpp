@@ -1,5 +1,7 @@
 #include "runtime/loader.h"
 
+#include <chrono>
+
 #include <algorithm>
 
 #include <spdlog/spdlog.h>
@@ -59,6 +61,7 @@ LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend&
 
 LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
                        int ranks_sharing) {
+  const auto started = std::chrono::steady_clock::now();
   const ModelConfig config = load_hf_config(dir);
   CheckpointDir files(dir);
   if (!config.multimodal.empty()) {
@@ -77,6 +80,10 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
   // Every shard read its own slices: the first rank that found a bad value tells them all.
   if (const std::string bad = first_error(comm, weights.non_finite()); !bad.empty()) throw Error(bad);
+  // As vLLM's "Loading weights took …": what a load costs is the first thing a cluster job waits on.
+  if (comm.rank() == 0)
+    spdlog::info("{}: weights loaded in {:.2f} s", dir,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   m.from_packed_file = weights.used_packed_file();
   if (m.from_packed_file && comm.rank() == 0)
     spdlog::info("{}: matrices mapped from {} (checksums verified in {:.2f} s)", dir, kPackedFileName,

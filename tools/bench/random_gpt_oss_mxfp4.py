@@ -4,7 +4,11 @@ config.json of a preset (gpt-oss-20b's by default) cut to --layers layers, every
 N(0, 0.02), each expert's `…_blocks` random E2M1 codes with `…_scales` 2^(e − 127) for e in
 [118, 122]. Numbers mean nothing; the bytes and shapes are the real model's.
 
-  python3 random_gpt_oss_mxfp4.py OUT_DIR [--layers 2] [--experts 32]
+  python3 random_gpt_oss_mxfp4.py OUT_DIR [--layers 2] [--experts 32] [--bf16-experts]
+
+--bf16-experts writes the experts as transformers' bf16 gpt-oss stores them instead
+(gate_up_proj [E, H, 2I], down_proj [E, I, H]: the transpose of the matrices linnet holds) and no
+quantization_config: the load's transpose measured against MXFP4's.
 """
 import argparse
 import json
@@ -16,6 +20,7 @@ p = argparse.ArgumentParser()
 p.add_argument("out")
 p.add_argument("--layers", type=int, default=2)
 p.add_argument("--experts", type=int, default=32)  # gpt-oss-20b: 32; 120b: 128
+p.add_argument("--bf16-experts", action="store_true")
 a = p.parse_args()
 H, I, V, Q, KV, D = 2880, 2880, 201088, 64, 8, 64
 rng = np.random.default_rng(0)
@@ -49,6 +54,10 @@ for l in range(a.layers):
     put(m + "mlp.router.weight", bf16(a.experts, H))
     put(m + "mlp.router.bias", bf16(a.experts))
     for n, out, inn in (("gate_up_proj", 2 * I, H), ("down_proj", H, I)):
+        if a.bf16_experts:  # random small bf16 bits (exponents 117..121), stored [E, in, out]
+            bits = rng.integers(0, 1 << 16, (a.experts, inn, out), dtype=np.uint16)
+            put(m + f"mlp.experts.{n}", (bits & 0x807F) | (((bits >> 7) % 5 + 117).astype(np.uint16) << 7))
+            continue
         put(m + f"mlp.experts.{n}_blocks", rng.integers(0, 256, (a.experts, out, inn // 32, 16), dtype=np.uint8), "U8")
         put(m + f"mlp.experts.{n}_scales", rng.integers(118, 123, (a.experts, out, inn // 32), dtype=np.uint8), "U8")
     put(m + "mlp.experts.gate_up_proj_bias", bf16(a.experts, 2 * I))
@@ -77,6 +86,8 @@ cfg = {"model_type": "gpt_oss", "architectures": ["GptOssForCausalLM"], "vocab_s
        "quantization_config": {"quant_method": "mxfp4", "modules_to_not_convert": [
            "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]},
        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "eos_token_id": 200002}
+if a.bf16_experts:
+    del cfg["quantization_config"]
 with open(os.path.join(a.out, "config.json"), "w") as f:
     json.dump(cfg, f, indent=2)
 print(path)
