@@ -41,7 +41,7 @@ struct Router {
   // undefined) added to choose.
   std::optional<ExpertChoice> choice;
   Tensor bias;
-  // Mistral 4: the choice's logits and softmax rounded to this dtype (T) as transformers computes
+  // Mistral 4 and gpt-oss: the choice's logits and softmax rounded to this dtype (T) as transformers computes
   // them in the model's dtype, gate's weight held as a matrix in T (none: DeepSeek's f32 router).
   std::optional<DType> round_to;
   // x [N, H] → weights [N, TopK] f32 and experts [N, TopK] i32 (global expert ids), on the device.
