@@ -76,6 +76,16 @@ struct HeadCopy {
   int64_t tokens(int64_t src_rows) const { return src_blocks ? (heads > 0 ? src_rows / heads : 0) : src_rows; }
 };
 
+// The shape of a Gated DeltaNet layer's linear attention (gated_delta_rule): key_heads heads of
+// key_dim for the queries and keys, value_heads (a multiple of key_heads) of value_dim for the
+// values; value head h reads query/key head h / (value_heads / key_heads), as transformers'
+// repeat_interleave. One shard's heads: a layer split by head passes its own counts.
+struct DeltaNetDims {
+  int64_t key_heads = 0, key_dim = 0, value_heads = 0, value_dim = 0;
+  int64_t qkv_width() const { return 2 * key_heads * key_dim + value_heads * value_dim; }
+  int64_t state_values() const { return value_heads * key_dim * value_dim; }  // a row's delta-rule state
+};
+
 // The ops (core/backend_op_list.h) on the device the backend also is (core/backend_device.h).
 class Backend : public BackendDevice {
  public:

@@ -167,3 +167,32 @@ LINNET_OP(gumbel_max, "gumbel_max",
           (const Tensor& logits, int64_t valid, int64_t vocab_offset, uint64_t key0, uint64_t key1, int32_t step,
            float temperature, Tensor& value, Tensor& index),
           (logits, valid, vocab_offset, key0, key1, step, temperature, value, index))
+// ---- Gated DeltaNet (Qwen3.5, Qwen3-Next): a recurrent state per row, tokens in order ----
+// The tokens of a call: rows [N] i32, the state row each token belongs to; a row's tokens come
+// in position order (they may interleave with other rows'). Each op walks a row's tokens one by
+// one — the recurrent form, whatever the call's length — so a token's result depends only on
+// its row's earlier tokens and the state, never on how the steps were cut or what shared them.
+// Causal depthwise convolution, then SiLU: x [N, C] (a token's channels), weight [C, K] (any
+// float dtype), state [R, C, K − 1] f32 (the row's last K − 1 inputs: read, then advanced by each
+// token); out[n, c] = silu(Σ_k weight[c, k] · w[k]) with w = the K − 1 inputs before token n
+// on its row, then x[n, c]; in f32. out [N, C] may not alias x.
+LINNET_OP(causal_conv1d, "causal_conv1d",
+          (const Tensor& x, const Tensor& weight, const Tensor& rows, Tensor& state, Tensor& out),
+          (x, weight, rows, state, out))
+// The gated delta rule, as transformers' torch_recurrent_gated_delta_rule with
+// use_qk_l2norm_in_kernel: qkv [N, dims.qkv_width()] (q heads, k heads, v heads: the
+// convolution's output), ab [N, 2 · value_heads] (b then a: the in-projections' outputs),
+// a_log, dt_bias [value_heads] (any float dtype), state [R, value_heads, key_dim, value_dim]
+// f32, out [N, value_heads · value_dim]. Per token and value head h (query/key head j): q ←
+// q_j / √(Σq_j² + 1e-6) / √key_dim, k ← k_j / √(Σk_j² + 1e-6), β = sigmoid(b_h), g = −exp(a_log_h)
+// · softplus(a_h + dt_bias_h) (softplus(x) = x above 20); S ← S · e^g; S ← S + k ⊗ β(v_h − Sᵀk);
+// out_h = Sᵀq; in f32.
+LINNET_OP(gated_delta_rule, "gated_delta_rule",
+          (const Tensor& qkv, const Tensor& ab, const Tensor& a_log, const Tensor& dt_bias, const Tensor& rows,
+           const DeltaNetDims& dims, Tensor& state, Tensor& out),
+          (qkv, ab, a_log, dt_bias, rows, dims, state, out))
+// The gated RMSNorm after the delta rule, per group of W columns: x, z, out [N, G·W], w [W];
+// out = w · x / √(mean(x²) + eps) · silu(z), over each group; in f32 (a narrower dtype rounds
+// x / √… and w · (that) to it first, as transformers' Qwen3NextRMSNormGated does).
+LINNET_OP(rms_norm_gated, "rms_norm_gated",
+          (const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out), (x, z, w, eps, out))

@@ -408,6 +408,59 @@ void gumbel_max(const char* backend, const Tensor& logits, int64_t valid, int64_
   index_vec(k, "index", index, logits.dim(0));
 }
 
+void causal_conv1d(const char* backend, const Tensor& x, const Tensor& weight, const Tensor& rows, Tensor& state,
+                   Tensor& out) {
+  const Op k{backend, "causal_conv1d"};
+  rank_is(k, "x", x, 2);
+  rank_is(k, "weight", weight, 2);
+  rank_is(k, "state", state, 3);
+  dtype_is(k, "state", state, DType::f32);
+  index_vec(k, "rows", rows, x.dim(0));
+  NEED(weight.dim(0) == x.dim(1) && weight.dim(1) >= 1,
+       str("weight ", weight.describe(), " should be [", x.dim(1), ", K ≥ 1] for x ", x.describe()));
+  NEED(state.dim(1) == x.dim(1) && state.dim(2) == weight.dim(1) - 1,
+       str("state ", state.describe(), " should be [rows, ", x.dim(1), ", ", weight.dim(1) - 1, "]"));
+  NEED(out.shape() == x.shape() && out.dtype() == x.dtype() && out.data() != x.data(),
+       str("out ", out.describe(), " should match x ", x.describe(), " and not alias it"));
+}
+
+void gated_delta_rule(const char* backend, const Tensor& qkv, const Tensor& ab, const Tensor& a_log,
+                      const Tensor& dt_bias, const Tensor& rows, const DeltaNetDims& d, Tensor& state, Tensor& out) {
+  const Op k{backend, "gated_delta_rule"};
+  NEED(d.key_heads > 0 && d.key_dim > 0 && d.value_heads > 0 && d.value_dim > 0 && d.value_heads % d.key_heads == 0,
+       str("heads ", d.key_heads, " × ", d.key_dim, " (keys) and ", d.value_heads, " × ", d.value_dim,
+           " (values): positive, value heads a multiple of key heads"));
+  rank_is(k, "qkv", qkv, 2);
+  const int64_t n = qkv.dim(0);
+  NEED(qkv.dim(1) == d.qkv_width(), str("qkv ", qkv.describe(), " should have ", d.qkv_width(), " columns"));
+  rank_is(k, "ab", ab, 2);
+  NEED(ab.dim(0) == n && ab.dim(1) == 2 * d.value_heads && ab.dtype() == qkv.dtype(),
+       str("ab ", ab.describe(), " should be [", n, ", ", 2 * d.value_heads, "] ", dtype_name(qkv.dtype())));
+  defined(k, "a_log", a_log);
+  defined(k, "dt_bias", dt_bias);
+  NEED(a_log.numel() == d.value_heads && dt_bias.numel() == d.value_heads,
+       str("a_log ", a_log.describe(), " and dt_bias ", dt_bias.describe(), " should hold ", d.value_heads, " entries"));
+  index_vec(k, "rows", rows, n);
+  rank_is(k, "state", state, 4);
+  dtype_is(k, "state", state, DType::f32);
+  NEED(state.dim(1) == d.value_heads && state.dim(2) == d.key_dim && state.dim(3) == d.value_dim,
+       str("state ", state.describe(), " should be [rows, ", d.value_heads, ", ", d.key_dim, ", ", d.value_dim, "]"));
+  rank_is(k, "out", out, 2);
+  NEED(out.dim(0) == n && out.dim(1) == d.value_heads * d.value_dim && out.dtype() == qkv.dtype(),
+       str("out ", out.describe(), " should be [", n, ", ", d.value_heads * d.value_dim, "] ", dtype_name(qkv.dtype())));
+}
+
+void rms_norm_gated(const char* backend, const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) {
+  const Op k{backend, "rms_norm_gated"};
+  rank_is(k, "x", x, 2);
+  defined(k, "w", w);
+  NEED(w.numel() > 0 && x.dim(1) % w.numel() == 0,
+       str("w ", w.describe(), ": x ", x.describe(), "'s columns should be whole groups of its ", w.numel()));
+  NEED(z.shape() == x.shape() && z.dtype() == x.dtype(), str("z ", z.describe(), " should match x ", x.describe()));
+  NEED(out.shape() == x.shape() && out.dtype() == x.dtype(), str("out ", out.describe(), " should match x ", x.describe()));
+  NEED(eps >= 0 && std::isfinite(eps), str("eps ", eps, " should be finite and ≥ 0"));
+}
+
 #undef NEED
 
 }  // namespace linnet::op_checks

@@ -928,6 +928,81 @@ OPS_TEST(SwigluClamped, "swiglu_clamped") {
     }
 }
 
+// ---- Gated DeltaNet (issue 40): rows interleaved, the state carried across two calls ----------
+OPS_TEST(CausalConv1d, "causal_conv1d") {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [n, c, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 4}, {33, 96, 4}, {130, 1024, 2}})
+    for (DType act : kActs) {
+      const auto xv = in_dtype(randn(2 * n * c, 171, 2.0f), act), wv = randn(c * k, 172, 0.5f);
+      std::vector<int64_t> rows;
+      for (int64_t t = 0; t < n; ++t) rows.push_back(t % 3 == 1 ? 1 : 0);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor w = put(be, true, {c, k}, wv, DType::f32);
+        Tensor state = be.upload(Tensor::zeros({2, c, k - 1}, DType::f32));
+        Tensor r = put_ints(be, {n}, rows);
+        Outputs outs;
+        for (int64_t call = 0; call < 2; ++call) {  // the second call goes on from the state
+          std::vector<float> part(xv.begin() + call * n * c, xv.begin() + (call + 1) * n * c);
+          Tensor x = put(be, ref, {n, c}, part, act);
+          Tensor out = poison(be, ref, {n, c}, act);
+          be.causal_conv1d(x, w, r, state, out);
+          outs.push_back(be.to_host(out));
+        }
+        outs.push_back(be.to_host(state));
+        return outs;
+      };
+      check_op("causal_conv1d", str(n, "x", c, " K=", k), dtype_name(act), run,
+               {{"out", bound_for(act)}, {"out2", bound_for(act)}, {"state", bound_for(act)}});
+    }
+}
+
+OPS_TEST(GatedDeltaRule, "gated_delta_rule") {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [n, d] : {std::pair<int64_t, DeltaNetDims>{1, {1, 16, 1, 16}}, {40, {2, 64, 4, 32}}, {70, {4, 128, 8, 128}}})
+    for (DType act : kActs) {
+      const auto qv = in_dtype(randn(2 * n * d.qkv_width(), 173, 1.0f), act);
+      const auto abv = in_dtype(randn(2 * n * 2 * d.value_heads, 174, 2.0f), act);
+      const auto alog = randn(d.value_heads, 175, 0.5f), dtb = randn(d.value_heads, 176, 0.5f);
+      std::vector<int64_t> rows;
+      for (int64_t t = 0; t < n; ++t) rows.push_back(t % 2);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor a_log = put(be, true, {d.value_heads}, alog, DType::f32), dt_bias = put(be, true, {d.value_heads}, dtb, DType::f32);
+        Tensor state = be.upload(Tensor::zeros({2, d.value_heads, d.key_dim, d.value_dim}, DType::f32));
+        Tensor r = put_ints(be, {n}, rows);
+        Outputs outs;
+        for (int64_t call = 0; call < 2; ++call) {
+          const int64_t w = d.qkv_width(), a = 2 * d.value_heads;
+          Tensor qkv = put(be, ref, {n, w}, {qv.begin() + call * n * w, qv.begin() + (call + 1) * n * w}, act);
+          Tensor ab = put(be, ref, {n, a}, {abv.begin() + call * n * a, abv.begin() + (call + 1) * n * a}, act);
+          Tensor out = poison(be, ref, {n, d.value_heads * d.value_dim}, act);
+          be.gated_delta_rule(qkv, ab, a_log, dt_bias, r, d, state, out);
+          outs.push_back(be.to_host(out));
+        }
+        outs.push_back(be.to_host(state));
+        return outs;
+      };
+      check_op("gated_delta_rule", str(n, " tokens, ", d.key_heads, "x", d.key_dim, " / ", d.value_heads, "x", d.value_dim),
+               dtype_name(act), run, {{"out", bound_for(act)}, {"out2", bound_for(act)}, {"state", bound_for(act)}});
+    }
+}
+
+OPS_TEST(RmsNormGated, "rms_norm_gated") {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [n, groups, w] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 16}, {9, 4, 128}, {130, 32, 128}})
+    for (DType act : kActs) {
+      const auto xv = in_dtype(randn(n * groups * w, 177, 3.0f), act), zv = in_dtype(randn(n * groups * w, 178, 2.0f), act);
+      const auto wv = randn(w, 179, 0.3f);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, groups * w}, xv, act), z = put(be, ref, {n, groups * w}, zv, act);
+        Tensor wt = put(be, true, {w}, wv, DType::f32);
+        Tensor out = poison(be, ref, {n, groups * w}, act);
+        be.rms_norm_gated(x, z, wt, 1e-6f, out);
+        return {be.to_host(out)};
+      };
+      check_op("rms_norm_gated", str(n, "x", groups, "x", w), dtype_name(act), run, {{"out", bound_for(act)}});
+    }
+}
+
 // ---- the families' ops (issue 28) --------------------------------------------------------------
 OPS_TEST(Geglu, "geglu") {
   NEED_DEVICE_BACKENDS(devs);

@@ -119,6 +119,12 @@ class FakeDeviceBackend final : public Backend {
   void gumbel_max(const Tensor&, int64_t, int64_t, uint64_t, uint64_t, int32_t, float, Tensor&, Tensor&) override {
     no();
   }
+  void causal_conv1d(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override { no(); }
+  void gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const DeltaNetDims&,
+                        Tensor&, Tensor&) override {
+    no();
+  }
+  void rms_norm_gated(const Tensor&, const Tensor&, const Tensor&, float, Tensor&) override { no(); }
 };
 
 // Values every rank can compute for every rank r: multiples of 1/4 in [-8, 8], exact in

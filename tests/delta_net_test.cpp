@@ -1,0 +1,203 @@
+// Gated DeltaNet's ops on the CPU (causal_conv1d, gated_delta_rule, rms_norm_gated) against
+// transformers 5.24's own functions (tests/fixtures/delta_net_ops, written by
+// tools/golden/make_delta_net_ops.py), and the property the engine relies on: a token's result
+// does not depend on how a row's tokens were cut into calls or what other rows shared them —
+// bit for bit.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <random>
+
+#include "checkpoint/safetensors.h"
+#include "core/backend.h"
+
+using namespace linnet;
+
+namespace {
+
+const SafetensorsFile& cases() {
+  static const SafetensorsFile f(std::string(LINNET_BUILD_SOURCE_DIR) + "/tests/fixtures/delta_net_ops/cases.safetensors");
+  return f;
+}
+
+// max |got − want| / max |want|.
+double rel_error(const Tensor& got, const Tensor& want) {
+  EXPECT_EQ(got.numel(), want.numel());
+  double err = 0, scale = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(got.ptr<float>()[i]) - want.ptr<float>()[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want.ptr<float>()[i])));
+  }
+  return err / scale;
+}
+
+Tensor rows_of(const std::vector<int64_t>& rows) {
+  return Tensor::from_ints({static_cast<int64_t>(rows.size())}, rows, DType::i32);
+}
+
+Tensor slice_rows(const Tensor& t, int64_t begin, int64_t end) {
+  Tensor out = Tensor::empty({end - begin, t.dim(1)}, t.dtype());
+  std::memcpy(out.data(), static_cast<const char*>(t.data()) + begin * t.dim(1) * 4, out.nbytes());
+  return out;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) { return a.nbytes() == b.nbytes() && !std::memcmp(a.data(), b.data(), a.nbytes()); }
+
+DeltaNetDims dims_of_cases() {
+  const Tensor d = cases().read("rule.dims");
+  const int32_t* v = d.ptr<int32_t>();
+  return {v[0], v[1], v[2], v[3]};
+}
+
+}  // namespace
+
+TEST(DeltaNetOps, ConvolutionMatchesTransformers) {
+  auto be = make_cpu_backend();
+  const Tensor x = cases().read("conv.x"), w = cases().read("conv.weight");
+  const int64_t n = x.dim(0), c = x.dim(1), k = w.dim(1);
+  Tensor state = Tensor::zeros({1, c, k - 1}, DType::f32), out = Tensor::empty({n, c}, DType::f32);
+  be->causal_conv1d(x, w, rows_of(std::vector<int64_t>(static_cast<size_t>(n), 0)), state, out);
+  const double err = rel_error(out, cases().read("conv.out"));
+  EXPECT_LT(err, 1e-6);
+  std::printf("causal_conv1d: %lld tokens × %lld channels, kernel %lld: %.2e of transformers' (relative)\n",
+              static_cast<long long>(n), static_cast<long long>(c), static_cast<long long>(k), err);
+  // The state holds the last K − 1 inputs.
+  for (int64_t ch = 0; ch < c; ++ch)
+    for (int64_t j = 0; j < k - 1; ++j)
+      ASSERT_EQ(state.ptr<float>()[ch * (k - 1) + j], x.ptr<float>()[(n - (k - 1) + j) * c + ch]);
+}
+
+TEST(DeltaNetOps, DeltaRuleMatchesTransformersChunkedAndRecurrent) {
+  auto be = make_cpu_backend();
+  const DeltaNetDims d = dims_of_cases();
+  const Tensor qkv = cases().read("rule.qkv"), ab = cases().read("rule.ab");
+  const Tensor a_log = cases().read("rule.a_log"), dt_bias = cases().read("rule.dt_bias");
+  const int64_t t1 = cases().read("rule.out_recurrent").dim(0), all = qkv.dim(0);
+  Tensor state = Tensor::zeros({1, d.value_heads, d.key_dim, d.value_dim}, DType::f32);
+  Tensor out = Tensor::empty({t1, d.value_heads * d.value_dim}, DType::f32);
+  be->gated_delta_rule(slice_rows(qkv, 0, t1), slice_rows(ab, 0, t1), a_log, dt_bias,
+                       rows_of(std::vector<int64_t>(static_cast<size_t>(t1), 0)), d, state, out);
+  // The recurrent rule is the same sums in nearly the same order; the chunked one (what
+  // transformers runs on a prompt) reassociates them.
+  const double rec = rel_error(out, cases().read("rule.out_recurrent"));
+  const double chunked = rel_error(out, cases().read("rule.out_chunked"));
+  const double st = rel_error(state, cases().read("rule.state_chunked").reshape({1, d.value_heads, d.key_dim, d.value_dim}));
+  EXPECT_LT(rec, 1e-5);
+  EXPECT_LT(chunked, 1e-4);
+  EXPECT_LT(st, 1e-4);
+  // Decoding on from the state, as transformers does token by token.
+  Tensor more = Tensor::empty({all - t1, d.value_heads * d.value_dim}, DType::f32);
+  be->gated_delta_rule(slice_rows(qkv, t1, all), slice_rows(ab, t1, all), a_log, dt_bias,
+                       rows_of(std::vector<int64_t>(static_cast<size_t>(all - t1), 0)), d, state, more);
+  const double cont = rel_error(more, cases().read("rule.out_continued"));
+  EXPECT_LT(cont, 1e-4);
+  std::printf("gated_delta_rule (%lld key heads of %lld, %lld value heads of %lld), %lld tokens: %.2e of the recurrent "
+              "rule, %.2e of the chunked one, final state %.2e; %lld more tokens: %.2e\n",
+              static_cast<long long>(d.key_heads), static_cast<long long>(d.key_dim),
+              static_cast<long long>(d.value_heads), static_cast<long long>(d.value_dim), static_cast<long long>(t1),
+              rec, chunked, st, static_cast<long long>(all - t1), cont);
+}
+
+TEST(DeltaNetOps, GatedNormMatchesTransformers) {
+  auto be = make_cpu_backend();
+  const Tensor x = cases().read("norm.x"), z = cases().read("norm.z"), w = cases().read("norm.weight");
+  // Four heads a row: the op normalizes each group of w's width.
+  const Tensor xs = x.reshape({x.dim(0) / 4, 4 * x.dim(1)}), zs = z.reshape(xs.shape());
+  Tensor out = Tensor::empty(xs.shape(), DType::f32);
+  be->rms_norm_gated(xs, zs, w, 1e-6f, out);
+  EXPECT_LT(rel_error(out, cases().read("norm.out")), 1e-6);
+}
+
+// A row's tokens in one call, or cut anywhere, or interleaved with another row's: the same bits.
+TEST(DeltaNetOps, ResultsDoNotDependOnCutsOrCompany) {
+  auto be = make_cpu_backend();
+  const DeltaNetDims d{2, 8, 6, 4};
+  const int64_t n = 70, kernel = 4, c = d.qkv_width();
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  auto randn = [&](Shape s, float scale) {
+    std::vector<float> v(static_cast<size_t>(s.numel()));
+    for (float& x : v) x = normal(rng) * scale;
+    return Tensor::from_floats(s, v);
+  };
+  const Tensor x = randn({2 * n, c}, 1.0f), w = randn({c, kernel}, 0.5f), ab = randn({2 * n, 2 * d.value_heads}, 2.0f);
+  const Tensor a_log = randn({d.value_heads}, 0.5f), dt_bias = randn({d.value_heads}, 0.5f);
+  // Row 0 takes tokens [0, n), row 1 tokens [n, 2n).
+  struct Run {
+    Tensor conv_state, rule_state, conv, out;
+  };
+  auto run = [&](const std::vector<std::vector<int64_t>>& calls) {  // each call: token indices, in order
+    Run r{Tensor::zeros({2, c, kernel - 1}, DType::f32), Tensor::zeros({2, d.value_heads, d.key_dim, d.value_dim}, DType::f32),
+          Tensor::zeros({2 * n, c}, DType::f32), Tensor::zeros({2 * n, d.value_heads * d.value_dim}, DType::f32)};
+    for (const auto& call : calls) {
+      const int64_t m = static_cast<int64_t>(call.size());
+      Tensor xi = Tensor::empty({m, c}, DType::f32), abi = Tensor::empty({m, 2 * d.value_heads}, DType::f32);
+      std::vector<int64_t> rows;
+      for (int64_t i = 0; i < m; ++i) {
+        std::memcpy(xi.ptr<float>() + i * c, x.ptr<float>() + call[static_cast<size_t>(i)] * c, 4 * c);
+        std::memcpy(abi.ptr<float>() + i * 2 * d.value_heads, ab.ptr<float>() + call[static_cast<size_t>(i)] * 2 * d.value_heads,
+                    8 * d.value_heads);
+        rows.push_back(call[static_cast<size_t>(i)] / n);
+      }
+      Tensor conv = Tensor::empty({m, c}, DType::f32), out = Tensor::empty({m, d.value_heads * d.value_dim}, DType::f32);
+      be->causal_conv1d(xi, w, rows_of(rows), r.conv_state, conv);
+      be->gated_delta_rule(conv, abi, a_log, dt_bias, rows_of(rows), d, r.rule_state, out);
+      for (int64_t i = 0; i < m; ++i) {
+        std::memcpy(r.conv.ptr<float>() + call[static_cast<size_t>(i)] * c, conv.ptr<float>() + i * c, 4 * c);
+        const int64_t ow = d.value_heads * d.value_dim;
+        std::memcpy(r.out.ptr<float>() + call[static_cast<size_t>(i)] * ow, out.ptr<float>() + i * ow, 4 * ow);
+      }
+    }
+    return r;
+  };
+  auto range = [](int64_t a, int64_t b) {
+    std::vector<int64_t> v;
+    for (int64_t i = a; i < b; ++i) v.push_back(i);
+    return v;
+  };
+  const Run alone = run({range(0, n), range(n, 2 * n)});
+  // Cut at 1, 17 and 64 tokens; and both rows in each call, interleaved token by token.
+  const Run cut = run({range(0, 1), range(n, n + 17), range(1, 17), range(17, 64), range(n + 17, 2 * n), range(64, n)});
+  std::vector<int64_t> mixed;
+  for (int64_t i = 0; i < n; ++i) {
+    mixed.push_back(i);
+    mixed.push_back(n + i);
+  }
+  const Run together = run({mixed});
+  for (const Run* r : {&cut, &together}) {
+    EXPECT_TRUE(same_bits(r->conv, alone.conv));
+    EXPECT_TRUE(same_bits(r->out, alone.out));
+    EXPECT_TRUE(same_bits(r->conv_state, alone.conv_state));
+    EXPECT_TRUE(same_bits(r->rule_state, alone.rule_state));
+  }
+}
+
+TEST(DeltaNetOps, BadArgumentsAreRefusedByName) {
+  auto be = make_cpu_backend();
+  const DeltaNetDims d{2, 8, 6, 4};
+  Tensor qkv = Tensor::zeros({3, d.qkv_width()}, DType::f32), ab = Tensor::zeros({3, 12}, DType::f32);
+  Tensor v = Tensor::zeros({6}, DType::f32), state = Tensor::zeros({1, 6, 8, 4}, DType::f32);
+  Tensor out = Tensor::zeros({3, 24}, DType::f32);
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  std::string m = message([&] { be->gated_delta_rule(qkv, ab, v, v, rows_of({0, 0, 1}), d, state, out); });
+  EXPECT_NE(m.find("rows[2] = 1 outside the state's 1 rows"), std::string::npos) << m;
+  m = message([&] { be->gated_delta_rule(qkv, ab, v, v, rows_of({0, 0, 0}), DeltaNetDims{4, 8, 6, 4}, state, out); });
+  EXPECT_NE(m.find("value heads a multiple of key heads"), std::string::npos) << m;
+  Tensor conv_state = Tensor::zeros({1, d.qkv_width(), 2}, DType::f32), w = Tensor::zeros({d.qkv_width(), 4}, DType::f32);
+  Tensor conv = Tensor::zeros({3, d.qkv_width()}, DType::f32);
+  m = message([&] { be->causal_conv1d(qkv, w, rows_of({0, 0, 0}), conv_state, conv); });
+  EXPECT_NE(m.find("state"), std::string::npos) << m;
+  EXPECT_NE(m.find("should be [rows, 56, 3]"), std::string::npos) << m;
+  m = message([&] { be->causal_conv1d(qkv, Tensor::zeros({d.qkv_width(), 3}, DType::f32), rows_of({0, 0, 0}), conv_state, qkv); });
+  EXPECT_NE(m.find("not alias"), std::string::npos) << m;
+}
