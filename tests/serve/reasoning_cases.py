@@ -1,4 +1,4 @@
-"""Reasoning and final content apart (ctest's Serve.harmony; run by serve_test.py).
+"""Reasoning and final content apart (ctest's Serve.reasoning; run by serve_test.py).
 
 The model: tests/fixtures/harmony_chat, a tiny Llama trained to answer three conversations in
 the harmony format (gpt-oss's: analysis then final, a function call, a final answer alone;
@@ -6,7 +6,9 @@ tools/golden/make_harmony_chat.py), with an o200k-style tokenizer and harmony's 
 tokens; canned.json holds what a client must read. The server picks the gpt_oss reasoning
 parser from the chat template. The `openai` client reads message.reasoning_content, content
 and tool_calls, streaming and not; run-batch writes the same bodies on one rank and on two
-shards; --reasoning-parser none gives the plain text back.
+shards; --reasoning-parser none gives the plain text back. Then tests/fixtures/qwen3_think_chat
+(the same kind of model in Qwen3's `<think>` format) under --reasoning-parser qwen3: thinking,
+and with chat_template_kwargs {"enable_thinking": false} all answer.
 """
 import json
 import os
@@ -15,8 +17,8 @@ import subprocess
 st = None  # serve_test, set by cases()
 
 
-def fixture():
-    d = os.path.join(st.SOURCE, "tests", "fixtures", "harmony_chat")
+def fixture(name="harmony_chat"):
+    d = os.path.join(st.SOURCE, "tests", "fixtures", name)
     with open(os.path.join(d, "canned.json"), encoding="utf-8") as f:
         return d, json.load(f)
 
@@ -34,42 +36,49 @@ def check_message(name, want, reasoning, content, calls, finish):
     st.check(got == want["tool_calls"], f"{name}: tool calls {got}, want {want['tool_calls']}")
 
 
-def case_harmony():
+def conversation_checks(srv, c, canned):
+    """Each canned conversation through the openai client, whole and streamed."""
+    for conv in canned["conversations"]:
+        name = conv["name"]
+        kwargs = conv.get("kwargs") or {}
+        body = {"extra_body": {"chat_template_kwargs": kwargs}} if kwargs else {}
+        # The prompt is transformers' rendering.
+        status, t = st.http(srv.base, "POST", "/tokenize",
+                            {"model": st.NAME, "messages": conv["messages"], "chat_template_kwargs": kwargs})
+        st.check(status == 200 and t["tokens"] == conv["prompt_ids"], f"{name}: prompt ids {t}")
+        r = c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0, max_tokens=100, **body)
+        m = r.choices[0].message
+        calls = [{"name": x.function.name, "arguments": x.function.arguments} for x in (m.tool_calls or [])]
+        for x in m.tool_calls or []:
+            st.check(x.type == "function" and x.id, f"{name}: tool call {x}")
+        check_message(name, conv, extra(m, "reasoning_content"), m.content, calls, r.choices[0].finish_reason)
+        st.check(r.usage.completion_tokens == len(conv["output_ids"]), f"{name}: {r.usage}")
+        # Streamed: reasoning deltas, then content deltas; a call whole in the last chunk.
+        parts = {"reasoning": "", "content": ""}
+        order, calls, finish = [], [], None
+        for chunk in c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0,
+                                               max_tokens=100, stream=True, **body):
+            delta = chunk.choices[0].delta
+            for key, field in (("reasoning", extra(delta, "reasoning_content")), ("content", delta.content)):
+                if field:
+                    parts[key] += field
+                    if not order or order[-1] != key:
+                        order.append(key)
+            for x in delta.tool_calls or []:
+                calls.append({"name": x.function.name, "arguments": x.function.arguments})
+            finish = chunk.choices[0].finish_reason or finish
+        check_message(f"{name} (streamed)", conv, parts["reasoning"] or None, parts["content"] or None, calls, finish)
+        st.check(order == [k for k in ("reasoning", "content") if conv[k]], f"{name}: streamed in order {order}")
+
+
+def case_reasoning():
     d, canned = fixture()
     import openai
     with st.Server(checkpoint=d, name="harmony") as srv:
         st.check("chat answers split by the gpt_oss reasoning parser" in srv.tail(100000),
                  "the server did not say it picked the gpt_oss parser")
         c = openai.OpenAI(base_url=srv.base + "/v1", api_key="none")
-        for conv in canned["conversations"]:
-            name = conv["name"]
-            # The prompt is transformers' rendering.
-            status, t = st.http(srv.base, "POST", "/tokenize", {"model": st.NAME, "messages": conv["messages"]})
-            st.check(status == 200 and t["tokens"] == conv["prompt_ids"], f"{name}: prompt ids {t}")
-            r = c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0, max_tokens=100)
-            m = r.choices[0].message
-            calls = [{"name": x.function.name, "arguments": x.function.arguments} for x in (m.tool_calls or [])]
-            for x in m.tool_calls or []:
-                st.check(x.type == "function" and x.id, f"{name}: tool call {x}")
-            check_message(name, conv, extra(m, "reasoning_content"), m.content, calls, r.choices[0].finish_reason)
-            st.check(r.usage.completion_tokens == len(conv["output_ids"]), f"{name}: {r.usage}")
-            # Streamed: reasoning deltas, then content deltas; the call whole in the last chunk.
-            parts = {"reasoning": "", "content": ""}
-            order, calls, finish = [], [], None
-            for chunk in c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0,
-                                                   max_tokens=100, stream=True):
-                delta = chunk.choices[0].delta
-                for key, field in (("reasoning", extra(delta, "reasoning_content")), ("content", delta.content)):
-                    if field:
-                        parts[key] += field
-                        if not order or order[-1] != key:
-                            order.append(key)
-                for x in delta.tool_calls or []:
-                    calls.append({"name": x.function.name, "arguments": x.function.arguments})
-                finish = chunk.choices[0].finish_reason or finish
-            check_message(f"{name} (streamed)", conv, parts["reasoning"] or None, parts["content"] or None, calls,
-                          finish)
-            st.check(order == [k for k in ("reasoning", "content") if conv[k]], f"{name}: streamed in order {order}")
+        conversation_checks(srv, c, canned)
         # Cut inside the analysis: reasoning only, no content, finish_reason length.
         conv = canned["conversations"][0]
         r = c.chat.completions.create(model=st.NAME, messages=conv["messages"], temperature=0, max_tokens=9)
@@ -107,11 +116,17 @@ def case_harmony():
             calls = [x["function"] for x in m["tool_calls"]]
             check_message(f"run-batch {label} {conv['name']}", conv, m["reasoning_content"], m["content"], calls,
                           choice["finish_reason"])
-    print(f"harmony: {len(canned['conversations'])} conversations split into reasoning_content, content and "
-          "tool_calls (openai client, streamed and not; run-batch on one rank and two shards)")
+    # Qwen3's <think> format under --reasoning-parser qwen3 (no default for it: <think> is not
+    # unambiguous), thinking on and off.
+    d3, canned3 = fixture("qwen3_think_chat")
+    with st.Server("--reasoning-parser", "qwen3", checkpoint=d3, name="qwen3-think") as srv:
+        conversation_checks(srv, openai.OpenAI(base_url=srv.base + "/v1", api_key="none"), canned3)
+    print(f"reasoning: {len(canned['conversations'])} harmony conversations split into reasoning_content, content and "
+          "tool_calls (openai client, streamed and not; run-batch on one rank and two shards); "
+          f"{len(canned3['conversations'])} Qwen3 ones, thinking on and off")
 
 
 def cases(module):
     global st
     st = module
-    return {"harmony": case_harmony}
+    return {"reasoning": case_reasoning}
