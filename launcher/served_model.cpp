@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "core/error.h"
 #include "engine/reasoning.h"
 #include "launcher/options.h"
 
@@ -36,11 +37,20 @@ serve::ServedModel served_model(const po::variables_map& vm, const ModelCommand&
                        : m.chat                     ? engine::reasoning_parser_for_template(m.chat->source(false))
                                                     : "";
   if (m.reasoning_parser == "none") m.reasoning_parser.clear();
-  if (!m.reasoning_parser.empty()) {
+  if (m.reasoning_parser.empty()) return m;
+  const bool asked = vm.count("reasoning-parser") > 0;
+  try {
     engine::make_reasoning_parser(m.reasoning_parser, *cmd.tok);  // its markers are in this vocabulary
-    spdlog::info("chat answers split by the {} reasoning parser{}", m.reasoning_parser,
-                 vm.count("reasoning-parser") ? "" : " (the chat template's format; --reasoning-parser none turns it off)");
+  } catch (const Error& e) {
+    if (asked) throw;
+    // The template's format without its tokens: the answers as they are, said once.
+    spdlog::warn("the chat template writes the {} format, but {}: chat answers are not split", m.reasoning_parser,
+                 e.what());
+    m.reasoning_parser.clear();
+    return m;
   }
+  spdlog::info("chat answers split by the {} reasoning parser{}", m.reasoning_parser,
+               asked ? "" : " (the chat template's format; --reasoning-parser none turns it off)");
   return m;
 }
 

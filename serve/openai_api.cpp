@@ -503,7 +503,7 @@ json chat_message(const CompletionParams& p, const ChoiceResult& r) {
                   {"reasoning_content", r.reasoning.empty() ? json(nullptr) : json(r.reasoning)}};
   json calls = json::array();
   for (const auto& [recipient, body] : r.tool_calls) {
-    static std::mt19937_64 ids{std::random_device{}()};
+    thread_local std::mt19937_64 ids{std::random_device{}()};  // answers are built on many HTTP threads
     calls.push_back({{"id", str("chatcmpl-tool-", std::hex, ids())},
                      {"type", "function"},
                      {"function", {{"name", recipient.substr(recipient.find('.') + 1)}, {"arguments", body}}}});

@@ -121,6 +121,19 @@ def case_reasoning():
     d3, canned3 = fixture("qwen3_think_chat")
     with st.Server("--reasoning-parser", "qwen3", checkpoint=d3, name="qwen3-think") as srv:
         conversation_checks(srv, openai.OpenAI(base_url=srv.base + "/v1", api_key="none"), canned3)
+    # A parser asked for by name whose markers the vocabulary lacks: the server does not start,
+    # naming the marker. The harmony template's default on such a vocabulary: a warning, no split.
+    r = subprocess.run([st.LINNET, "serve", "--checkpoint", d3, "--port", "0", "--backend", "cpu",
+                        "--reasoning-parser", "gpt_oss"], capture_output=True, text=True, timeout=120)
+    st.check(r.returncode != 0 and "--reasoning-parser gpt_oss: the vocabulary has no token `<|start|>`" in r.stderr,
+             f"gpt_oss on Qwen3's vocabulary: exit {r.returncode}\n{r.stderr[-2000:]}")
+    with st.Server("--chat-template", os.path.join(d, "chat_template.jinja"), checkpoint=d3, name="harmony-on-qwen3") as srv:
+        st.check("the chat template writes the gpt_oss format, but --reasoning-parser gpt_oss: the vocabulary has no "
+                 "token `<|start|>`" in srv.tail(100000) and "chat answers are not split" in srv.tail(100000),
+                 f"no warning:\n{srv.tail()}")
+        status, body = st.http(srv.base, "POST", "/v1/chat/completions",
+                               {"messages": canned3["conversations"][0]["messages"], "max_tokens": 4})
+        st.check(status == 200 and "reasoning_content" not in body["choices"][0]["message"], f"{body}")
     print(f"reasoning: {len(canned['conversations'])} harmony conversations split into reasoning_content, content and "
           "tool_calls (openai client, streamed and not; run-batch on one rank and two shards); "
           f"{len(canned3['conversations'])} Qwen3 ones, thinking on and off")
