@@ -201,3 +201,64 @@ TEST(DeltaNetOps, BadArgumentsAreRefusedByName) {
   m = message([&] { be->causal_conv1d(qkv, Tensor::zeros({d.qkv_width(), 3}, DType::f32), rows_of({0, 0, 0}), conv_state, qkv); });
   EXPECT_NE(m.find("not alias"), std::string::npos) << m;
 }
+
+// Tensor parallelism's split (docs/design.md, issue 40): a shard holds a range of key heads with
+// their value heads — their q, k and v conv channels, b and a, A_log and dt_bias. Each shard's
+// ops on its slices give the whole run's columns, bit for bit (nothing is summed across heads).
+TEST(DeltaNetOps, AShardsHeadsGiveTheWholeRunsColumns) {
+  auto be = make_cpu_backend();
+  const DeltaNetDims d{4, 8, 8, 4};
+  const int64_t n = 23, kernel = 4, c = d.qkv_width(), kd = d.key_heads * d.key_dim, vd = d.value_heads * d.value_dim;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  auto randn = [&](Shape s, float scale) {
+    std::vector<float> v(static_cast<size_t>(s.numel()));
+    for (float& x : v) x = normal(rng) * scale;
+    return Tensor::from_floats(s, v);
+  };
+  const Tensor x = randn({n, c}, 1.0f), w = randn({c, kernel}, 0.5f), ab = randn({n, 2 * d.value_heads}, 2.0f);
+  const Tensor a_log = randn({d.value_heads}, 0.5f), dt_bias = randn({d.value_heads}, 0.5f);
+  const Tensor z = randn({n, vd}, 1.0f), nw = randn({d.value_dim}, 0.3f);
+  const Tensor rows = rows_of(std::vector<int64_t>(static_cast<size_t>(n), 0));
+  auto run = [&](const DeltaNetDims& dd, const Tensor& xs, const Tensor& ws, const Tensor& abs, const Tensor& al,
+                 const Tensor& dtb, const Tensor& zs) {
+    Tensor conv_state = Tensor::zeros({1, dd.qkv_width(), kernel - 1}, DType::f32);
+    Tensor state = Tensor::zeros({1, dd.value_heads, dd.key_dim, dd.value_dim}, DType::f32);
+    Tensor conv = Tensor::empty({n, dd.qkv_width()}, DType::f32);
+    Tensor out = Tensor::empty({n, dd.value_heads * dd.value_dim}, DType::f32), normed = Tensor::empty(out.shape(), DType::f32);
+    be->causal_conv1d(xs, ws, rows, conv_state, conv);
+    be->gated_delta_rule(conv, abs, al, dtb, rows, dd, state, out);
+    be->rms_norm_gated(out, zs, nw, 1e-6f, normed);
+    return normed;
+  };
+  const Tensor whole = run(d, x, w, ab, a_log, dt_bias, z);
+  // Columns [begin, begin + width) of each row of t, for each (begin, width).
+  auto columns = [&](const Tensor& t, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+    int64_t width = 0;
+    for (auto [b, wd] : ranges) width += wd;
+    Tensor out = Tensor::empty({t.dim(0), width}, DType::f32);
+    for (int64_t r = 0; r < t.dim(0); ++r) {
+      int64_t at = 0;
+      for (auto [b, wd] : ranges) {
+        std::memcpy(out.ptr<float>() + r * width + at, t.ptr<float>() + r * t.dim(1) + b, 4 * wd);
+        at += wd;
+      }
+    }
+    return out;
+  };
+  const int64_t shards = 2, kh = d.key_heads / shards, vh = d.value_heads / shards;
+  for (int64_t s = 0; s < shards; ++s) {
+    const DeltaNetDims ds{kh, d.key_dim, vh, d.value_dim};
+    const int64_t k0 = s * kh * d.key_dim, v0 = s * vh * d.value_dim, kw = kh * d.key_dim, vw = vh * d.value_dim;
+    const std::vector<std::pair<int64_t, int64_t>> channels = {{k0, kw}, {kd + k0, kw}, {2 * kd + v0, vw}};
+    const Tensor xs = columns(x, channels);
+    const Tensor ws = columns(w.reshape({1, c * kernel}), {{k0 * kernel, kw * kernel}, {(kd + k0) * kernel, kw * kernel},
+                                                          {(2 * kd + v0) * kernel, vw * kernel}})
+                          .reshape({2 * kw + vw, kernel});
+    const Tensor abs = columns(ab, {{s * vh, vh}, {d.value_heads + s * vh, vh}});
+    const Tensor al = columns(a_log.reshape({1, d.value_heads}), {{s * vh, vh}}).reshape({vh});
+    const Tensor dtb = columns(dt_bias.reshape({1, d.value_heads}), {{s * vh, vh}}).reshape({vh});
+    const Tensor got = run(ds, xs, ws, abs, al, dtb, columns(z, {{v0, vw}}));
+    EXPECT_TRUE(same_bits(got, columns(whole, {{v0, vw}}))) << "shard " << s;
+  }
+}
