@@ -34,6 +34,18 @@ double rel_error(const Tensor& got, const Tensor& want) {
   return err / scale;
 }
 
+// Tensors of N(0, scale²) values from a seeded generator.
+struct Normals {
+  explicit Normals(unsigned seed) : rng(seed) {}
+  Tensor operator()(Shape s, float scale) {
+    std::vector<float> v(static_cast<size_t>(s.numel()));
+    for (float& x : v) x = normal(rng) * scale;
+    return Tensor::from_floats(s, v);
+  }
+  std::mt19937 rng;
+  std::normal_distribution<float> normal;
+};
+
 Tensor rows_of(const std::vector<int64_t>& rows) {
   return Tensor::from_ints({static_cast<int64_t>(rows.size())}, rows, DType::i32);
 }
@@ -116,13 +128,7 @@ TEST(DeltaNetOps, ResultsDoNotDependOnCutsOrCompany) {
   auto be = make_cpu_backend();
   const DeltaNetDims d{2, 8, 6, 4};
   const int64_t n = 70, kernel = 4, c = d.qkv_width();
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal;
-  auto randn = [&](Shape s, float scale) {
-    std::vector<float> v(static_cast<size_t>(s.numel()));
-    for (float& x : v) x = normal(rng) * scale;
-    return Tensor::from_floats(s, v);
-  };
+  Normals randn(5);
   const Tensor x = randn({2 * n, c}, 1.0f), w = randn({c, kernel}, 0.5f), ab = randn({2 * n, 2 * d.value_heads}, 2.0f);
   const Tensor a_log = randn({d.value_heads}, 0.5f), dt_bias = randn({d.value_heads}, 0.5f);
   // Row 0 takes tokens [0, n), row 1 tokens [n, 2n).
@@ -209,13 +215,7 @@ TEST(DeltaNetOps, AShardsHeadsGiveTheWholeRunsColumns) {
   auto be = make_cpu_backend();
   const DeltaNetDims d{4, 8, 8, 4};
   const int64_t n = 23, kernel = 4, c = d.qkv_width(), kd = d.key_heads * d.key_dim, vd = d.value_heads * d.value_dim;
-  std::mt19937 rng(9);
-  std::normal_distribution<float> normal;
-  auto randn = [&](Shape s, float scale) {
-    std::vector<float> v(static_cast<size_t>(s.numel()));
-    for (float& x : v) x = normal(rng) * scale;
-    return Tensor::from_floats(s, v);
-  };
+  Normals randn(9);
   const Tensor x = randn({n, c}, 1.0f), w = randn({c, kernel}, 0.5f), ab = randn({n, 2 * d.value_heads}, 2.0f);
   const Tensor a_log = randn({d.value_heads}, 0.5f), dt_bias = randn({d.value_heads}, 0.5f);
   const Tensor z = randn({n, vd}, 1.0f), nw = randn({d.value_dim}, 0.3f);
