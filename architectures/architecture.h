@@ -56,6 +56,8 @@ struct Architecture {
   enum class Bias { attention_bias, qkv_attention_bias, qkv_always, none };
   Bias bias = Bias::attention_bias;  // Qwen2: q/k/v biases always; Mistral, Phi-3, Mixtral: none
   bool attention_bias_default = false;  // attention_bias when absent (gpt-oss: true)
+  bool linear_attention = false;       // layer_types name linear_attention layers (Qwen3.5, Qwen3-Next)
+  bool every_layer_sparse = false;     // no intermediate_size: every layer's MLP is experts (Qwen3.5-MoE)
   bool writes_layer_types = false;     // the writer lists layer_types
   bool writes_use_sliding_window = false;
 

@@ -165,7 +165,7 @@ RopeSpec parse_rope_object(const ConfigReader& r, const json& o, const std::stri
   return spec;
 }
 
-std::vector<std::string> layer_types(const ConfigReader& r, const ModelConfig& c) {
+std::vector<std::string> layer_types(const ConfigReader& r, const ModelConfig& c, bool linear) {
   std::vector<std::string> out;
   if (!given(r.j, "layer_types")) return out;
   const json& t = r.j["layer_types"];
@@ -173,8 +173,9 @@ std::vector<std::string> layer_types(const ConfigReader& r, const ModelConfig& c
     r.fail(str("'layer_types' must list one type per layer (", c.layers, "), got ", t.dump()));
   for (size_t i = 0; i < t.size(); ++i) {
     const std::string type = t[i].is_string() ? t[i].get<std::string>() : t[i].dump();
-    if (type != "sliding_attention" && type != "full_attention")
-      r.fail(str("layer_types[", i, "] '", type, "' is not supported (full_attention, sliding_attention)"));
+    if (type != "full_attention" && type != (linear ? "linear_attention" : "sliding_attention"))
+      r.fail(str("layer_types[", i, "] '", type, "' is not supported (",
+                 linear ? "full_attention, linear_attention" : "full_attention, sliding_attention", ")"));
     out.push_back(type);
   }
   return out;

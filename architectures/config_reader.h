@@ -43,8 +43,9 @@ RopeSpec parse_rope_object(const ConfigReader& r, const nlohmann::json& o, const
 // config.json's rope_scaling / rope_parameters for a RoPE as written back.
 nlohmann::json rope_json(const RopeScaling& s);
 
-// transformers' layer_types: one "full_attention" / "sliding_attention" per layer (empty: absent).
-std::vector<std::string> layer_types(const ConfigReader& r, const ModelConfig& c);
+// transformers' layer_types: one "full_attention" / "sliding_attention" per layer (`linear`:
+// "full_attention" / "linear_attention", the hybrid models') (empty: absent).
+std::vector<std::string> layer_types(const ConfigReader& r, const ModelConfig& c, bool linear = false);
 // `sliding_window`: absent takes `fallback` (the config class's default), null none.
 std::optional<int64_t> window_key(const ConfigReader& r, std::optional<int64_t> fallback);
 

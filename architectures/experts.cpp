@@ -31,7 +31,7 @@ void parse_experts(const ConfigReader& r, ModelConfig& c, const ExpertKeys& keys
     r.fail("'num_experts_per_tok' must be a positive integer, got null");
   c.experts_per_token = r.positive("num_experts_per_tok", keys.per_token);
   check_expert_counts(r, c);
-  c.expert_inner = keys.inner_key ? r.positive("moe_intermediate_size", 768) : c.inner;
+  c.expert_inner = keys.inner_key ? r.positive("moe_intermediate_size", keys.inner) : c.inner;
   // Mixtral always renormalises its top-k weights (its router has no switch for it).
   c.norm_topk_prob = keys.always_normalized ? true : r.boolean("norm_topk_prob", false);
   c.expert_names = keys.names;
@@ -52,7 +52,7 @@ void parse_experts(const ConfigReader& r, ModelConfig& c, const ExpertKeys& keys
     }
   } else {
     for (const char* key : {"decoder_sparse_step", "mlp_only_layers", "moe_intermediate_size"})
-      if (given(j, key)) r.fail(str("'", key, "' = ", j[key].dump(), " is not read for model_type '", type,
+      if (given(j, key) && !(keys.inner_key && std::string(key) == "moe_intermediate_size")) r.fail(str("'", key, "' = ", j[key].dump(), " is not read for model_type '", type,
                                     "' (transformers reads it for qwen3_moe)"));
   }
   bool any = false;

@@ -13,7 +13,8 @@ struct ExpertKeys {
   bool local_only = false;          // reads num_local_experts alone (Mixtral); else it and num_experts as one
   int64_t experts = 64;             // their defaults
   int64_t per_token = 8;
-  bool inner_key = false;           // moe_intermediate_size (default 768); else intermediate_size
+  bool inner_key = false;           // moe_intermediate_size (default `inner`); else intermediate_size
+  int64_t inner = 768;
   bool always_normalized = false;   // TopK weights always renormalised (no norm_topk_prob)
   bool sparse_layer_keys = false;   // decoder_sparse_step and mlp_only_layers (Qwen3-MoE)
   ModelConfig::ExpertNames names = ModelConfig::ExpertNames::qwen;

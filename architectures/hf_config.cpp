@@ -194,7 +194,7 @@ void parse_rope(const Reader& r, ModelConfig& c, const Architecture& a) {
 void parse_layers(const Reader& r, ModelConfig& c, const Architecture& a) {
   const std::string& type = c.model_type;
   c.layer_kinds.assign(static_cast<size_t>(c.layers), LayerKind{});
-  LayerParse l{layer_types(r, c), window_key(r, a.sliding_window), std::vector<bool>(static_cast<size_t>(c.layers), false)};
+  LayerParse l{layer_types(r, c, a.linear_attention), window_key(r, a.sliding_window), std::vector<bool>(static_cast<size_t>(c.layers), false)};
   a.layers(r, c, l);
   if (given(r.j, "no_rope_layers") && !a.no_rope_layers)
     r.fail(str("'no_rope_layers' = ", r.j["no_rope_layers"].dump(),
@@ -236,20 +236,39 @@ void refuse_unsupported(const Reader& r, const Architecture& a) {
         refuse(key, "scaling multipliers are Granite's (model_type granite)");
 }
 
-// A multimodal checkpoint whose text model linnet runs: Mistral 3's (Mistral3ForConditionalGeneration:
-// Mistral Small 3.1/3.2, and Mistral Small 4 with a mistral4 text model). Its text_config is the
-// model, with the keys transformers reads from the wrapper itself: tie_word_embeddings (Mistral3Config's
-// default true), the dtype and quantization_config. The vision tower's tensors are set aside at load.
-ModelConfig parse_text_model(const json& j, const std::string& source) {
+// The multimodal checkpoints whose text model linnet runs: their model_type, their text_config's
+// default model_type, and their config class's tie_word_embeddings default.
+struct Wrapper {
+  const char* model_type;
+  const char* text_model_type;
+  bool tie_default;
+};
+constexpr Wrapper kWrappers[] = {
+    {"mistral3", "mistral", true},               // Mistral Small 3.1/3.2; Mistral Small 4 (mistral4 text)
+    {"qwen3_5", "qwen3_5_text", false},          // Qwen3.5 (Qwen3_5ForConditionalGeneration)
+    {"qwen3_5_moe", "qwen3_5_moe_text", false},  // Qwen3.5-MoE (Qwen3_5MoeForConditionalGeneration)
+};
+const Wrapper* wrapper_of(const json& j) {
+  if (!j.is_object() || !j.contains("model_type") || !j["model_type"].is_string()) return nullptr;
+  for (const Wrapper& w : kWrappers)
+    if (j["model_type"] == w.model_type) return &w;
+  return nullptr;
+}
+
+// A multimodal checkpoint whose text model linnet runs (kWrappers). Its text_config is the
+// model, with the keys transformers reads from the wrapper itself: tie_word_embeddings (the
+// wrapper class's default), the dtype and quantization_config. The vision tower's tensors are set
+// aside at load.
+ModelConfig parse_text_model(const json& j, const std::string& source, const Wrapper& w) {
   Reader r{j, source};
-  const std::string wrapper = r.string("model_type", "");
+  const std::string wrapper = w.model_type;
   if (!given(j, "text_config") || !j["text_config"].is_object())
     r.fail(str("model_type '", wrapper, "' (a multimodal checkpoint) needs its text_config object: the text model "
                "linnet runs"));
   json t = j["text_config"];
-  if (!given(t, "model_type")) t["model_type"] = "mistral";  // Mistral3Config's default text model
+  if (!given(t, "model_type")) t["model_type"] = w.text_model_type;  // the wrapper's default text model
   if (t["model_type"] == wrapper) r.fail(str("text_config's model_type is '", wrapper, "' again"));
-  t["tie_word_embeddings"] = given(j, "tie_word_embeddings") ? j["tie_word_embeddings"] : json(true);
+  t["tie_word_embeddings"] = given(j, "tie_word_embeddings") ? j["tie_word_embeddings"] : json(w.tie_default);
   for (const char* key : {"torch_dtype", "dtype", "quantization_config"})
     if (given(j, key)) {
       if (std::string(key) != "quantization_config") t.erase("torch_dtype"), t.erase("dtype");
@@ -263,8 +282,8 @@ ModelConfig parse_text_model(const json& j, const std::string& source) {
 }  // namespace
 
 ModelConfig parse_hf_config(const json& j, const std::string& source) {
-  // Mistral 3's multimodal checkpoints: their text model (parse_text_model).
-  if (j.is_object() && j.contains("model_type") && j["model_type"] == "mistral3") return parse_text_model(j, source);
+  // Multimodal checkpoints (Mistral 3's, Qwen3.5's): their text model (parse_text_model).
+  if (const Wrapper* w = wrapper_of(j)) return parse_text_model(j, source, *w);
   if (!j.is_object()) throw Error(str(source, ": config must be a JSON object"));
   Reader r{j, source};
   ModelConfig c;
@@ -298,7 +317,7 @@ ModelConfig parse_hf_config(const json& j, const std::string& source) {
   c.hidden = r.positive("hidden_size");
   c.heads = r.positive("num_attention_heads");
   c.kv_heads = r.positive("num_key_value_heads", c.heads);
-  c.inner = r.positive("intermediate_size");
+  c.inner = fam->every_layer_sparse ? 0 : r.positive("intermediate_size");  // (Qwen3.5-MoE: no dense MLP)
   c.layers = r.positive("num_hidden_layers");
   c.max_position = r.positive("max_position_embeddings", 2048);
   if (c.heads % c.kv_heads != 0)
@@ -465,7 +484,10 @@ json to_hf_config(const ModelConfig& c) {
   // Layers: the window and each layer's type.
   if (!c.layer_kinds.empty() && fam->writes_layer_types) {
     json types = json::array();
-    for (int64_t i = 0; i < c.layers; ++i) types.push_back(c.layer_kind(i).sliding ? "sliding_attention" : "full_attention");
+    for (int64_t i = 0; i < c.layers; ++i)
+      types.push_back(c.layer_kind(i).linear ? "linear_attention"
+                      : c.layer_kind(i).sliding ? "sliding_attention"
+                                                : "full_attention");
     j["layer_types"] = types;
   }
   j["sliding_window"] = c.sliding_window ? json(*c.sliding_window) : json(nullptr);

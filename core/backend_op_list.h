@@ -50,6 +50,11 @@ LINNET_OP(scale_by_position, "scale_by_position",
 // x ← x · value, x / value, or value · tanh(x / value) (soft-capping) (Backend::Pointwise),
 // element by element in f32.
 LINNET_OP(pointwise, "pointwise", (Tensor& x, Pointwise op, float value), (x, op, value))
+// x[n, j] ← x[n, j] · sigmoid(gate[n, j / (W / G)]) for x [N, W], gate [N, G] (W a multiple of
+// G, one dtype): an output gate per column (Qwen3.5's gated attention, G = W) or per row (its
+// shared expert's gate, G = 1). In f32; a narrower dtype rounds sigmoid(gate) to it first, as
+// torch's sigmoid in that dtype does.
+LINNET_OP(sigmoid_mul, "sigmoid_mul", (Tensor& x, const Tensor& gate), (x, gate))
 // out[n] = Σ x[n, c]² over columns [col_begin, col_begin + cols), in f32 (out [N] f32): a
 // norm's sum of squares, for a norm whose columns are split across shards (all-reduced by
 // the caller).

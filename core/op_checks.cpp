@@ -408,6 +408,15 @@ void gumbel_max(const char* backend, const Tensor& logits, int64_t valid, int64_
   index_vec(k, "index", index, logits.dim(0));
 }
 
+void sigmoid_mul(const char* backend, Tensor& x, const Tensor& gate) {
+  const Op k{backend, "sigmoid_mul"};
+  rank_is(k, "x", x, 2);
+  rank_is(k, "gate", gate, 2);
+  NEED(gate.dim(0) == x.dim(0) && gate.dim(1) > 0 && x.dim(1) % gate.dim(1) == 0 && gate.dtype() == x.dtype(),
+       str("gate ", gate.describe(), " should be [", x.dim(0), ", G] ", dtype_name(x.dtype()), " with G dividing x ",
+           x.describe(), "'s columns"));
+}
+
 void causal_conv1d(const char* backend, const Tensor& x, const Tensor& weight, const Tensor& rows, Tensor& state,
                    Tensor& out) {
   const Op k{backend, "causal_conv1d"};

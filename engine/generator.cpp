@@ -8,11 +8,13 @@ namespace linnet::engine {
 
 Generator::Generator(Model& model, SchedulerLimits limits, std::vector<int32_t> eos)
     : model_(model),
-      pages_(model.generics().num_pages(), model.generics().page_size),
+      pages_(limits.max_pages > 0 ? std::min(limits.max_pages, model.generics().num_pages()) : model.generics().num_pages(),
+             model.generics().page_size),
       scheduler_(pages_, [&] {
         limits.max_seq = model.generics().max_seq;
         limits.whole_prompts = limits.whole_prompts || model.rope_follows_length();
         limits.recompute_at = model.config().recompute_cache_at;
+        if (model.config().any_linear()) limits.state_slots = model.generics().batch;  // a state row each
         LINNET_CHECK(limits.recompute_at == 0 || limits.whole_prompts, "a recomputed sequence runs whole");
         return limits;
       }()),
@@ -64,7 +66,8 @@ std::vector<Completion> Generator::step(const StopCheck& stop) {
     std::copy(s.pages.begin(), s.pages.end(), plan.table.begin() + r * plan.pages);
     for (int64_t i = sr.begin; i < sr.begin + sr.count; ++i)
       plan.tokens.add(s.tokens[static_cast<size_t>(i)], static_cast<int32_t>(i), -1, static_cast<int32_t>(r),
-                      static_cast<int32_t>(s.pages[static_cast<size_t>(i / ps)] * ps + i % ps));
+                      static_cast<int32_t>(s.pages[static_cast<size_t>(i / ps)] * ps + i % ps),
+                      s.state_slot >= 0 ? s.state_slot : static_cast<int32_t>(r));  // its state's slot
     if (!sr.sample) continue;
     const SamplingParams& p = s.request.params;
     plan.sample[static_cast<size_t>(r)] = static_cast<int32_t>(plan.tokens.size()) - 1;

@@ -49,6 +49,7 @@ class Generator {
   std::vector<Completion> step(const StopCheck& stop = {});
   const GeneratorStats& stats() const { return stats_; }
   const PageAllocator& pages() const { return pages_; }
+  size_t free_state_slots() const { return scheduler_.free_state_slots(); }
 
  private:
   Model& model_;

@@ -11,6 +11,8 @@ namespace linnet::engine {
 
 Scheduler::Scheduler(PageAllocator& pages, SchedulerLimits limits) : pages_(pages), limits_(limits) {
   LINNET_CHECK(limits_.max_seq > 0 && limits_.max_rows > 0 && limits_.token_budget > 0, "scheduler limits");
+  if (limits_.state_slots > 0) limits_.max_rows = std::min(limits_.max_rows, limits_.state_slots);
+  for (int64_t k = limits_.state_slots; k-- > 0;) free_slots_.push_back(static_cast<int32_t>(k));  // slot 0 first
 }
 
 std::string Scheduler::submit(Request r) {
@@ -61,6 +63,8 @@ void Scheduler::release(Sequence& s) {
   for (int32_t p : s.pages) pages_.release(p);
   s.pages.clear();
   s.computed = s.published = 0;
+  if (s.state_slot >= 0) free_slots_.push_back(s.state_slot);  // its state is recomputed if it runs again
+  s.state_slot = -1;
 }
 
 // Its pages go back; its tokens (prompt and what it generated) stay, to be recomputed when it
@@ -83,7 +87,7 @@ void Scheduler::preempt(Sequence& s) {
 bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows) {
   const int64_t ps = pages_.page_size(), n = static_cast<int64_t>(s->tokens.size());
   int32_t parent = -1;
-  for (int64_t j = 0; j < (limits_.whole_prompts ? 0 : (n - 1) / ps); ++j) {
+  for (int64_t j = 0; j < (sharing() ? (n - 1) / ps : 0); ++j) {
     const int32_t page = pages_.share(s->tokens, j, parent);
     if (page < 0) break;
     s->pages.push_back(page);
@@ -94,9 +98,13 @@ bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector
   // Whole prompts: the prompt in one chunk, past the budget only as a step's only row.
   if (limits_.whole_prompts && n - s->computed > budget && !(rows.empty() && running_.empty())) return false;
   const int64_t chunk = limits_.whole_prompts ? n - s->computed : std::min(n - s->computed, budget);
-  if (!ensure_pages(*s, s->computed + chunk)) {
+  if (!ensure_pages(*s, s->computed + chunk) || (limits_.state_slots > 0 && free_slots_.empty())) {
     release(*s);
     return false;
+  }
+  if (limits_.state_slots > 0) {
+    s->state_slot = free_slots_.back();
+    free_slots_.pop_back();
   }
   s->admitted = next_admission_++;
   rows.push_back({s.get(), s->computed, chunk, s->computed + chunk == n});
@@ -196,7 +204,7 @@ std::vector<Completion> Scheduler::complete(const std::vector<StepRow>& rows, co
   for (size_t i = 0; i < rows.size(); ++i) {
     Sequence& s = *rows[i].seq;
     s.computed += rows[i].count;
-    for (; !limits_.whole_prompts && (s.published + 1) * ps <= s.computed; ++s.published) {
+    for (; sharing() && (s.published + 1) * ps <= s.computed; ++s.published) {
       const size_t j = static_cast<size_t>(s.published);
       pages_.publish(s.pages[j], s.tokens, s.published, j ? s.pages[j - 1] : -1);
     }

@@ -29,6 +29,15 @@ struct SchedulerLimits {
   // to its long factors there, and transformers recomputes the keys with them). Needs
   // whole_prompts (the recomputation runs in one chunk).
   int64_t recompute_at = 0;
+  // > 0: the model keeps a recurrent state per sequence (Gated DeltaNet layers) in one of this
+  // many state slots (Batch): each running sequence holds one from admission until it finishes,
+  // is preempted (recomputed from its start later) or is cancelled. No pages are shared then: a
+  // shared prefix's pages would not bring its state with them.
+  int64_t state_slots = 0;
+  // > 0: the engine uses at most this many of the model's cache pages (the rest stay unused): a
+  // pool smaller than Batch rows' (tests of preemption where Batch bounds the rows, as the
+  // state slots do).
+  int64_t max_pages = 0;
 };
 
 // A request in the scheduler: its tokens so far (prompt, then generated) and its pages.
@@ -40,6 +49,7 @@ struct Sequence {
   int64_t published = 0;        // full pages offered for sharing
   std::vector<int32_t> pages;   // page j holds positions j·PageSize …
   int64_t preemptions = 0;
+  int32_t state_slot = -1;      // its recurrent state's slot while running (SchedulerLimits::state_slots)
   uint64_t admitted = 0;        // admission order (the newest is preempted first)
   uint64_t arrival = 0;         // submission order (the waiting line: priority, then arrival)
   // What its logit processors read, kept as tokens come (only when its params use them):
@@ -78,12 +88,16 @@ class Scheduler {
                                    const std::vector<int32_t>& eos, const StopCheck& stop);
 
   int64_t preemptions() const { return preemptions_; }
+  // The state slots running sequences hold (tests: each slot held once, all back when idle).
+  size_t free_state_slots() const { return free_slots_.size(); }
   // Drops the request with this index, waiting or running: its pages go back at once (a
   // client that went away). False when no such request is here (finished already).
   bool cancel(size_t index);
 
  private:
   bool ensure_pages(Sequence& s, int64_t end);  // pages for positions [0, end)
+  // Whether full pages are shared between sequences (not for whole prompts, nor with a state).
+  bool sharing() const { return !limits_.whole_prompts && limits_.state_slots == 0; }
   void preempt(Sequence& s);
   void release(Sequence& s);
   bool admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows);
@@ -97,6 +111,7 @@ class Scheduler {
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   uint64_t next_admission_ = 0, next_arrival_ = 0;
+  std::vector<int32_t> free_slots_;  // state slots no running sequence holds
   int64_t preemptions_ = 0;
 };
 

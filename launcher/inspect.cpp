@@ -119,9 +119,22 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
     o << g.layers << " layers × [" << g.batch << ", " << g.max_seq << ", " << states[0].dim << "] "
       << dtype_name(g.cache_dtype(held)) << (g.kv_dtype ? " (--kv-cache-dtype)" : "")
       << " (cache_latent: [k_pe | c_kv], whole on every rank)\n";
-  else
-    o << "2 × " << g.layers << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", "
+  else {
+    int64_t kv_layers = 0;  // the layers keeping keys and values (not a hybrid's linear ones)
+    for (const auto& s : states) kv_layers += s.kind == LayerCacheSpec::Kind::heads;
+    o << "2 × " << kv_layers << " layers × [" << g.batch << ", " << g.kv_heads_per_shard() << ", " << g.max_seq << ", "
       << g.head_dim() << "] " << dtype_name(g.cache_dtype(held)) << (g.kv_dtype ? " (--kv-cache-dtype)" : "") << "\n";
+  }
+  if (f.state > 0) {
+    // Gated DeltaNet: a fixed size a row, whatever MaxSeq (the conv's last inputs, the delta state).
+    const LayerCacheSpec* r = nullptr;
+    int64_t n = 0;
+    for (const auto& s : states)
+      if (s.kind == LayerCacheSpec::Kind::recurrent) r = &s, ++n;
+    o << "Recurrent state per rank\t" << f.state << " (" << human_bytes(static_cast<double>(f.state)) << ") = " << n
+      << " layers × " << g.batch << " rows × ([" << r->conv_channels << ", " << r->conv_kept << "] + ["
+      << r->delta.value_heads << ", " << r->delta.key_dim << ", " << r->delta.value_dim << "]) f32\n";
+  }
   o << "Total per rank\t" << f.total() << " (" << human_bytes(static_cast<double>(f.total())) << ")\n";
   if (c.moe()) {
     // Both ways to shard the experts, side by side (what --moe-sharding would change).

@@ -28,7 +28,20 @@ void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DeviceP
   Backend& be = ctx.backend;
   const int64_t n = x.dim(0);
   Tensor qkv = be.empty({n, dims.qkv_width()}, x.dtype());
-  qkv_proj.forward(ctx, x, qkv);  // q_proj | k_proj | v_proj, column-parallel
+  Tensor gate;  // [N, Heads/Shards · D] with an output gate
+  const int64_t d = dims.head_dim, qw = dims.q_heads * d;
+  if (output_gate) {
+    // q_proj's heads are [q | gate]: the queries join k and v in qkv, the gates apart.
+    Tensor proj = be.empty({n, dims.qkv_width() + qw}, x.dtype());
+    qkv_proj.forward(ctx, x, proj);
+    gate = be.empty({n, qw}, x.dtype());
+    be.copy_heads(proj, qkv, HeadCopy{.src_stride = 2 * d, .dst_stride = d, .heads = dims.q_heads, .width = d});
+    be.copy_heads(proj, gate, HeadCopy{.src_begin = d, .src_stride = 2 * d, .dst_stride = d, .heads = dims.q_heads,
+                                       .width = d});
+    be.copy_heads(proj, qkv, HeadCopy{.src_begin = 2 * qw, .dst_begin = qw, .width = dims.qkv_width() - qw});
+  } else {
+    qkv_proj.forward(ctx, x, qkv);  // q_proj | k_proj | v_proj, column-parallel
+  }
   norm_qk(ctx, qkv);
   // q heads then k heads are adjacent in the row: one rotation covers both.
   if (rope >= 0)
@@ -47,6 +60,7 @@ void GroupedQueryAttention::forward(Context& ctx, const Tensor& x, const DeviceP
     d.row_run = plan.row_run;  // prefill chunks: K/V reads shared among a row's tokens
     be.attention_cache(qkv, d, plan.cache_row, plan.positions, plan.table, cache.k, cache.v, attn);
   }
+  if (output_gate) be.sigmoid_mul(attn, gate);
   o_proj.forward_partial(ctx, attn, out);
   ctx.comm.all_reduce_sum(out);  // row-parallel o_proj: sum the shards' partial products
 }

@@ -21,7 +21,10 @@ namespace linnet {
 class GroupedQueryAttention {
  public:
   Linear q_proj, k_proj, v_proj;  // views into qkv_proj's rows
-  Linear qkv_proj;                // [(Heads + 2·KvHeads)/Shards · D, H]
+  Linear qkv_proj;                // [(Heads + 2·KvHeads)/Shards · D, H] ([(2·Heads + 2·KvHeads)/Shards · D, H] gated)
+  // An output gate (Qwen3.5, Qwen3-Next): q_proj's rows are per head [q | gate], and the
+  // attention's output is multiplied by sigmoid(gate) before o_proj.
+  bool output_gate = false;
   Linear o_proj;                  // [H, Heads/Shards · D]
   AttentionDims dims;             // the backend's geometry, with the options' window, scale and soft-cap
   int rope = 0;                   // the RoPE of DevicePlan::rope_freq this layer uses (-1: none)

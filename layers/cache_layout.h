@@ -10,7 +10,8 @@ namespace linnet {
 
 // Per layer: today every layer keeps keys and values of its KV heads, D wide — KvHeads/Shards
 // heads, or one head replicated on Shards/KvHeads shards when Shards > KvHeads; with latent
-// attention, the latent [k_pe | c_kv] of each position, whole on every shard.
+// attention, the latent [k_pe | c_kv] of each position, whole on every shard; a Gated DeltaNet
+// layer, its recurrent state per row (this shard's key heads, their value heads and channels).
 std::vector<LayerCacheSpec> layer_cache_specs(const ModelConfig& config, const Generics& g);
 
 }  // namespace linnet

@@ -28,10 +28,11 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
     A.k_norm_width = g.kv_heads * d;
     A.k_squares_counted = shard % g.kv_replicas() == 0;
   }
+  A.output_gate = config.attention_output_gate;
+  const int64_t rq = qh * d * (A.output_gate ? 2 : 1), rk = kvh * d;  // gated: q_proj's heads are [q | gate]
   A.qkv_proj.weight = w.matrix(a + "qkv_proj.weight", {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-                               {(qh + 2 * kvh) * d, g.hidden});
+                               {rq + 2 * rk, g.hidden});
   if (config.qkv_bias) A.qkv_proj.bias = w.stacked({a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"});
-  const int64_t rq = qh * d, rk = kvh * d;
   A.q_proj.weight = A.qkv_proj.weight.rows(0, rq);
   A.k_proj.weight = A.qkv_proj.weight.rows(rq, rq + rk);
   A.v_proj.weight = A.qkv_proj.weight.rows(rq + rk, rq + 2 * rk);
@@ -44,6 +45,26 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
   if (config.o_bias) A.o_proj.bias = w.param(a + "o_proj.bias");
   if (ao.sinks) A.sinks = w.param(a + "sinks");
   return A;
+}
+
+GatedDeltaNet load_gated_delta_net(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i) {
+  const LinearAttentionConfig& la = *config.linear_attention;
+  const int64_t s = g.shards;
+  const std::string a = "layers[" + std::to_string(i) + "].linear_attention.";
+  GatedDeltaNet L;
+  L.dims = DeltaNetDims{la.key_heads / s, la.key_dim, la.value_heads / s, la.value_dim};
+  L.qkv_proj.weight = w.matrix(a + "qkv_proj.weight", {a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
+                               {L.dims.qkv_width(), g.hidden});
+  L.z_proj.weight = w.matrix(a + "z_proj.weight", {a + "z_proj.weight"}, w.spec(a + "z_proj.weight").shard_shape());
+  L.ba_proj.weight = w.matrix(a + "ba_proj.weight", {a + "b_proj.weight", a + "a_proj.weight"},
+                              {2 * L.dims.value_heads, g.hidden});
+  L.conv = w.table({a + "conv_q.weight", a + "conv_k.weight", a + "conv_v.weight"});
+  L.a_log = w.param(a + "A_log");
+  L.dt_bias = w.param(a + "dt_bias");
+  L.norm = w.param(a + "norm.weight");  // a plain weight, not (1 + w): transformers' RMSNormGated
+  L.norm_eps = static_cast<float>(config.rms_norm_eps);
+  L.out_proj.weight = w.matrix(a + "out_proj.weight", {a + "out_proj.weight"}, w.spec(a + "out_proj.weight").shard_shape());
+  return L;
 }
 
 LatentAttention load_latent_attention(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i) {
@@ -134,6 +155,8 @@ SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generic
   }
   if (config.router_bias) E.router.bias = w.param(m + "router.e_score_correction_bias");
   if (g.shared_inner > 0) E.shared = load_swiglu(w, config, m + "shared.", g.shared_inner_per_shard(), false);
+  if (config.shared_expert_gate)
+    E.shared_gate.weight = w.matrix(m + "shared_gate.weight", {m + "shared_gate.weight"}, {1, g.hidden});
   E.num_experts = g.experts;
   E.first_expert = g.expert_begin(shard);
   E.inner = g.expert_inner_per_shard();
@@ -196,7 +219,8 @@ DecoderLayer decoder_layer(WeightLoader& w, const ModelConfig& config, const Gen
     L.post_mlp_norm = w.norm(p + "post_mlp_norm.weight");
   }
   L.residual_multiplier = static_cast<float>(config.residual_multiplier);
-  if (config.mla) L.latent_attention = load_latent_attention(w, config, g, i);
+  if (config.linear_layer(i)) L.linear_attention = load_gated_delta_net(w, config, g, i);
+  else if (config.mla) L.latent_attention = load_latent_attention(w, config, g, i);
   else L.attention = load_attention(w, config, g, i, shard);
   if (config.sparse_layer(i)) L.moe = load_experts(w, config, g, i, shard);
   else L.mlp = load_mlp(w, config, g, i);

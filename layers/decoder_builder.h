@@ -17,6 +17,10 @@ GroupedQueryAttention load_attention(WeightLoader& w, const ModelConfig& config,
 // Layer i's latent attention (ModelConfig::mla): q_a/q_b (or q_proj) and o_proj as their
 // splits say, kv_a_proj whole, kv_b_proj held absorbed (WeightLoader::absorbed_kv_b).
 LatentAttention load_latent_attention(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i);
+// Layer i's Gated DeltaNet (ModelConfig::linear_attention): q|k|v, z and b|a column-parallel
+// by head (each one product over its stacked rows), the conv taps of its channels, out_proj
+// row-parallel.
+GatedDeltaNet load_gated_delta_net(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i);
 // Layer i's experts: this rank's (expert sharding) or every expert's slices (tensor sharding).
 SparseMoe load_experts(WeightLoader& w, const ModelConfig& config, const Generics& g, int64_t i, int64_t shard);
 // A SwiGLU under card prefix m ("layers[i].mlp.", a layer's shared experts "layers[i].mlp.shared."),

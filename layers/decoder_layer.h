@@ -2,11 +2,13 @@
 // The families' variants: norms after the blocks too (Gemma 2/3: post_attention_norm,
 // post_mlp_norm) or only after them (OLMo 2: no attention_norm / mlp_norm), and Granite's
 // residual multiplier (x += f(x) · m). A sparse layer (Mixtral, Qwen3-MoE, OLMoE) has a
-// mixture of experts in place of the MLP.
+// mixture of experts in place of the MLP; a linear layer (Qwen3.5) Gated DeltaNet in place of
+// attention.
 #pragma once
 #include <optional>
 
 #include "layers/attention.h"
+#include "layers/gated_delta_net.h"
 #include "layers/latent_attention.h"
 #include "layers/rms_norm.h"
 #include "layers/sparse_moe.h"
@@ -18,6 +20,7 @@ struct DecoderLayer {
   std::optional<RmsNorm> attention_norm;       // before attention (absent: OLMo 2)
   GroupedQueryAttention attention;
   std::optional<LatentAttention> latent_attention;  // in place of `attention` (DeepSeek V2/V3, Mistral 4)
+  std::optional<GatedDeltaNet> linear_attention;    // in place of `attention` (Qwen3.5's linear layers)
   std::optional<RmsNorm> post_attention_norm;  // after attention (Gemma 2/3, OLMo 2)
   std::optional<RmsNorm> mlp_norm;             // before the MLP (absent: OLMo 2)
   SwiGlu mlp;                                  // a dense layer's MLP
@@ -25,9 +28,10 @@ struct DecoderLayer {
   std::optional<RmsNorm> post_mlp_norm;        // after the MLP (Gemma 2/3, OLMo 2)
   float residual_multiplier = 1.0f;            // Granite
 
-  // The attention block: grouped-query or latent attention.
+  // The attention block: grouped-query, latent or linear attention.
   void attend(Context& ctx, const Tensor& x, const DevicePlan& plan, LayerCache& cache, Tensor& out) const {
-    if (latent_attention) latent_attention->forward(ctx, x, plan, cache, out);
+    if (linear_attention) linear_attention->forward(ctx, x, plan, cache, out);
+    else if (latent_attention) latent_attention->forward(ctx, x, plan, cache, out);
     else attention.forward(ctx, x, plan, cache, out);
   }
   // The MLP block: the dense MLP or the mixture of experts.

@@ -71,7 +71,8 @@ Tensor Model::step_packed(const Tensor& tokens, const Tensor& rows, const Tensor
   for (int64_t p = 0; p < p_count; ++p) {
     const int64_t slot = row[p] * g_.max_seq + pos[p];
     writes.add(slot, str("tokens[", p, "] (row ", row[p], ", position ", pos[p], ")"));
-    plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, static_cast<int32_t>(slot));
+    plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, static_cast<int32_t>(slot),
+             static_cast<int32_t>(row[p]));  // a packed run written into its row: the row's state too
   }
   std::vector<int32_t> select;
   for (int64_t b = 0; b < g_.batch; ++b) select.push_back(static_cast<int32_t>(lst[b] < 0 ? -1 : lst[b]));

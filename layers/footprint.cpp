@@ -1,5 +1,6 @@
 #include "layers/footprint.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
@@ -55,8 +56,12 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DT
     if (!p.held_by(0)) continue;  // another rank's expert (every rank holds Experts/Shards of them)
     f.parameters = add(f.parameters, held_bytes(c, p, held, weights));
   }
-  for (const LayerCacheSpec& layer : layer_states(c, g)) f.kv_per_slot = add(f.kv_per_slot, mul(layer.values_per_slot(), e));
+  for (const LayerCacheSpec& layer : layer_states(c, g)) {
+    f.kv_per_slot = add(f.kv_per_slot, mul(layer.values_per_slot(), e));
+    f.state_per_row = add(f.state_per_row, mul(layer.state_values_per_row(), 4));
+  }
   f.kv_cache = mul(f.kv_per_slot, mul(g.batch, g.max_seq));
+  f.state = mul(f.state_per_row, g.batch);
   return f;
 }
 
@@ -75,14 +80,17 @@ void check_fits(const ModelConfig& c, const Generics& g, DType held, DType weigh
                         : str(" (90% of ", human_bytes(double(available)), ")");
   std::string msg = str("this rank needs ", human_bytes(double(f.total())), " (parameters ",
                         human_bytes(double(f.parameters)), " + KV cache ", human_bytes(double(f.kv_cache)),
-                        " for Batch ", g.batch, " × MaxSeq ", g.max_seq, ", ", dtype_name(held), "), but the ", device,
-                        " has ", human_bytes(double(budget)), share);
+                        " for Batch ", g.batch, " × MaxSeq ", g.max_seq, ", ", dtype_name(held),
+                        f.state > 0 ? str(" + recurrent state ", human_bytes(double(f.state)), " for Batch ", g.batch)
+                                    : std::string(),
+                        "), but the ", device, " has ", human_bytes(double(budget)), share);
   if (f.parameters >= budget) {
     msg += str("; the parameters alone do not fit: use more shards (ranks) or another dtype");
   } else {
-    const int64_t slots = (budget - f.parameters) / f.kv_per_slot;
+    const int64_t room = budget - f.parameters;
+    const int64_t slots = std::max<int64_t>(0, room - f.state) / std::max<int64_t>(1, f.kv_per_slot);
     const int64_t max_seq = slots / g.batch / g.page_size * g.page_size;
-    const int64_t batch = slots / g.max_seq;
+    const int64_t batch = room / std::max<int64_t>(1, f.kv_per_slot * g.max_seq + f.state_per_row);
     msg += max_seq_defaulted ? str("; MaxSeq defaults to max_position_embeddings (", c.max_position,
                                    "): pass --max-seq to lower it")
                              : std::string();

@@ -25,7 +25,10 @@ struct Footprint {
   int64_t parameters = 0;     // bytes; a tied lm_head is a view of the embedding (0 bytes)
   int64_t kv_cache = 0;       // bytes: each layer's state (layers/cache_layout.h) × Batch × MaxSeq
   int64_t kv_per_slot = 0;    // bytes per (row, position) of the cache
-  int64_t total() const { return parameters + kv_cache; }
+  // bytes: the recurrent layers' state (Gated DeltaNet), f32, a fixed size per row × Batch
+  int64_t state = 0;
+  int64_t state_per_row = 0;
+  int64_t total() const { return parameters + kv_cache + state; }
 };
 
 // `held`: the dtype the backend keeps the cache and 1-D parameters in (Backend::compute_dtype(T));

@@ -58,6 +58,10 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   if (g.kv_heads % g.shards != 0 && g.shards % g.kv_heads != 0)
     throw Error(str("KvHeads=", g.kv_heads, " does not divide by Shards=", g.shards, ", nor Shards by KvHeads (the KV "
                     "heads are split across the shards, or each replicated on Shards/KvHeads of them)"));
+  // Gated DeltaNet layers split by key head (each with its value heads, conv channels and gates).
+  if (c.any_linear() && c.linear_attention->key_heads % g.shards != 0)
+    throw Error(str("LinearKeyHeads=", c.linear_attention->key_heads, " (linear_num_key_heads) does not divide by Shards=",
+                    g.shards, " (a Gated DeltaNet layer is split by key head, each with its value heads)"));
   // Inner splits where a layer has a dense MLP (a Mixtral's layers are all experts).
   if (c.any_dense_mlp() && g.inner % g.shards != 0)
     throw Error(str("Inner=", g.inner, " does not divide by Shards=", g.shards));

@@ -46,6 +46,20 @@ struct LayerKind {
   bool sliding = false;  // attends within ModelConfig::sliding_window
   int rope = 0;          // 0: the model's RoPE, 1: local_rope (Gemma 3's sliding layers), -1: none (NoPE)
   bool sparse = false;   // a mixture of experts in place of the MLP (ModelConfig::experts)
+  // Gated DeltaNet linear attention in place of attention (ModelConfig::linear_attention):
+  // transformers' layer_types "linear_attention" (Qwen3.5, Qwen3-Next).
+  bool linear = false;
+};
+
+// Gated DeltaNet (Qwen3.5, Qwen3-Next): key_heads heads of key_dim for q and k, value_heads of
+// value_dim for v (value head h reads key head h / (value_heads / key_heads)), a causal depthwise
+// convolution of conv_kernel taps over [q | k | v] (layers/gated_delta_net.h).
+struct LinearAttentionConfig {
+  int64_t key_heads = 0, key_dim = 0, value_heads = 0, value_dim = 0;
+  int64_t conv_kernel = 4;
+  int64_t key_width() const { return key_heads * key_dim; }
+  int64_t value_width() const { return value_heads * value_dim; }
+  int64_t conv_channels() const { return 2 * key_width() + value_width(); }  // [q | k | v]
 };
 
 // Multi-head latent attention (DeepSeek V2/V3, Kimi K2, Mistral 4): q through a low-rank
@@ -163,6 +177,14 @@ struct ModelConfig {
   // Multi-head latent attention in place of grouped-query attention (DeepSeek V2/V3, Mistral 4).
   std::optional<LatentAttentionConfig> mla;
 
+  // Gated DeltaNet layers (LayerKind::linear) beside the full-attention ones (Qwen3.5, Qwen3-Next).
+  std::optional<LinearAttentionConfig> linear_attention;
+  // The full-attention layers' output gate (Qwen3.5, Qwen3-Next): q_proj holds per head [q | gate]
+  // (2·D rows), and the attention's output is multiplied by sigmoid(gate) before o_proj.
+  bool attention_output_gate = false;
+  // Qwen3-Next's / Qwen3.5-MoE's shared expert: sigmoid(shared_expert_gate(x)) scales its output.
+  bool shared_expert_gate = false;
+
   // A quantized checkpoint's layout (quantization_config; none: every matrix dense).
   std::optional<Quantization> quantization;
 
@@ -193,6 +215,12 @@ struct ModelConfig {
   MlpOptions mlp_options() const { return MlpOptions{activation}; }
   bool moe() const { return experts > 0; }
   bool sparse_layer(int64_t i) const { return moe() && layer_kind(i).sparse; }
+  bool linear_layer(int64_t i) const { return linear_attention && layer_kind(i).linear; }
+  bool any_linear() const {
+    for (int64_t i = 0; i < layers; ++i)
+      if (linear_layer(i)) return true;
+    return false;
+  }
   // Whether some layer keeps a dense MLP of Inner (every layer of a dense model; Qwen3-MoE's
   // mlp_only_layers and those decoder_sparse_step skips).
   bool any_dense_mlp() const {
@@ -208,7 +236,7 @@ struct ModelConfig {
   // Every layer full attention with the model's RoPE.
   bool uniform_layers() const {
     for (const auto& k : layer_kinds)
-      if (k.sliding || k.rope != 0) return false;
+      if (k.sliding || k.rope != 0 || k.linear) return false;
     return true;
   }
   // Whether this is the plain Llama decoder (the seed's card applies as it is).
@@ -216,7 +244,7 @@ struct ModelConfig {
     return qk_norm == QkNorm::none && !norm_plus_one && pre_norms && !post_norms && activation == Activation::silu &&
            embedding_scale == 1.0 && residual_multiplier == 1.0 && !attention_scale && attn_softcap == 0 &&
            final_softcap == 0 && logits_scaling == 1.0 && head_size == 0 && uniform_layers() && !mla &&
-           partial_rotary_factor == 1.0 && !local_rope && !moe();
+           partial_rotary_factor == 1.0 && !local_rope && !moe() && !linear_attention && !attention_output_gate;
   }
 };
 

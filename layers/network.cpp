@@ -48,6 +48,8 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
     layers_.push_back(def.layer ? def.layer(w, config, g, i, shard) : decoder_layer(w, config, g, i, shard));
   matrices_ = w.take_matrices();
   cache_ = KvCache(be_, layer_states(config, g), g.batch, g.max_seq, g.cache_dtype(act_));
+  for (size_t i = 0; i < cache_.size(); ++i) recurrent_ |= cache_.spec(i).kind == LayerCacheSpec::Kind::recurrent;
+  state_next_.assign(static_cast<size_t>(g.batch), 0);
 
   std::vector<int32_t> table(static_cast<size_t>(g.num_pages()));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);  // row r, page j → r·PPR + j
@@ -79,6 +81,12 @@ Hidden Network::run(const TokenPlan& plan, const Tensor* table, const std::vecto
                             host(plan.slots)};
   up.push_back(host(select));
   if (table) up.push_back(table->dtype() == DType::i32 ? *table : table->to(DType::i32));
+  StatePlan state;  // (checked before anything is uploaded or run)
+  if (recurrent_ && plan.size() > 0) {
+    state = state_plan(plan);
+    up.push_back(host(state.rows));
+  }
+  const size_t state_at = up.size() - 1;
   const size_t first_rope = up.size();
   std::vector<int> per_token;  // the ropes whose [N, R/2] frequencies go up with the plan
   rope_inputs(plan, up, per_token);
@@ -106,12 +114,97 @@ Hidden Network::run(const TokenPlan& plan, const Tensor* table, const std::vecto
   }
   out.x = be_.empty({dp.n, g_.hidden}, act_);
   if (dp.n == 0) return out;
+  LayerCache scratch;  // packed runs' own state: zeroed before each recurrent layer
+  if (recurrent_) {
+    dp.state_rows = up[state_at];
+    zero_state_rows(state.fresh);
+    if (state.scratch_rows > 0)
+      for (size_t i = 0; i < cache_.size(); ++i) {
+        const LayerCacheSpec& s = cache_.spec(i);
+        if (s.kind != LayerCacheSpec::Kind::recurrent) continue;
+        scratch.conv = be_.empty({state.scratch_rows, s.conv_channels, s.conv_kept}, DType::f32);
+        scratch.delta = be_.empty({state.scratch_rows, s.delta.value_heads, s.delta.key_dim, s.delta.value_dim}, DType::f32);
+        break;
+      }
+  }
   embedding_.forward(ctx_, dp.ids, out.x);
   // Gemma: × √H; Granite: × embedding_multiplier.
   if (config_.embedding_scale != 1.0)
     be_.pointwise(out.x, Backend::Pointwise::multiply, static_cast<float>(config_.embedding_scale));
-  for (size_t i = 0; i < layers_.size(); ++i) layers_[i].forward(ctx_, out.x, dp, cache_.layer(i));
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (scratch.conv.defined() && cache_.spec(i).kind == LayerCacheSpec::Kind::recurrent) {
+      be_.fill_zero(scratch.conv);
+      be_.fill_zero(scratch.delta);
+      layers_[i].forward(ctx_, out.x, dp, scratch);
+      continue;
+    }
+    layers_[i].forward(ctx_, out.x, dp, cache_.layer(i));
+  }
   return out;
+}
+
+Network::StatePlan Network::state_plan(const TokenPlan& plan) {
+  const size_t n = plan.size();
+  StatePlan s;
+  s.rows.resize(n);
+  const bool scratch = plan.state_row[0] < 0;
+  if (scratch) {
+    // Packed runs that write no cache row (forward, scoring): each its own state, from zero.
+    std::map<int32_t, int32_t> run_row;
+    for (size_t i = 0; i < n; ++i) {
+      LINNET_CHECK(plan.state_row[i] < 0 && plan.run_start[i] >= 0,
+                   "a plan mixes tokens on state rows with packed runs of their own (token ", i, ")");
+      s.rows[i] = run_row.try_emplace(plan.run_start[i], static_cast<int32_t>(run_row.size())).first->second;
+    }
+    s.scratch_rows = static_cast<int64_t>(run_row.size());
+    return s;
+  }
+  // Tokens on cache rows: a row's tokens in this call are consecutive positions; its first
+  // starts a sequence (position 0, or the first of a packed run written into the row) or goes on
+  // where the row's state stopped. Anything else would read a state that belongs elsewhere.
+  std::map<int32_t, int32_t> last;  // row → its last position in this call
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t r = plan.state_row[i], p = plan.positions[i];
+    LINNET_CHECK(r >= 0 && r < g_.batch, "token ", i, " has state row ", r, " outside [0, Batch=", g_.batch, ")");
+    s.rows[i] = r;
+    const bool starts = p == 0 || plan.run_start[i] == static_cast<int32_t>(i);
+    auto it = last.find(r);
+    if (it == last.end()) {
+      if (starts) s.fresh.push_back(r);
+      else if (state_next_[static_cast<size_t>(r)] != p)
+        throw Error(str("row ", r, " at position ", p, ": this model's Gated DeltaNet layers keep one running state a row "
+                        "(not a cache of every position), which holds that row's sequence up to position ",
+                        state_next_[static_cast<size_t>(r)] - 1, state_next_[static_cast<size_t>(r)] == 0 ? " (none)" : "",
+                        "; a call may go on at position ", state_next_[static_cast<size_t>(r)],
+                        " or start the row again at 0"));
+      last.emplace(r, p);
+      continue;
+    }
+    if (starts || p != it->second + 1)
+      throw Error(str("row ", r, ": position ", p, " follows position ", it->second, " in one call; this model's Gated "
+                      "DeltaNet layers need each row's tokens in a call to be one run of consecutive positions"));
+    it->second = p;
+  }
+  for (const auto& [r, p] : last) state_next_[static_cast<size_t>(r)] = p + 1;
+  return s;
+}
+
+void Network::zero_state_rows(const std::vector<int32_t>& rows) {
+  if (rows.empty()) return;
+  std::vector<int32_t> sorted = rows;
+  std::sort(sorted.begin(), sorted.end());
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    if (cache_.spec(i).kind != LayerCacheSpec::Kind::recurrent) continue;
+    LayerCache& c = cache_.layer(i);
+    for (size_t a = 0; a < sorted.size();) {  // runs of consecutive rows, one fill each
+      size_t b = a + 1;
+      while (b < sorted.size() && sorted[b] == sorted[b - 1] + 1) ++b;
+      Tensor conv = c.conv.rows(sorted[a], sorted[b - 1] + 1), delta = c.delta.rows(sorted[a], sorted[b - 1] + 1);
+      be_.fill_zero(conv);
+      be_.fill_zero(delta);
+      a = b;
+    }
+  }
 }
 
 // Dynamic NTK and longrope frequencies follow the sequence's length, as transformers'

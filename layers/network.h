@@ -63,6 +63,19 @@ class Network {
   // The rope tables of a plan: static, or [N, R/2] per token (uploaded with the plan).
   void rope_inputs(const TokenPlan& plan, std::vector<Tensor>& host, std::vector<int>& which);
 
+  // The recurrent layers' state (Gated DeltaNet) of a plan, worked out on the host before any
+  // layer runs: each token's state row (its TokenPlan::state_row, or in a call of packed runs
+  // that write nothing, its run's row of a scratch state), the rows a sequence starts on (to be
+  // zeroed), and the check that every other row goes on exactly where it stopped.
+  struct StatePlan {
+    std::vector<int32_t> rows;   // [N]
+    int64_t scratch_rows = 0;    // > 0: the call's runs use a scratch state of this many rows
+    std::vector<int32_t> fresh;  // cache rows a sequence starts on in this call
+  };
+  StatePlan state_plan(const TokenPlan& plan);
+  // Zeroes the given rows of every recurrent layer's state.
+  void zero_state_rows(const std::vector<int32_t>& rows);
+
   ModelConfig config_;
   Generics g_;
   Backend& be_;
@@ -77,6 +90,10 @@ class Network {
   RmsNorm norm_;
   Linear lm_head_;         // [Vocab/Shards (padded), H], column-parallel
   KvCache cache_;
+  // The recurrent layers (Gated DeltaNet): whether there are any, and per cache row the next
+  // position its state expects (0: none yet, or a sequence may start there).
+  bool recurrent_ = false;
+  std::vector<int64_t> state_next_;
   Tensor identity_table_;  // [Batch, MaxSeq/PageSize] on the device: the contiguous cache
 };
 

@@ -55,20 +55,23 @@ void ParamTable::attention(bool fused_qkv) {
   // k/v rows: KvHeads/Shards heads a shard, or one head on each of kv_replicas() shards.
   const int64_t kv_rows = g_.kv_heads_per_shard() * d;
   auto replicate_kv = [&] { p_.back().replicas = g_.kv_replicas(); };
+  // With an output gate (Qwen3.5, Qwen3-Next) q_proj holds per head [q | gate]: 2·D rows a head.
+  const int64_t q_width = c_.attention_output_gate ? 2 * d : d;
   const std::pair<const char*, int64_t> qkv[] = {{"q_proj", g_.heads}, {"k_proj", g_.kv_heads}, {"v_proj", g_.kv_heads}};
   int64_t offset = 0;
   const Shape fused = {(g_.heads + 2 * g_.kv_heads) * d, h};
   for (auto [name, heads] : qkv) {
     const std::string w = std::string("self_attn.") + name, cw = std::string("attention.") + name;
     const bool kv = name[0] != 'q';  // k_proj, v_proj
-    const int64_t rows = kv ? kv_rows : heads / s * d;
+    const int64_t rows = kv ? kv_rows : heads / s * q_width;
+    const int64_t width = kv ? d : q_width;
     if (fused_qkv)
       add_part(hf_ + "self_attn.qkv_proj.weight", card_ + cw + ".weight", {heads * d, h}, fused, offset, rows);
     else
-      add_linear(hf_ + w + ".weight", card_ + cw + ".weight", {heads * d, h}, Split::rows, rows);
+      add_linear(hf_ + w + ".weight", card_ + cw + ".weight", {heads * width, h}, Split::rows, rows);
     if (kv) replicate_kv();
     if (c_.qkv_bias) {
-      add(hf_ + w + ".bias", card_ + cw + ".bias", {heads * d}, Split::rows, rows, true);
+      add(hf_ + w + ".bias", card_ + cw + ".bias", {heads * width}, Split::rows, rows, true);
       if (kv) replicate_kv();
     }
     offset += heads * d;
@@ -91,6 +94,33 @@ void ParamTable::attention(bool fused_qkv) {
     add(hf_ + "self_attn.sinks", card_ + "attention.sinks", {g_.heads}, Split::rows, g_.heads / s);
     p_.back().dtype = DType::f32;
   }
+}
+
+void ParamTable::linear_attention() {
+  const LinearAttentionConfig& la = *c_.linear_attention;
+  const int64_t h = g_.hidden, s = g_.shards, kw = la.key_width(), vw = la.value_width(), hv = la.value_heads;
+  const std::string a = hf_ + "linear_attn.", ca = card_ + "linear_attention.";
+  // in_proj_qkv [2·Kw + Vw, H]: its q, k and v row ranges, each split by heads.
+  const Shape qkv{2 * kw + vw, h};
+  add_part(a + "in_proj_qkv.weight", ca + "q_proj.weight", {kw, h}, qkv, 0, kw / s);
+  add_part(a + "in_proj_qkv.weight", ca + "k_proj.weight", {kw, h}, qkv, kw, kw / s);
+  add_part(a + "in_proj_qkv.weight", ca + "v_proj.weight", {vw, h}, qkv, 2 * kw, vw / s);
+  add_linear(a + "in_proj_z.weight", ca + "z_proj.weight", {vw, h}, Split::rows, vw / s);
+  add_linear(a + "in_proj_b.weight", ca + "b_proj.weight", {hv, h}, Split::rows, hv / s);
+  add_linear(a + "in_proj_a.weight", ca + "a_proj.weight", {hv, h}, Split::rows, hv / s);
+  // conv1d.weight [C, 1, K] seen as [C, K]: the q, k and v channels, split as their rows are (a
+  // convolution, never quantized: no stored_as_checkpoint_says).
+  const Shape conv{la.conv_channels(), la.conv_kernel};
+  int64_t offset = 0;
+  for (auto [part, rows] : {std::pair{"conv_q.weight", kw}, {"conv_k.weight", kw}, {"conv_v.weight", vw}}) {
+    p_.push_back(ParamSpec{a + "conv1d.weight", ca + part, {rows, la.conv_kernel}, Split::rows, rows / s, false, conv,
+                           offset, -1});
+    offset += rows;
+  }
+  add(a + "dt_bias", ca + "dt_bias", {hv}, Split::rows, hv / s);
+  add(a + "A_log", ca + "A_log", {hv}, Split::rows, hv / s);
+  add(a + "norm.weight", ca + "norm.weight", {la.value_dim}, Split::mirrored, 0);  // per head
+  add_linear(a + "out_proj.weight", ca + "out_proj.weight", {h, vw}, Split::columns, vw / s);
 }
 
 void ParamTable::latent_attention() {
@@ -150,9 +180,12 @@ void ParamTable::experts(const ExpertTensorNames& names) {
   // Shared experts: one SwiGLU of SharedInner beside the routed ones, sliced as the MLP is.
   if (g_.shared_inner > 0) {
     const int64_t si = g_.shared_inner;
-    add_linear(m + "shared_experts.gate_proj.weight", card_ + "mlp.shared.gate.weight", {si, h}, Split::rows, si / s);
-    add_linear(m + "shared_experts.up_proj.weight", card_ + "mlp.shared.up.weight", {si, h}, Split::rows, si / s);
-    add_linear(m + "shared_experts.down_proj.weight", card_ + "mlp.shared.down.weight", {h, si}, Split::columns, si / s);
+    const std::string se = m + names.shared + ".";
+    add_linear(se + "gate_proj.weight", card_ + "mlp.shared.gate.weight", {si, h}, Split::rows, si / s);
+    add_linear(se + "up_proj.weight", card_ + "mlp.shared.up.weight", {si, h}, Split::rows, si / s);
+    add_linear(se + "down_proj.weight", card_ + "mlp.shared.down.weight", {h, si}, Split::columns, si / s);
+    if (c_.shared_expert_gate)  // one logit a token, on every shard
+      add_linear(m + "shared_expert_gate.weight", card_ + "mlp.shared_gate.weight", {1, h}, Split::mirrored, 0);
   }
   if (names.gpt_oss) {
     // Expert e's gate_up [2·ExpertInner, H] (rows interleaved: gate 2i, up 2i + 1) is the
@@ -250,7 +283,8 @@ std::vector<ParamSpec> decoder_parameters(const ModelConfig& c, const Generics& 
 
 void pre_norm_layer(ParamTable& t, const ModelConfig& c, int64_t i, const ExpertTensorNames& experts) {
   t.norm("input_layernorm", "attention_norm");
-  if (c.mla) t.latent_attention();
+  if (c.linear_layer(i)) t.linear_attention();
+  else if (c.mla) t.latent_attention();
   else t.attention();
   // transformers' post_attention_layernorm is Llama's norm before the MLP.
   t.norm("post_attention_layernorm", "mlp_norm");

@@ -25,6 +25,10 @@ struct ExpertTensorNames {
   // and down_proj [Experts, ExpertInner, H], transposed too; gate_up_proj_bias [Experts,
   // 2·ExpertInner] and down_proj_bias [Experts, H].
   bool gpt_oss = false;
+  // The shared experts' module: `block`.`shared`.gate_proj/up_proj/down_proj (DeepSeek:
+  // shared_experts; Qwen3.5-MoE, Qwen3-Next: shared_expert, with `block`.shared_expert_gate
+  // beside it where ModelConfig::shared_expert_gate).
+  const char* shared = "shared_experts";
 };
 
 class ParamTable {
@@ -49,6 +53,11 @@ class ParamTable {
   // shard computes the whole latent), kv_b_proj [Heads·(Nope + V), KvLora] by rows, o_proj
   // [H, Heads·V] by columns; biases of q_a/kv_a/o where attention_bias.
   void latent_attention();
+  // Gated DeltaNet (ModelConfig::linear_attention; Qwen3.5's linear_attn): in_proj_qkv's q, k, v
+  // row ranges, in_proj_z [Vw, H], in_proj_b/a [ValueHeads, H], each by rows (a shard's heads);
+  // conv1d.weight [C, 1, K] by its q/k/v channels alike; dt_bias and A_log [ValueHeads] by rows;
+  // the gated norm [ValueDim] mirrored; out_proj [H, Vw] by columns.
+  void linear_attention();
   // gate/up_proj [Inner, H] by rows, down_proj [H, Inner] by columns, biases where mlp_bias.
   // fused_gate_up: gate and up are row ranges of one gate_up_proj tensor (Phi-3).
   void dense_mlp(bool fused_gate_up = false);

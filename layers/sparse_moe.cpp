@@ -109,6 +109,11 @@ void SparseMoe::forward(Context& ctx, const Tensor& x, Tensor& out) const {
   if (shared) {  // transformers: routed + shared_experts(x), each rounded to T, then added
     Tensor s = ctx.backend.empty(out.shape(), out.dtype());
     shared->forward(ctx, x, s);  // (its down's partial sums all-reduced there)
+    if (shared_gate.weight.defined()) {  // × sigmoid(shared_expert_gate(x)), a scalar a row
+      Tensor g = ctx.backend.empty({x.dim(0), 1}, x.dtype());
+      shared_gate.forward(ctx, x, g);
+      ctx.backend.sigmoid_mul(s, g);
+    }
     ctx.backend.add(out, s);
   }
 }

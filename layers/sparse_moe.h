@@ -69,6 +69,9 @@ class SparseMoe {
   // Shared experts (DeepSeek's, GLM-4.5's): one SwiGLU of SharedInner / Shards rows on every
   // rank in either sharding, its output added to the routed sum.
   std::optional<SwiGlu> shared;
+  // Qwen3.5-MoE's / Qwen3-Next's shared_expert_gate [1, H] (mirrored): the shared expert's output
+  // × sigmoid(x·wᵀ), a scalar a token (undefined: none).
+  Linear shared_gate;
   int64_t num_experts = 0;   // Experts (all ranks)
   int64_t first_expert = 0;
   int64_t inner = 0;         // ExpertInner' : this rank's rows of each expert

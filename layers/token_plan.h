@@ -15,14 +15,22 @@ struct TokenPlan {
   std::vector<int32_t> run_start;  // packed attention: index of the run's first token, else -1
   std::vector<int32_t> cache_row;  // cache attention: logical row of the table, else -1
   std::vector<int32_t> slots;      // flat cache slot for this token's K/V, else -1
+  // The recurrent state row this token reads and advances (Gated DeltaNet layers): its cache
+  // row by default; a packed run written into a row (prefill_packed) names it; -1 (a packed run
+  // that writes nothing): a scratch state of its own run, zeroed, for this call only.
+  std::vector<int32_t> state_row;
 
   size_t size() const { return ids.size(); }
   void add(int32_t id, int32_t position, int32_t start, int32_t row, int32_t slot) {
+    add(id, position, start, row, slot, row);
+  }
+  void add(int32_t id, int32_t position, int32_t start, int32_t row, int32_t slot, int32_t state) {
     ids.push_back(id);
     positions.push_back(position);
     run_start.push_back(start);
     cache_row.push_back(row);
     slots.push_back(slot);
+    state_row.push_back(state);
   }
 };
 
@@ -30,6 +38,7 @@ struct TokenPlan {
 struct DevicePlan {
   int64_t n = 0;
   Tensor ids, positions, run_start, cache_row, slots, table;
+  Tensor state_rows;  // [N] i32: each token's recurrent state row (models with such layers; else undefined)
   bool any_packed = false, any_cache = false, any_write = false;
   int64_t span = 0;  // the longest position a cache-attending token has, + 1
   int64_t row_run = 0;  // the longest run of consecutive cache-attending tokens on one row

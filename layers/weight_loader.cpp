@@ -57,6 +57,12 @@ Tensor WeightLoader::table(const std::string& card_name) {
   return be_.upload(converted(converted(weights_.read(p, shard_), g_.t), act_));
 }
 
+Tensor WeightLoader::table(const std::vector<std::string>& card_names) {
+  std::vector<Tensor> parts;
+  for (const auto& n : card_names) parts.push_back(converted(converted(weights_.read(spec(n), shard_), g_.t), act_));
+  return be_.upload(stack_rows(parts));
+}
+
 Tensor WeightLoader::stacked(const std::vector<std::string>& card_names) {
   std::vector<Tensor> parts;
   for (const auto& n : card_names) parts.push_back(host(n));

@@ -26,6 +26,8 @@ class WeightLoader {
   // A table of vectors [R, C] (gpt-oss's experts' biases, a row each): its slice rounded to T,
   // in the compute dtype, uploaded as it is (not laid out as a matrix).
   Tensor table(const std::string& card_name);
+  // Tables stacked by rows into one (Gated DeltaNet's conv taps of its q, k and v channels).
+  Tensor table(const std::vector<std::string>& card_names);
   // Slices stacked by rows into one device tensor (q|k|v, gate|up; biases too).
   Tensor stacked(const std::vector<std::string>& card_names);
   // An RMSNorm of the model's eps; Gemma's (1 + w) weight formed in f32 as transformers forms

@@ -1035,6 +1035,21 @@ OPS_TEST(Pointwise, "pointwise") {
     }
 }
 
+// Qwen3.5's output gates: one a column (gated attention) and one a row (its shared expert's).
+OPS_TEST(SigmoidMul, "sigmoid_mul") {
+  NEED_DEVICE_BACKENDS(devs);
+  for (auto [n, w, g] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 8}, {37, 2048, 2048}, {9, 1001, 1}})
+    for (DType act : kActs) {
+      const auto xv = in_dtype(randn(n * w, 181, 3.0f), act), gv = in_dtype(randn(n * g, 182, 4.0f), act);
+      OpRun run = [&](Backend& be, bool ref) -> Outputs {
+        Tensor x = put(be, ref, {n, w}, xv, act), gate = put(be, ref, {n, g}, gv, act);
+        be.sigmoid_mul(x, gate);
+        return {be.to_host(x)};
+      };
+      check_op("sigmoid_mul", str(n, "x", w, " gates ", g), dts(act, act), run, {{"x", bound_for(act)}});
+    }
+}
+
 OPS_TEST(SumSquaresAndColumnNorms, "sum_squares", "rms_norm_cols") {
   NEED_DEVICE_BACKENDS(devs);
   struct Case {

@@ -48,7 +48,8 @@ Reference reference(const std::string& name) {
 // The reference's rows through the engine (each row `copies` times), greedy, no EOS: tokens by
 // request index; `preemptions` gets the engine's count.
 std::map<size_t, std::vector<int32_t>> engine_greedy(const std::string& name, int64_t batch, int copies,
-                                                     int64_t* preemptions = nullptr, int64_t max_seq = 32) {
+                                                     int64_t* preemptions = nullptr, int64_t max_seq = 32,
+                                                     int64_t max_pages = 0) {
   const Reference ref = reference(name);
   auto backend = make_backend("cpu");
   SingleCommunicator comm;
@@ -57,7 +58,9 @@ std::map<size_t, std::vector<int32_t>> engine_greedy(const std::string& name, in
   o.max_seq = max_seq;
   o.page_size = 8;
   LoadedModel m = load_model((kGolden / name).string(), o, *backend, comm);
-  Generator gen(*m.model, SchedulerLimits{0, 256, 64}, {});
+  SchedulerLimits limits{0, 256, 64};
+  limits.max_pages = max_pages;
+  Generator gen(*m.model, limits, {});
   size_t index = 0;
   for (int c = 0; c < copies; ++c)
     for (size_t b = 0; b < ref.prompts.size(); ++b) {
@@ -72,6 +75,8 @@ std::map<size_t, std::vector<int32_t>> engine_greedy(const std::string& name, in
   while (!gen.idle())
     for (auto& c : gen.step()) out[c.index] = c.tokens;
   if (preemptions) *preemptions = gen.stats().preemptions;
+  // A model with a recurrent state (issue 40): every slot back once nothing runs.
+  EXPECT_EQ(gen.free_state_slots(), m.model->config().any_linear() ? static_cast<size_t>(batch) : 0u);
   return out;
 }
 
@@ -168,6 +173,22 @@ TEST(ExactGeneration, AGreedyTokenIsItsOwnTopOne) {
       EXPECT_EQ(top.ids[static_cast<size_t>(j * 2)], tgt[static_cast<size_t>(j)]) << "row " << b << " token " << j + 1;
       EXPECT_EQ(top.logprobs[static_cast<size_t>(j * 2)], lps[static_cast<size_t>(j)]) << "row " << b << " token " << j + 1;
     }
+  }
+}
+
+// issue 40: Qwen3.5's Gated DeltaNet layers keep a recurrent state per sequence in a slot of
+// its own. 130-token prompts (past transformers' chunks of 64), 96 greedy steps: alone, among
+// copies of themselves (prefill cut into other chunks, decoding beside prefills), and preempted
+// (four slots, a pool of two rows' pages: each recomputed from its start into a fresh slot) —
+// transformers' tokens every time, and every slot back when the engine is idle.
+TEST(ExactGeneration, Qwen3_5RecurrentStateThroughTheEngineEqualsTransformersGenerate) {
+  for (const char* name : {"qwen3_5", "qwen3_5_bf16", "qwen3_5_moe"}) {
+    SCOPED_TRACE(name);
+    expect_transformers_tokens(name, engine_greedy(name, 4, 1, nullptr, 256));
+    expect_transformers_tokens(name, engine_greedy(name, 8, 3, nullptr, 256));
+    int64_t preempted = 0;
+    expect_transformers_tokens(name, engine_greedy(name, 4, 2, &preempted, 256, 2 * 256 / 8));
+    EXPECT_GT(preempted, 0) << "the pool was meant to run out";
   }
 }
 

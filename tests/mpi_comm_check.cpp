@@ -119,6 +119,7 @@ class FakeDeviceBackend final : public Backend {
   void gumbel_max(const Tensor&, int64_t, int64_t, uint64_t, uint64_t, int32_t, float, Tensor&, Tensor&) override {
     no();
   }
+  void sigmoid_mul(Tensor&, const Tensor&) override { no(); }
   void causal_conv1d(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override { no(); }
   void gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const DeltaNetDims&,
                         Tensor&, Tensor&) override {

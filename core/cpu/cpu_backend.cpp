@@ -434,6 +434,16 @@ void CpuBackend::pointwise_op(Tensor& x, Pointwise op, float value) {
   }
 }
 
+void CpuBackend::sigmoid_mul_op(Tensor& x, const Tensor& gate) {
+  cpu_expect_f32(x, "sigmoid_mul", "x");
+  cpu_expect_f32(gate, "sigmoid_mul", "gate");
+  const int64_t n = x.dim(0), w = x.dim(1), groups = gate.dim(1), per = w / groups;
+  float* a = x.ptr<float>();
+  const float* g = gate.ptr<float>();
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t j = 0; j < w; ++j) a[r * w + j] *= 1.0f / (1.0f + std::exp(-g[r * groups + j / per]));
+}
+
 void CpuBackend::scale_by_position_op(Tensor& x, int64_t col_begin, int64_t cols, const Tensor& positions, float beta,
                                       int64_t period) {
   cpu_expect_f32(x, "scale_by_position", "x");

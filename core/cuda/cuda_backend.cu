@@ -921,6 +921,14 @@ void CudaBackend::pointwise_op(Tensor& x, Pointwise p, float value) {
   cuda::launch_pointwise(dt(x), x.data(), x.numel(), static_cast<int>(p), value, stream_);
 }
 
+void CudaBackend::sigmoid_mul_op(Tensor& x, const Tensor& gate) {
+  const char* op = "sigmoid_mul";
+  act_type(op, "x", x);
+  activate();
+  flush();  // launched directly (not a recorded Launch): after what is recorded before it
+  cuda::launch_sigmoid_mul(dt(x), x.data(), gate.data(), x.dim(0), x.dim(1), gate.dim(1), stream_);
+}
+
 void CudaBackend::scale_by_position_op(Tensor& x, int64_t col_begin, int64_t cols, const Tensor& positions, float beta,
                                        int64_t period) {
   const char* op = "scale_by_position";

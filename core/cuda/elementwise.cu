@@ -158,6 +158,18 @@ __global__ void pointwise_kernel(T* x, int64_t n, int op, float v) {
   }
 }
 
+// One thread per value: sigmoid(gate) rounded to T (torch's sigmoid in T), then the product.
+template <class T>
+__global__ void sigmoid_mul_kernel(T* x, const T* gate, int64_t N, int64_t W, int64_t G) {
+  const int64_t total = N * W, per = W / G;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t n = i / W, j = i - n * W;
+    const float s = to_f(from_f<T>(__fdiv_rn(1.f, __fadd_rn(1.f, expf(-to_f(gate[n * G + j / per]))))));
+    x[i] = from_f<T>(__fmul_rn(to_f(x[i]), s));
+  }
+}
+
 // One thread per value: x[n, c0 + c] · f(positions[n]), f rounded to T first (the reference
 // multiplies the query by the factor in its dtype).
 template <class T>
@@ -423,6 +435,15 @@ void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStrea
   if (n == 0) return;
   by_act(dt, "pointwise", [&]<class T>() {
     pointwise_kernel<T><<<blocks_for(n, kThreads), kThreads, 0, s>>>(static_cast<T*>(x), n, op, value);
+  });
+  LINNET_CUDA_LAUNCH_CHECK();
+}
+
+void launch_sigmoid_mul(int dt, void* x, const void* gate, int64_t N, int64_t W, int64_t G, cudaStream_t s) {
+  if (N * W == 0) return;
+  by_act(dt, "sigmoid_mul", [&]<class T>() {
+    sigmoid_mul_kernel<T><<<blocks_for(N * W, kThreads), kThreads, 0, s>>>(static_cast<T*>(x),
+                                                                          static_cast<const T*>(gate), N, W, G);
   });
   LINNET_CUDA_LAUNCH_CHECK();
 }

@@ -30,6 +30,8 @@ void launch_swiglu_clamped(int dt, const void* gate_up, void* out, int64_t N, in
                            cudaStream_t s);
 // op: 0 multiply, 1 divide, 2 soft-cap (Backend::Pointwise).
 void launch_pointwise(int dt, void* x, int64_t n, int op, float value, cudaStream_t s);
+// x [N, W] · sigmoid(gate [N, G]) column j by gate column j / (W / G) (Backend::sigmoid_mul).
+void launch_sigmoid_mul(int dt, void* x, const void* gate, int64_t N, int64_t W, int64_t G, cudaStream_t s);
 // Backend::scale_by_position over x [N, W].
 void launch_scale_by_position(int dt, void* x, int64_t N, int64_t W, int64_t c0, int64_t cols, const int32_t* positions,
                               float beta, int64_t period, cudaStream_t s);

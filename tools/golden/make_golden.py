@@ -794,6 +794,73 @@ ISSUE39_CASES = [
 ]
 
 
+# --------------------------------------------------------------------------------------
+# Issue 40: Qwen3.5's text model — Gated DeltaNet (linear attention) layers beside gated full
+# attention. Prompts past two of transformers' chunks of 64 (its chunked rule runs prompts, the
+# recurrent one decoded tokens; linnet runs the recurrent form for both), 96 greedy steps.
+# Linear key heads 4 < value heads 8 split over Shards 2 and 4; attention 8 heads over 4 KV heads
+# of 16, rotary 4 (partial_rotary_factor 0.25). Seeds 9000 + index.
+# --------------------------------------------------------------------------------------
+
+LONG_CHUNKS = {"S": 140, "runs": [(70, 0), (100, 0), (5, 0), (30, 10)], "S0": 130}
+QWEN3_5 = dict(FAMILY_BASE, architectures=["Qwen3_5ForCausalLM"], model_type="qwen3_5_text", num_hidden_layers=4,
+               num_attention_heads=8, num_key_value_heads=4, head_dim=16, max_position_embeddings=256,
+               linear_num_key_heads=4, linear_num_value_heads=8, linear_key_head_dim=8, linear_value_head_dim=8,
+               linear_conv_kernel_dim=4, attention_bias=False,
+               layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"],
+               rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
+                                "mrope_section": [1, 1, 0], "mrope_interleaved": True})
+QWEN3_5_NOTE = ("Qwen3_5ForCausalLM (qwen3_5_text): layers linear, full, linear, linear; Gated DeltaNet of 4 key heads "
+                "(dk 8) over 8 value heads (dv 8), conv kernel 4; gated attention (q_proj per head [q | gate]) of 8 "
+                "heads over 4 KV heads of 16, q/k norms (1 + w), partial rotary 0.25 (4 dims); RMSNorms (1 + w), the "
+                "gated norm plain; 140-token forward rows, packed runs of 70 and 100 (past transformers' chunks of "
+                "64), a 130-token prompt, 96 greedy steps")
+
+QWEN3_5_MOE = dict({k: v for k, v in QWEN3_5.items() if k != "intermediate_size"},
+                   architectures=["Qwen3_5MoeForCausalLM"], model_type="qwen3_5_moe_text", num_experts=8,
+                   num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24)
+QWEN3_5_MOE_NOTE = ("Qwen3_5MoeForCausalLM (qwen3_5_moe_text): qwen3_5's layers with every MLP a mixture of 8 experts "
+                    "(inner 16) top-2, renormalised, routers N(0, 1), and a shared expert (inner 24) scaled by "
+                    "sigmoid(shared_expert_gate(x)); " + QWEN3_5_NOTE.split(": ", 1)[1])
+
+ISSUE40_CASES = [
+    dict(family("qwen3_5", QWEN3_5_NOTE, inputs=LONG_CHUNKS, **QWEN3_5), steps=96,
+         dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    dict(family("qwen3_5_moe", QWEN3_5_MOE_NOTE, inputs=LONG_CHUNKS, **QWEN3_5_MOE), steps=96,
+         router=None, router_std=1.0, min_greedy_gap=2e-3, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    # Qwen3.5 as it ships: Qwen3_5ForConditionalGeneration around the text model, its tensors under
+    # model.language_model.* beside a (tiny) vision tower (model.visual.*), not run: text only.
+    dict({"name": "qwen3_5_vl", "inputs": LONG_CHUNKS,
+          "note": "Qwen3_5ForConditionalGeneration (qwen3_5) around qwen3_5's text model, a one-block vision tower "
+                  "in the checkpoint (model.visual.*, set aside: text only)",
+          "config": {"model_type": "qwen3_5", "architectures": ["Qwen3_5ForConditionalGeneration"],
+                     "text_config": {k: v for k, v in QWEN3_5.items() if k != "architectures"},
+                     "vision_config": {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2,
+                                       "out_hidden_size": 48, "patch_size": 4, "spatial_merge_size": 2,
+                                       "temporal_patch_size": 2, "num_position_embeddings": 16},
+                     "tie_word_embeddings": False}},
+         steps=96, dtypes=[("", "float32")]),
+]
+
+
+def issue40_init(pname, shape, gen):
+    """Qwen3.5's parameters where family_case's defaults would not fit them, else None: its (1 + w)
+    norms around 0 (the gated one, a plain weight, around 1), the conv taps and the decay's
+    A_log / dt_bias of a trained model's size."""
+    import torch
+    if pname.endswith("linear_attn.norm.weight"):
+        return 1.0 + 0.1 * torch.randn(shape, generator=gen)
+    if pname.endswith("norm.weight"):
+        return 0.1 * torch.randn(shape, generator=gen)
+    if pname.endswith("conv1d.weight"):
+        return 0.3 * torch.randn(shape, generator=gen)
+    if pname.endswith("A_log"):
+        return torch.log(torch.rand(shape, generator=gen) * 3.0 + 0.5)
+    if pname.endswith("dt_bias"):
+        return 0.5 * torch.randn(shape, generator=gen)
+    return None
+
+
 def deepseek_tweak(case):
     """moe_tweak's routers, and e_score_correction_bias N(0, 0.1) (a buffer transformers keeps in f32; its
     values in the stored dtype, so that the checkpoint holds them exactly)."""
@@ -1898,6 +1965,8 @@ def causal_lm(cfg):
     class, its text model has no AutoModelForCausalLM entry)."""
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    if cfg["architectures"][0].endswith("ForConditionalGeneration"):  # (Qwen3.5's: the auto map has its text model)
+        return getattr(transformers, cfg["architectures"][0])
     if cfg["model_type"] in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return transformers.AutoModelForCausalLM
     return getattr(transformers, cfg["architectures"][0])
@@ -1931,7 +2000,10 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     gen = torch.Generator().manual_seed(seed)
     state = {}
     for pname, p in model.named_parameters():
-        if pname.endswith("norm.weight"):
+        special = issue40_init(pname, p.shape, gen) if cfg["model_type"].startswith("qwen3_5") else None
+        if special is not None:
+            t = special
+        elif pname.endswith("norm.weight"):
             # Gemma's norms scale by (1 + w): around 0 there, around 1 elsewhere.
             base = 0.0 if cfg["model_type"].startswith("gemma") else 1.0
             t = base + 0.1 * torch.randn(p.shape, generator=gen)
@@ -2587,6 +2659,18 @@ def issue39_cases():
     return case_writers(ISSUE39_CASES, write)
 
 
+def issue40_cases():
+    """(name, writer) of every issue-40 case in every dtype it is written in."""
+    def write(c, i, di, suffix, dtype_name):
+        moe = "router" in c
+        entry = family_case(2 * i + di, c, suffix, dtype_name, False, seed_base=9000,
+                            tweak=moe_tweak(c) if moe else None)
+        if moe:
+            entry["moe"] = True
+        return entry
+    return case_writers(ISSUE40_CASES, write)
+
+
 def write_only(names):
     """Writes the named cases (issue 34's, 36's and 37's) and replaces their entries in
     manifest.json; every other case and its files stay as they are."""
@@ -2601,6 +2685,8 @@ def write_only(names):
     issue37 = dict(issue37_cases())
     issue38 = dict(issue38_cases())
     issue39 = dict(issue39_cases())
+    issue40 = dict(issue40_cases())
+    writers.update(issue40)
     writers.update(issue36)
     writers.update(issue37)
     writers.update(issue38)
@@ -2612,7 +2698,7 @@ def write_only(names):
         manifest = json.load(f)
     for n in names:
         entry = writers[n]()
-        entry["issue39" if n in issue39 else "issue38" if n in issue38 else "issue37" if n in issue37 else "issue36" if n in issue36
+        entry["issue40" if n in issue40 else "issue39" if n in issue39 else "issue38" if n in issue38 else "issue37" if n in issue37 else "issue36" if n in issue36
               else "issue34"] = True
         manifest["cases"] = [e for e in manifest["cases"] if e["name"] != n] + [entry]
     manifest["total_bytes"] = sum(e["bytes"] for e in manifest["cases"])

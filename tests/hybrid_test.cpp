@@ -1,0 +1,199 @@
+// Hybrid linear-attention models (issue 40): Qwen3.5's text model (architectures/qwen3_5.cpp) —
+// its config as transformers' Qwen3_5TextConfig reads it, its recurrent state (a fixed size a
+// row, counted by the footprint and held by the cache), every entry on a random model against
+// forward, batch invariance, and the one rule its state adds: a row goes on where it stopped or
+// starts again at 0. Its numbers against transformers: the fixtures qwen3_5* (tests/
+// conformance_test.cpp) and ExactGeneration.Qwen3_5* (the engine, tests/exact_generation_test.cpp).
+#include <gtest/gtest.h>
+
+#include "architectures/hf_config.h"
+#include "config_models.h"
+#include "core/backend.h"
+#include "layers/footprint.h"
+#include "layers/kv_cache.h"
+#include "layers/model_definition.h"
+#include "model_fixtures.h"
+
+using namespace linnet;
+using namespace linnet::testing;
+using nlohmann::json;
+
+namespace {
+
+// Layers linear, full, linear; 4 key heads of 8 over 8 value heads of 8; attention 4 heads over
+// 2 KV heads of 16 (rotary 4 of 16).
+json qwen3_5() {
+  return json::parse(R"({"model_type": "qwen3_5_text", "vocab_size": 97, "hidden_size": 32, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48, "num_hidden_layers": 3,
+    "max_position_embeddings": 64, "rms_norm_eps": 1e-6, "torch_dtype": "float32", "bos_token_id": 1,
+    "eos_token_id": 2, "linear_num_key_heads": 4, "linear_num_value_heads": 8, "linear_key_head_dim": 8,
+    "linear_value_head_dim": 8, "linear_conv_kernel_dim": 4,
+    "layer_types": ["linear_attention", "full_attention", "linear_attention"]})");
+}
+
+}  // namespace
+
+// Qwen3_5TextConfig's defaults (Qwen3.5-9B's shapes where the config is silent), its keys, and
+// the writer read back.
+TEST(Hybrid, Qwen3_5ConfigAsTransformersReadsIt) {
+  const json bare = json::parse(R"({"model_type": "qwen3_5_text", "vocab_size": 97, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "num_hidden_layers": 8})");
+  const ModelConfig c = parse(bare);
+  EXPECT_EQ(c.head_dim(), 256);
+  EXPECT_EQ(c.rotary_dim(), 64);  // partial_rotary_factor 0.25
+  EXPECT_EQ(c.qk_norm, ModelConfig::QkNorm::per_head);
+  EXPECT_TRUE(c.norm_plus_one);
+  EXPECT_TRUE(c.attention_output_gate);
+  ASSERT_TRUE(c.linear_attention);
+  EXPECT_EQ(c.linear_attention->key_heads, 16);
+  EXPECT_EQ(c.linear_attention->key_dim, 128);
+  EXPECT_EQ(c.linear_attention->value_heads, 32);
+  EXPECT_EQ(c.linear_attention->value_dim, 128);
+  EXPECT_EQ(c.linear_attention->conv_kernel, 4);
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(c.linear_layer(i), (i + 1) % 4 != 0) << i;  // full_attention_interval 4
+  EXPECT_FALSE(c.any_sliding());
+  EXPECT_FALSE(c.llama_shaped());
+  const ModelConfig every_other = parse(with(bare, {{"full_attention_interval", 2}}));
+  for (int64_t i = 0; i < 8; ++i) EXPECT_EQ(every_other.linear_layer(i), i % 2 == 0) << i;
+  const ModelConfig listed = parse(qwen3_5());
+  EXPECT_TRUE(listed.linear_layer(0));
+  EXPECT_FALSE(listed.linear_layer(1));
+  EXPECT_TRUE(listed.linear_layer(2));
+  // The writer: read back to the same model.
+  const ModelConfig back = parse_hf_config(to_hf_config(listed), "written");
+  EXPECT_EQ(back.linear_attention->value_heads, 8);
+  EXPECT_EQ(back.linear_layer(1), false);
+  EXPECT_EQ(back.linear_layer(2), true);
+  EXPECT_EQ(back.rotary_dim(), 4);
+}
+
+// Qwen3_5MoeTextConfig's defaults: every layer's MLP 256 experts of 512, top 8, renormalised, a
+// shared expert of 512 with its gate; no dense MLP (no intermediate_size). The multimodal
+// wrappers (Qwen3_5ForConditionalGeneration and its MoE twin) are read as their text model, with
+// the wrapper's tie_word_embeddings (default false) and dtype.
+TEST(Hybrid, Qwen3_5MoeAndTheMultimodalWrappersAsTransformersReadsThem) {
+  const json moe = json::parse(R"({"model_type": "qwen3_5_moe_text", "vocab_size": 97, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 4})");
+  const ModelConfig m = parse(moe);
+  EXPECT_EQ(m.experts, 256);
+  EXPECT_EQ(m.experts_per_token, 8);
+  EXPECT_EQ(m.expert_inner, 512);
+  EXPECT_TRUE(m.norm_topk_prob);
+  EXPECT_EQ(m.shared_expert_inner, 512);
+  EXPECT_TRUE(m.shared_expert_gate);
+  EXPECT_EQ(m.inner, 0);
+  EXPECT_FALSE(m.any_dense_mlp());
+  EXPECT_TRUE(m.linear_layer(0));
+  EXPECT_FALSE(m.linear_layer(3));
+  const ModelConfig back = parse_hf_config(to_hf_config(m), "written");
+  EXPECT_EQ(back.experts, 256);
+  EXPECT_EQ(back.shared_expert_inner, 512);
+  for (const auto& [wrapper, text] : {std::pair{"qwen3_5", qwen3_5()}, {"qwen3_5_moe", moe}}) {
+    SCOPED_TRACE(wrapper);
+    json t = text;
+    t.erase("torch_dtype");
+    const json w = {{"model_type", wrapper}, {"text_config", t}, {"vision_config", {{"depth", 1}}},
+                    {"dtype", "bfloat16"}};
+    const ModelConfig c = parse(w);
+    EXPECT_EQ(c.model_type, text["model_type"]);
+    EXPECT_EQ(c.multimodal, wrapper);
+    EXPECT_FALSE(c.tie_word_embeddings);
+    EXPECT_EQ(c.dtype, DType::bf16);
+    json untyped = w;
+    untyped["text_config"].erase("model_type");  // the wrapper's default text model
+    EXPECT_EQ(parse(untyped).model_type, std::string(wrapper) + "_text");
+  }
+}
+
+TEST(Hybrid, Qwen3_5RefusalsNameTheRule) {
+  EXPECT_EQ(error_of(with(qwen3_5(), {{"linear_num_value_heads", 6}})),
+            "cfg.json: linear_num_value_heads 6 is not a multiple of linear_num_key_heads 4 (each key head serves "
+            "linear_num_value_heads / linear_num_key_heads value heads)");
+  EXPECT_EQ(error_of(with(qwen3_5(), {{"layer_types", {"linear_attention", "sliding_attention", "full_attention"}}})),
+            "cfg.json: layer_types[1] 'sliding_attention' is not supported (full_attention, linear_attention)");
+  // A llama's layer_types cannot name linear attention.
+  EXPECT_EQ(error_of(with(qwen3_5(), {{"model_type", "qwen3"}})),
+            "cfg.json: layer_types[0] 'linear_attention' is not supported (full_attention, sliding_attention)");
+  const ModelConfig c = parse(with(qwen3_5(), {{"num_attention_heads", 8}}));  // attention splits over 8
+  try {
+    bind_generics(c, RunOptions{1, 32, 8, 8, std::nullopt});
+    ADD_FAILURE() << "Shards 8 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "LinearKeyHeads=4 (linear_num_key_heads) does not divide by Shards=8 (a Gated "
+                                     "DeltaNet layer is split by key head, each with its value heads)");
+  }
+}
+
+// The linear layers keep a state of a fixed size a row — the conv's last K − 1 inputs of its
+// q|k|v channels and the delta state, f32, split by heads — and no keys or values; the full
+// layer keeps its KV heads. The footprint counts what the cache holds.
+TEST(Hybrid, TheRecurrentStateIsAFixedSizeARowOnEveryShard) {
+  const ModelConfig c = parse(qwen3_5());
+  for (int64_t shards : {1, 2, 4}) {
+    SCOPED_TRACE(shards);
+    const Generics g = bind_generics(c, RunOptions{3, 32, shards, 8, std::nullopt});
+    const auto specs = layer_states(c, g);
+    ASSERT_EQ(specs.size(), 3u);
+    const int64_t channels = (2 * 4 * 8 + 8 * 8) / shards, state = channels * 3 + 8 / shards * 8 * 8;
+    for (size_t i : {0u, 2u}) {
+      EXPECT_EQ(specs[i].kind, LayerCacheSpec::Kind::recurrent);
+      EXPECT_EQ(specs[i].values_per_slot(), 0);
+      EXPECT_EQ(specs[i].state_values_per_row(), state);
+    }
+    EXPECT_EQ(specs[1].kind, LayerCacheSpec::Kind::heads);
+    const Footprint f = rank_footprint(c, g, DType::bf16);
+    EXPECT_EQ(f.state_per_row, 2 * state * 4);  // f32 whatever the cache's dtype
+    EXPECT_EQ(f.state, f.state_per_row * 3);
+    EXPECT_EQ(f.kv_per_slot, specs[1].values_per_slot() * 2);
+    auto be = make_backend("cpu");
+    const KvCache cache(*be, specs, 3, 32, DType::bf16);
+    EXPECT_EQ(cache.bytes(), f.kv_cache + f.state);
+  }
+}
+
+// Through every way into the cache, a sequence gets forward's logits (the entries that write a
+// row run its tokens through the row's state).
+TEST(Hybrid, EveryEntryAgreesWithForward) { expect_every_entry_agrees_with_forward(qwen3_5()); }
+
+// A sequence's logits and log-probs are the same bits alone and among others.
+TEST(Hybrid, BatchInvariantBitForBit) { expect_batch_invariant_bit_for_bit(qwen3_5()); }
+
+// The state holds a row's sequence up to where it stopped, not every position: a call that
+// goes on elsewhere (overwriting earlier positions, skipping some) is refused before anything
+// runs, naming the row and positions, and every row's state is left as it was; going on at the
+// next position, or starting again at 0, runs.
+TEST(Hybrid, ARowGoesOnWhereItStoppedOrStartsAgain) {
+  ConfigModel m(qwen3_5(), DType::f32, 2);
+  const auto a = random_ids(12, 7), b = random_ids(12, 8);
+  std::vector<int64_t> ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  std::vector<int64_t> head(a.begin(), a.begin() + 10);
+  head.insert(head.end(), b.begin(), b.begin() + 10);
+  m->prefill(ids({2, 10}, head), 0);
+  const auto before = m->cache_snapshot();
+  auto refused = [&](auto call, const std::string& want) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    const auto after = m->cache_snapshot();
+    ASSERT_EQ(after.size(), before.size());
+    for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(same_bytes(after[i], before[i])) << "state " << i << " changed";
+  };
+  refused([&] { m->decode(column({a[5], b[5]}), 5); },
+          "row 0 at position 5: this model's Gated DeltaNet layers keep one running state a row (not a cache of every "
+          "position), which holds that row's sequence up to position 9; a call may go on at position 10 or start the "
+          "row again at 0");
+  refused([&] { m->decode(column({a[11], b[11]}), 11); }, "go on at position 10");
+  refused([&] { m->decode_rows(column({a[10], b[10]}), i32({10, 4})); }, "row 1 at position 4");
+  // Going on: the next position on both rows, then row 1 alone starts again.
+  const Tensor next = m->decode(column({a[10], b[10]}), 10);
+  ConfigModel ref(qwen3_5(), DType::f32, 2);
+  const Tensor fwd = ref->forward(ids({2, 12}, ab));  // [2, 12, V]
+  EXPECT_LT(rel_diff(row(next, 0), fwd.reshape({24, 97}).rows(10, 11).reshape({97})), 2e-5);
+  EXPECT_LT(rel_diff(row(next, 1), fwd.reshape({24, 97}).rows(22, 23).reshape({97})), 2e-5);
+  const Tensor again = m->prefill_slots(ids({1, 3}, {b[0], b[1], b[2]}), i32({1}), i32({3}));
+  EXPECT_LT(rel_diff(row(again, 0), fwd.reshape({24, 97}).rows(14, 15).reshape({97})), 2e-5);
+}
