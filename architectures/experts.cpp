@@ -33,7 +33,7 @@ void parse_experts(const ConfigReader& r, ModelConfig& c, const ExpertKeys& keys
   check_expert_counts(r, c);
   c.expert_inner = keys.inner_key ? r.positive("moe_intermediate_size", keys.inner) : c.inner;
   // Mixtral always renormalises its top-k weights (its router has no switch for it).
-  c.norm_topk_prob = keys.always_normalized ? true : r.boolean("norm_topk_prob", false);
+  c.norm_topk_prob = keys.always_normalized ? true : r.boolean("norm_topk_prob", keys.normalized_default);
   c.expert_names = keys.names;
   std::vector<bool> sparse(static_cast<size_t>(c.layers), true);
   if (keys.sparse_layer_keys) {

@@ -16,6 +16,7 @@ struct ExpertKeys {
   bool inner_key = false;           // moe_intermediate_size (default `inner`); else intermediate_size
   int64_t inner = 768;
   bool always_normalized = false;   // TopK weights always renormalised (no norm_topk_prob)
+  bool normalized_default = false;  // norm_topk_prob when absent (Qwen3-Next: true)
   bool sparse_layer_keys = false;   // decoder_sparse_step and mlp_only_layers (Qwen3-MoE)
   ModelConfig::ExpertNames names = ModelConfig::ExpertNames::qwen;
 };

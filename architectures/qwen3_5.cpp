@@ -1,6 +1,8 @@
 // Qwen3.5's text models (Qwen3_5ForCausalLM, model_type qwen3_5_text; Qwen3_5MoeForCausalLM,
 // qwen3_5_moe_text, whose every layer's MLP is a mixture of experts with a gated shared
-// expert): a hybrid of Gated DeltaNet
+// expert) and their forerunner Qwen3-Next (Qwen3NextForCausalLM, qwen3_next: the same layers,
+// its DeltaNet projections grouped per key head, experts in the layers decoder_sparse_step and
+// mlp_only_layers pick): a hybrid of Gated DeltaNet
 // linear attention (layer_types "linear_attention"; default three layers in four, as
 // full_attention_interval 4 says) and gated full attention (q_proj's heads [q | gate], the output
 // times sigmoid(gate), per-head q/k norms, partial rotary: 0.25 of head_dim 256 by default), a
@@ -67,6 +69,11 @@ void qwen3_5_write(nlohmann::json& j, const ModelConfig& c) {
 // (512) scaled by sigmoid(shared_expert_gate(x)); no dense layer.
 const ExpertKeys kMoeKeys{.experts = 256, .per_token = 8, .inner_key = true, .inner = 512, .always_normalized = true};
 
+// Qwen3NextConfig: num_experts 512 of 512, top 10, norm_topk_prob (default true), the layers
+// decoder_sparse_step picks and mlp_only_layers does not (the others an MLP of intermediate_size).
+const ExpertKeys kNextKeys{.experts = 512, .per_token = 10, .inner_key = true, .inner = 512,
+                           .normalized_default = true, .sparse_layer_keys = true};
+
 void qwen3_5_layer_parameters(ParamTable& t, const ModelConfig& c, int64_t i) {
   pre_norm_layer(t, c, i, {.shared = "shared_expert"});
 }
@@ -124,6 +131,49 @@ extern const Architecture kQwen3_5MoeText{
                          return decoder_parameters(c, g, qwen3_5_layer_parameters);
                        },
                    .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_5_moe"}); }},
+};
+
+extern const Architecture kQwen3Next{
+    .model_type = "qwen3_next",
+    .class_name = "Qwen3NextForCausalLM",
+    .head_dim = 256,
+    .partial_rotary = true,
+    .partial_rotary_default = 0.25,
+    .experts = true,
+    .bias = Architecture::Bias::attention_bias,
+    .linear_attention = true,
+    .writes_layer_types = true,
+    .layers = qwen3_5_layers,
+    .moe =
+        [](const ConfigReader& r, ModelConfig& c) {
+          parse_experts(r, c, kNextKeys);
+          if (!c.moe()) return;
+          c.shared_expert_inner = r.positive("shared_expert_intermediate_size", 512);
+          c.shared_expert_gate = true;
+        },
+    .finish =
+        [](const ConfigReader& r, ModelConfig& c) {
+          qwen3_5_finish(r, c);
+          c.linear_attention->grouped_projections = true;
+        },
+    .write =
+        [](nlohmann::json& j, const ModelConfig& c) {
+          qwen3_5_write(j, c);
+          write_experts(j, c, kNextKeys);
+          if (!c.moe()) return;
+          j["moe_intermediate_size"] = c.expert_inner;
+          j["shared_expert_intermediate_size"] = c.shared_expert_inner;
+          j["decoder_sparse_step"] = 1;
+          nlohmann::json dense = nlohmann::json::array();
+          for (int64_t i = 0; i < c.layers; ++i)
+            if (!c.sparse_layer(i)) dense.push_back(i);
+          j["mlp_only_layers"] = dense;
+        },
+    .definition = {.parameters =
+                       [](const ModelConfig& c, const Generics& g) {
+                         return decoder_parameters(c, g, qwen3_5_layer_parameters);
+                       },
+                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_next"}); }},
 };
 
 }  // namespace linnet

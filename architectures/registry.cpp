@@ -5,7 +5,7 @@
 namespace linnet {
 
 extern const Architecture kLlama, kQwen2, kMistral, kQwen3, kGemma2, kGemma3Text, kPhi3, kOlmo2, kGranite, kSmolLm3,
-    kOlmo3, kMixtral, kQwen3Moe, kOlmoe, kGlm4Moe, kDeepseekV2, kDeepseekV3, kMistral4, kGptOss, kQwen3_5Text, kQwen3_5MoeText;
+    kOlmo3, kMixtral, kQwen3Moe, kOlmoe, kGlm4Moe, kDeepseekV2, kDeepseekV3, kMistral4, kGptOss, kQwen3_5Text, kQwen3_5MoeText, kQwen3Next;
 
 const std::vector<const Architecture*>& architectures() {
   static const std::vector<const Architecture*> all = {
@@ -18,7 +18,7 @@ const std::vector<const Architecture*>& architectures() {
       // Attention sinks and clamped experts (issue 39).
       &kGptOss,
       // Gated DeltaNet beside gated attention (issue 40).
-      &kQwen3_5Text, &kQwen3_5MoeText,
+      &kQwen3_5Text, &kQwen3_5MoeText, &kQwen3Next,
   };
   return all;
 }

@@ -119,6 +119,16 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
     check_finite(p, t, p.row_offset, c0);
     return e8m0_bytes ? Tensor(t.storage(), 0, t.shape(), DType::f8_e8m0) : t;  // (a fresh copy: offset 0)
   }
+  if (p.row_block > 0) {
+    // A strided part (Qwen3-Next's grouped in_proj_qkvz): its rows block by block.
+    LINNET_CHECK(p.split == Split::rows && part_end - part_begin == p.per_shard, p.hf_name, ": a strided part split by rows");
+    std::vector<Tensor> blocks;
+    for (const auto& [r0, r1] : p.stored_row_ranges(part_begin, part_end)) {
+      blocks.push_back(dir_.read_block(p.hf_name, r0, r1, 0, p.full[1], p.stored[1]));
+      check_finite(p, blocks.back(), r0, 0);
+    }
+    return stack_rows(blocks);
+  }
   // A part of a fused tensor (Phi-3's qkv_proj, gate_up_proj) reads its rows from the part's offset.
   const int64_t begin = part_begin + p.row_offset, end = part_end + p.row_offset;
   // A whole matrix: a view of the mapped file, no copy (the backend lays it out in its own

@@ -113,6 +113,14 @@ Tensor RandomWeights::read(const ParamSpec& p, int64_t shard) {
   const int64_t part_first = p.row_offset * (p.full.numel() / std::max<int64_t>(1, p.full[0]));  // a part's first value
   if (p.split == Split::mirrored || p.split == Split::expert) {
     random_values(seed_, p.hf_name, p.stored_shape(), part_first, p.full.numel(), v.data());
+  } else if (p.split == Split::rows && p.row_block > 0) {
+    const auto [b, e] = p.shard_range(shard);
+    const int64_t row = p.full.numel() / p.full[0];
+    float* at = v.data();
+    for (const auto& [r0, r1] : p.stored_row_ranges(b, e)) {  // a strided part: block by block
+      random_values(seed_, p.hf_name, p.stored_shape(), r0 * row, (r1 - r0) * row, at);
+      at += (r1 - r0) * row;
+    }
   } else if (p.split == Split::rows) {
     const auto [b, e] = p.shard_range(shard);
     const int64_t row = p.full.numel() / p.full[0];

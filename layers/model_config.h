@@ -57,6 +57,9 @@ struct LayerKind {
 struct LinearAttentionConfig {
   int64_t key_heads = 0, key_dim = 0, value_heads = 0, value_dim = 0;
   int64_t conv_kernel = 4;
+  // Qwen3-Next: q, k, v and z in one in_proj_qkvz and b, a in one in_proj_ba, grouped per key head
+  // ([q_h | k_h | v_group | z_group], [b_group | a_group]); Qwen3.5: in_proj_qkv, in_proj_z, _b, _a.
+  bool grouped_projections = false;
   int64_t key_width() const { return key_heads * key_dim; }
   int64_t value_width() const { return value_heads * value_dim; }
   int64_t conv_channels() const { return 2 * key_width() + value_width(); }  // [q | k | v]

@@ -100,14 +100,35 @@ void ParamTable::linear_attention() {
   const LinearAttentionConfig& la = *c_.linear_attention;
   const int64_t h = g_.hidden, s = g_.shards, kw = la.key_width(), vw = la.value_width(), hv = la.value_heads;
   const std::string a = hf_ + "linear_attn.", ca = card_ + "linear_attention.";
-  // in_proj_qkv [2·Kw + Vw, H]: its q, k and v row ranges, each split by heads.
-  const Shape qkv{2 * kw + vw, h};
-  add_part(a + "in_proj_qkv.weight", ca + "q_proj.weight", {kw, h}, qkv, 0, kw / s);
-  add_part(a + "in_proj_qkv.weight", ca + "k_proj.weight", {kw, h}, qkv, kw, kw / s);
-  add_part(a + "in_proj_qkv.weight", ca + "v_proj.weight", {vw, h}, qkv, 2 * kw, vw / s);
-  add_linear(a + "in_proj_z.weight", ca + "z_proj.weight", {vw, h}, Split::rows, vw / s);
-  add_linear(a + "in_proj_b.weight", ca + "b_proj.weight", {hv, h}, Split::rows, hv / s);
-  add_linear(a + "in_proj_a.weight", ca + "a_proj.weight", {hv, h}, Split::rows, hv / s);
+  if (la.grouped_projections) {
+    // Qwen3-Next: in_proj_qkvz [Hk·(2·dk + 2·g·dv), H] holds per key head [q | k | v_group |
+    // z_group] (g = value heads per key head), in_proj_ba [Hk·2g, H] per key head [b | a]: each
+    // part a strided one, its blocks a head's (a shard's rows: whole key heads).
+    const int64_t dk = la.key_dim, gv = hv / la.key_heads * la.value_dim, g = hv / la.key_heads;
+    const int64_t stride = 2 * dk + 2 * gv;
+    const Shape qkvz{la.key_heads * stride, h}, ba{la.key_heads * 2 * g, h};
+    auto strided = [&](const std::string& hf, const char* part, int64_t rows, const Shape& stored, int64_t offset,
+                       int64_t block, int64_t step) {
+      add_part(a + hf, ca + part, {rows, h}, stored, offset, rows / s);
+      p_.back().row_block = block;
+      p_.back().row_stride = step;
+    };
+    strided("in_proj_qkvz.weight", "q_proj.weight", kw, qkvz, 0, dk, stride);
+    strided("in_proj_qkvz.weight", "k_proj.weight", kw, qkvz, dk, dk, stride);
+    strided("in_proj_qkvz.weight", "v_proj.weight", vw, qkvz, 2 * dk, gv, stride);
+    strided("in_proj_qkvz.weight", "z_proj.weight", vw, qkvz, 2 * dk + gv, gv, stride);
+    strided("in_proj_ba.weight", "b_proj.weight", hv, ba, 0, g, 2 * g);
+    strided("in_proj_ba.weight", "a_proj.weight", hv, ba, g, g, 2 * g);
+  } else {
+    // in_proj_qkv [2·Kw + Vw, H]: its q, k and v row ranges, each split by heads.
+    const Shape qkv{2 * kw + vw, h};
+    add_part(a + "in_proj_qkv.weight", ca + "q_proj.weight", {kw, h}, qkv, 0, kw / s);
+    add_part(a + "in_proj_qkv.weight", ca + "k_proj.weight", {kw, h}, qkv, kw, kw / s);
+    add_part(a + "in_proj_qkv.weight", ca + "v_proj.weight", {vw, h}, qkv, 2 * kw, vw / s);
+    add_linear(a + "in_proj_z.weight", ca + "z_proj.weight", {vw, h}, Split::rows, vw / s);
+    add_linear(a + "in_proj_b.weight", ca + "b_proj.weight", {hv, h}, Split::rows, hv / s);
+    add_linear(a + "in_proj_a.weight", ca + "a_proj.weight", {hv, h}, Split::rows, hv / s);
+  }
   // conv1d.weight [C, 1, K] seen as [C, K]: the q, k and v channels, split as their rows are (a
   // convolution, never quantized: no stored_as_checkpoint_says).
   const Shape conv{la.conv_channels(), la.conv_kernel};

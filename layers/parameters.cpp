@@ -32,6 +32,18 @@ std::pair<int64_t, int64_t> ParamSpec::shard_range(int64_t shard) const {
   return {begin, std::min(begin + per_shard, extent)};
 }
 
+std::vector<std::pair<int64_t, int64_t>> ParamSpec::stored_row_ranges(int64_t first, int64_t last) const {
+  if (row_block <= 0) return {{row_offset + first, row_offset + last}};
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t r = first; r < last;) {
+    const int64_t j = r / row_block, in = r % row_block, n = std::min(row_block - in, last - r);
+    const int64_t begin = row_offset + j * row_stride + in;
+    out.emplace_back(begin, begin + n);
+    r += n;
+  }
+  return out;
+}
+
 namespace {
 // A part stored [columns, rows] of its matrix (WeightCompanion::transposed: GPTQ) is split
 // along its other dimension: the matrix's rows are its columns.
@@ -93,6 +105,9 @@ ParamSpec ParamSpec::values_part() const {
 }
 
 void ParamSpec::check_blocks(int64_t shards) const {
+  if (row_block > 0 && !layout.dense())
+    throw Error(str(hf_name, ": a strided part of it (blocks of ", row_block, " rows every ", row_stride, ") stored ",
+                    layout.describe(), " is not read yet (dense only)"));
   if (full.rank() != 2 || layout.dense()) return;
   if (layout.transposed && stored.rank())
     throw Error(str(hf_name, ": a part of a fused tensor (", stored.to_string(), ") in ", layout.describe(),

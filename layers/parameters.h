@@ -45,11 +45,18 @@ struct ParamSpec {
   // A quantized matrix the network holds dequantized, in the weights' dtype (latent attention's
   // kv_b_proj, split into its absorbed per-head blocks): counted so.
   bool held_dequantized = false;
+  // A strided part (Qwen3-Next's in_proj_qkvz, grouped per key head as [q | k | v | z]): its rows
+  // come in blocks of row_block, block j from stored row row_offset + j·row_stride (0: one
+  // contiguous range). Split by rows only, at whole blocks; dense only.
+  int64_t row_block = 0, row_stride = 0;
   // A part stored transposed (gpt-oss's bf16 experts: each expert's [in, out] matrix): rows
   // [row_offset, row_offset + full[1]) of the stored 2-D view hold its columns.
   bool transposed = false;
 
   const Shape& stored_shape() const { return stored.rank() ? stored : full; }
+  // The stored rows [begin, end) of its rows [first, last) are: one range, or a strided part's
+  // ranges block by block.
+  std::vector<std::pair<int64_t, int64_t>> stored_row_ranges(int64_t first, int64_t last) const;
 
   // Whether shard s holds any of it (every shard but for Split::expert).
   bool held_by(int64_t shard) const { return split != Split::expert || owner == shard; }

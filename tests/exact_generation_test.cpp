@@ -182,7 +182,7 @@ TEST(ExactGeneration, AGreedyTokenIsItsOwnTopOne) {
 // (four slots, a pool of two rows' pages: each recomputed from its start into a fresh slot) —
 // transformers' tokens every time, and every slot back when the engine is idle.
 TEST(ExactGeneration, Qwen3_5RecurrentStateThroughTheEngineEqualsTransformersGenerate) {
-  for (const char* name : {"qwen3_5", "qwen3_5_bf16", "qwen3_5_moe"}) {
+  for (const char* name : {"qwen3_5", "qwen3_5_bf16", "qwen3_5_moe", "qwen3_next"}) {
     SCOPED_TRACE(name);
     expect_transformers_tokens(name, engine_greedy(name, 4, 1, nullptr, 256));
     expect_transformers_tokens(name, engine_greedy(name, 8, 3, nullptr, 256));

@@ -87,12 +87,12 @@ TEST(HfConfig, RefusesUnsupportedValues) {
   EXPECT_EQ(error_of(with("model_type", "gpt2")),
             "cfg.json: unsupported model_type 'gpt2' (supported: llama, qwen2, mistral, qwen3, gemma2, gemma3_text, phi3, "
             "olmo2, granite, smollm3, olmo3, mixtral, qwen3_moe, olmoe, glm4_moe, deepseek_v2, deepseek_v3, mistral4, "
-            "gpt_oss, qwen3_5_text, qwen3_5_moe_text)");
+            "gpt_oss, qwen3_5_text, qwen3_5_moe_text, qwen3_next)");
   EXPECT_EQ(error_of(with("model_type", "qwen2_moe")),
             "cfg.json: unsupported model_type 'qwen2_moe' (its mixture-of-experts layers are not implemented: linnet's "
-            "are mixtral, qwen3_moe, olmoe, glm4_moe, deepseek_v2, deepseek_v3, mistral4, gpt_oss and qwen3_5_moe_text; supported: llama, qwen2, mistral, qwen3, gemma2, "
+            "are mixtral, qwen3_moe, olmoe, glm4_moe, deepseek_v2, deepseek_v3, mistral4, gpt_oss, qwen3_5_moe_text and qwen3_next; supported: llama, qwen2, mistral, qwen3, gemma2, "
             "gemma3_text, phi3, "
-            "olmo2, granite, smollm3, olmo3, mixtral, qwen3_moe, olmoe, glm4_moe, deepseek_v2, deepseek_v3, mistral4, gpt_oss, qwen3_5_text, qwen3_5_moe_text)");
+            "olmo2, granite, smollm3, olmo3, mixtral, qwen3_moe, olmoe, glm4_moe, deepseek_v2, deepseek_v3, mistral4, gpt_oss, qwen3_5_text, qwen3_5_moe_text, qwen3_next)");
   json missing = llama();
   missing.erase("hidden_size");
   EXPECT_EQ(error_of(missing), "cfg.json: missing required key 'hidden_size'");

@@ -12,6 +12,7 @@
 #include "layers/footprint.h"
 #include "layers/kv_cache.h"
 #include "layers/model_definition.h"
+#include "layers/parameters.h"
 #include "model_fixtures.h"
 
 using namespace linnet;
@@ -102,6 +103,46 @@ TEST(Hybrid, Qwen3_5MoeAndTheMultimodalWrappersAsTransformersReadsThem) {
     json untyped = w;
     untyped["text_config"].erase("model_type");  // the wrapper's default text model
     EXPECT_EQ(parse(untyped).model_type, std::string(wrapper) + "_text");
+  }
+}
+
+// Qwen3NextConfig's defaults (Qwen3-Next-80B-A3B's shapes): 512 experts of 512, top 10,
+// norm_topk_prob true, a gated shared expert of 512, every layer sparse unless mlp_only_layers
+// says; its DeltaNet projections grouped per key head, read as strided parts of in_proj_qkvz /
+// in_proj_ba (a shard's rows whole key heads).
+TEST(Hybrid, Qwen3NextConfigAndItsGroupedProjections) {
+  const json j = json::parse(R"({"model_type": "qwen3_next", "vocab_size": 97, "hidden_size": 64,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48, "num_hidden_layers": 4,
+    "mlp_only_layers": [3]})");
+  const ModelConfig c = parse(j);
+  EXPECT_EQ(c.experts, 512);
+  EXPECT_EQ(c.experts_per_token, 10);
+  EXPECT_EQ(c.expert_inner, 512);
+  EXPECT_TRUE(c.norm_topk_prob);
+  EXPECT_EQ(c.shared_expert_inner, 512);
+  EXPECT_TRUE(c.shared_expert_gate);
+  EXPECT_TRUE(c.sparse_layer(0));
+  EXPECT_FALSE(c.sparse_layer(3));
+  EXPECT_TRUE(c.linear_attention->grouped_projections);
+  EXPECT_EQ(c.head_dim(), 256);
+  EXPECT_EQ(c.rotary_dim(), 64);
+  const Generics g = bind_generics(c, RunOptions{1, 32, 4, 8, std::nullopt});
+  // Shard 1 of 4: key heads 4–7 (of 16, dk 128), value heads 8–15 (g 2, dv 128); a key head's
+  // block of in_proj_qkvz is 2·128 + 2·256 = 768 rows.
+  for (const ParamSpec& p : parameter_specs(c, g)) {
+    if (p.card_name == "layers[0].linear_attention.v_proj.weight") {
+      EXPECT_EQ(p.hf_name, "model.layers.0.linear_attn.in_proj_qkvz.weight");
+      const auto [b, e] = p.shard_range(1);
+      EXPECT_EQ(p.stored_row_ranges(b, e),
+                (std::vector<std::pair<int64_t, int64_t>>{{4 * 768 + 256, 4 * 768 + 512}, {5 * 768 + 256, 5 * 768 + 512},
+                                                          {6 * 768 + 256, 6 * 768 + 512}, {7 * 768 + 256, 7 * 768 + 512}}));
+    }
+    if (p.card_name == "layers[0].linear_attention.a_proj.weight") {
+      const auto [b, e] = p.shard_range(1);  // in_proj_ba: per key head [b b | a a]
+      EXPECT_EQ(p.stored_row_ranges(b, e),
+                (std::vector<std::pair<int64_t, int64_t>>{{4 * 4 + 2, 4 * 4 + 4}, {5 * 4 + 2, 5 * 4 + 4},
+                                                          {6 * 4 + 2, 6 * 4 + 4}, {7 * 4 + 2, 7 * 4 + 4}}));
+    }
   }
 }
 

@@ -88,6 +88,13 @@ std::map<std::string, json> moe_configs() {
                                     {"head_dim", 8}, {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4},
                                     {"linear_key_head_dim", 8}, {"linear_value_head_dim", 8},
                                     {"layer_types", {"linear_attention", "full_attention", "linear_attention"}}})},
+      // Qwen3-Next: the same, its DeltaNet projections grouped per key head, a dense middle layer.
+      {"qwen3_next", with(base(), {{"model_type", "qwen3_next"}, {"num_experts", 8}, {"num_experts_per_tok", 2},
+                                   {"moe_intermediate_size", 16}, {"shared_expert_intermediate_size", 24},
+                                   {"mlp_only_layers", {1}}, {"head_dim", 8}, {"linear_num_key_heads", 2},
+                                   {"linear_num_value_heads", 4}, {"linear_key_head_dim", 8},
+                                   {"linear_value_head_dim", 8},
+                                   {"layer_types", {"linear_attention", "full_attention", "linear_attention"}}})},
   };
 }
 
@@ -735,7 +742,8 @@ std::vector<double> reference_moe(const ModelConfig& c, int64_t layer, const std
 TEST(Moe, SparseLayerMatchesAFloat64Reference) {
   for (const auto& [name, j] : moe_configs()) {
     SCOPED_TRACE(name);
-    if (name == "glm4_moe" || name == "deepseek_v3" || name == "mistral4" || name == "gpt_oss" || name == "qwen3_5_moe")
+    if (name == "glm4_moe" || name == "deepseek_v3" || name == "mistral4" || name == "gpt_oss" || name == "qwen3_5_moe" ||
+        name == "qwen3_next")
       continue;  // DeepSeek's router, gpt-oss's experts, Qwen3.5's gated shared one: against transformers (fixtures)
     ConfigModel m(j);
     const ModelConfig& c = m.c;
@@ -800,7 +808,7 @@ TEST_P(MoeEntries, EveryEntryAgreesWithForward) { expect_every_entry_agrees_with
 TEST_P(MoeEntries, BatchInvariantBitForBit) { expect_batch_invariant_bit_for_bit(moe_configs().at(GetParam())); }
 
 INSTANTIATE_TEST_SUITE_P(Family, MoeEntries, ::testing::Values("mixtral", "qwen3_moe", "olmoe", "glm4_moe", "deepseek_v3",
-                                                                  "mistral4", "gpt_oss", "qwen3_5_moe"),
+                                                                  "mistral4", "gpt_oss", "qwen3_5_moe", "qwen3_next"),
                          [](const auto& info) { return info.param; });
 
 // ---- the card, the memory plan and what each rank reads ----------------------------------------

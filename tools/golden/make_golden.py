@@ -823,6 +823,15 @@ QWEN3_5_MOE_NOTE = ("Qwen3_5MoeForCausalLM (qwen3_5_moe_text): qwen3_5's layers 
                     "(inner 16) top-2, renormalised, routers N(0, 1), and a shared expert (inner 24) scaled by "
                     "sigmoid(shared_expert_gate(x)); " + QWEN3_5_NOTE.split(": ", 1)[1])
 
+QWEN3_NEXT = dict(QWEN3_5, architectures=["Qwen3NextForCausalLM"], model_type="qwen3_next", num_experts=8,
+                  num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+                  decoder_sparse_step=1, mlp_only_layers=[2], norm_topk_prob=True,
+                  rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+QWEN3_NEXT_NOTE = ("Qwen3NextForCausalLM (qwen3_next): qwen3_5's layers with the DeltaNet projections grouped per key "
+                   "head (in_proj_qkvz [q | k | v_group | z_group], in_proj_ba [b | a]), layers 0, 1, 3 a mixture of 8 "
+                   "experts (inner 16) top-2 renormalised with a gated shared expert (inner 24), layer 2 a dense MLP "
+                   "(mlp_only_layers [2], inner 48), routers N(0, 1)")
+
 ISSUE40_CASES = [
     dict(family("qwen3_5", QWEN3_5_NOTE, inputs=LONG_CHUNKS, **QWEN3_5), steps=96,
          dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
@@ -840,6 +849,8 @@ ISSUE40_CASES = [
                                        "temporal_patch_size": 2, "num_position_embeddings": 16},
                      "tie_word_embeddings": False}},
          steps=96, dtypes=[("", "float32")]),
+    dict(family("qwen3_next", QWEN3_NEXT_NOTE, inputs=LONG_CHUNKS, **QWEN3_NEXT), steps=96,
+         router=None, router_std=1.0, min_greedy_gap=2e-3, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
 ]
 
 
@@ -2000,7 +2011,8 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
     gen = torch.Generator().manual_seed(seed)
     state = {}
     for pname, p in model.named_parameters():
-        special = issue40_init(pname, p.shape, gen) if cfg["model_type"].startswith("qwen3_5") else None
+        special = (issue40_init(pname, p.shape, gen) if cfg["model_type"].startswith(("qwen3_5", "qwen3_next"))
+                   else None)
         if special is not None:
             t = special
         elif pname.endswith("norm.weight"):
