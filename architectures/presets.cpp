@@ -186,6 +186,38 @@ const std::map<std::string, const char*>& presets() {
                             ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]},
                           "tie_word_embeddings": false, "torch_dtype": "bfloat16", "eos_token_id": 200002,
                           "pad_token_id": 199999})"},
+      // Hybrids with Gated DeltaNet layers (issue 40), their text models. The sizes are transformers
+      // 5.24's config classes' defaults, which its sources give as those checkpoints' shapes:
+      // Qwen3_5TextConfig ("the Qwen3.5-9B style configuration"), Qwen3_5MoeTextConfig
+      // (Qwen/Qwen3.5-35B-A3B), Qwen3NextConfig (Qwen/Qwen3-Next-80B-A3B); not read from the
+      // published config.json files (not reachable here), so the token ids and context lengths
+      // are the classes' too.
+      {"qwen3.5-9b", R"({"model_type": "qwen3_5_text", "vocab_size": 248320, "hidden_size": 4096,
+                         "intermediate_size": 12288, "num_hidden_layers": 32, "num_attention_heads": 16,
+                         "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 32768,
+                         "rms_norm_eps": 1e-6, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                         "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                         "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                         "tie_word_embeddings": false, "torch_dtype": "bfloat16"})"},
+      {"qwen3.5-35b-a3b", R"({"model_type": "qwen3_5_moe_text", "vocab_size": 248320, "hidden_size": 2048,
+                              "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2,
+                              "head_dim": 256, "max_position_embeddings": 32768, "rms_norm_eps": 1e-6,
+                              "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+                              "linear_num_key_heads": 16, "linear_num_value_heads": 32, "num_experts": 256,
+                              "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+                              "shared_expert_intermediate_size": 512,
+                              "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                              "tie_word_embeddings": false, "torch_dtype": "bfloat16"})"},
+      {"qwen3-next-80b-a3b", R"({"model_type": "qwen3_next", "vocab_size": 151936, "hidden_size": 2048,
+                                 "intermediate_size": 5632, "num_hidden_layers": 48, "num_attention_heads": 16,
+                                 "num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 32768,
+                                 "rms_norm_eps": 1e-6, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128,
+                                 "linear_value_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32,
+                                 "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512,
+                                 "shared_expert_intermediate_size": 512, "norm_topk_prob": true,
+                                 "decoder_sparse_step": 1, "mlp_only_layers": [],
+                                 "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                                 "tie_word_embeddings": false, "torch_dtype": "bfloat16"})"},
       {"tinyllama-1.1b", R"({"vocab_size": 32000, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 4,
                              "intermediate_size": 5632, "num_hidden_layers": 22, "max_position_embeddings": 2048,
                              "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "torch_dtype": "bfloat16",

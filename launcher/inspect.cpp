@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "architectures/hf_config.h"
@@ -52,26 +54,35 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
     o << ". The linear layers' matrices are stored " << c.quantization->describe()
       << " (quantization_config; read as stored, their scales counted in the bytes)";
   o << ":\n\nParameter\tSplit\tShape per rank\tStored\tBytes per rank\n";
-  // One line per parameter of the first layer of each kind (dense, sparse), its count after ×;
-  // one line per expert tensor (experts[*]), × the experts a rank holds.
+  // One line per parameter of the first layer of each kind (dense or sparse; full or linear
+  // attention), its count after ×; one line per expert tensor (experts[*]), × the experts a rank holds.
   auto layer_of = [](const std::string& name) -> int64_t {
     if (name.rfind("layers[", 0) != 0) return -1;
     return std::stoll(name.substr(7, name.find(']') - 7));
   };
-  int64_t first_dense = -1, first_sparse = -1, dense = 0, sparse = 0;
+  auto kind_of = [&](int64_t i) { return (c.sparse_layer(i) ? 2 : 0) + (c.linear_layer(i) ? 1 : 0); };
+  int64_t first[4] = {-1, -1, -1, -1}, count[4] = {0, 0, 0, 0};
   for (int64_t i = 0; i < g.layers; ++i) {
-    (c.sparse_layer(i) ? sparse : dense) += 1;
-    int64_t& first = c.sparse_layer(i) ? first_sparse : first_dense;
-    if (first < 0) first = i;
+    count[kind_of(i)] += 1;
+    if (first[kind_of(i)] < 0) first[kind_of(i)] = i;
   }
-  for (const auto& p : parameter_specs(c, g)) {
+  const std::vector<ParamSpec> specs = parameter_specs(c, g);
+  // Per kind, the tensors (after "layers[i]") of its first layer; a tensor several kinds have
+  // (the norms) is one line, × the layers of all of them.
+  std::map<std::string, int64_t> layers_with;
+  for (const auto& p : specs)
+    if (const int64_t layer = layer_of(p.card_name); layer >= 0 && layer == first[kind_of(layer)])
+      layers_with[p.card_name.substr(p.card_name.find(']') + 1)] += count[kind_of(layer)];
+  std::set<std::string> listed;
+  for (const auto& p : specs) {
     const int64_t layer = layer_of(p.card_name);
     std::string name = p.card_name;
     int64_t times = 1;
     if (layer >= 0) {
-      if (layer != first_dense && layer != first_sparse) continue;
+      if (layer != first[kind_of(layer)]) continue;
+      times = layers_with[name.substr(name.find(']') + 1)];
       name = "layers[*]" + name.substr(name.find(']') + 1);
-      times = c.sparse_layer(layer) ? sparse : dense;
+      if (!listed.insert(name).second) continue;
     }
     if (const size_t at = name.find(".experts["); at != std::string::npos) {
       const size_t close = name.find(']', at);

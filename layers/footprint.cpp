@@ -34,7 +34,9 @@ std::string human_bytes(double b) {
 int64_t held_bytes_per_value(const ModelConfig& c, const ParamSpec& p, DType held, DType weights) {
   if (p.layout.dense() && p.dtype == DType::f32) return 4;  // kept in f32 whatever T (DeepSeek's router)
   if (p.shard_shape().rank() == 2) return static_cast<int64_t>(dtype_size(weights));
-  if (c.norm_plus_one && p.card_name.ends_with("norm.weight")) return 4;
+  // (Gated DeltaNet's gated norm is a plain weight, held as the other vectors.)
+  if (c.norm_plus_one && p.card_name.ends_with("norm.weight") && !p.card_name.ends_with("linear_attention.norm.weight"))
+    return 4;
   return static_cast<int64_t>(dtype_size(held));
 }
 

@@ -191,6 +191,29 @@ TEST(Inspect, GptOss120bPlanInDocsMatches) {
   EXPECT_EQ(r.out.find("efused at load"), std::string::npos) << r.out;
 }
 
+// A hybrid's plan (issue 40): Qwen3-Next-80B-A3B at Shards 4, Batch 8, MaxSeq 4096 — its 12
+// full-attention layers keep K/V (its 2 KV heads replicated: one a rank), its 36 Gated DeltaNet
+// layers a state a row: the conv's last 3 inputs of this rank's q|k|v channels and the delta
+// state of its 8 value heads, f32.
+TEST(Inspect, AHybridsRecurrentStateIsCountedPerRank) {
+  const Output r = linnet_cmd("inspect --checkpoint qwen3-next-80b-a3b --shards 4 --batch 8 --max-seq 4096 --backend cuda");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const int64_t channels = (2 * 16 * 128 + 32 * 128) / 4, state = 36 * 8 * (channels * 3 + 32 / 4 * 128 * 128) * 4;
+  const int64_t cache = 2 * 12 * 8 * 1 * 4096 * 256 * 2;
+  EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(str("Recurrent state per rank\t", state, " (150.75 MiB) = 36 layers × 8 rows × ([2048, 3] + [8, "
+                           "128, 128]) f32")),
+            std::string::npos)
+      << r.out;
+  // Each layer kind's tensors once, × the layers that have them.
+  EXPECT_NE(r.out.find("layers[*].linear_attention.v_proj.weight\trows\t[1024, 2048]\tbf16\t4194304 ×36"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers[*].attention.o_proj.weight\tcolumns\t[2048, 1024]\tbf16\t4194304 ×12"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layers[*].attention_norm.weight\tmirrored\t[2048]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" ×48\n"), std::string::npos) << r.out;
+}
+
 TEST(Inspect, UnderMpirunPrintsTheCardOnce) {
   const fs::path d = fresh_dir("inspect_mpi");
   fs::copy_file(kFixtures / "configs/llama-3-8b.json", d / "config.json");
