@@ -254,9 +254,14 @@ int cmd_bench(const Args& args) {
   const double expert_step_bytes = (grouped_weight_bytes() - experts_read_before) / ((warmup + repeats) * gen);
   // Decode floor: the weights once, plus the cache read at the mean position — each layer's
   // keys and values, or latent attention's one latent vector a position (layers/cache_layout.h).
-  double kv_per_position = 0;
-  for (const LayerCacheSpec& l : layer_states(config, g)) kv_per_position += static_cast<double>(l.values_per_slot());
-  const double kv = kv_per_position * g.batch * (prompt + gen) * dtype_size(g.cache_dtype(act));
+  // A hybrid's Gated DeltaNet layers read and write each row's state every step (f32).
+  double kv_per_position = 0, state_per_row = 0;
+  for (const LayerCacheSpec& l : layer_states(config, g)) {
+    kv_per_position += static_cast<double>(l.values_per_slot());
+    state_per_row += static_cast<double>(l.state_values_per_row());
+  }
+  const double kv = kv_per_position * g.batch * (prompt + gen) * dtype_size(g.cache_dtype(act)) +
+                    2.0 * state_per_row * 4 * g.batch;
   // Decode streams the weights once for all rows, but at a larger batch its FLOPs bound it.
   const double dec_flops = 2.0 * (static_cast<double>(matmul_params) + expert_params * active) * g.batch;
   const double dec_floor = std::max((wbytes + expert_step_bytes + kv) / bw, dec_flops / rate), pre_floor = pre_flops / rate;
