@@ -85,14 +85,14 @@ std::map<std::string, json> moe_configs() {
       // shared expert.
       {"qwen3_5_moe", with(base(), {{"model_type", "qwen3_5_moe_text"}, {"num_experts", 8}, {"num_experts_per_tok", 2},
                                     {"moe_intermediate_size", 16}, {"shared_expert_intermediate_size", 24},
-                                    {"head_dim", 8}, {"linear_num_key_heads", 2}, {"linear_num_value_heads", 4},
+                                    {"head_dim", 8}, {"linear_num_key_heads", 4}, {"linear_num_value_heads", 8},
                                     {"linear_key_head_dim", 8}, {"linear_value_head_dim", 8},
                                     {"layer_types", {"linear_attention", "full_attention", "linear_attention"}}})},
       // Qwen3-Next: the same, its DeltaNet projections grouped per key head, a dense middle layer.
       {"qwen3_next", with(base(), {{"model_type", "qwen3_next"}, {"num_experts", 8}, {"num_experts_per_tok", 2},
                                    {"moe_intermediate_size", 16}, {"shared_expert_intermediate_size", 24},
-                                   {"mlp_only_layers", {1}}, {"head_dim", 8}, {"linear_num_key_heads", 2},
-                                   {"linear_num_value_heads", 4}, {"linear_key_head_dim", 8},
+                                   {"mlp_only_layers", {1}}, {"head_dim", 8}, {"linear_num_key_heads", 4},
+                                   {"linear_num_value_heads", 8}, {"linear_key_head_dim", 8},
                                    {"linear_value_head_dim", 8},
                                    {"layer_types", {"linear_attention", "full_attention", "linear_attention"}}})},
   };
@@ -1071,7 +1071,8 @@ fs::path moe_checkpoint(const std::string& family) {
 // log-likelihoods agree within f32 noise.
 TEST(Moe, GenerateAndEvalOnOneTwoAndFourRanksInBothShardings) {
   const std::vector<std::string> expert = {"--moe-sharding", "expert"}, tensor = {"--moe-sharding", "tensor"};
-  for (const std::string family : {"mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3", "mistral4", "gpt_oss"}) {
+  for (const std::string family :
+       {"mixtral", "qwen3_moe", "glm4_moe", "deepseek_v3", "mistral4", "gpt_oss", "qwen3_5_moe", "qwen3_next"}) {
     SCOPED_TRACE(family);
     expect_generate_and_eval_agree(moe_checkpoint(family), family,
                                    {{2, expert}, {4, expert}, {2, tensor}, {4, tensor}}, {{4, expert}, {4, tensor}});
@@ -1108,10 +1109,12 @@ namespace {
 void expect_a_lost_rank_ends_the_job(const std::string& family, const std::string& sharding);
 }
 
-// Mixtral under expert sharding; gpt-oss (sinks, clamped experts) under tensor sharding.
+// Mixtral under expert sharding; gpt-oss (sinks, clamped experts) and Qwen3.5-MoE (Gated
+// DeltaNet layers, their out_proj all-reduced) under tensor sharding.
 TEST(Moe, ARankLostMidStepEndsEveryRank) {
   if (find_mpirun().empty()) GTEST_SKIP() << "mpirun is not on PATH";
-  for (const auto& [family, sharding] : {std::pair{"mixtral", "expert"}, {"gpt_oss", "tensor"}}) {
+  for (const auto& [family, sharding] :
+       {std::pair{"mixtral", "expert"}, {"gpt_oss", "tensor"}, {"qwen3_5_moe", "tensor"}}) {
     SCOPED_TRACE(family);
     expect_a_lost_rank_ends_the_job(family, sharding);
   }
@@ -1213,8 +1216,10 @@ TEST(Moe, BenchReportsTheAllToAllsShareInBothShardings) {
 
 // `linnet serve` on two ranks under expert sharding: greedy completions are what `linnet
 // generate` gives the same prompts on one rank, and the server stays healthy.
+// Qwen3.5-MoE alike (issue 40: each running request a state slot of its own).
 TEST(Moe, ServeOnTwoRanksAnswersAsGenerateDoes) {
   expect_serve_answers_as_generate(moe_checkpoint("qwen3_moe"), "moe", {2, {"--moe-sharding", "expert"}});
+  expect_serve_answers_as_generate(moe_checkpoint("qwen3_5_moe"), "qwen3_5_moe", {2, {"--moe-sharding", "expert"}});
 }
 
 // Latent attention and gpt-oss on the commands that serve: `linnet serve` on two ranks answers as one rank's
@@ -1226,7 +1231,7 @@ TEST(Moe, LatentAttentionAndGptOssServeAndRunBatchesOnTwoRanks) {
   expect_serve_answers_as_generate(moe_checkpoint("deepseek_v3"), "deepseek", {2, {"--moe-sharding", "expert"}});
   expect_serve_answers_as_generate(moe_checkpoint("mistral4"), "mistral4", {2, {"--moe-sharding", "tensor"}});
   expect_serve_answers_as_generate(moe_checkpoint("gpt_oss"), "gpt_oss", {2, {"--moe-sharding", "tensor"}});
-  for (const char* family : {"deepseek_v3", "gpt_oss"}) {
+  for (const char* family : {"deepseek_v3", "gpt_oss", "qwen3_next"}) {
     SCOPED_TRACE(family);
     const fs::path ckpt = moe_checkpoint(family);
     const fs::path d = linnet::testing::fresh_dir(std::string("latent_run_batch_") + family);
