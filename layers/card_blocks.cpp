@@ -127,6 +127,9 @@ Block decoder_layer(const Family& f) {
   const std::string dense = f.mlp() + "<H, Inner / Shards, T>";
   std::vector<std::string> m;
   if (f.c.pre_norms) m.push_back("sub attention_norm: " + n);
+  if (c.linear_attention)  // a hybrid: the layers layer_types names linear_attention
+    m.push_back("sub linear_attention: GatedDeltaNet<H, LinearKeyHeads, LinearValueHeads, Batch, T, Shards>  (layers " +
+                layer_list(c, [](const LayerKind& k) { return k.linear; }) + "; the others attention)");
   if (c.mla)
     m.push_back("sub attention: LatentAttention<H, Heads, Batch, MaxSeq, T, Shards, PageSize>");
   else
@@ -151,7 +154,8 @@ Block decoder_layer(const Family& f) {
 Block attention(const Family& f) {
   const ModelConfig& c = f.c;
   const std::string d = f.own_d ? "D" : "H / Heads", pd = f.own_d ? "D" : "(H / Heads)";
-  std::vector<std::string> m = {"sub q_proj: Linear<H, (Heads / Shards) * " + pd + ", T>",
+  std::vector<std::string> m = {"sub q_proj: Linear<H, (Heads / Shards) * " + pd + (c.attention_output_gate ? " * 2" : "") +
+                                    ", T>" + (c.attention_output_gate ? "  (per head [q | gate])" : ""),
                                 "sub k_proj: Linear<H, (KvHeads / Shards) * " + pd + ", T>",
                                 "sub v_proj: Linear<H, (KvHeads / Shards) * " + pd + ", T>",
                                 "sub o_proj: Linear<(Heads / Shards) * " + pd + ", H, T>",
@@ -177,6 +181,8 @@ Block attention(const Family& f) {
   }
   if (f.o.fused_qkv)
     m.push_back("checkpoint: q_proj, k_proj, v_proj are row ranges of one qkv_proj tensor (each rank reads its rows)");
+  if (c.attention_output_gate)
+    m.push_back("fn output_gate: attention(q, k, v) * sigmoid(gate), then o_proj (gate: each head's second half of q_proj)");
   return {"GroupedQueryAttention",
           f.o.ns + ".attention::GroupedQueryAttention<H: Dim, Heads: Dim, KvHeads: Dim, Batch: Dim, MaxSeq: Dim, T: Float, "
                    "Shards: Dim = 1, PageSize: Dim = 64" + f.d_generics(true) + ">",
@@ -295,7 +301,38 @@ Block gated_mlp(bool gelu_tanh, bool fused_gate_up) {
   return b;
 }
 
-Block sparse_moe(const std::string& ns, bool shared) {
+// Gated DeltaNet (ModelConfig::linear_attention): its sizes as constants of the block, its
+// state a fixed size a row.
+Block gated_delta_net(const Family& f) {
+  const ModelConfig& c = f.c;
+  const LinearAttentionConfig& l = *c.linear_attention;
+  const std::string kv = "(LinearKeyHeads / Shards) * Dk", vv = "(LinearValueHeads / Shards) * Dv";
+  std::vector<std::string> m = {
+      str("const LinearKeyHeads: Dim = ", l.key_heads, ", LinearValueHeads: Dim = ", l.value_heads, ", Dk: Dim = ",
+          l.key_dim, ", Dv: Dim = ", l.value_dim, ", K: Dim = ", l.conv_kernel),
+      "sub qkv_proj: Linear<H, 2 * " + kv + " + " + vv + ", T>  (q | k | v: value head h reads key head h / " +
+          "(LinearValueHeads / LinearKeyHeads))",
+      "sub z_proj: Linear<H, " + vv + ", T>",
+      "sub ba_proj: Linear<H, 2 * (LinearValueHeads / Shards), T>  (b | a)",
+      "param conv: Tensor[2 * " + kv + " + " + vv + ", K; T]  (causal depthwise convolution of q | k | v, then silu)",
+      "param A_log: Tensor[LinearValueHeads / Shards; T]",
+      "param dt_bias: Tensor[LinearValueHeads / Shards; T]",
+      "sub norm: RmsNormGated<Dv, T>  (each value head: norm(o) * silu(z), a plain weight)",
+      "sub out_proj: Linear<" + vv + ", H, T>  (its partial sums all-reduced)",
+      "state conv_state: Tensor[Batch, 2 * " + kv + " + " + vv + ", K - 1; f32]  (a row's last K - 1 inputs)",
+      "state delta_state: Tensor[Batch, LinearValueHeads / Shards, Dk, Dv; f32]",
+      "fn delta_rule: q, k l2-normed (q / sqrt(Dk)), beta = sigmoid(b), g = -exp(A_log) * softplus(a + dt_bias); "
+      "S = S * exp(g); S = S + k (x) beta * (v - S^T k); o = S^T q — token by token on its row's state"};
+  if (l.grouped_projections)
+    m.push_back("checkpoint: q | k | v | z from in_proj_qkvz and b | a from in_proj_ba, grouped per key head (each rank "
+                "reads its heads' blocks)");
+  return {"GatedDeltaNet",
+          f.o.ns + ".linear_attention::GatedDeltaNet<H: Dim, LinearKeyHeads: Dim, LinearValueHeads: Dim, Batch: Dim, "
+                   "T: Float, Shards: Dim = 1>",
+          m, layer_functions()};
+}
+
+Block sparse_moe(const std::string& ns, bool shared, bool shared_gate) {
   Block b{"SparseMoe",
           ns + ".moe::SparseMoe<H: Dim, Experts: Dim, TopK: Dim, ExpertInner: Dim, " + (shared ? "SharedInner: Dim, " : "") +
               "T: Float, Shards: Dim = 1>",
@@ -311,6 +348,9 @@ Block sparse_moe(const std::string& ns, bool shared) {
     b.members.insert(b.members.begin() + 2,
                      "sub shared: SwiGlu<H, SharedInner / Shards, T>  (n_shared_experts; sliced as the MLP in either "
                      "sharding, its down all-reduced; added to the combined sum: combine(x) + shared(x), each in T)");
+  if (shared_gate)
+    b.members.insert(b.members.begin() + 3,
+                     "sub shared_gate: Linear<H, 1, T>  (every rank whole: the shared expert's output * sigmoid(shared_gate(x)))");
   return b;
 }
 
@@ -397,9 +437,10 @@ std::vector<Block> family_blocks(const ModelConfig& c, const FamilyOptions& o) {
   const Family f{c, o, true, c.sliding_window && c.any_sliding()};
   std::vector<Block> out = {decoder_layer(f), embedding(), c.mla ? latent_attention(f) : attention(f), linear(),
                             model(f), c.norm_plus_one ? rms_norm_1p() : rms_norm()};
+  if (c.linear_attention) out.push_back(gated_delta_net(f));
   if (!c.moe() || c.any_dense_mlp()) out.push_back(gated_mlp(gelu_tanh(c), o.fused_gate_up));
   if (c.moe()) {
-    out.push_back(sparse_moe(o.ns, c.shared_expert_inner > 0));
+    out.push_back(sparse_moe(o.ns, c.shared_expert_inner > 0, c.shared_expert_gate));
     if (c.clamped_swiglu) {
       out.push_back(gpt_oss_router());
       out.push_back(gpt_oss_expert(*c.clamped_swiglu));
