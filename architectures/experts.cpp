@@ -162,4 +162,12 @@ void write_deepseek_experts(json& j, const ModelConfig& c) {
   j["routed_scaling_factor"] = c.expert_choice->scale;
 }
 
+void write_sparse_layer_keys(json& j, const ModelConfig& c) {
+  j["decoder_sparse_step"] = 1;
+  json dense = json::array();
+  for (int64_t i = 0; i < c.layers; ++i)
+    if (!c.sparse_layer(i)) dense.push_back(i);
+  j["mlp_only_layers"] = dense;
+}
+
 }  // namespace linnet

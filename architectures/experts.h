@@ -43,5 +43,7 @@ int64_t non_negative(const ConfigReader& r, const char* key, int64_t fallback);
 void write_deepseek_experts(nlohmann::json& j, const ModelConfig& c);
 // num_experts (or num_local_experts), num_experts_per_tok and norm_topk_prob, as `keys` reads them.
 void write_experts(nlohmann::json& j, const ModelConfig& c, const ExpertKeys& keys);
+// decoder_sparse_step 1 and mlp_only_layers: the layers without experts (ExpertKeys::sparse_layer_keys).
+void write_sparse_layer_keys(nlohmann::json& j, const ModelConfig& c);
 
 }  // namespace linnet

@@ -74,6 +74,23 @@ const ExpertKeys kMoeKeys{.experts = 256, .per_token = 8, .inner_key = true, .in
 const ExpertKeys kNextKeys{.experts = 512, .per_token = 10, .inner_key = true, .inner = 512,
                            .normalized_default = true, .sparse_layer_keys = true};
 
+// The experts as `keys` reads them, and a shared expert of shared_expert_intermediate_size (512)
+// scaled by sigmoid(shared_expert_gate(x)) beside them; the writer's counterpart.
+void gated_shared_experts(const ConfigReader& r, ModelConfig& c, const ExpertKeys& keys) {
+  parse_experts(r, c, keys);
+  if (!c.moe()) return;
+  c.shared_expert_inner = r.positive("shared_expert_intermediate_size", 512);
+  c.shared_expert_gate = true;
+}
+void write_gated_shared_experts(nlohmann::json& j, const ModelConfig& c, const ExpertKeys& keys) {
+  qwen3_5_write(j, c);
+  write_experts(j, c, keys);
+  if (!c.moe()) return;
+  j["moe_intermediate_size"] = c.expert_inner;
+  j["shared_expert_intermediate_size"] = c.shared_expert_inner;
+  if (keys.sparse_layer_keys) write_sparse_layer_keys(j, c);
+}
+
 void qwen3_5_layer_parameters(ParamTable& t, const ModelConfig& c, int64_t i) {
   pre_norm_layer(t, c, i, {.shared = "shared_expert"});
 }
@@ -111,19 +128,11 @@ extern const Architecture kQwen3_5MoeText{
     .every_layer_sparse = true,
     .writes_layer_types = true,
     .layers = qwen3_5_layers,
-    .moe =
-        [](const ConfigReader& r, ModelConfig& c) {
-          parse_experts(r, c, kMoeKeys);
-          c.shared_expert_inner = r.positive("shared_expert_intermediate_size", 512);
-          c.shared_expert_gate = true;
-        },
+    .moe = [](const ConfigReader& r, ModelConfig& c) { gated_shared_experts(r, c, kMoeKeys); },
     .finish = qwen3_5_finish,
     .write =
         [](nlohmann::json& j, const ModelConfig& c) {
-          qwen3_5_write(j, c);
-          write_experts(j, c, kMoeKeys);
-          j["moe_intermediate_size"] = c.expert_inner;
-          j["shared_expert_intermediate_size"] = c.shared_expert_inner;
+          write_gated_shared_experts(j, c, kMoeKeys);
           j.erase("intermediate_size");
         },
     .definition = {.parameters =
@@ -144,31 +153,13 @@ extern const Architecture kQwen3Next{
     .linear_attention = true,
     .writes_layer_types = true,
     .layers = qwen3_5_layers,
-    .moe =
-        [](const ConfigReader& r, ModelConfig& c) {
-          parse_experts(r, c, kNextKeys);
-          if (!c.moe()) return;
-          c.shared_expert_inner = r.positive("shared_expert_intermediate_size", 512);
-          c.shared_expert_gate = true;
-        },
+    .moe = [](const ConfigReader& r, ModelConfig& c) { gated_shared_experts(r, c, kNextKeys); },
     .finish =
         [](const ConfigReader& r, ModelConfig& c) {
           qwen3_5_finish(r, c);
           c.linear_attention->grouped_projections = true;
         },
-    .write =
-        [](nlohmann::json& j, const ModelConfig& c) {
-          qwen3_5_write(j, c);
-          write_experts(j, c, kNextKeys);
-          if (!c.moe()) return;
-          j["moe_intermediate_size"] = c.expert_inner;
-          j["shared_expert_intermediate_size"] = c.shared_expert_inner;
-          j["decoder_sparse_step"] = 1;
-          nlohmann::json dense = nlohmann::json::array();
-          for (int64_t i = 0; i < c.layers; ++i)
-            if (!c.sparse_layer(i)) dense.push_back(i);
-          j["mlp_only_layers"] = dense;
-        },
+    .write = [](nlohmann::json& j, const ModelConfig& c) { write_gated_shared_experts(j, c, kNextKeys); },
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
                          return decoder_parameters(c, g, qwen3_5_layer_parameters);

@@ -34,11 +34,7 @@ extern const Architecture kQwen3Moe{
           write_experts(j, c, kKeys);
           if (!c.moe()) return;
           j["moe_intermediate_size"] = c.expert_inner;
-          j["decoder_sparse_step"] = 1;
-          nlohmann::json dense = nlohmann::json::array();
-          for (int64_t i = 0; i < c.layers; ++i)
-            if (!c.sparse_layer(i)) dense.push_back(i);
-          j["mlp_only_layers"] = dense;
+          write_sparse_layer_keys(j, c);
         },
     .definition = {.parameters =
                        [](const ModelConfig& c, const Generics& g) {
