@@ -95,76 +95,57 @@ void qwen3_5_layer_parameters(ParamTable& t, const ModelConfig& c, int64_t i) {
   pre_norm_layer(t, c, i, {.shared = "shared_expert"});
 }
 
+// What the three share: head_dim 256, a quarter of it rotated, attention_bias q/k/v/o,
+// layer_types with linear_attention, their parameter table; the card's namespace `ns`.
+template <const char* ns>
+Architecture qwen3_5_family(const char* model_type, const char* class_name) {
+  return Architecture{
+      .model_type = model_type,
+      .class_name = class_name,
+      .head_dim = 256,
+      .partial_rotary = true,
+      .partial_rotary_default = 0.25,
+      .bias = Architecture::Bias::attention_bias,
+      .linear_attention = true,
+      .writes_layer_types = true,
+      .layers = qwen3_5_layers,
+      .finish = qwen3_5_finish,
+      .write = qwen3_5_write,
+      .definition = {.parameters =
+                         [](const ModelConfig& c, const Generics& g) {
+                           return decoder_parameters(c, g, qwen3_5_layer_parameters);
+                         },
+                     .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = ns}); }},
+  };
+}
+constexpr char kDense[] = "qwen3_5", kMoe[] = "qwen3_5_moe", kNext[] = "qwen3_next";
+
 }  // namespace
 
-extern const Architecture kQwen3_5Text{
-    .model_type = "qwen3_5_text",
-    .class_name = "Qwen3_5ForCausalLM",
-    .head_dim = 256,
-    .partial_rotary = true,
-    .partial_rotary_default = 0.25,
-    .bias = Architecture::Bias::attention_bias,
-    .linear_attention = true,
-    .writes_layer_types = true,
-    .layers = qwen3_5_layers,
-    .finish = qwen3_5_finish,
-    .write = qwen3_5_write,
-    .definition = {.parameters =
-                       [](const ModelConfig& c, const Generics& g) {
-                         return decoder_parameters(c, g, qwen3_5_layer_parameters);
-                       },
-                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_5"}); }},
-};
+extern const Architecture kQwen3_5Text = qwen3_5_family<kDense>("qwen3_5_text", "Qwen3_5ForCausalLM");
 
-extern const Architecture kQwen3_5MoeText{
-    .model_type = "qwen3_5_moe_text",
-    .class_name = "Qwen3_5MoeForCausalLM",
-    .head_dim = 256,
-    .partial_rotary = true,
-    .partial_rotary_default = 0.25,
-    .experts = true,
-    .bias = Architecture::Bias::attention_bias,
-    .linear_attention = true,
-    .every_layer_sparse = true,
-    .writes_layer_types = true,
-    .layers = qwen3_5_layers,
-    .moe = [](const ConfigReader& r, ModelConfig& c) { gated_shared_experts(r, c, kMoeKeys); },
-    .finish = qwen3_5_finish,
-    .write =
-        [](nlohmann::json& j, const ModelConfig& c) {
-          write_gated_shared_experts(j, c, kMoeKeys);
-          j.erase("intermediate_size");
-        },
-    .definition = {.parameters =
-                       [](const ModelConfig& c, const Generics& g) {
-                         return decoder_parameters(c, g, qwen3_5_layer_parameters);
-                       },
-                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_5_moe"}); }},
-};
+extern const Architecture kQwen3_5MoeText = [] {
+  Architecture a = qwen3_5_family<kMoe>("qwen3_5_moe_text", "Qwen3_5MoeForCausalLM");
+  a.experts = true;
+  a.every_layer_sparse = true;
+  a.moe = [](const ConfigReader& r, ModelConfig& c) { gated_shared_experts(r, c, kMoeKeys); };
+  a.write = [](nlohmann::json& j, const ModelConfig& c) {
+    write_gated_shared_experts(j, c, kMoeKeys);
+    j.erase("intermediate_size");
+  };
+  return a;
+}();
 
-extern const Architecture kQwen3Next{
-    .model_type = "qwen3_next",
-    .class_name = "Qwen3NextForCausalLM",
-    .head_dim = 256,
-    .partial_rotary = true,
-    .partial_rotary_default = 0.25,
-    .experts = true,
-    .bias = Architecture::Bias::attention_bias,
-    .linear_attention = true,
-    .writes_layer_types = true,
-    .layers = qwen3_5_layers,
-    .moe = [](const ConfigReader& r, ModelConfig& c) { gated_shared_experts(r, c, kNextKeys); },
-    .finish =
-        [](const ConfigReader& r, ModelConfig& c) {
-          qwen3_5_finish(r, c);
-          c.linear_attention->grouped_projections = true;
-        },
-    .write = [](nlohmann::json& j, const ModelConfig& c) { write_gated_shared_experts(j, c, kNextKeys); },
-    .definition = {.parameters =
-                       [](const ModelConfig& c, const Generics& g) {
-                         return decoder_parameters(c, g, qwen3_5_layer_parameters);
-                       },
-                   .blocks = [](const ModelConfig& c) { return card::family_blocks(c, {.ns = "qwen3_next"}); }},
-};
+extern const Architecture kQwen3Next = [] {
+  Architecture a = qwen3_5_family<kNext>("qwen3_next", "Qwen3NextForCausalLM");
+  a.experts = true;
+  a.moe = [](const ConfigReader& r, ModelConfig& c) { gated_shared_experts(r, c, kNextKeys); };
+  a.finish = [](const ConfigReader& r, ModelConfig& c) {
+    qwen3_5_finish(r, c);
+    c.linear_attention->grouped_projections = true;
+  };
+  a.write = [](nlohmann::json& j, const ModelConfig& c) { write_gated_shared_experts(j, c, kNextKeys); };
+  return a;
+}();
 
 }  // namespace linnet
