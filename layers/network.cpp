@@ -171,12 +171,12 @@ Network::StatePlan Network::state_plan(const TokenPlan& plan) {
     auto it = last.find(r);
     if (it == last.end()) {
       if (starts) s.fresh.push_back(r);
-      else if (state_next_[static_cast<size_t>(r)] != p)
+      else if (const int64_t next = state_next_[static_cast<size_t>(r)]; next != p)
         throw Error(str("row ", r, " at position ", p, ": this model's Gated DeltaNet layers keep one running state a row "
-                        "(not a cache of every position), which holds that row's sequence up to position ",
-                        state_next_[static_cast<size_t>(r)] - 1, state_next_[static_cast<size_t>(r)] == 0 ? " (none)" : "",
-                        "; a call may go on at position ", state_next_[static_cast<size_t>(r)],
-                        " or start the row again at 0"));
+                        "(not a cache of every position), which ",
+                        next == 0 ? std::string("holds nothing yet; a call may start the row at 0")
+                                  : str("holds that row's sequence up to position ", next - 1,
+                                        "; a call may go on at position ", next, " or start the row again at 0")));
       last.emplace(r, p);
       continue;
     }

@@ -129,8 +129,10 @@ TEST(Hybrid, Qwen3NextConfigAndItsGroupedProjections) {
   const Generics g = bind_generics(c, RunOptions{1, 32, 4, 8, std::nullopt});
   // Shard 1 of 4: key heads 4–7 (of 16, dk 128), value heads 8–15 (g 2, dv 128); a key head's
   // block of in_proj_qkvz is 2·128 + 2·256 = 768 rows.
+  int checked = 0;
   for (const ParamSpec& p : parameter_specs(c, g)) {
     if (p.card_name == "layers[0].linear_attention.v_proj.weight") {
+      ++checked;
       EXPECT_EQ(p.hf_name, "model.layers.0.linear_attn.in_proj_qkvz.weight");
       const auto [b, e] = p.shard_range(1);
       EXPECT_EQ(p.stored_row_ranges(b, e),
@@ -138,12 +140,14 @@ TEST(Hybrid, Qwen3NextConfigAndItsGroupedProjections) {
                                                           {6 * 768 + 256, 6 * 768 + 512}, {7 * 768 + 256, 7 * 768 + 512}}));
     }
     if (p.card_name == "layers[0].linear_attention.a_proj.weight") {
+      ++checked;
       const auto [b, e] = p.shard_range(1);  // in_proj_ba: per key head [b b | a a]
       EXPECT_EQ(p.stored_row_ranges(b, e),
                 (std::vector<std::pair<int64_t, int64_t>>{{4 * 4 + 2, 4 * 4 + 4}, {5 * 4 + 2, 5 * 4 + 4},
                                                           {6 * 4 + 2, 6 * 4 + 4}, {7 * 4 + 2, 7 * 4 + 4}}));
     }
   }
+  EXPECT_EQ(checked, 2) << "the parameter table lacks layer 0's v_proj or a_proj";
 }
 
 TEST(Hybrid, Qwen3_5RefusalsNameTheRule) {
@@ -229,6 +233,19 @@ TEST(Hybrid, ARowGoesOnWhereItStoppedOrStartsAgain) {
           "row again at 0");
   refused([&] { m->decode(column({a[11], b[11]}), 11); }, "go on at position 10");
   refused([&] { m->decode_rows(column({a[10], b[10]}), i32({10, 4})); }, "row 1 at position 4");
+  {  // a row never filled cannot go on anywhere but 0
+    ConfigModel fresh(qwen3_5(), DType::f32, 2);
+    try {
+      fresh->decode(column({a[3], b[3]}), 3);
+      ADD_FAILURE() << "a row never filled went on at position 3";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("row 0 at position 3: this model's Gated DeltaNet layers keep one running "
+                                           "state a row (not a cache of every position), which holds nothing yet; a "
+                                           "call may start the row at 0"),
+                std::string::npos)
+          << e.what();
+    }
+  }
   // Going on: the next position on both rows, then row 1 alone starts again.
   const Tensor next = m->decode(column({a[10], b[10]}), 10);
   ConfigModel ref(qwen3_5(), DType::f32, 2);
