@@ -85,8 +85,10 @@ Tensor CheckpointWeights::read(const ParamSpec& p, int64_t shard) {
   } else if (!is_float(stored)) {
     throw Error(str(path, ": tensor '", p.hf_name, "' has dtype ", dtype_name(stored),
                     ", expected a float dtype (bf16, f16 or f32)"));
-  } else if (!p.dtype && stored != declared_) {
-    // (A scale, p.dtype f32, may be stored in any float dtype: widened exactly.)
+  } else if (!p.dtype && stored != declared_ && !(stored == DType::f32 && p.stored_shape().rank() == 1)) {
+    // (A scale, p.dtype f32, may be stored in any float dtype: widened exactly. A vector — a
+    // norm's weight, Qwen3.5's A_log — may be f32 beside a narrower torch_dtype: Qwen3.5's
+    // checkpoints ship them so; WeightLoader keeps their f32 values.)
     throw Error(str(path, ": tensor '", p.hf_name, "' is stored as ", dtype_name(stored),
                     ", but config.json's torch_dtype says ", dtype_name(declared_)));
   }

@@ -177,13 +177,16 @@ LINNET_OP(gumbel_max, "gumbel_max",
 // in position order (they may interleave with other rows'). Each op walks a row's tokens one by
 // one — the recurrent form, whatever the call's length — so a token's result depends only on
 // its row's earlier tokens and the state, never on how the steps were cut or what shared them.
+// keep [N] i32 or undefined (none): keep[n] ≥ 0 copies token n's row's state, as it stands after
+// token n, to that row of `state` (a snapshot: the engine's prefix sharing); a kept row is no
+// token's row in the call.
 // Causal depthwise convolution, then SiLU: x [N, C] (a token's channels), weight [C, K] (any
 // float dtype), state [R, C, K − 1] f32 (the row's last K − 1 inputs: read, then advanced by each
 // token); out[n, c] = silu(Σ_k weight[c, k] · w[k]) with w = the K − 1 inputs before token n
 // on its row, then x[n, c]; in f32. out [N, C] may not alias x.
 LINNET_OP(causal_conv1d, "causal_conv1d",
-          (const Tensor& x, const Tensor& weight, const Tensor& rows, Tensor& state, Tensor& out),
-          (x, weight, rows, state, out))
+          (const Tensor& x, const Tensor& weight, const Tensor& rows, const Tensor& keep, Tensor& state, Tensor& out),
+          (x, weight, rows, keep, state, out))
 // The gated delta rule, as transformers' torch_recurrent_gated_delta_rule with
 // use_qk_l2norm_in_kernel: qkv [N, dims.qkv_width()] (q heads, k heads, v heads: the
 // convolution's output), ab [N, 2 · value_heads] (b then a: the in-projections' outputs),
@@ -194,8 +197,8 @@ LINNET_OP(causal_conv1d, "causal_conv1d",
 // out_h = Sᵀq; in f32.
 LINNET_OP(gated_delta_rule, "gated_delta_rule",
           (const Tensor& qkv, const Tensor& ab, const Tensor& a_log, const Tensor& dt_bias, const Tensor& rows,
-           const DeltaNetDims& dims, Tensor& state, Tensor& out),
-          (qkv, ab, a_log, dt_bias, rows, dims, state, out))
+           const Tensor& keep, const DeltaNetDims& dims, Tensor& state, Tensor& out),
+          (qkv, ab, a_log, dt_bias, rows, keep, dims, state, out))
 // The gated RMSNorm after the delta rule, per group of W columns: x, z, out [N, G·W], w [W];
 // out = w · x / √(mean(x²) + eps) · silu(z), over each group; in f32 (a narrower dtype rounds
 // x / √… and w · (that) to it first, as transformers' Qwen3NextRMSNormGated does).

@@ -417,14 +417,15 @@ void sigmoid_mul(const char* backend, Tensor& x, const Tensor& gate) {
            x.describe(), "'s columns"));
 }
 
-void causal_conv1d(const char* backend, const Tensor& x, const Tensor& weight, const Tensor& rows, Tensor& state,
-                   Tensor& out) {
+void causal_conv1d(const char* backend, const Tensor& x, const Tensor& weight, const Tensor& rows, const Tensor& keep,
+                   Tensor& state, Tensor& out) {
   const Op k{backend, "causal_conv1d"};
   rank_is(k, "x", x, 2);
   rank_is(k, "weight", weight, 2);
   rank_is(k, "state", state, 3);
   dtype_is(k, "state", state, DType::f32);
   index_vec(k, "rows", rows, x.dim(0));
+  if (keep.defined()) index_vec(k, "keep", keep, x.dim(0));
   NEED(weight.dim(0) == x.dim(1) && weight.dim(1) >= 1,
        str("weight ", weight.describe(), " should be [", x.dim(1), ", K ≥ 1] for x ", x.describe()));
   NEED(state.dim(1) == x.dim(1) && state.dim(2) == weight.dim(1) - 1,
@@ -434,7 +435,8 @@ void causal_conv1d(const char* backend, const Tensor& x, const Tensor& weight, c
 }
 
 void gated_delta_rule(const char* backend, const Tensor& qkv, const Tensor& ab, const Tensor& a_log,
-                      const Tensor& dt_bias, const Tensor& rows, const DeltaNetDims& d, Tensor& state, Tensor& out) {
+                      const Tensor& dt_bias, const Tensor& rows, const Tensor& keep, const DeltaNetDims& d, Tensor& state,
+                      Tensor& out) {
   const Op k{backend, "gated_delta_rule"};
   NEED(d.key_heads > 0 && d.key_dim > 0 && d.value_heads > 0 && d.value_dim > 0 && d.value_heads % d.key_heads == 0,
        str("heads ", d.key_heads, " × ", d.key_dim, " (keys) and ", d.value_heads, " × ", d.value_dim,
@@ -450,6 +452,7 @@ void gated_delta_rule(const char* backend, const Tensor& qkv, const Tensor& ab, 
   NEED(a_log.numel() == d.value_heads && dt_bias.numel() == d.value_heads,
        str("a_log ", a_log.describe(), " and dt_bias ", dt_bias.describe(), " should hold ", d.value_heads, " entries"));
   index_vec(k, "rows", rows, n);
+  if (keep.defined()) index_vec(k, "keep", keep, n);
   rank_is(k, "state", state, 4);
   dtype_is(k, "state", state, DType::f32);
   NEED(state.dim(1) == d.value_heads && state.dim(2) == d.key_dim && state.dim(3) == d.value_dim,

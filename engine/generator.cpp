@@ -14,7 +14,10 @@ Generator::Generator(Model& model, SchedulerLimits limits, std::vector<int32_t> 
         limits.max_seq = model.generics().max_seq;
         limits.whole_prompts = limits.whole_prompts || model.rope_follows_length();
         limits.recompute_at = model.config().recompute_cache_at;
-        if (model.config().any_linear()) limits.state_slots = model.generics().batch;  // a state row each
+        if (model.config().any_linear()) {
+          limits.state_slots = model.generics().batch;  // a state row each
+          limits.state_snapshots = model.generics().state_snapshots;
+        }
         LINNET_CHECK(limits.recompute_at == 0 || limits.whole_prompts, "a recomputed sequence runs whole");
         return limits;
       }()),
@@ -64,6 +67,12 @@ std::vector<Completion> Generator::step(const StopCheck& stop) {
     const StepRow& sr = rows[static_cast<size_t>(r)];
     const Sequence& s = *sr.seq;
     std::copy(s.pages.begin(), s.pages.end(), plan.table.begin() + r * plan.pages);
+    // A shared prefix's state from its snapshot; this chunk's deepest page boundary kept.
+    if (sr.restore >= 0) plan.tokens.state_restores.push_back({sr.restore, s.state_slot, static_cast<int32_t>(sr.begin)});
+    for (const StepRow::Keep& k : sr.keeps) {
+      plan.tokens.state_keep.resize(plan.tokens.size() + static_cast<size_t>(sr.count), -1);
+      plan.tokens.state_keep[plan.tokens.size() + static_cast<size_t>(k.at - 1 - sr.begin)] = k.snapshot;
+    }
     for (int64_t i = sr.begin; i < sr.begin + sr.count; ++i)
       plan.tokens.add(s.tokens[static_cast<size_t>(i)], static_cast<int32_t>(i), -1, static_cast<int32_t>(r),
                       static_cast<int32_t>(s.pages[static_cast<size_t>(i / ps)] * ps + i % ps),
@@ -88,7 +97,9 @@ std::vector<Completion> Generator::step(const StopCheck& stop) {
     banned[static_cast<size_t>(r)] = banned_ids(s, eos_);
     lp.banned = banned[static_cast<size_t>(r)];
   }
+  if (!plan.tokens.state_keep.empty()) plan.tokens.state_keep.resize(plan.tokens.size(), -1);
   const std::vector<int32_t> chosen = model_.run_batch(plan);
+  for (const StepRow& sr : rows) stats_.restored_tokens += sr.restore >= 0 ? sr.begin : 0;
   for (const StepRow& sr : rows)
     if (!(sr.count == 1 && sr.sample)) stats_.prefill_tokens += sr.count;  // a decoding row feeds one token
   stats_.peak_pages = std::max(stats_.peak_pages, pages_.used_pages());

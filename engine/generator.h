@@ -24,6 +24,7 @@ struct GeneratorStats {
   int64_t generated_tokens = 0;
   int64_t preemptions = 0;
   int64_t peak_pages = 0;
+  int64_t restored_tokens = 0;  // prompt tokens not computed: a recurrent state's snapshot brought them
 };
 
 // The ids a sequence may not choose next: the last id of each bad word whose other ids end its
@@ -50,6 +51,7 @@ class Generator {
   const GeneratorStats& stats() const { return stats_; }
   const PageAllocator& pages() const { return pages_; }
   size_t free_state_slots() const { return scheduler_.free_state_slots(); }
+  size_t free_snapshots() const { return scheduler_.free_snapshots(); }
 
  private:
   Model& model_;

@@ -54,13 +54,16 @@ bool PageAllocator::same(int32_t page, const std::vector<int32_t>& tokens, int64
   return pub.parent == parent && std::equal(pub.tokens.begin(), pub.tokens.end(), tokens.begin() + j * page_size_);
 }
 
-int32_t PageAllocator::share(const std::vector<int32_t>& tokens, int64_t j, int32_t parent) {
+int32_t PageAllocator::find(const std::vector<int32_t>& tokens, int64_t j, int32_t parent) const {
   for (auto [it, end] = by_key_.equal_range(key(tokens, j, parent)); it != end; ++it)
-    if (same(it->second, tokens, j, parent)) {
-      ++refs_[static_cast<size_t>(it->second)];
-      return it->second;
-    }
+    if (same(it->second, tokens, j, parent)) return it->second;
   return -1;
+}
+
+int32_t PageAllocator::share(const std::vector<int32_t>& tokens, int64_t j, int32_t parent) {
+  const int32_t page = find(tokens, j, parent);
+  if (page >= 0) ++refs_[static_cast<size_t>(page)];
+  return page;
 }
 
 void PageAllocator::publish(int32_t page, const std::vector<int32_t>& tokens, int64_t j, int32_t parent) {

@@ -35,6 +35,8 @@ class PageAllocator {
   void publish(int32_t page, const std::vector<int32_t>& tokens, int64_t j, int32_t parent);
 
   int32_t refs(int32_t page) const { return refs_[static_cast<size_t>(page)]; }
+  // The published page share() would give, without taking a reference; -1 if none.
+  int32_t find(const std::vector<int32_t>& tokens, int64_t j, int32_t parent) const;
 
  private:
   struct Published {

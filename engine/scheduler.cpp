@@ -13,6 +13,49 @@ Scheduler::Scheduler(PageAllocator& pages, SchedulerLimits limits) : pages_(page
   LINNET_CHECK(limits_.max_seq > 0 && limits_.max_rows > 0 && limits_.token_budget > 0, "scheduler limits");
   if (limits_.state_slots > 0) limits_.max_rows = std::min(limits_.max_rows, limits_.state_slots);
   for (int64_t k = limits_.state_slots; k-- > 0;) free_slots_.push_back(static_cast<int32_t>(k));  // slot 0 first
+  if (limits_.state_slots > 0) snapshots_.resize(static_cast<size_t>(limits_.state_snapshots));
+}
+
+size_t Scheduler::free_snapshots() const {
+  return static_cast<size_t>(std::count_if(snapshots_.begin(), snapshots_.end(), [](const Snapshot& k) { return k.page == kFree; }));
+}
+
+int32_t Scheduler::snapshot_at(int32_t page) const {
+  for (size_t k = 0; k < snapshots_.size(); ++k)
+    if (snapshots_[k].page == page) return static_cast<int32_t>(k);
+  return -1;
+}
+
+void Scheduler::let_go(int32_t page) {
+  pages_.release(page);
+  if (pages_.refs(page) > 0) return;
+  if (const int32_t k = snapshot_at(page); k >= 0) snapshots_[static_cast<size_t>(k)].page = kFree;
+}
+
+int32_t Scheduler::published_page(const std::vector<int32_t>& tokens, int64_t end) const {
+  int32_t page = -1;
+  for (int64_t j = 0; j < end / pages_.page_size() && (j == 0 || page >= 0); ++j) page = pages_.find(tokens, j, page);
+  return page;
+}
+
+void Scheduler::plan_keeps(StepRow& row) {
+  if (snapshots_.empty()) return;
+  const Sequence& s = *row.seq;
+  const int64_t ps = pages_.page_size();
+  for (const int64_t boundary : {s.branch_at, (static_cast<int64_t>(s.tokens.size()) - 1) / ps * ps}) {
+    if (boundary <= row.begin || boundary > row.begin + row.count) continue;
+    if (!row.keeps.empty() && row.keeps.back().at == boundary) continue;
+    if (const int32_t page = published_page(s.tokens, boundary); page >= 0 && snapshot_at(page) >= 0) continue;
+    Snapshot* pick = nullptr;
+    for (Snapshot& k : snapshots_)
+      if (k.page != kReserved && (!pick || (k.page == kFree) > (pick->page == kFree) ||
+                                  ((k.page == kFree) == (pick->page == kFree) && k.used < pick->used)))
+        pick = &k;
+    if (!pick) return;  // every one reserved in this step
+    pick->page = kReserved;
+    pick->used = ++snapshot_clock_;
+    row.keeps.push_back({static_cast<int32_t>(pick - snapshots_.data()), boundary});
+  }
 }
 
 std::string Scheduler::submit(Request r) {
@@ -60,7 +103,7 @@ bool Scheduler::ensure_pages(Sequence& s, int64_t end) {
 }
 
 void Scheduler::release(Sequence& s) {
-  for (int32_t p : s.pages) pages_.release(p);
+  for (int32_t p : s.pages) let_go(p);
   s.pages.clear();
   s.computed = s.published = 0;
   if (s.state_slot >= 0) free_slots_.push_back(s.state_slot);  // its state is recomputed if it runs again
@@ -82,8 +125,10 @@ void Scheduler::preempt(Sequence& s) {
 }
 
 // Starts a waiting sequence: full pages of its tokens that a running sequence already holds
-// are shared (never its last page: at least one token is computed, for its logits), then
-// the pages of its first chunk are allocated. False (nothing held) when they are not free.
+// are shared (never its last page: at least one token is computed, for its logits) — with a
+// recurrent state, only up to the last of them that a snapshot was kept at the end of, which
+// the first chunk restores — then the pages of its first chunk are allocated. False (nothing
+// held) when they are not free.
 bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows) {
   const int64_t ps = pages_.page_size(), n = static_cast<int64_t>(s->tokens.size());
   int32_t parent = -1;
@@ -92,6 +137,15 @@ bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector
     if (page < 0) break;
     s->pages.push_back(page);
     parent = page;
+  }
+  int32_t restore = -1;
+  if (limits_.state_slots > 0) {
+    s->branch_at = static_cast<int64_t>(s->pages.size()) * ps;
+    while (!s->pages.empty() && (restore = snapshot_at(s->pages.back())) < 0) {
+      let_go(s->pages.back());
+      s->pages.pop_back();
+    }
+    if (s->branch_at == static_cast<int64_t>(s->pages.size()) * ps) s->branch_at = 0;  // a snapshot is there
   }
   s->published = static_cast<int64_t>(s->pages.size());  // shared pages are published already
   s->computed = s->published * ps;
@@ -108,6 +162,11 @@ bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector
   }
   s->admitted = next_admission_++;
   rows.push_back({s.get(), s->computed, chunk, s->computed + chunk == n});
+  if (restore >= 0) {
+    rows.back().restore = restore;
+    snapshots_[static_cast<size_t>(restore)].used = ++snapshot_clock_;
+  }
+  plan_keeps(rows.back());
   budget -= std::min(chunk, budget);
   running_.push_back(std::move(s));
   return true;
@@ -180,6 +239,7 @@ std::vector<StepRow> Scheduler::schedule() {
     if (gone) break;
     if (static_cast<int64_t>(s.pages.size()) * pages_.page_size() < s.computed + chunk) break;  // wait
     rows.push_back({&s, s.computed, chunk, s.computed + chunk == n});
+    plan_keeps(rows.back());
     budget -= std::min(chunk, budget);
   }
   // 3. Waiting sequences, in order, while there is budget, a free row and pages — not in a
@@ -207,6 +267,13 @@ std::vector<Completion> Scheduler::complete(const std::vector<StepRow>& rows, co
     for (; sharing() && (s.published + 1) * ps <= s.computed; ++s.published) {
       const size_t j = static_cast<size_t>(s.published);
       pages_.publish(s.pages[j], s.tokens, s.published, j ? s.pages[j - 1] : -1);
+    }
+    for (const StepRow::Keep& keep : rows[i].keeps) {
+      // The state at keep.at is known by the published page that ends there: this sequence's
+      // own, or another's that held the same tokens first. None (given up meanwhile): not kept.
+      Snapshot& k = snapshots_[static_cast<size_t>(keep.snapshot)];
+      const int32_t page = published_page(s.tokens, keep.at);
+      k.page = page >= 0 && snapshot_at(page) < 0 ? page : kFree;
     }
     if (!rows[i].sample) continue;
     const int32_t t = tokens[i];

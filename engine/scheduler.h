@@ -31,9 +31,19 @@ struct SchedulerLimits {
   int64_t recompute_at = 0;
   // > 0: the model keeps a recurrent state per sequence (Gated DeltaNet layers) in one of this
   // many state slots (Batch): each running sequence holds one from admission until it finishes,
-  // is preempted (recomputed from its start later) or is cancelled. No pages are shared then: a
-  // shared prefix's pages would not bring its state with them.
+  // is preempted (recomputed from its start later) or is cancelled. A shared prefix's pages do
+  // not bring its state with them, so pages are shared only up to a page boundary where a
+  // snapshot of the state was kept (below); with no snapshots, none are.
   int64_t state_slots = 0;
+  // Snapshots of the recurrent state (Generics::state_snapshots), kept at page boundaries while
+  // the published page ending there stays published: a prompt's deepest boundary (where the
+  // pages a sequence with the same prompt would share end: n samples, repeated prompts), and the
+  // boundary where a sequence's shared pages ended without a snapshot (a common system prompt:
+  // the second sequence recomputes it and keeps the state where it branches off, the third and
+  // later restore it). A sequence that shares the page restores the snapshot into its slot
+  // instead of recomputing the prefix (vLLM's prefix caching for such models). When all are
+  // taken the least recently used one is given up.
+  int64_t state_snapshots = 0;
   // > 0: the engine uses at most this many of the model's cache pages (the rest stay unused): a
   // pool smaller than Batch rows' (tests of preemption where Batch bounds the rows, as the
   // state slots do).
@@ -50,6 +60,7 @@ struct Sequence {
   std::vector<int32_t> pages;   // page j holds positions j·PageSize …
   int64_t preemptions = 0;
   int32_t state_slot = -1;      // its recurrent state's slot while running (SchedulerLimits::state_slots)
+  int64_t branch_at = 0;        // > 0: its shared pages ended here with no snapshot (one is kept here)
   uint64_t admitted = 0;        // admission order (the newest is preempted first)
   uint64_t arrival = 0;         // submission order (the waiting line: priority, then arrival)
   // What its logit processors read, kept as tokens come (only when its params use them):
@@ -65,6 +76,14 @@ struct StepRow {
   Sequence* seq = nullptr;
   int64_t begin = 0, count = 0;
   bool sample = false;
+  // Recurrent state snapshots: `restore` is copied into the sequence's slot before its tokens
+  // (the state up to `begin`); each keep's snapshot receives the state after position at − 1.
+  int32_t restore = -1;
+  struct Keep {
+    int32_t snapshot = -1;
+    int64_t at = 0;
+  };
+  std::vector<Keep> keeps;
 };
 
 class Scheduler {
@@ -90,14 +109,27 @@ class Scheduler {
   int64_t preemptions() const { return preemptions_; }
   // The state slots running sequences hold (tests: each slot held once, all back when idle).
   size_t free_state_slots() const { return free_slots_.size(); }
+  // Snapshots that hold no kept state (tests: all back when the pages they belong to are).
+  size_t free_snapshots() const;
   // Drops the request with this index, waiting or running: its pages go back at once (a
   // client that went away). False when no such request is here (finished already).
   bool cancel(size_t index);
 
  private:
   bool ensure_pages(Sequence& s, int64_t end);  // pages for positions [0, end)
-  // Whether full pages are shared between sequences (not for whole prompts, nor with a state).
-  bool sharing() const { return !limits_.whole_prompts && limits_.state_slots == 0; }
+  // Whether full pages are shared between sequences (not for whole prompts, nor with a state
+  // that has no snapshots).
+  bool sharing() const { return !limits_.whole_prompts && (limits_.state_slots == 0 || limits_.state_snapshots > 0); }
+  // A page goes back; a snapshot kept at its end goes with it once no sequence holds the page.
+  void let_go(int32_t page);
+  // The snapshot kept at the end of this published page, or -1.
+  int32_t snapshot_at(int32_t page) const;
+  // The published page that ends the first `end` (a page boundary) of `tokens`, or -1.
+  int32_t published_page(const std::vector<int32_t>& tokens, int64_t end) const;
+  // A row that computes its sequence's branch point or its prompt's deepest page boundary
+  // reserves a snapshot for the state there (a free one, else the least recently used is given
+  // up), unless one is kept there already.
+  void plan_keeps(StepRow& row);
   void preempt(Sequence& s);
   void release(Sequence& s);
   bool admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows);
@@ -112,6 +144,15 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> running_;  // in admission order
   uint64_t next_admission_ = 0, next_arrival_ = 0;
   std::vector<int32_t> free_slots_;  // state slots no running sequence holds
+  // Snapshots: the published page at whose end each was kept (kFree, kReserved while its step
+  // runs), and when it was last kept or restored (the least recent is given up first).
+  static constexpr int32_t kFree = -1, kReserved = -2;
+  struct Snapshot {
+    int32_t page = kFree;
+    uint64_t used = 0;
+  };
+  std::vector<Snapshot> snapshots_;
+  uint64_t snapshot_clock_ = 0;
   int64_t preemptions_ = 0;
 };
 

@@ -236,9 +236,10 @@ int cmd_generate(const Args& args) {
   progress.end();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const auto& st = gen.stats();
-  spdlog::info("replica {}: {} steps, {} prompt tokens computed, {} generated, {} preemptions, peak {} of {} pages, {:.2f} s",
-               ranks.replica(), st.steps, st.prefill_tokens, st.generated_tokens, st.preemptions, st.peak_pages,
-               gen.pages().num_pages(), seconds);
+  spdlog::info("replica {}: {} steps, {} prompt tokens computed{}, {} generated, {} preemptions, peak {} of {} pages, {:.2f} s",
+               ranks.replica(), st.steps, st.prefill_tokens,
+               st.restored_tokens > 0 ? str(" (", st.restored_tokens, " more restored from state snapshots)") : std::string(),
+               st.generated_tokens, st.preemptions, st.peak_pages, gen.pages().num_pages(), seconds);
   out.finish();
   int64_t errors = 0;
   if (ranks.world_rank() == 0) {

@@ -143,7 +143,7 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
     for (const auto& s : states)
       if (s.kind == LayerCacheSpec::Kind::recurrent) r = &s, ++n;
     o << "Recurrent state per rank\t" << f.state << " (" << human_bytes(static_cast<double>(f.state)) << ") = " << n
-      << " layers × " << g.batch << " rows × ([" << r->conv_channels << ", " << r->conv_kept << "] + ["
+      << " layers × (" << g.batch << " rows + " << g.state_snapshots << " snapshots) × ([" << r->conv_channels << ", " << r->conv_kept << "] + ["
       << r->delta.value_heads << ", " << r->delta.key_dim << ", " << r->delta.value_dim << "]) f32\n";
   }
   o << "Total per rank\t" << f.total() << " (" << human_bytes(static_cast<double>(f.total())) << ")\n";
@@ -189,7 +189,7 @@ int cmd_inspect(const Args& args) {
   // when a sizing option was given, so `inspect` without one reproduces the card exactly.
   const bool sizing = vm.count("shards") || !vm["batch"].defaulted() || !vm["max-seq"].defaulted() ||
                       vm.count("page-size") || !vm["backend"].defaulted() || vm.count("dtype") ||
-                      !vm["moe-sharding"].defaulted() || !vm["kv-cache-dtype"].defaulted();
+                      !vm["moe-sharding"].defaulted() || !vm["kv-cache-dtype"].defaulted() || vm.count("state-snapshots");
   std::string out = "linnet inspect " + dir + "\n\n" + render_card(config, g);
   std::string backend = vm["backend"].as<std::string>();
   if (backend == "auto") backend = cuda_device_count() > 0 ? "cuda" : "cpu";

@@ -180,7 +180,10 @@ void add_run_options(po::options_description& desc) {
        "(every expert sliced)")
       ("kv-cache-dtype", po::value<std::string>()->default_value("auto"),
        "the KV cache's dtype: auto (the compute dtype: f32 on the CPU), bf16, f16, fp8 (E4M3, scale 1, as vLLM's "
-       "fp8 without calibrated scales) or f32; K and V are rounded to it where they are stored and read");
+       "fp8 without calibrated scales) or f32; K and V are rounded to it where they are stored and read")
+      ("state-snapshots", po::value<int64_t>(),
+       "models with a recurrent state (Gated DeltaNet): snapshots of it the engine keeps at page boundaries so a "
+       "shared prefix is not recomputed (default: Batch; 0: no prefix sharing, and half the state's memory)");
 }
 
 std::optional<DType> kv_cache_dtype_option(const std::string& v) {
@@ -211,6 +214,10 @@ RunOptions run_options(const po::variables_map& vm) {
     o.moe_sharding = m == "expert" ? MoeSharding::expert : MoeSharding::tensor;
   }
   if (vm.count("kv-cache-dtype")) o.kv_cache_dtype = kv_cache_dtype_option(vm["kv-cache-dtype"].as<std::string>());
+  if (vm.count("state-snapshots")) {
+    o.state_snapshots = vm["state-snapshots"].as<int64_t>();
+    if (*o.state_snapshots < 0) throw UsageError(str("--state-snapshots must be 0 or more, got ", *o.state_snapshots));
+  }
   return o;
 }
 

@@ -70,8 +70,14 @@ int cmd_run(const Args& args) {
 
   LoadedModel loaded = cmd.load();
   std::vector<std::pair<std::string, Tensor>> outputs;
-  for (const auto& call : calls) {
-    std::vector<Tensor> results = loaded.model->call(call.entry, call.args, call.generics);
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const auto& call = calls[c];
+    std::vector<Tensor> results;
+    try {
+      results = loaded.model->call(call.entry, call.args, call.generics);
+    } catch (const Error& e) {  // what the model refused (a row's state, a position): which call
+      throw Error(str(vm["calls"].as<std::string>(), ": call ", c, " (", call.entry, "): ", e.what()));
+    }
     for (size_t i = 0; i < call.outputs.size(); ++i) outputs.emplace_back(call.outputs[i], results[i]);
     spdlog::info("{}: done", call.entry);
   }

@@ -63,7 +63,7 @@ Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DT
     f.state_per_row = add(f.state_per_row, mul(layer.state_values_per_row(), 4));
   }
   f.kv_cache = mul(f.kv_per_slot, mul(g.batch, g.max_seq));
-  f.state = mul(f.state_per_row, g.batch);
+  f.state = mul(f.state_per_row, g.state_rows());
   return f;
 }
 
@@ -83,7 +83,8 @@ void check_fits(const ModelConfig& c, const Generics& g, DType held, DType weigh
   std::string msg = str("this rank needs ", human_bytes(double(f.total())), " (parameters ",
                         human_bytes(double(f.parameters)), " + KV cache ", human_bytes(double(f.kv_cache)),
                         " for Batch ", g.batch, " × MaxSeq ", g.max_seq, ", ", dtype_name(held),
-                        f.state > 0 ? str(" + recurrent state ", human_bytes(double(f.state)), " for Batch ", g.batch)
+                        f.state > 0 ? str(" + recurrent state ", human_bytes(double(f.state)), " for Batch ", g.batch,
+                                          " + ", g.state_snapshots, " snapshots")
                                     : std::string(),
                         "), but the ", device, " has ", human_bytes(double(budget)), share);
   if (f.parameters >= budget) {
@@ -92,7 +93,8 @@ void check_fits(const ModelConfig& c, const Generics& g, DType held, DType weigh
     const int64_t room = budget - f.parameters;
     const int64_t slots = std::max<int64_t>(0, room - f.state) / std::max<int64_t>(1, f.kv_per_slot);
     const int64_t max_seq = slots / g.batch / g.page_size * g.page_size;
-    const int64_t batch = room / std::max<int64_t>(1, f.kv_per_slot * g.max_seq + f.state_per_row);
+    // (Each row of Batch brings its state and, by default, a snapshot's: --state-snapshots.)
+    const int64_t batch = room / std::max<int64_t>(1, f.kv_per_slot * g.max_seq + f.state_per_row * (g.state_snapshots > 0 ? 2 : 1));
     msg += max_seq_defaulted ? str("; MaxSeq defaults to max_position_embeddings (", c.max_position,
                                    "): pass --max-seq to lower it")
                              : std::string();

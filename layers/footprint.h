@@ -25,7 +25,8 @@ struct Footprint {
   int64_t parameters = 0;     // bytes; a tied lm_head is a view of the embedding (0 bytes)
   int64_t kv_cache = 0;       // bytes: each layer's state (layers/cache_layout.h) × Batch × MaxSeq
   int64_t kv_per_slot = 0;    // bytes per (row, position) of the cache
-  // bytes: the recurrent layers' state (Gated DeltaNet), f32, a fixed size per row × Batch
+  // bytes: the recurrent layers' state (Gated DeltaNet), f32, a fixed size per row × (Batch +
+  // the state snapshots)
   int64_t state = 0;
   int64_t state_per_row = 0;
   int64_t total() const { return parameters + kv_cache + state; }

@@ -36,6 +36,12 @@ Generics bind_generics(const ModelConfig& c, const RunOptions& o) {
   g.page_size = o.page_size == 0 ? default_page_size(g.max_seq) : o.page_size;
   g.t = o.dtype.value_or(c.dtype);
   g.kv_dtype = o.kv_cache_dtype;
+  if (o.state_snapshots && *o.state_snapshots < 0)
+    throw Error(str("--state-snapshots must be 0 or more, got ", *o.state_snapshots));
+  if (o.state_snapshots && *o.state_snapshots > 0 && !c.any_linear())
+    throw Error(str("--state-snapshots ", *o.state_snapshots, ": ", c.model_type,
+                    " keeps no recurrent state (only models with Gated DeltaNet layers do)"));
+  g.state_snapshots = c.any_linear() ? o.state_snapshots.value_or(o.batch) : 0;
   if (!is_float(g.t)) throw Error(str("T must be a float dtype, got ", dtype_name(g.t)));
   if (g.batch <= 0) throw Error(str("Batch must be positive, got ", g.batch));
   if (o.max_seq < 0) throw Error(str("MaxSeq must be positive, got ", o.max_seq));

@@ -30,6 +30,9 @@ struct RunOptions {
   MoeSharding moe_sharding = MoeSharding::expert;
   // The KV cache's dtype (--kv-cache-dtype); default (auto): the backend's compute dtype.
   std::optional<DType> kv_cache_dtype;
+  // Recurrent-state snapshots (--state-snapshots); default: Batch where the model keeps such a
+  // state (Gated DeltaNet layers), else none.
+  std::optional<int64_t> state_snapshots;
 };
 
 struct Generics {
@@ -44,12 +47,18 @@ struct Generics {
   // The KV cache's dtype when it is not the backend's compute dtype (--kv-cache-dtype): K and V
   // are rounded to it as they are stored and as attention reads them.
   std::optional<DType> kv_dtype;
+  // Models with a recurrent state (Gated DeltaNet): snapshots of a row's state the engine keeps
+  // at page boundaries for prefix sharing — state rows past Batch (docs/entries.md "Recurrent
+  // state"). 0 for every other model.
+  int64_t state_snapshots = 0;
   // What the cache holds a value in, beside activations in `compute`.
   DType cache_dtype(DType compute) const { return kv_dtype.value_or(compute); }
 
   int64_t head_dim() const { return d; }
   int64_t pages_per_row() const { return max_seq / page_size; }
   int64_t num_pages() const { return batch * pages_per_row(); }
+  // Rows of each recurrent state tensor: Batch running sequences, then the snapshots.
+  int64_t state_rows() const { return batch + state_snapshots; }
   // Per shard (rank s of shards): heads, kv heads, inner rows, and lm_head rows. A vocab
   // that does not divide is padded: each shard holds ⌈Vocab/Shards⌉ rows.
   int64_t heads_per_shard() const { return heads / shards; }

@@ -3,14 +3,14 @@
 namespace linnet {
 
 KvCache::KvCache(Backend& backend, const std::vector<LayerCacheSpec>& specs, int64_t batch, int64_t max_seq,
-                 DType dtype)
+                 DType dtype, int64_t state_rows)
     : specs_(specs), layers_(specs.size()) {
   for (size_t i = 0; i < specs.size(); ++i) {
     const LayerCacheSpec& s = specs[i];
     if (s.kind == LayerCacheSpec::Kind::none) continue;
     if (s.kind == LayerCacheSpec::Kind::recurrent) {
-      layers_[i].conv = backend.zeros({batch, s.conv_channels, s.conv_kept}, DType::f32);
-      layers_[i].delta = backend.zeros({batch, s.delta.value_heads, s.delta.key_dim, s.delta.value_dim}, DType::f32);
+      layers_[i].conv = backend.zeros({state_rows, s.conv_channels, s.conv_kept}, DType::f32);
+      layers_[i].delta = backend.zeros({state_rows, s.delta.value_heads, s.delta.key_dim, s.delta.value_dim}, DType::f32);
       continue;
     }
     if (s.kind == LayerCacheSpec::Kind::latent) {

@@ -50,8 +50,10 @@ class KvCache {
  public:
   KvCache() = default;
   // Zeroed state for each layer as `specs` describe, `batch` rows of `max_seq` positions, in
-  // `dtype` (the backend's compute dtype).
-  KvCache(Backend& backend, const std::vector<LayerCacheSpec>& specs, int64_t batch, int64_t max_seq, DType dtype);
+  // `dtype` (the backend's compute dtype); a recurrent layer's state has `state_rows` rows (Batch
+  // and the snapshots: Generics::state_rows()).
+  KvCache(Backend& backend, const std::vector<LayerCacheSpec>& specs, int64_t batch, int64_t max_seq, DType dtype,
+          int64_t state_rows);
 
   const LayerCacheSpec& spec(size_t layer) const { return specs_[layer]; }
   LayerCache& layer(size_t i) { return layers_[i]; }

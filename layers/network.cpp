@@ -47,9 +47,10 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
   for (int64_t i = 0; i < g.layers; ++i)
     layers_.push_back(def.layer ? def.layer(w, config, g, i, shard) : decoder_layer(w, config, g, i, shard));
   matrices_ = w.take_matrices();
-  cache_ = KvCache(be_, layer_states(config, g), g.batch, g.max_seq, g.cache_dtype(act_));
+  cache_ = KvCache(be_, layer_states(config, g), g.batch, g.max_seq, g.cache_dtype(act_), g.state_rows());
   for (size_t i = 0; i < cache_.size(); ++i) recurrent_ |= cache_.spec(i).kind == LayerCacheSpec::Kind::recurrent;
   state_next_.assign(static_cast<size_t>(g.batch), 0);
+  snapshot_next_.assign(static_cast<size_t>(g.state_snapshots), 0);
 
   std::vector<int32_t> table(static_cast<size_t>(g.num_pages()));
   for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>(i);  // row r, page j → r·PPR + j
@@ -85,8 +86,9 @@ Hidden Network::run(const TokenPlan& plan, const Tensor* table, const std::vecto
   if (recurrent_ && plan.size() > 0) {
     state = state_plan(plan);
     up.push_back(host(state.rows));
+    if (!state.keep.empty()) up.push_back(host(state.keep));
   }
-  const size_t state_at = up.size() - 1;
+  const size_t state_at = up.size() - (state.keep.empty() ? 1 : 2);
   const size_t first_rope = up.size();
   std::vector<int> per_token;  // the ropes whose [N, R/2] frequencies go up with the plan
   rope_inputs(plan, up, per_token);
@@ -117,7 +119,9 @@ Hidden Network::run(const TokenPlan& plan, const Tensor* table, const std::vecto
   LayerCache scratch;  // packed runs' own state: zeroed before each recurrent layer
   if (recurrent_) {
     dp.state_rows = up[state_at];
+    if (!state.keep.empty()) dp.state_keep = up[state_at + 1];
     zero_state_rows(state.fresh);
+    copy_state_rows(state.restores);  // (a restored row is not a fresh one)
     if (state.scratch_rows > 0)
       for (size_t i = 0; i < cache_.size(); ++i) {
         const LayerCacheSpec& s = cache_.spec(i);
@@ -150,6 +154,8 @@ Network::StatePlan Network::state_plan(const TokenPlan& plan) {
   const bool scratch = plan.state_row[0] < 0;
   if (scratch) {
     // Packed runs that write no cache row (forward, scoring): each its own state, from zero.
+    LINNET_CHECK(plan.state_restores.empty() && plan.state_keep.empty(),
+                 "a plan of packed runs with scratch states restores or keeps snapshots");
     std::map<int32_t, int32_t> run_row;
     for (size_t i = 0; i < n; ++i) {
       LINNET_CHECK(plan.state_row[i] < 0 && plan.run_start[i] >= 0,
@@ -158,6 +164,21 @@ Network::StatePlan Network::state_plan(const TokenPlan& plan) {
     }
     s.scratch_rows = static_cast<int64_t>(run_row.size());
     return s;
+  }
+  const int64_t snapshots = g_.state_snapshots;
+  // Restores first: a snapshot copied into a row, which then goes on where the snapshot stopped.
+  std::map<int32_t, int64_t> next;  // row → the position it goes on at, where restored
+  for (const TokenPlan::StateRestore& r : plan.state_restores) {
+    LINNET_CHECK(r.snapshot >= 0 && r.snapshot < snapshots && r.row >= 0 && r.row < g_.batch, "restoring snapshot ",
+                 r.snapshot, " of ", snapshots, " into row ", r.row, " of Batch=", g_.batch);
+    const int64_t held = snapshot_next_[static_cast<size_t>(r.snapshot)];
+    if (held != r.position || r.position <= 0)
+      throw Error(str("state snapshot ", r.snapshot, " holds ",
+                      held == 0 ? std::string("nothing") : str("a sequence up to position ", held - 1),
+                      "; restored into row ", r.row, " to go on at position ", r.position,
+                      " it would give that row another sequence's state"));
+    LINNET_CHECK(next.emplace(r.row, r.position).second, "row ", r.row, " restored twice in one call");
+    s.restores.emplace_back(static_cast<int32_t>(g_.batch + r.snapshot), r.row);
   }
   // Tokens on cache rows: a row's tokens in this call are consecutive positions; its first
   // starts a sequence (position 0, or the first of a packed run written into the row) or goes on
@@ -170,13 +191,16 @@ Network::StatePlan Network::state_plan(const TokenPlan& plan) {
     const bool starts = p == 0 || plan.run_start[i] == static_cast<int32_t>(i);
     auto it = last.find(r);
     if (it == last.end()) {
-      if (starts) s.fresh.push_back(r);
-      else if (const int64_t next = state_next_[static_cast<size_t>(r)]; next != p)
+      const auto restored = next.find(r);
+      if (starts && restored == next.end()) s.fresh.push_back(r);
+      else if (const int64_t at = restored != next.end() ? restored->second : state_next_[static_cast<size_t>(r)]; at != p)
         throw Error(str("row ", r, " at position ", p, ": this model's Gated DeltaNet layers keep one running state a row "
                         "(not a cache of every position), which ",
-                        next == 0 ? std::string("holds nothing yet; a call may start the row at 0")
-                                  : str("holds that row's sequence up to position ", next - 1,
-                                        "; a call may go on at position ", next, " or start the row again at 0")));
+                        at == 0 ? std::string("holds nothing yet; a call may start the row at 0")
+                                : str("holds that row's sequence up to position ", at - 1,
+                                      restored != next.end() ? " (restored from a snapshot)" : "",
+                                      "; a call may go on at position ", at,
+                                      restored != next.end() ? std::string() : std::string(" or start the row again at 0"))));
       last.emplace(r, p);
       continue;
     }
@@ -185,8 +209,37 @@ Network::StatePlan Network::state_plan(const TokenPlan& plan) {
                       "DeltaNet layers need each row's tokens in a call to be one run of consecutive positions"));
     it->second = p;
   }
+  // Keeps: a token's row state, after it, into a snapshot (each snapshot at most once a call).
+  std::map<int32_t, int64_t> kept;  // snapshot → the position it goes on at
+  if (!plan.state_keep.empty()) {
+    LINNET_CHECK(plan.state_keep.size() == n, "state_keep of ", plan.state_keep.size(), " for ", n, " tokens");
+    s.keep.assign(n, -1);
+    for (size_t i = 0; i < n; ++i) {
+      const int32_t k = plan.state_keep[i];
+      if (k < 0) continue;
+      LINNET_CHECK(k < snapshots, "token ", i, " keeps its state in snapshot ", k, " of ", snapshots);
+      LINNET_CHECK(kept.emplace(k, plan.positions[i] + 1).second, "snapshot ", k, " kept twice in one call");
+      s.keep[i] = static_cast<int32_t>(g_.batch + k);
+    }
+  }
+  for (const auto& [r, p] : next) state_next_[static_cast<size_t>(r)] = p;
   for (const auto& [r, p] : last) state_next_[static_cast<size_t>(r)] = p + 1;
+  for (const auto& [k, p] : kept) snapshot_next_[static_cast<size_t>(k)] = p;
   return s;
+}
+
+void Network::copy_state_rows(const std::vector<std::pair<int32_t, int32_t>>& copies) {
+  for (size_t i = 0; i < cache_.size(); ++i) {
+    if (cache_.spec(i).kind != LayerCacheSpec::Kind::recurrent) continue;
+    LayerCache& c = cache_.layer(i);
+    for (const auto& [from, to] : copies)
+      for (Tensor* t : {&c.conv, &c.delta}) {
+        const int64_t width = t->numel() / t->dim(0);
+        const Tensor src = t->rows(from, from + 1).reshape({1, width});
+        Tensor dst = t->rows(to, to + 1).reshape({1, width});
+        be_.copy_columns(src, dst, 0, width);
+      }
+  }
 }
 
 void Network::zero_state_rows(const std::vector<int32_t>& rows) {

@@ -71,10 +71,14 @@ class Network {
     std::vector<int32_t> rows;   // [N]
     int64_t scratch_rows = 0;    // > 0: the call's runs use a scratch state of this many rows
     std::vector<int32_t> fresh;  // cache rows a sequence starts on in this call
+    std::vector<std::pair<int32_t, int32_t>> restores;  // state rows: snapshot → row, before the call
+    std::vector<int32_t> keep;   // [N] or empty: the state row each token's row state is kept in, −1 none
   };
   StatePlan state_plan(const TokenPlan& plan);
   // Zeroes the given rows of every recurrent layer's state.
   void zero_state_rows(const std::vector<int32_t>& rows);
+  // Copies state rows (from, to) in every recurrent layer's state.
+  void copy_state_rows(const std::vector<std::pair<int32_t, int32_t>>& copies);
 
   ModelConfig config_;
   Generics g_;
@@ -94,6 +98,7 @@ class Network {
   // position its state expects (0: none yet, or a sequence may start there).
   bool recurrent_ = false;
   std::vector<int64_t> state_next_;
+  std::vector<int64_t> snapshot_next_;  // per snapshot (Generics::state_snapshots): the same
   Tensor identity_table_;  // [Batch, MaxSeq/PageSize] on the device: the contiguous cache
 };
 

@@ -19,6 +19,16 @@ struct TokenPlan {
   // row by default; a packed run written into a row (prefill_packed) names it; -1 (a packed run
   // that writes nothing): a scratch state of its own run, zeroed, for this call only.
   std::vector<int32_t> state_row;
+  // Snapshots of the recurrent state (the engine's prefix sharing; docs/entries.md "Recurrent
+  // state"): Generics::state_snapshots of them, numbered from 0. Before any token runs, each
+  // restore copies a snapshot into a state row, which then goes on at `position` (the snapshot
+  // must hold a sequence up to position − 1). keep: empty, or per token the snapshot that
+  // receives its row's state as it stands after that token (−1: none).
+  struct StateRestore {
+    int32_t snapshot = 0, row = 0, position = 0;
+  };
+  std::vector<StateRestore> state_restores;
+  std::vector<int32_t> state_keep;
 
   size_t size() const { return ids.size(); }
   void add(int32_t id, int32_t position, int32_t start, int32_t row, int32_t slot) {
@@ -39,6 +49,7 @@ struct DevicePlan {
   int64_t n = 0;
   Tensor ids, positions, run_start, cache_row, slots, table;
   Tensor state_rows;  // [N] i32: each token's recurrent state row (models with such layers; else undefined)
+  Tensor state_keep;  // [N] i32: the state row each token's row state is kept in after it, or −1 (undefined: none)
   bool any_packed = false, any_cache = false, any_write = false;
   int64_t span = 0;  // the longest position a cache-attending token has, + 1
   int64_t row_run = 0;  // the longest run of consecutive cache-attending tokens on one row

@@ -40,7 +40,10 @@ Tensor WeightLoader::host(const std::string& card_name) {
   // A quantized matrix goes with its scales (quantized_matrix), never widened alone.
   LINNET_CHECK(p.layout.dense(), card_name, " is stored ", p.layout.describe(), ": read with its scales");
   if (p.dtype == DType::f32) return converted(weights_.read(p, shard_), DType::f32);  // kept in f32 (DeepSeek's router)
-  Tensor t = converted(weights_.read(p, shard_), g_.t);  // rounded to T first
+  Tensor t = weights_.read(p, shard_);
+  // A vector stored in f32 beside a narrower T (Qwen3.5's A_log and gated norm): its stored
+  // values, as vLLM and SGLang keep them; every other tensor rounded to T first.
+  if (!(t.rank() == 1 && t.dtype() == DType::f32)) t = converted(t, g_.t);
   return converted(t, t.rank() == 2 ? matrix_dtype_ : act_);
 }
 

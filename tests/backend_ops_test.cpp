@@ -928,7 +928,15 @@ OPS_TEST(SwigluClamped, "swiglu_clamped") {
     }
 }
 
-// ---- Gated DeltaNet (issue 40): rows interleaved, the state carried across two calls ----------
+// ---- Gated DeltaNet (issue 40): rows interleaved, the state carried across two calls; in the
+// second, one token's state kept in row 2 (a snapshot, as the engine's prefix sharing keeps one) --
+// keep for a call of n tokens: token t's row state copied to row 2, no other.
+static std::vector<int64_t> kept_at(int64_t t, int64_t n) {
+  std::vector<int64_t> v(static_cast<size_t>(n), -1);
+  v[static_cast<size_t>(t)] = 2;
+  return v;
+}
+
 OPS_TEST(CausalConv1d, "causal_conv1d") {
   NEED_DEVICE_BACKENDS(devs);
   for (auto [n, c, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 8, 4}, {33, 96, 4}, {130, 1024, 2}})
@@ -938,14 +946,14 @@ OPS_TEST(CausalConv1d, "causal_conv1d") {
       for (int64_t t = 0; t < n; ++t) rows.push_back(t % 3 == 1 ? 1 : 0);
       OpRun run = [&](Backend& be, bool ref) -> Outputs {
         Tensor w = put(be, true, {c, k}, wv, DType::f32);
-        Tensor state = be.upload(Tensor::zeros({2, c, k - 1}, DType::f32));
-        Tensor r = put_ints(be, {n}, rows);
+        Tensor state = be.upload(Tensor::zeros({3, c, k - 1}, DType::f32));
+        Tensor r = put_ints(be, {n}, rows), keep = put_ints(be, {n}, kept_at(n / 2, n));
         Outputs outs;
         for (int64_t call = 0; call < 2; ++call) {  // the second call goes on from the state
           std::vector<float> part(xv.begin() + call * n * c, xv.begin() + (call + 1) * n * c);
           Tensor x = put(be, ref, {n, c}, part, act);
           Tensor out = poison(be, ref, {n, c}, act);
-          be.causal_conv1d(x, w, r, state, out);
+          be.causal_conv1d(x, w, r, call == 1 ? keep : Tensor(), state, out);
           outs.push_back(be.to_host(out));
         }
         outs.push_back(be.to_host(state));
@@ -967,15 +975,15 @@ OPS_TEST(GatedDeltaRule, "gated_delta_rule") {
       for (int64_t t = 0; t < n; ++t) rows.push_back(t % 2);
       OpRun run = [&](Backend& be, bool ref) -> Outputs {
         Tensor a_log = put(be, true, {d.value_heads}, alog, DType::f32), dt_bias = put(be, true, {d.value_heads}, dtb, DType::f32);
-        Tensor state = be.upload(Tensor::zeros({2, d.value_heads, d.key_dim, d.value_dim}, DType::f32));
-        Tensor r = put_ints(be, {n}, rows);
+        Tensor state = be.upload(Tensor::zeros({3, d.value_heads, d.key_dim, d.value_dim}, DType::f32));
+        Tensor r = put_ints(be, {n}, rows), keep = put_ints(be, {n}, kept_at(n - 1, n));
         Outputs outs;
         for (int64_t call = 0; call < 2; ++call) {
           const int64_t w = d.qkv_width(), a = 2 * d.value_heads;
           Tensor qkv = put(be, ref, {n, w}, {qv.begin() + call * n * w, qv.begin() + (call + 1) * n * w}, act);
           Tensor ab = put(be, ref, {n, a}, {abv.begin() + call * n * a, abv.begin() + (call + 1) * n * a}, act);
           Tensor out = poison(be, ref, {n, d.value_heads * d.value_dim}, act);
-          be.gated_delta_rule(qkv, ab, a_log, dt_bias, r, d, state, out);
+          be.gated_delta_rule(qkv, ab, a_log, dt_bias, r, call == 1 ? keep : Tensor(), d, state, out);
           outs.push_back(be.to_host(out));
         }
         outs.push_back(be.to_host(state));

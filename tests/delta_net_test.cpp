@@ -71,7 +71,7 @@ TEST(DeltaNetOps, ConvolutionMatchesTransformers) {
   const Tensor x = cases().read("conv.x"), w = cases().read("conv.weight");
   const int64_t n = x.dim(0), c = x.dim(1), k = w.dim(1);
   Tensor state = Tensor::zeros({1, c, k - 1}, DType::f32), out = Tensor::empty({n, c}, DType::f32);
-  be->causal_conv1d(x, w, rows_of(std::vector<int64_t>(static_cast<size_t>(n), 0)), state, out);
+  be->causal_conv1d(x, w, rows_of(std::vector<int64_t>(static_cast<size_t>(n), 0)), Tensor(), state, out);
   const double err = rel_error(out, cases().read("conv.out"));
   EXPECT_LT(err, 1e-6);
   std::printf("causal_conv1d: %lld tokens × %lld channels, kernel %lld: %.2e of transformers' (relative)\n",
@@ -91,7 +91,7 @@ TEST(DeltaNetOps, DeltaRuleMatchesTransformersChunkedAndRecurrent) {
   Tensor state = Tensor::zeros({1, d.value_heads, d.key_dim, d.value_dim}, DType::f32);
   Tensor out = Tensor::empty({t1, d.value_heads * d.value_dim}, DType::f32);
   be->gated_delta_rule(slice_rows(qkv, 0, t1), slice_rows(ab, 0, t1), a_log, dt_bias,
-                       rows_of(std::vector<int64_t>(static_cast<size_t>(t1), 0)), d, state, out);
+                       rows_of(std::vector<int64_t>(static_cast<size_t>(t1), 0)), Tensor(), d, state, out);
   // The recurrent rule is the same sums in nearly the same order; the chunked one (what
   // transformers runs on a prompt) reassociates them.
   const double rec = rel_error(out, cases().read("rule.out_recurrent"));
@@ -103,7 +103,7 @@ TEST(DeltaNetOps, DeltaRuleMatchesTransformersChunkedAndRecurrent) {
   // Decoding on from the state, as transformers does token by token.
   Tensor more = Tensor::empty({all - t1, d.value_heads * d.value_dim}, DType::f32);
   be->gated_delta_rule(slice_rows(qkv, t1, all), slice_rows(ab, t1, all), a_log, dt_bias,
-                       rows_of(std::vector<int64_t>(static_cast<size_t>(all - t1), 0)), d, state, more);
+                       rows_of(std::vector<int64_t>(static_cast<size_t>(all - t1), 0)), Tensor(), d, state, more);
   const double cont = rel_error(more, cases().read("rule.out_continued"));
   EXPECT_LT(cont, 1e-4);
   std::printf("gated_delta_rule (%lld key heads of %lld, %lld value heads of %lld), %lld tokens: %.2e of the recurrent "
@@ -149,8 +149,8 @@ TEST(DeltaNetOps, ResultsDoNotDependOnCutsOrCompany) {
         rows.push_back(call[static_cast<size_t>(i)] / n);
       }
       Tensor conv = Tensor::empty({m, c}, DType::f32), out = Tensor::empty({m, d.value_heads * d.value_dim}, DType::f32);
-      be->causal_conv1d(xi, w, rows_of(rows), r.conv_state, conv);
-      be->gated_delta_rule(conv, abi, a_log, dt_bias, rows_of(rows), d, r.rule_state, out);
+      be->causal_conv1d(xi, w, rows_of(rows), Tensor(), r.conv_state, conv);
+      be->gated_delta_rule(conv, abi, a_log, dt_bias, rows_of(rows), Tensor(), d, r.rule_state, out);
       for (int64_t i = 0; i < m; ++i) {
         std::memcpy(r.conv.ptr<float>() + call[static_cast<size_t>(i)] * c, conv.ptr<float>() + i * c, 4 * c);
         const int64_t ow = d.value_heads * d.value_dim;
@@ -181,6 +181,36 @@ TEST(DeltaNetOps, ResultsDoNotDependOnCutsOrCompany) {
   }
 }
 
+// A kept snapshot (keep[t] = row 2) is the row's state exactly as it stood after token t: the
+// same bits as a call that stops at t; the row itself goes on unchanged by the keeping.
+TEST(DeltaNetOps, AKeptSnapshotIsTheStateAfterItsToken) {
+  auto be = make_cpu_backend();
+  const DeltaNetDims d{2, 8, 6, 4};
+  const int64_t n = 40, at = 23, kernel = 4, c = d.qkv_width();
+  Normals randn(11);
+  const Tensor x = randn({n, c}, 1.0f), w = randn({c, kernel}, 0.5f), ab = randn({n, 2 * d.value_heads}, 2.0f);
+  const Tensor a_log = randn({d.value_heads}, 0.5f), dt_bias = randn({d.value_heads}, 0.5f);
+  struct State {
+    Tensor conv, rule;
+  };
+  auto run = [&](int64_t count, const Tensor& keep) {
+    State s{Tensor::zeros({3, c, kernel - 1}, DType::f32), Tensor::zeros({3, d.value_heads, d.key_dim, d.value_dim}, DType::f32)};
+    const Tensor rows = rows_of(std::vector<int64_t>(static_cast<size_t>(count), 1));
+    Tensor conv = Tensor::empty({count, c}, DType::f32), out = Tensor::empty({count, d.value_heads * d.value_dim}, DType::f32);
+    be->causal_conv1d(slice_rows(x, 0, count), w, rows, keep, s.conv, conv);
+    be->gated_delta_rule(conv, slice_rows(ab, 0, count), a_log, dt_bias, rows, keep, d, s.rule, out);
+    return s;
+  };
+  std::vector<int64_t> keep(static_cast<size_t>(n), -1);
+  keep[static_cast<size_t>(at - 1)] = 2;  // after the at-th token
+  const State kept = run(n, rows_of(keep)), stopped = run(at, Tensor()), whole = run(n, Tensor());
+  EXPECT_TRUE(same_bits(kept.conv.rows(2, 3), stopped.conv.rows(1, 2)));
+  EXPECT_TRUE(same_bits(kept.rule.rows(2, 3), stopped.rule.rows(1, 2)));
+  EXPECT_TRUE(same_bits(kept.conv.rows(1, 2), whole.conv.rows(1, 2)));
+  EXPECT_TRUE(same_bits(kept.rule.rows(1, 2), whole.rule.rows(1, 2)));
+  EXPECT_FALSE(same_bits(kept.rule.rows(2, 3), whole.rule.rows(1, 2)));
+}
+
 TEST(DeltaNetOps, BadArgumentsAreRefusedByName) {
   auto be = make_cpu_backend();
   const DeltaNetDims d{2, 8, 6, 4};
@@ -195,17 +225,24 @@ TEST(DeltaNetOps, BadArgumentsAreRefusedByName) {
     }
     return std::string("(no error)");
   };
-  std::string m = message([&] { be->gated_delta_rule(qkv, ab, v, v, rows_of({0, 0, 1}), d, state, out); });
+  std::string m = message([&] { be->gated_delta_rule(qkv, ab, v, v, rows_of({0, 0, 1}), Tensor(), d, state, out); });
   EXPECT_NE(m.find("rows[2] = 1 outside the state's 1 rows"), std::string::npos) << m;
-  m = message([&] { be->gated_delta_rule(qkv, ab, v, v, rows_of({0, 0, 0}), DeltaNetDims{4, 8, 6, 4}, state, out); });
+  m = message([&] { be->gated_delta_rule(qkv, ab, v, v, rows_of({0, 0, 0}), Tensor(), DeltaNetDims{4, 8, 6, 4}, state, out); });
   EXPECT_NE(m.find("value heads a multiple of key heads"), std::string::npos) << m;
   Tensor conv_state = Tensor::zeros({1, d.qkv_width(), 2}, DType::f32), w = Tensor::zeros({d.qkv_width(), 4}, DType::f32);
   Tensor conv = Tensor::zeros({3, d.qkv_width()}, DType::f32);
-  m = message([&] { be->causal_conv1d(qkv, w, rows_of({0, 0, 0}), conv_state, conv); });
+  m = message([&] { be->causal_conv1d(qkv, w, rows_of({0, 0, 0}), Tensor(), conv_state, conv); });
   EXPECT_NE(m.find("state"), std::string::npos) << m;
   EXPECT_NE(m.find("should be [rows, 56, 3]"), std::string::npos) << m;
-  m = message([&] { be->causal_conv1d(qkv, Tensor::zeros({d.qkv_width(), 3}, DType::f32), rows_of({0, 0, 0}), conv_state, qkv); });
+  m = message([&] { be->causal_conv1d(qkv, Tensor::zeros({d.qkv_width(), 3}, DType::f32), rows_of({0, 0, 0}), Tensor(), conv_state, qkv); });
   EXPECT_NE(m.find("not alias"), std::string::npos) << m;
+  // A snapshot row that a token of the call runs on, or outside the state.
+  m = message([&] { be->gated_delta_rule(qkv, ab, v, v, rows_of({0, 0, 0}), rows_of({-1, 0, -1}), d, state, out); });
+  EXPECT_NE(m.find("keep[1] = 0 is not −1 or a row of the state's 1 that no token of the call runs on"), std::string::npos)
+      << m;
+  Tensor conv_state3 = Tensor::zeros({1, d.qkv_width(), 3}, DType::f32);
+  m = message([&] { be->causal_conv1d(qkv, w, rows_of({0, 0, 0}), rows_of({3, -1, -1}), conv_state3, conv); });
+  EXPECT_NE(m.find("keep[0] = 3"), std::string::npos) << m;
 }
 
 // Tensor parallelism's split (docs/design.md, issue 40): a shard holds a range of key heads with
@@ -226,8 +263,8 @@ TEST(DeltaNetOps, AShardsHeadsGiveTheWholeRunsColumns) {
     Tensor state = Tensor::zeros({1, dd.value_heads, dd.key_dim, dd.value_dim}, DType::f32);
     Tensor conv = Tensor::empty({n, dd.qkv_width()}, DType::f32);
     Tensor out = Tensor::empty({n, dd.value_heads * dd.value_dim}, DType::f32), normed = Tensor::empty(out.shape(), DType::f32);
-    be->causal_conv1d(xs, ws, rows, conv_state, conv);
-    be->gated_delta_rule(conv, abs, al, dtb, rows, dd, state, out);
+    be->causal_conv1d(xs, ws, rows, Tensor(), conv_state, conv);
+    be->gated_delta_rule(conv, abs, al, dtb, rows, Tensor(), dd, state, out);
     be->rms_norm_gated(out, zs, nw, 1e-6f, normed);
     return normed;
   };

@@ -192,6 +192,101 @@ TEST(ExactGeneration, Qwen3_5RecurrentStateThroughTheEngineEqualsTransformersGen
   }
 }
 
+// Prefix sharing on a recurrent state (issue 40): prompts that are the reference's first prompt
+// followed by the first m of transformers' greedy tokens (so transformers' tokens after them are
+// tokens[m:]) share that prompt and more as their prefix, in pages of 8 with steps of 64 tokens:
+// a later one shares the published pages up to where a snapshot of the state was kept, restores
+// it and computes only the rest; where the shared pages end without a snapshot (its branch point)
+// it recomputes and keeps one there for the next. Every request's tokens equal transformers' —
+// with Batch snapshots, with one (each kept state soon given up for the next), and with none
+// (no page shared) — and the snapshots let the engine skip prompt tokens.
+TEST(ExactGeneration, Qwen3_5SharedPrefixRestoresItsStateFromASnapshot) {
+  for (const char* name : {"qwen3_5", "qwen3_next"}) {
+    SCOPED_TRACE(name);
+    const Reference ref = reference(name);
+    const std::vector<int64_t> extra = {40, 20, 25, 5, 0, 0, 41, 20};  // (two alike, and extensions of each other)
+    std::map<int64_t, int64_t> restored, computed;
+    for (const int64_t snapshots : {int64_t{-1}, int64_t{1}, int64_t{0}}) {
+      SCOPED_TRACE(snapshots);
+      auto backend = make_backend("cpu");
+      SingleCommunicator comm;
+      RunOptions o;
+      o.batch = 4;
+      o.max_seq = 256;
+      o.page_size = 8;
+      if (snapshots >= 0) o.state_snapshots = snapshots;
+      LoadedModel m = load_model((kGolden / name).string(), o, *backend, comm);
+      Generator gen(*m.model, SchedulerLimits{0, 256, 64}, {});
+      const std::vector<int32_t>& t = ref.tokens[0];
+      for (size_t i = 0; i < extra.size(); ++i) {
+        Request r;
+        r.index = i;
+        r.prompt = ref.prompts[0];
+        r.prompt.insert(r.prompt.end(), t.begin(), t.begin() + extra[i]);
+        r.params.max_new_tokens = static_cast<int64_t>(t.size()) - extra[i];
+        r.params.ignore_eos = true;
+        ASSERT_EQ(gen.submit(r), "");
+      }
+      std::map<size_t, std::vector<int32_t>> out;
+      while (!gen.idle())
+        for (auto& c : gen.step()) out[c.index] = c.tokens;
+      ASSERT_EQ(out.size(), extra.size());
+      for (size_t i = 0; i < extra.size(); ++i)
+        EXPECT_EQ(out[i], std::vector<int32_t>(t.begin() + extra[i], t.end())) << "request " << i;
+      restored[snapshots] = gen.stats().restored_tokens;
+      computed[snapshots] = gen.stats().prefill_tokens;
+      EXPECT_EQ(gen.free_state_slots(), 4u);
+      EXPECT_EQ(gen.free_snapshots(), static_cast<size_t>(snapshots < 0 ? 4 : snapshots)) << "every page went back";
+    }
+    std::printf("%s: prompt tokens computed with 4 / 1 / 0 snapshots: %lld / %lld / %lld (restored %lld / %lld / %lld)\n",
+                name, static_cast<long long>(computed[-1]), static_cast<long long>(computed[1]),
+                static_cast<long long>(computed[0]), static_cast<long long>(restored[-1]),
+                static_cast<long long>(restored[1]), static_cast<long long>(restored[0]));
+    EXPECT_GT(restored[-1], 0);
+    EXPECT_GT(restored[1], 0);
+    EXPECT_EQ(restored[0], 0);
+    EXPECT_EQ(computed[-1] + restored[-1], computed[0]);
+  }
+}
+
+// The same prompts through `linnet generate` on 1, 2 and 4 ranks (Shards 2 and 4 split the Gated
+// DeltaNet heads, their states and snapshots): every rank keeps and restores the same snapshots,
+// and the tokens are transformers'.
+TEST(ExactGeneration, Qwen3_5SharedPrefixOnOneTwoAndFourRanks) {
+  const std::string name = "qwen3_5";
+  const fs::path d = fresh_dir("exact_prefix_" + name), ckpt = d / "model";
+  fs::create_directories(ckpt);
+  for (const auto& e : fs::directory_iterator(kGolden / name)) fs::copy_file(e.path(), ckpt / e.path().filename());
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"})
+    fs::copy_file(fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model" / f, ckpt / f);
+  const Reference ref = reference(name);
+  const std::vector<int32_t>& t = ref.tokens[0];
+  const std::vector<int64_t> extra = {40, 20, 25, 5, 0, 0};
+  {
+    std::ofstream in(d / "in.jsonl");
+    for (size_t i = 0; i < extra.size(); ++i) {
+      std::vector<int32_t> prompt = ref.prompts[0];
+      prompt.insert(prompt.end(), t.begin(), t.begin() + extra[i]);
+      in << nlohmann::json{{"id", i}, {"tokens", prompt}, {"max_new_tokens", static_cast<int64_t>(t.size()) - extra[i]}}.dump()
+         << "\n";
+    }
+  }
+  for (int np : {0, 2, 4}) {
+    const auto r = linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(), "--output",
+                               (d / "out.jsonl").string(), "--overwrite", "--backend", "cpu", "--ignore-eos", "--max-seq",
+                               "256", "--page-size", "8", "--batch", "4"},
+                              300, np);
+    if (np > 0 && r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const auto out = read_jsonl(d / "out.jsonl");
+    ASSERT_EQ(out.size(), extra.size());
+    for (size_t i = 0; i < out.size(); ++i)
+      EXPECT_EQ(out[i]["tokens"].get<std::vector<int32_t>>(), std::vector<int32_t>(t.begin() + extra[i], t.end()))
+          << "np " << np << " request " << i;
+  }
+  fs::remove_all(d);
+}
+
 // `linnet generate` (token-id prompts) on one rank and on two: transformers' tokens for the
 // Phi-3 crossing and the bf16 near ties (the fixture gets the tests' byte-level tokenizer).
 TEST(ExactGeneration, GenerateCommandOnOneAndTwoRanks) {

@@ -6,14 +6,19 @@
 // conformance_test.cpp) and ExactGeneration.Qwen3_5* (the engine, tests/exact_generation_test.cpp).
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "architectures/hf_config.h"
+#include "checkpoint/safetensors.h"
 #include "config_models.h"
 #include "core/backend.h"
+#include "layers/batch_plan.h"
 #include "layers/footprint.h"
 #include "layers/kv_cache.h"
 #include "layers/model_definition.h"
 #include "layers/parameters.h"
 #include "model_fixtures.h"
+#include "runtime/loader.h"
 
 using namespace linnet;
 using namespace linnet::testing;
@@ -188,10 +193,11 @@ TEST(Hybrid, TheRecurrentStateIsAFixedSizeARowOnEveryShard) {
     EXPECT_EQ(specs[1].kind, LayerCacheSpec::Kind::heads);
     const Footprint f = rank_footprint(c, g, DType::bf16);
     EXPECT_EQ(f.state_per_row, 2 * state * 4);  // f32 whatever the cache's dtype
-    EXPECT_EQ(f.state, f.state_per_row * 3);
+    EXPECT_EQ(g.state_snapshots, 3);  // default: Batch
+    EXPECT_EQ(f.state, f.state_per_row * (3 + 3));
     EXPECT_EQ(f.kv_per_slot, specs[1].values_per_slot() * 2);
     auto be = make_backend("cpu");
-    const KvCache cache(*be, specs, 3, 32, DType::bf16);
+    const KvCache cache(*be, specs, 3, 32, DType::bf16, g.state_rows());
     EXPECT_EQ(cache.bytes(), f.kv_cache + f.state);
   }
 }
@@ -207,6 +213,106 @@ TEST(Hybrid, BatchInvariantBitForBit) { expect_batch_invariant_bit_for_bit(qwen3
 // goes on elsewhere (overwriting earlier positions, skipping some) is refused before anything
 // runs, naming the row and positions, and every row's state is left as it was; going on at the
 // next position, or starting again at 0, runs.
+// Snapshots of the state (the engine's prefix sharing, issue 40): a step keeps row 0's state
+// after position 7 in snapshot 0 while row 0 goes on to 11; a later step restores it into row 1,
+// which reads the same pages and computes positions 8..11 only — and ends with row 0's state,
+// bit for bit. A restore from a snapshot that holds nothing, or that stopped elsewhere, is
+// refused before anything runs, naming the snapshot, row and positions, every state unchanged.
+// Qwen3.5's checkpoints ship linear_attn.A_log and the gated norm's weight in F32 beside a bf16
+// torch_dtype (vLLM and SGLang keep them so): a vector stored in f32 loads as stored. The bf16
+// fixture with those vectors widened to F32 (exactly) gives the same logits, bit for bit; a
+// matrix stored in F32 is still refused, naming file, tensor and both dtypes.
+TEST(Hybrid, VectorsStoredInF32BesideBf16LoadAsStored) {
+  const std::filesystem::path golden = std::filesystem::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/qwen3_5_bf16";
+  const std::filesystem::path d = fresh_dir("hybrid_f32_vectors");
+  auto rewrite = [&](const std::function<bool(const std::string&, const Tensor&)>& widen) {
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directories(d);
+    for (const char* f : {"config.json", "generation_config.json"}) std::filesystem::copy_file(golden / f, d / f);
+    SafetensorsFile in((golden / "model.safetensors").string());
+    std::vector<std::pair<std::string, Tensor>> out;
+    int widened = 0;
+    for (const std::string& name : in.names()) {
+      Tensor t = in.read(name);
+      if (widen(name, t)) t = t.to(DType::f32), ++widened;
+      out.emplace_back(name, t);
+    }
+    save_safetensors((d / "model.safetensors").string(), out);
+    return widened;
+  };
+  auto logits = [](const std::filesystem::path& dir) {
+    auto be = make_cpu_backend();
+    SingleCommunicator comm;
+    RunOptions o;
+    o.max_seq = 32;
+    LoadedModel m = load_model(dir.string(), o, *be, comm);
+    return m.model->forward(Tensor::from_ints({1, 12}, random_ids(12, 3)));
+  };
+  const int widened = rewrite([](const std::string& name, const Tensor& t) {
+    return t.rank() == 1 && (name.find("A_log") != std::string::npos || name.find("linear_attn.norm") != std::string::npos);
+  });
+  EXPECT_GE(widened, 2);
+  EXPECT_TRUE(same_bytes(logits(d), logits(golden)));
+  rewrite([](const std::string& name, const Tensor&) { return name.find("linear_attn.out_proj.weight") != std::string::npos; });
+  try {
+    logits(d);
+    ADD_FAILURE() << "a matrix stored in F32 beside bf16 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("linear_attn.out_proj.weight' is stored as f32, but config.json's torch_dtype says bf16"),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove_all(d);
+}
+
+TEST(Hybrid, ASnapshotRestoredGoesOnAsTheRowItWasKeptFrom) {
+  ConfigModel m(qwen3_5(), DType::f32, 2);  // MaxSeq 32, pages of 8; Batch 2 → 2 snapshots
+  ASSERT_EQ(m.g.state_snapshots, 2);
+  const auto a = random_ids(12, 7);
+  auto step = [&](int64_t begin, int32_t state_row, std::vector<TokenPlan::StateRestore> restores, int keep_after) {
+    BatchPlan plan;
+    plan.rows = 1;
+    plan.pages = 4;
+    plan.table = {0, 1, 2, 3};  // row 0's pages (the identity layout), read by either state row
+    plan.sample = {-1};
+    plan.choices.resize(1);
+    for (int64_t i = begin; i < 12; ++i)
+      plan.tokens.add(static_cast<int32_t>(a[static_cast<size_t>(i)]), static_cast<int32_t>(i), -1, 0,
+                      static_cast<int32_t>(i), state_row);
+    plan.tokens.state_restores = std::move(restores);
+    if (keep_after >= 0) {
+      plan.tokens.state_keep.assign(plan.tokens.size(), -1);
+      plan.tokens.state_keep[static_cast<size_t>(keep_after - begin)] = 0;
+    }
+    m->run_batch(plan);
+  };
+  step(0, 0, {}, 7);  // row 0: positions 0..11, its state after 7 kept
+  const auto before = m->cache_snapshot();
+  auto refused = [&](std::vector<TokenPlan::StateRestore> restores, const std::string& want) {
+    try {
+      step(8, 1, std::move(restores), -1);
+      ADD_FAILURE() << "accepted: " << want;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    const auto after = m->cache_snapshot();
+    for (size_t i = 0; i < after.size(); ++i) EXPECT_TRUE(same_bytes(after[i], before[i])) << "state " << i << " changed";
+  };
+  refused({{1, 1, 8}}, "state snapshot 1 holds nothing; restored into row 1 to go on at position 8 it would give that row "
+                       "another sequence's state");
+  refused({{0, 1, 9}}, "state snapshot 0 holds a sequence up to position 7; restored into row 1 to go on at position 9");
+  refused({}, "row 1 at position 8: this model's Gated DeltaNet layers keep one running state a row");
+  step(8, 1, {{0, 1, 8}}, -1);  // row 1: restored at 8, positions 8..11
+  int recurrent = 0;
+  for (const Tensor& t : m->cache_snapshot()) {
+    if (t.dim(0) != 4) continue;  // the recurrent tensors: Batch 2 rows + 2 snapshots
+    ++recurrent;
+    EXPECT_TRUE(same_bytes(t.rows(1, 2), t.rows(0, 1))) << "row 1's state is not row 0's";
+    EXPECT_FALSE(same_bytes(t.rows(2, 3), t.rows(0, 1))) << "the snapshot is the state after position 7, not 11";
+  }
+  EXPECT_GT(recurrent, 0);
+}
+
 TEST(Hybrid, ARowGoesOnWhereItStoppedOrStartsAgain) {
   ConfigModel m(qwen3_5(), DType::f32, 2);
   const auto a = random_ids(12, 7), b = random_ids(12, 8);

@@ -13,7 +13,7 @@ TEST(KvCache, EachKindHoldsWhatItsDescriptionSays) {
   auto be = make_cpu_backend();
   using K = LayerCacheSpec::Kind;
   const std::vector<LayerCacheSpec> specs = {{K::heads, 2, 8, true}, {K::latent, 0, 24, false}, {K::none, 0, 0, true}};
-  KvCache cache(*be, specs, 3, 16, DType::f32);
+  KvCache cache(*be, specs, 3, 16, DType::f32, 3);
   ASSERT_EQ(cache.size(), 3u);
   EXPECT_EQ(cache.layer(0).k.shape(), (Shape{3, 2, 16, 8}));
   EXPECT_EQ(cache.layer(0).v.shape(), (Shape{3, 2, 16, 8}));
@@ -44,7 +44,7 @@ TEST(KvCache, TheFootprintCountsWhatTheNetworkHolds) {
       EXPECT_EQ(s.sharded, shards != 4) << "replicated past KvHeads";
     }
     auto be = make_cpu_backend();
-    const KvCache cache(*be, specs, g.batch, g.max_seq, DType::f32);
+    const KvCache cache(*be, specs, g.batch, g.max_seq, DType::f32, g.state_rows());
     EXPECT_EQ(rank_footprint(c, g, DType::f32).kv_cache, cache.bytes()) << "Shards " << shards;
   }
 }

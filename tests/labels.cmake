@@ -10,7 +10,7 @@ cmake_policy(SET CMP0057 NEW)  # if(… IN_LIST …): ctest reads this file with
 set(linnet_mpi_cases
   Cli.FlagsThatDisagreeAreRefused Cli.LogsGoToStderrAndResultsToStdout Cli.UnusedTensorsAreNamedOnce
   Eval.MatchesLmEvaluationHarness Eval.ResumeScoresOnlyWhatIsMissing Eval.Stories15MScoresEqualAcrossRanks
-  ExactGeneration.GenerateCommandOnOneAndTwoRanks
+  ExactGeneration.GenerateCommandOnOneAndTwoRanks ExactGeneration.Qwen3_5SharedPrefixOnOneTwoAndFourRanks
   Families.GenerateAndEvalOnOneTwoAndThreeRanks Families.ServeOnTwoRanksAnswersAsGenerateDoes
   Generate.OutputsDoNotDependOnBatchNorRanks Generate.ResumeRunsOnlyWhatIsMissing
   Generate.Stories15MOutputsDoNotDependOnBatchNorRanks
@@ -31,7 +31,7 @@ set(linnet_slow_cases
   Threads.BusyCoresSlowTheDefaultNoMoreThanOneThread TokenizerBos.AsTransformers TokenizerBos.AsTransformersStories15M
   jinja.Jinja.RendersAreBoundedInBytesAndSteps Generator.GreedyAloneEqualsAmongSixtyFourOthers
   Progress.TerminalShowsABar Progress.EvalLogsLinesWhileItRuns Progress.IntervalZeroAndQuietLogNone
-  Progress.GenerateLogsLinesWhileItRuns)
+  Progress.GenerateLogsLinesWhileItRuns ExactGeneration.Qwen3_5SharedPrefixRestoresItsStateFromASnapshot)
 set(linnet_gpu_case_pattern
   "^(BackendOps|Cuda|CudaModel|CudaEntries|CudaBatchInvariance|CudaPaths|NcclOneRank)\\.|^Backends/(BatchInvariance|NonFinite)\\..*/cuda")
 

@@ -258,7 +258,7 @@ TEST(LatentAttention, TheCacheHoldsTheLatentOncePerPositionOnEveryShard) {
     EXPECT_EQ(f.kv_per_slot, 3 * (4 + 16) * 2);
     EXPECT_EQ(f.kv_cache, f.kv_per_slot * 2 * 32);
     auto be = make_backend("cpu");
-    const KvCache cache(*be, specs, 2, 32, DType::bf16);
+    const KvCache cache(*be, specs, 2, 32, DType::bf16, 2);
     EXPECT_EQ(cache.bytes(), f.kv_cache);
     EXPECT_EQ(cache.snapshot(*be).size(), 3u);  // one tensor a layer
   }

@@ -201,10 +201,19 @@ TEST(Inspect, AHybridsRecurrentStateIsCountedPerRank) {
   const int64_t channels = (2 * 16 * 128 + 32 * 128) / 4, state = 36 * 8 * (channels * 3 + 32 / 4 * 128 * 128) * 4;
   const int64_t cache = 2 * 12 * 8 * 1 * 4096 * 256 * 2;
   EXPECT_NE(r.out.find("KV cache per rank\t" + std::to_string(cache) + " "), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find(str("Recurrent state per rank\t", state, " (150.75 MiB) = 36 layers × 8 rows × ([2048, 3] + [8, "
-                           "128, 128]) f32")),
+  // Batch rows and, by default, as many snapshots (prefix sharing); --state-snapshots 0 halves it.
+  EXPECT_NE(r.out.find(str("Recurrent state per rank\t", 2 * state, " (301.50 MiB) = 36 layers × (8 rows + 8 snapshots) × "
+                           "([2048, 3] + [8, 128, 128]) f32")),
             std::string::npos)
       << r.out;
+  const Output none = linnet_cmd("inspect --checkpoint qwen3-next-80b-a3b --shards 4 --batch 8 --max-seq 4096 --backend cuda "
+                                 "--state-snapshots 0");
+  EXPECT_NE(none.out.find(str("Recurrent state per rank\t", state, " (150.75 MiB) = 36 layers × (8 rows + 0 snapshots)")),
+            std::string::npos)
+      << none.out;
+  EXPECT_NE(linnet_cmd("inspect --checkpoint deepseek-v3 --batch 8 --state-snapshots 2").out.find(
+                "--state-snapshots 2: deepseek_v3 keeps no recurrent state (only models with Gated DeltaNet layers do)"),
+            std::string::npos);
   // Each layer kind's tensors once, × the layers that have them.
   EXPECT_NE(r.out.find("layers[*].linear_attention.v_proj.weight\trows\t[1024, 2048]\tbf16\t4194304 ×36"),
             std::string::npos) << r.out;
@@ -300,6 +309,21 @@ TEST(Stories15M, ForwardMatchesFloat64Reference) {
   const Tensor got = m.model->forward(Tensor::from_ints({1, 8}, toks));
   EXPECT_LT(linnet::testing::rel_diff(got, Tensor::from_floats(got.shape(), std::vector<float>(want.begin(), want.end()))),
             1e-5);
+}
+
+// What the model refuses inside a call names the call and its entry (issue 40: a hybrid's state
+// is a running one, so a second prefill of row 0 at position 5 after it reached 10 is refused).
+TEST(Launcher, ARefusedCallNamesItsIndexAndEntry) {
+  const fs::path d = fresh_dir("refused_call");
+  std::ofstream(d / "calls.json") << R"([{"entry": "prefill", "args": {"tokens": [[5, 6, 7, 8, 9, 10, 11, 12, 13, 14]], "pos": 0}},
+                                         {"entry": "prefill", "args": {"tokens": [[5, 6, 7]], "pos": 5}}])";
+  const Output r = linnet_cmd("run --checkpoint " + (fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/qwen3_5").string() +
+                              " --calls " + (d / "calls.json").string() + " --backend cpu --max-seq 32");
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.out.find("calls.json: call 1 (prefill): row 0 at position 5: this model's Gated DeltaNet layers keep one "
+                       "running state a row"),
+            std::string::npos)
+      << r.out;
 }
 
 // A failure one rank alone sees (only shard 0 reads --inputs) ends every rank, no hang.

@@ -120,8 +120,9 @@ class FakeDeviceBackend final : public Backend {
     no();
   }
   void sigmoid_mul(Tensor&, const Tensor&) override { no(); }
-  void causal_conv1d(const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override { no(); }
-  void gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const DeltaNetDims&,
+  void causal_conv1d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override { no(); }
+  void gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                        const DeltaNetDims&,
                         Tensor&, Tensor&) override {
     no();
   }

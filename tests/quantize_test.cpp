@@ -58,6 +58,15 @@ TEST(Quantize, Fp8BlocksAreTheReferenceQuantizersBytes) {
     expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden" / name / "model.safetensors").string());
     EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden" / name)["quantization_config"]);
   }
+  // A hybrid (issue 40): Qwen3.5's Gated DeltaNet projections and gated q_proj too, in blocks of [2, 2].
+  ScratchDir d;
+  const std::string out = d / "out";
+  QuantizeOptions o;
+  o.block_rows = 2;
+  o.block_cols = 2;
+  quantize_checkpoint((kFixtures / "quantize/fp8_qwen3_5_f32_source").string(), out, o);
+  expect_same_tensors(out + "/model.safetensors", (kFixtures / "golden/fp8_qwen3_5_f32/model.safetensors").string());
+  EXPECT_EQ(config_of(out)["quantization_config"], config_of(kFixtures / "golden/fp8_qwen3_5_f32")["quantization_config"]);
 }
 
 // compressed-tensors' W4A16 and W4A16_ASYM as compressed-tensors 0.20.1 writes them (min-max

@@ -875,24 +875,27 @@ void CudaBackend::swiglu_clamped_op(const Tensor& gate_up, Tensor& out, float al
   cuda::launch_swiglu_clamped(dt(out), gate_up.data(), out.data(), out.dim(0), out.dim(1), alpha, limit, stream_);
 }
 
-void CudaBackend::causal_conv1d_op(const Tensor& x, const Tensor& weight, const Tensor& rows, Tensor& state,
-                                   Tensor& out) {
+void CudaBackend::causal_conv1d_op(const Tensor& x, const Tensor& weight, const Tensor& rows, const Tensor& keep,
+                                   Tensor& state, Tensor& out) {
   const char* op = "causal_conv1d";
   act_type(op, "x", x);
   activate();
   flush();  // launched directly (not a recorded Launch): after what is recorded before it
-  cuda::launch_causal_conv1d(x.data(), dt(x), weight.data(), dt(weight), rows.ptr<int32_t>(), state.ptr<float>(),
-                             out.data(), x.dim(0), x.dim(1), weight.dim(1), stream_);
+  cuda::launch_causal_conv1d(x.data(), dt(x), weight.data(), dt(weight), rows.ptr<int32_t>(),
+                             keep.defined() ? keep.ptr<int32_t>() : nullptr, state.ptr<float>(), out.data(), x.dim(0),
+                             x.dim(1), weight.dim(1), stream_);
 }
 
 void CudaBackend::gated_delta_rule_op(const Tensor& qkv, const Tensor& ab, const Tensor& a_log, const Tensor& dt_bias,
-                                      const Tensor& rows, const DeltaNetDims& d, Tensor& state, Tensor& out) {
+                                      const Tensor& rows, const Tensor& keep, const DeltaNetDims& d, Tensor& state,
+                                      Tensor& out) {
   const char* op = "gated_delta_rule";
   act_type(op, "qkv", qkv);
   activate();
   flush();
   cuda::launch_gated_delta_rule(qkv.data(), dt(qkv), ab.data(), a_log.data(), dt(a_log), dt_bias.data(), dt(dt_bias),
-                                rows.ptr<int32_t>(), state.ptr<float>(), out.data(), qkv.dim(0), d.key_heads,
+                                rows.ptr<int32_t>(), keep.defined() ? keep.ptr<int32_t>() : nullptr,
+                                state.ptr<float>(), out.data(), qkv.dim(0), d.key_heads,
                                 d.key_dim, d.value_heads, d.value_dim, stream_);
 }
 

@@ -15,8 +15,9 @@ __device__ __forceinline__ float round_to(int dt, float x) {
   return dt == kBF16 ? __bfloat162float(__float2bfloat16_rn(x)) : dt == kF16 ? __half2float(__float2half_rn(x)) : x;
 }
 
-__global__ void causal_conv1d_kernel(const void* x, int dt, const void* w, int w_dt, const int32_t* rows, float* state,
-                                     void* out, int64_t N, int64_t C, int64_t K) {
+// keep (null: none): after token t, keep[t] ≥ 0 receives the row's state (a snapshot).
+__global__ void causal_conv1d_kernel(const void* x, int dt, const void* w, int w_dt, const int32_t* rows,
+                                     const int32_t* keep, float* state, void* out, int64_t N, int64_t C, int64_t K) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const int64_t kept = K - 1;
@@ -29,13 +30,18 @@ __global__ void causal_conv1d_kernel(const void* x, int dt, const void* w, int w
     store_any(out, dt, t * C + c, silu_f(acc));
     for (int64_t k = 0; k + 1 < kept; ++k) s[k] = s[k + 1];
     if (kept > 0) s[kept - 1] = now;
+    if (keep && keep[t] >= 0) {
+      float* snap = state + (static_cast<int64_t>(keep[t]) * C + c) * kept;
+      for (int64_t k = 0; k < kept; ++k) snap[k] = s[k];
+    }
   }
 }
 
 // One block per value head, one thread per column of its [dk, dv] state.
 __global__ void gated_delta_rule_kernel(const void* qkv, int dt, const void* ab, const void* a_log, int alog_dt,
-                                        const void* dt_bias, int dtb_dt, const int32_t* rows, float* state, void* out,
-                                        int64_t N, int64_t hk, int64_t dk, int64_t hv, int64_t dv) {
+                                        const void* dt_bias, int dtb_dt, const int32_t* rows, const int32_t* keep,
+                                        float* state, void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv,
+                                        int64_t dv) {
   const int64_t h = blockIdx.x, c = threadIdx.x, j = h / (hv / hk), width = 2 * hk * dk + hv * dv;
   const float a_h = -expf(load_any(a_log, alog_dt, h)), bias = load_any(dt_bias, dtb_dt, h);
   const float q_scale = rsqrtf(static_cast<float>(dk));
@@ -66,6 +72,10 @@ __global__ void gated_delta_rule_kernel(const void* qkv, int dt, const void* ab,
       o = fmaf(s[r * dv], load_any(qkv, dt, q0 + r) * q_inv, o);
     }
     store_any(out, dt, t * hv * dv + h * dv + c, o);
+    if (keep && keep[t] >= 0) {  // this thread's column of the head's state, as it stands after token t
+      float* snap = state + (static_cast<int64_t>(keep[t]) * hv + h) * dk * dv + c;
+      for (int64_t r = 0; r < dk; ++r) snap[r * dv] = s[r * dv];
+    }
   }
 }
 
@@ -90,20 +100,20 @@ __global__ void rms_norm_gated_kernel(const void* x, const void* z, int dt, cons
 
 }  // namespace
 
-void launch_causal_conv1d(const void* x, int dt, const void* weight, int w_dt, const int32_t* rows, float* state,
-                          void* out, int64_t N, int64_t C, int64_t K, cudaStream_t s) {
+void launch_causal_conv1d(const void* x, int dt, const void* weight, int w_dt, const int32_t* rows, const int32_t* keep,
+                          float* state, void* out, int64_t N, int64_t C, int64_t K, cudaStream_t s) {
   if (N * C == 0) return;
-  causal_conv1d_kernel<<<blocks_for(C, 128), 128, 0, s>>>(x, dt, weight, w_dt, rows, state, out, N, C, K);
+  causal_conv1d_kernel<<<blocks_for(C, 128), 128, 0, s>>>(x, dt, weight, w_dt, rows, keep, state, out, N, C, K);
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
 void launch_gated_delta_rule(const void* qkv, int dt, const void* ab, const void* a_log, int alog_dt,
-                             const void* dt_bias, int dtb_dt, const int32_t* rows, float* state, void* out, int64_t N,
-                             int64_t hk, int64_t dk, int64_t hv, int64_t dv, cudaStream_t s) {
+                             const void* dt_bias, int dtb_dt, const int32_t* rows, const int32_t* keep, float* state,
+                             void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv, int64_t dv, cudaStream_t s) {
   if (N == 0) return;
   if (dv > 1024) throw Error(str("cuda gated_delta_rule: value heads of ", dv, " columns (at most 1024)"));
   gated_delta_rule_kernel<<<static_cast<unsigned>(hv), static_cast<unsigned>(dv), 0, s>>>(
-      qkv, dt, ab, a_log, alog_dt, dt_bias, dtb_dt, rows, state, out, N, hk, dk, hv, dv);
+      qkv, dt, ab, a_log, alog_dt, dt_bias, dtb_dt, rows, keep, state, out, N, hk, dk, hv, dv);
   LINNET_CUDA_LAUNCH_CHECK();
 }
 

@@ -851,6 +851,16 @@ ISSUE40_CASES = [
          steps=96, dtypes=[("", "float32")]),
     dict(family("qwen3_next", QWEN3_NEXT_NOTE, inputs=LONG_CHUNKS, **QWEN3_NEXT), steps=96,
          router=None, router_std=1.0, min_greedy_gap=2e-3, dtypes=[("", "float32"), ("_bf16", "bfloat16")]),
+    # A quantized hybrid: qwen3_5's model in fine-grained FP8 (as Qwen3.5-*-FP8 ship: block-scaled
+    # F8_E4M3 with weight_scale_inv), every decoder nn.Linear converted — the Gated DeltaNet's
+    # in_proj_qkv / in_proj_z / in_proj_b / in_proj_a / out_proj, the gated q_proj, k/v/o, the MLP
+    # — in blocks of [2, 2] (in_proj_b/a's 8 rows give 2 a shard at Shards 4); norms, conv, A_log,
+    # dt_bias, embeddings and lm_head f32.
+    dict(family("fp8_qwen3_5", "Qwen3_5ForCausalLM in fine-grained FP8: every decoder nn.Linear (Gated DeltaNet "
+                "in_proj_qkv/z/b/a and out_proj, gated q_proj, k/v/o, gate/up/down) F8_E4M3 with float32 "
+                "weight_scale_inv per [2, 2] block (scale = amax / 448); norms, conv, A_log, dt_bias, embeddings "
+                "and lm_head f32. Otherwise " + QWEN3_5_NOTE, inputs=LONG_CHUNKS, **QWEN3_5), steps=96,
+         dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
 ]
 
 
