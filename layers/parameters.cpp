@@ -83,6 +83,9 @@ std::vector<ParamSpec> ParamSpec::companions() const {
       if ((split == Split::rows || split == Split::columns) && b >= WeightLayout::kWhole)
         c.split = Split::mirrored, c.per_shard = 0, c.replicas = 1;
       if (stored.rank()) c.stored = stored_parts[i].shape, c.row_offset = row_offset / parts[i].per_rows;
+      // A strided part's blocks of rows hold whole blocks of the format (check_blocks): its
+      // companion's rows are strided by as many of them.
+      if (row_block > 0) c.row_block = row_block / parts[i].per_rows, c.row_stride = row_stride / parts[i].per_rows;
       if (parts[i].transposed) transpose_split(c);
     }
     out.push_back(std::move(c));
@@ -100,14 +103,29 @@ ParamSpec ParamSpec::values_part() const {
   if (split == Split::columns) c.per_shard = (per_shard + v.per_cols - 1) / v.per_cols;
   if (split == Split::rows) c.per_shard = (per_shard + v.per_rows - 1) / v.per_rows;
   if (stored.rank()) c.stored = layout.values_of(stored).shape, c.row_offset = row_offset / v.per_rows;
+  if (row_block > 0) c.row_block = row_block / v.per_rows, c.row_stride = row_stride / v.per_rows;
   if (v.transposed) transpose_split(c);
   return c;
 }
 
 void ParamSpec::check_blocks(int64_t shards) const {
-  if (row_block > 0 && !layout.dense())
-    throw Error(str(hf_name, ": a strided part of it (blocks of ", row_block, " rows every ", row_stride, ") stored ",
-                    layout.describe(), " is not read yet (dense only)"));
+  if (row_block > 0 && !layout.dense()) {
+    // A strided part (Qwen3-Next's grouped in_proj_qkvz / in_proj_ba) read quantized: its blocks
+    // of rows, where they start and their stride must hold whole blocks of the format's rows (its
+    // scales' rows are then strided alike), and the format may not store it transposed.
+    bool whole = !layout.transposed;
+    for (const WeightCompanion& part : layout.companions_of(stored_shape())) {
+      if (part.shape.rank() != 2 || part.role == PartRole::group_index) continue;  // (one for the whole tensor)
+      whole = whole && !part.transposed && row_block % part.per_rows == 0 && row_stride % part.per_rows == 0 &&
+              row_offset % part.per_rows == 0;
+    }
+    const WeightCompanion v = layout.values_of(stored_shape());
+    whole = whole && !v.transposed && row_block % v.per_rows == 0 && row_stride % v.per_rows == 0;
+    if (!whole)
+      throw Error(str(hf_name, ": a strided part of it (blocks of ", row_block, " rows every ", row_stride,
+                      " from row ", row_offset, ") stored ", layout.describe(),
+                      ": its blocks of rows do not hold whole blocks of the format (or the format stores it transposed)"));
+  }
   if (full.rank() != 2 || layout.dense()) return;
   if (layout.transposed && stored.rank())
     throw Error(str(hf_name, ": a part of a fused tensor (", stored.to_string(), ") in ", layout.describe(),

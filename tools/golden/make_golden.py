@@ -861,6 +861,17 @@ ISSUE40_CASES = [
                 "weight_scale_inv per [2, 2] block (scale = amax / 448); norms, conv, A_log, dt_bias, embeddings "
                 "and lm_head f32. Otherwise " + QWEN3_5_NOTE, inputs=LONG_CHUNKS, **QWEN3_5), steps=96,
          dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2]}),
+    # Qwen3-Next in fine-grained FP8 (as Qwen3-Next-80B-A3B-*-FP8 ship): the grouped in_proj_qkvz /
+    # in_proj_ba F8_E4M3 with their scales — each part (q, k, v, z; b, a) strided through them in
+    # whole blocks of 2 rows — beside the experts, the dense layer's MLP and the attention; the
+    # routers and shared_expert_gate (one row) unquantized.
+    dict(family("fp8_qwen3_next", "Qwen3NextForCausalLM in fine-grained FP8: the grouped in_proj_qkvz and "
+                "in_proj_ba, out_proj, q/k/v/o, the experts', shared experts' and dense layer's gate/up/down F8_E4M3 "
+                "with float32 weight_scale_inv per [2, 2] block (scale = amax / 448); routers, shared_expert_gate, "
+                "norms, conv, A_log, dt_bias, embeddings and lm_head f32. Otherwise " + QWEN3_NEXT_NOTE,
+                inputs=LONG_CHUNKS, **QWEN3_NEXT), steps=96, router=None, router_std=1.0, min_greedy_gap=2e-3,
+         dtypes=[("_f32", "float32")], quant={"weight_block_size": [2, 2],
+                                             "not_converted": ["mlp.shared_expert_gate"]}),
 ]
 
 
@@ -2086,8 +2097,13 @@ def family_case(index, c, dtype_suffix, dtype_name, rewrite, seed_base=2000, twe
         # the routers (model.layers.N.mlp.gate, no nn.Linear in transformers) stay unquantized
         routers = sorted(k[:-len(".weight")] for k in state if k.endswith(".mlp.gate.weight"))
         assert not any(r + ".weight" in linears for r in routers), routers
-        if routers:
-            quant = dict(quant, modules_to_not_convert=["lm_head"] + routers)
+        # and the modules a case names (Qwen3-Next's one-row shared_expert_gate)
+        kept = sorted(n for n in (k[:-len(".weight")] for k in linears)
+                      if any(n.endswith(m) for m in quant.get("not_converted", [])))
+        linears -= {n + ".weight" for n in kept}
+        quant = {k: v for k, v in quant.items() if k != "not_converted"}
+        if routers or kept:
+            quant = dict(quant, modules_to_not_convert=["lm_head"] + routers + kept)
         fp8 = fp8_rewrite(d, linears, quant)
         want = fp8_expected(fp8, quant["weight_block_size"], state)
         # Dequantize on load whatever the machine (with a GPU transformers would keep FP8Linear).
