@@ -883,7 +883,7 @@ void CudaBackend::causal_conv1d_op(const Tensor& x, const Tensor& weight, const 
   flush();  // launched directly (not a recorded Launch): after what is recorded before it
   cuda::launch_causal_conv1d(x.data(), dt(x), weight.data(), dt(weight), rows.ptr<int32_t>(),
                              keep.defined() ? keep.ptr<int32_t>() : nullptr, state.ptr<float>(), out.data(), x.dim(0),
-                             x.dim(1), weight.dim(1), stream_);
+                             x.dim(1), weight.dim(1), state.dim(0), stream_);
 }
 
 void CudaBackend::gated_delta_rule_op(const Tensor& qkv, const Tensor& ab, const Tensor& a_log, const Tensor& dt_bias,
@@ -896,7 +896,7 @@ void CudaBackend::gated_delta_rule_op(const Tensor& qkv, const Tensor& ab, const
   cuda::launch_gated_delta_rule(qkv.data(), dt(qkv), ab.data(), a_log.data(), dt(a_log), dt_bias.data(), dt(dt_bias),
                                 rows.ptr<int32_t>(), keep.defined() ? keep.ptr<int32_t>() : nullptr,
                                 state.ptr<float>(), out.data(), qkv.dim(0), d.key_heads,
-                                d.key_dim, d.value_heads, d.value_dim, stream_);
+                                d.key_dim, d.value_heads, d.value_dim, state.dim(0), stream_);
 }
 
 void CudaBackend::rms_norm_gated_op(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) {

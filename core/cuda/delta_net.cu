@@ -1,8 +1,10 @@
 // Gated DeltaNet's kernels (core/backend_op_list.h): the causal convolution, the gated delta rule
 // and the gated RMSNorm, each walking a row's tokens in order as the CPU does
 // (core/cpu/cpu_delta_net.cpp). Plain first versions: a thread per channel (convolution) and per
-// state column (delta rule, whose columns are independent given a token's q and k); the chunked
-// form with tensor cores is for later (docs/gpu.md).
+// state column (delta rule, whose columns are independent given a token's q and k), and a block
+// row per state row (grid y): each walks the call's tokens and takes its own row's, in order, so
+// the rows of a step (a decode of Batch rows) run side by side and a token's arithmetic is the
+// same whatever else is in the call. The chunked form with tensor cores is for later (docs/gpu.md).
 #include "core/cuda/cuda_common.cuh"
 #include "core/cuda/kernels.cuh"
 
@@ -19,10 +21,12 @@ __device__ __forceinline__ float round_to(int dt, float x) {
 __global__ void causal_conv1d_kernel(const void* x, int dt, const void* w, int w_dt, const int32_t* rows,
                                      const int32_t* keep, float* state, void* out, int64_t N, int64_t C, int64_t K) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  const int32_t row = static_cast<int32_t>(blockIdx.y);
   if (c >= C) return;
   const int64_t kept = K - 1;
   for (int64_t t = 0; t < N; ++t) {
-    float* s = state + (static_cast<int64_t>(rows[t]) * C + c) * kept;  // oldest first
+    if (rows[t] != row) continue;
+    float* s = state + (static_cast<int64_t>(row) * C + c) * kept;  // oldest first
     const float now = load_any(x, dt, t * C + c);
     float acc = 0.f;
     for (int64_t k = 0; k < kept; ++k) acc = fmaf(load_any(w, w_dt, c * K + k), s[k], acc);
@@ -37,15 +41,17 @@ __global__ void causal_conv1d_kernel(const void* x, int dt, const void* w, int w
   }
 }
 
-// One block per value head, one thread per column of its [dk, dv] state.
+// One block per (value head, state row), one thread per column of its [dk, dv] state.
 __global__ void gated_delta_rule_kernel(const void* qkv, int dt, const void* ab, const void* a_log, int alog_dt,
                                         const void* dt_bias, int dtb_dt, const int32_t* rows, const int32_t* keep,
                                         float* state, void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv,
                                         int64_t dv) {
   const int64_t h = blockIdx.x, c = threadIdx.x, j = h / (hv / hk), width = 2 * hk * dk + hv * dv;
+  const int32_t row = static_cast<int32_t>(blockIdx.y);
   const float a_h = -expf(load_any(a_log, alog_dt, h)), bias = load_any(dt_bias, dtb_dt, h);
   const float q_scale = rsqrtf(static_cast<float>(dk));
   for (int64_t t = 0; t < N; ++t) {
+    if (rows[t] != row) continue;
     const int64_t q0 = t * width + j * dk, k0 = t * width + hk * dk + j * dk;
     float qq = 0.f, kk = 0.f;
     for (int64_t r = 0; r < dk; ++r) {
@@ -59,7 +65,7 @@ __global__ void gated_delta_rule_kernel(const void* qkv, int dt, const void* ab,
     const float x = load_any(ab, dt, t * 2 * hv + hv + h) + bias;
     const float decay = expf(a_h * (x > 20.f ? x : log1pf(expf(x))));
     if (c >= dv) continue;
-    float* s = state + (static_cast<int64_t>(rows[t]) * hv + h) * dk * dv + c;  // column c, stride dv
+    float* s = state + (static_cast<int64_t>(row) * hv + h) * dk * dv + c;  // column c, stride dv
     float mem = 0.f;
     for (int64_t r = 0; r < dk; ++r) {
       s[r * dv] *= decay;
@@ -101,18 +107,23 @@ __global__ void rms_norm_gated_kernel(const void* x, const void* z, int dt, cons
 }  // namespace
 
 void launch_causal_conv1d(const void* x, int dt, const void* weight, int w_dt, const int32_t* rows, const int32_t* keep,
-                          float* state, void* out, int64_t N, int64_t C, int64_t K, cudaStream_t s) {
+                          float* state, void* out, int64_t N, int64_t C, int64_t K, int64_t R, cudaStream_t s) {
   if (N * C == 0) return;
-  causal_conv1d_kernel<<<blocks_for(C, 128), 128, 0, s>>>(x, dt, weight, w_dt, rows, keep, state, out, N, C, K);
+  if (R > 65535) throw Error(str("cuda causal_conv1d: a state of ", R, " rows (at most 65535)"));
+  const dim3 grid(blocks_for(C, 128), static_cast<unsigned>(R));
+  causal_conv1d_kernel<<<grid, 128, 0, s>>>(x, dt, weight, w_dt, rows, keep, state, out, N, C, K);
   LINNET_CUDA_LAUNCH_CHECK();
 }
 
 void launch_gated_delta_rule(const void* qkv, int dt, const void* ab, const void* a_log, int alog_dt,
                              const void* dt_bias, int dtb_dt, const int32_t* rows, const int32_t* keep, float* state,
-                             void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv, int64_t dv, cudaStream_t s) {
+                             void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv, int64_t dv, int64_t R,
+                             cudaStream_t s) {
   if (N == 0) return;
   if (dv > 1024) throw Error(str("cuda gated_delta_rule: value heads of ", dv, " columns (at most 1024)"));
-  gated_delta_rule_kernel<<<static_cast<unsigned>(hv), static_cast<unsigned>(dv), 0, s>>>(
+  if (R > 65535) throw Error(str("cuda gated_delta_rule: a state of ", R, " rows (at most 65535)"));
+  const dim3 grid(static_cast<unsigned>(hv), static_cast<unsigned>(R));
+  gated_delta_rule_kernel<<<grid, static_cast<unsigned>(dv), 0, s>>>(
       qkv, dt, ab, a_log, alog_dt, dt_bias, dtb_dt, rows, keep, state, out, N, hk, dk, hv, dv);
   LINNET_CUDA_LAUNCH_CHECK();
 }

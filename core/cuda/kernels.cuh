@@ -214,11 +214,13 @@ void launch_spin(double seconds, cudaStream_t s);
 
 // ---- delta_net.cu (Gated DeltaNet; Backend::causal_conv1d, gated_delta_rule, rms_norm_gated) ----
 // keep: null, or per token the state row that receives its row's state after it (−1: none).
+// R: the state's rows (each gets its own blocks, which walk that row's tokens).
 void launch_causal_conv1d(const void* x, int dt, const void* weight, int w_dt, const int32_t* rows, const int32_t* keep,
-                          float* state, void* out, int64_t N, int64_t C, int64_t K, cudaStream_t s);
+                          float* state, void* out, int64_t N, int64_t C, int64_t K, int64_t R, cudaStream_t s);
 void launch_gated_delta_rule(const void* qkv, int dt, const void* ab, const void* a_log, int alog_dt,
                              const void* dt_bias, int dtb_dt, const int32_t* rows, const int32_t* keep, float* state,
-                             void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv, int64_t dv, cudaStream_t s);
+                             void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv, int64_t dv, int64_t R,
+                             cudaStream_t s);
 void launch_rms_norm_gated(const void* x, const void* z, int dt, const void* w, int w_dt, float eps, void* out,
                            int64_t groups, int64_t W, cudaStream_t s);
 
