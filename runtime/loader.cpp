@@ -89,18 +89,22 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
     spdlog::info("{}: matrices mapped from {} (checksums verified in {:.2f} s)", dir, kPackedFileName,
                  weights.packed_verify_seconds());
   auto unused = weights.unused(m.config, parameter_specs(m.config, m.generics));
-  // Multi-token-prediction layers (GLM-4.5, DeepSeek-V3: model.layers.<num_hidden_layers + i>.*)
-  // are skipped, with one line: speculative decoding would use them.
-  if (m.config.mtp_layers > 0) {
+  // Multi-token-prediction layers (GLM-4.5, DeepSeek-V3: model.layers.<num_hidden_layers + i>.*;
+  // Qwen3.5 and Qwen3-Next: a module of its own, mtp.*) are skipped, with one line: speculative
+  // decoding would use them.
+  {
     auto mtp = [&](const std::string& name) {
+      if (name.starts_with("mtp.")) return true;
       for (int64_t i = 0; i < m.config.mtp_layers; ++i)
         if (name.starts_with(str("model.layers.", m.config.layers + i, "."))) return true;
       return false;
     };
     const auto skipped = std::count_if(unused.begin(), unused.end(), mtp);
     if (skipped > 0 && comm.rank() == 0)
-      spdlog::info("{}: {} tensor(s) of the multi-token-prediction layer(s) model.layers.{}.* skipped (num_nextn_predict_layers "
-                   "= {}; speculative decoding is not implemented)", dir, skipped, m.config.layers, m.config.mtp_layers);
+      spdlog::info("{}: {} tensor(s) of the multi-token-prediction {} skipped ({}speculative decoding is not implemented)",
+                   dir, skipped,
+                   m.config.mtp_layers > 0 ? str("layer(s) model.layers.", m.config.layers, ".*") : std::string("module mtp.*"),
+                   m.config.mtp_layers > 0 ? str("num_nextn_predict_layers = ", m.config.mtp_layers, "; ") : std::string());
     unused.erase(std::remove_if(unused.begin(), unused.end(), mtp), unused.end());
   }
   if (!unused.empty() && comm.rank() == 0) {

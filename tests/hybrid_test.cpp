@@ -6,6 +6,7 @@
 // conformance_test.cpp) and ExactGeneration.Qwen3_5* (the engine, tests/exact_generation_test.cpp).
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <functional>
 
 #include "architectures/hf_config.h"
@@ -18,6 +19,7 @@
 #include "layers/model_definition.h"
 #include "layers/parameters.h"
 #include "model_fixtures.h"
+#include "mpi_run.h"
 #include "runtime/loader.h"
 
 using namespace linnet;
@@ -296,6 +298,31 @@ TEST(Hybrid, VectorsStoredInF32BesideBf16LoadAsStored) {
               std::string::npos)
         << e.what();
   }
+  std::filesystem::remove_all(d);
+}
+
+// Qwen3.5's and Qwen3-Next's checkpoints ship a multi-token-prediction module (mtp.*): skipped
+// with one line, not reported as tensors the model does not use.
+TEST(Hybrid, TheMultiTokenPredictionModuleIsSkippedWithOneLine) {
+  const std::filesystem::path golden = std::filesystem::path(LINNET_SOURCE_DIR) / "tests/fixtures/golden/qwen3_5";
+  const std::filesystem::path d = fresh_dir("hybrid_mtp");
+  std::filesystem::create_directories(d / "ckpt");
+  std::filesystem::copy_file(golden / "config.json", d / "ckpt/config.json");
+  SafetensorsFile in((golden / "model.safetensors").string());
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const std::string& name : in.names()) out.emplace_back(name, in.read(name));
+  out.emplace_back("mtp.fc.weight", Tensor::zeros({64, 128}, DType::f32));
+  out.emplace_back("mtp.layers.0.mlp.up_proj.weight", Tensor::zeros({96, 64}, DType::f32));
+  save_safetensors((d / "ckpt/model.safetensors").string(), out);
+  std::ofstream(d / "calls.json") << R"([{"entry": "forward", "args": {"tokens": [[1, 2, 3]]}}])";
+  const auto r = linnet::testing::linnet_run(
+      {"run", "--checkpoint", (d / "ckpt").string(), "--calls", (d / "calls.json").string(), "--backend", "cpu"}, 60);
+  EXPECT_EQ(r.exit_code, 0) << r.errors;
+  EXPECT_NE(r.errors.find("2 tensor(s) of the multi-token-prediction module mtp.* skipped (speculative decoding is not "
+                          "implemented)"),
+            std::string::npos)
+      << r.errors;
+  EXPECT_EQ(r.errors.find("not used by the model"), std::string::npos) << r.errors;
   std::filesystem::remove_all(d);
 }
 
