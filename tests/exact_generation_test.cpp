@@ -278,6 +278,8 @@ TEST(ExactGeneration, Qwen3_5SharedPrefixOnOneTwoAndFourRanks) {
                               300, np);
     if (np > 0 && r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
     ASSERT_EQ(r.exit_code, 0) << r.output;
+    // (the shared prefixes were restored, not recomputed: generate's log counts them)
+    EXPECT_NE(r.errors.find("more restored from state snapshots"), std::string::npos) << "np " << np << ": " << r.errors;
     const auto out = read_jsonl(d / "out.jsonl");
     ASSERT_EQ(out.size(), extra.size());
     for (size_t i = 0; i < out.size(); ++i)
