@@ -85,6 +85,8 @@ struct DeltaNetDims {
   int64_t qkv_width() const { return 2 * key_heads * key_dim + value_heads * value_dim; }
   int64_t state_values() const { return value_heads * key_dim * value_dim; }  // a row's delta-rule state
 };
+// The gated delta rule's aligned chunk (gated_delta_rule's positions): transformers' chunk_size.
+inline constexpr int64_t kDeltaRuleChunk = 64;
 
 // The ops (core/backend_op_list.h) on the device the backend also is (core/backend_device.h).
 class Backend : public BackendDevice {

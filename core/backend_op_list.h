@@ -174,9 +174,10 @@ LINNET_OP(gumbel_max, "gumbel_max",
           (logits, valid, vocab_offset, key0, key1, step, temperature, value, index))
 // ---- Gated DeltaNet (Qwen3.5, Qwen3-Next): a recurrent state per row, tokens in order ----
 // The tokens of a call: rows [N] i32, the state row each token belongs to; a row's tokens come
-// in position order (they may interleave with other rows'). Each op walks a row's tokens one by
-// one — the recurrent form, whatever the call's length — so a token's result depends only on
-// its row's earlier tokens and the state, never on how the steps were cut or what shared them.
+// in position order (they may interleave with other rows'). The convolution walks a row's tokens
+// one by one; the delta rule too, except over an aligned chunk (below). Either way a token's
+// result depends only on its row's earlier tokens, the state and where the call's aligned chunks
+// fall — never on what else shared the call.
 // keep [N] i32 or undefined (none): keep[n] ≥ 0 copies token n's row's state, as it stands after
 // token n, to that row of `state` (a snapshot: the engine's prefix sharing); a kept row is no
 // token's row in the call.
@@ -194,11 +195,17 @@ LINNET_OP(causal_conv1d, "causal_conv1d",
 // f32, out [N, value_heads · value_dim]. Per token and value head h (query/key head j): q ←
 // q_j / √(Σq_j² + 1e-6) / √key_dim, k ← k_j / √(Σk_j² + 1e-6), β = sigmoid(b_h), g = −exp(a_log_h)
 // · softplus(a_h + dt_bias_h) (softplus(x) = x above 20); S ← S · e^g; S ← S + k ⊗ β(v_h − Sᵀk);
-// out_h = Sᵀq; in f32.
+// out_h = Sᵀq; in f32. positions [N] i32 (each token's position in its sequence) or undefined:
+// the kDeltaRuleChunk tokens of one row at positions [64c, 64c + 64), all in the call, form an
+// aligned chunk, run by the chunked form (transformers' torch_chunk_gated_delta_rule: the same
+// result, reassociated; a keep inside it gets the state after its token, S₀e^{G_t} + Σ_{j≤t}
+// e^{G_t − G_j} k_j ⊗ δ_j); every other token (no positions: every token) by the recurrent
+// form. So a token's bits depend on whether its chunk ran whole in one call: the engine cuts
+// prompts at multiples of kDeltaRuleChunk (SchedulerLimits::state_chunk).
 LINNET_OP(gated_delta_rule, "gated_delta_rule",
           (const Tensor& qkv, const Tensor& ab, const Tensor& a_log, const Tensor& dt_bias, const Tensor& rows,
-           const Tensor& keep, const DeltaNetDims& dims, Tensor& state, Tensor& out),
-          (qkv, ab, a_log, dt_bias, rows, keep, dims, state, out))
+           const Tensor& positions, const Tensor& keep, const DeltaNetDims& dims, Tensor& state, Tensor& out),
+          (qkv, ab, a_log, dt_bias, rows, positions, keep, dims, state, out))
 // The gated RMSNorm after the delta rule, per group of W columns: x, z, out [N, G·W], w [W];
 // out = w · x / √(mean(x²) + eps) · silu(z), over each group; in f32 (a narrower dtype rounds
 // x / √… and w · (that) to it first, as transformers' Qwen3NextRMSNormGated does).

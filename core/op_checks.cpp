@@ -435,8 +435,8 @@ void causal_conv1d(const char* backend, const Tensor& x, const Tensor& weight, c
 }
 
 void gated_delta_rule(const char* backend, const Tensor& qkv, const Tensor& ab, const Tensor& a_log,
-                      const Tensor& dt_bias, const Tensor& rows, const Tensor& keep, const DeltaNetDims& d, Tensor& state,
-                      Tensor& out) {
+                      const Tensor& dt_bias, const Tensor& rows, const Tensor& positions, const Tensor& keep,
+                      const DeltaNetDims& d, Tensor& state, Tensor& out) {
   const Op k{backend, "gated_delta_rule"};
   NEED(d.key_heads > 0 && d.key_dim > 0 && d.value_heads > 0 && d.value_dim > 0 && d.value_heads % d.key_heads == 0,
        str("heads ", d.key_heads, " × ", d.key_dim, " (keys) and ", d.value_heads, " × ", d.value_dim,
@@ -452,6 +452,7 @@ void gated_delta_rule(const char* backend, const Tensor& qkv, const Tensor& ab, 
   NEED(a_log.numel() == d.value_heads && dt_bias.numel() == d.value_heads,
        str("a_log ", a_log.describe(), " and dt_bias ", dt_bias.describe(), " should hold ", d.value_heads, " entries"));
   index_vec(k, "rows", rows, n);
+  if (positions.defined()) index_vec(k, "positions", positions, n);
   if (keep.defined()) index_vec(k, "keep", keep, n);
   rank_is(k, "state", state, 4);
   dtype_is(k, "state", state, DType::f32);

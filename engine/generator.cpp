@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/backend.h"
 #include "layers/model.h"
 
 namespace linnet::engine {
@@ -17,6 +18,7 @@ Generator::Generator(Model& model, SchedulerLimits limits, std::vector<int32_t> 
         if (model.config().any_linear()) {
           limits.state_slots = model.generics().batch;  // a state row each
           limits.state_snapshots = model.generics().state_snapshots;
+          limits.state_chunk = kDeltaRuleChunk;  // prompts cut where the delta rule's chunks end
         }
         LINNET_CHECK(limits.recompute_at == 0 || limits.whole_prompts, "a recomputed sequence runs whole");
         return limits;

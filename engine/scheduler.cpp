@@ -3,6 +3,7 @@
 #include "engine/request_rules.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "core/error.h"
 #include "layers/logit_processors.h"
@@ -38,11 +39,25 @@ int32_t Scheduler::published_page(const std::vector<int32_t>& tokens, int64_t en
   return page;
 }
 
+int64_t Scheduler::snapshot_every() const {
+  const int64_t ps = pages_.page_size();
+  return limits_.state_chunk > 0 ? std::lcm(ps, limits_.state_chunk) : ps;
+}
+
+int64_t Scheduler::piece(const Sequence& s, int64_t budget) const {
+  const int64_t rest = static_cast<int64_t>(s.tokens.size()) - s.computed;
+  if (limits_.whole_prompts) return rest;
+  if (rest <= budget || limits_.state_chunk <= 0) return std::min(rest, budget);
+  const int64_t chunk = limits_.state_chunk, end = (s.computed + budget) / chunk * chunk;
+  if (end > s.computed) return end - s.computed;
+  return std::min(rest, (s.computed / chunk + 1) * chunk - s.computed);  // past the budget, by less than a chunk
+}
+
 void Scheduler::plan_keeps(StepRow& row) {
   if (snapshots_.empty()) return;
   const Sequence& s = *row.seq;
-  const int64_t ps = pages_.page_size();
-  for (const int64_t boundary : {s.branch_at, (static_cast<int64_t>(s.tokens.size()) - 1) / ps * ps}) {
+  const int64_t every = snapshot_every();
+  for (const int64_t boundary : {s.branch_at, (static_cast<int64_t>(s.tokens.size()) - 1) / every * every}) {
     if (boundary <= row.begin || boundary > row.begin + row.count) continue;
     if (!row.keeps.empty() && row.keeps.back().at == boundary) continue;
     if (const int32_t page = published_page(s.tokens, boundary); page >= 0 && snapshot_at(page) >= 0) continue;
@@ -140,18 +155,18 @@ bool Scheduler::admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector
   }
   int32_t restore = -1;
   if (limits_.state_slots > 0) {
-    s->branch_at = static_cast<int64_t>(s->pages.size()) * ps;
+    s->branch_at = static_cast<int64_t>(s->pages.size()) * ps / snapshot_every() * snapshot_every();
     while (!s->pages.empty() && (restore = snapshot_at(s->pages.back())) < 0) {
       let_go(s->pages.back());
       s->pages.pop_back();
     }
-    if (s->branch_at == static_cast<int64_t>(s->pages.size()) * ps) s->branch_at = 0;  // a snapshot is there
+    if (s->branch_at <= static_cast<int64_t>(s->pages.size()) * ps) s->branch_at = 0;  // a snapshot is there (or past it)
   }
   s->published = static_cast<int64_t>(s->pages.size());  // shared pages are published already
   s->computed = s->published * ps;
   // Whole prompts: the prompt in one chunk, past the budget only as a step's only row.
   if (limits_.whole_prompts && n - s->computed > budget && !(rows.empty() && running_.empty())) return false;
-  const int64_t chunk = limits_.whole_prompts ? n - s->computed : std::min(n - s->computed, budget);
+  const int64_t chunk = piece(*s, budget);
   if (!ensure_pages(*s, s->computed + chunk) || (limits_.state_slots > 0 && free_slots_.empty())) {
     release(*s);
     return false;
@@ -227,7 +242,7 @@ std::vector<StepRow> Scheduler::schedule() {
     const int64_t n = static_cast<int64_t>(s.tokens.size());
     if (s.computed >= n - 1) continue;
     // Whole prompts: a sequence recomputed at recompute_at runs whole (the budget may overrun once).
-    const int64_t chunk = limits_.whole_prompts ? n - s.computed : std::min(n - s.computed, budget);
+    const int64_t chunk = piece(s, budget);
     bool gone = false;
     while (!ensure_pages(s, s.computed + chunk)) {
       if (!rows.empty()) break;

@@ -44,6 +44,14 @@ struct SchedulerLimits {
   // instead of recomputing the prefix (vLLM's prefix caching for such models). When all are
   // taken the least recently used one is given up.
   int64_t state_snapshots = 0;
+  // > 0: the recurrent state's aligned chunk (kDeltaRuleChunk): the delta rule runs the tokens at
+  // positions [k·chunk, (k + 1)·chunk) of a sequence by its chunked form when they are in one step,
+  // so a prompt's pieces end at multiples of it or at the prompt's end — where what is left of
+  // this step's budget reaches no multiple, the piece goes on to the next one, past the budget by
+  // less than a chunk (waiting instead would stall prompts behind decoding rows) — and snapshots
+  // are kept only at multiples of both it and PageSize. A token's result is then the same
+  // whatever shared its steps.
+  int64_t state_chunk = 0;
   // > 0: the engine uses at most this many of the model's cache pages (the rest stay unused): a
   // pool smaller than Batch rows' (tests of preemption where Batch bounds the rows, as the
   // state slots do).
@@ -130,6 +138,12 @@ class Scheduler {
   // reserves a snapshot for the state there (a free one, else the least recently used is given
   // up), unless one is kept there already.
   void plan_keeps(StepRow& row);
+  // Positions a snapshot may be kept at the multiples of: PageSize, or its least common multiple
+  // with state_chunk.
+  int64_t snapshot_every() const;
+  // How many of s's tokens to feed from s.computed in a step with `budget` (> 0) left: all that
+  // fit, or state_chunk's rule.
+  int64_t piece(const Sequence& s, int64_t budget) const;
   void preempt(Sequence& s);
   void release(Sequence& s);
   bool admit(std::unique_ptr<Sequence>& s, int64_t& budget, std::vector<StepRow>& rows);

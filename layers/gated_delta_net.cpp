@@ -15,7 +15,9 @@ void GatedDeltaNet::forward(Context& ctx, const Tensor& x, const DevicePlan& pla
   Tensor mixed = be.empty(qkv.shape(), x.dtype());
   be.causal_conv1d(qkv, conv, plan.state_rows, plan.state_keep, state.conv, mixed);
   Tensor core = be.empty({n, values}, x.dtype());
-  be.gated_delta_rule(mixed, ba, a_log, dt_bias, plan.state_rows, plan.state_keep, dims, state.delta, core);
+  // positions: the aligned chunks of 64 run by the chunked form (the scheduler cuts prompts there).
+  be.gated_delta_rule(mixed, ba, a_log, dt_bias, plan.state_rows, plan.positions, plan.state_keep, dims, state.delta,
+                      core);
   Tensor normed = be.empty(core.shape(), x.dtype());
   be.rms_norm_gated(core, z, norm, norm_eps, normed);
   out_proj.forward_partial(ctx, normed, out);

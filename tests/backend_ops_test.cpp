@@ -964,26 +964,34 @@ OPS_TEST(CausalConv1d, "causal_conv1d") {
     }
 }
 
+// Two rows interleaved token by token, two calls carrying the state; with positions where the
+// larger calls hold aligned chunks (a row's tokens 0 … n/2 − 1, then n/2 …): the chunked form,
+// with a keep inside the second call's first chunk.
 OPS_TEST(GatedDeltaRule, "gated_delta_rule") {
   NEED_DEVICE_BACKENDS(devs);
-  for (auto [n, d] : {std::pair<int64_t, DeltaNetDims>{1, {1, 16, 1, 16}}, {40, {2, 64, 4, 32}}, {70, {4, 128, 8, 128}}})
+  for (auto [n, d] : {std::pair<int64_t, DeltaNetDims>{1, {1, 16, 1, 16}}, {40, {2, 64, 4, 32}}, {70, {4, 128, 8, 128}},
+                      {4 * kDeltaRuleChunk, {2, 128, 4, 128}}, {4 * kDeltaRuleChunk + 6, {1, 32, 3, 48}}})
     for (DType act : kActs) {
       const auto qv = in_dtype(randn(2 * n * d.qkv_width(), 173, 1.0f), act);
       const auto abv = in_dtype(randn(2 * n * 2 * d.value_heads, 174, 2.0f), act);
       const auto alog = randn(d.value_heads, 175, 0.5f), dtb = randn(d.value_heads, 176, 0.5f);
-      std::vector<int64_t> rows;
-      for (int64_t t = 0; t < n; ++t) rows.push_back(t % 2);
+      std::vector<int64_t> rows, pos[2];
+      for (int64_t t = 0; t < n; ++t) {
+        rows.push_back(t % 2);
+        for (int64_t call = 0; call < 2; ++call) pos[call].push_back(call * ((n + 1) / 2) + t / 2);
+      }
       OpRun run = [&](Backend& be, bool ref) -> Outputs {
         Tensor a_log = put(be, true, {d.value_heads}, alog, DType::f32), dt_bias = put(be, true, {d.value_heads}, dtb, DType::f32);
         Tensor state = be.upload(Tensor::zeros({3, d.value_heads, d.key_dim, d.value_dim}, DType::f32));
-        Tensor r = put_ints(be, {n}, rows), keep = put_ints(be, {n}, kept_at(n - 1, n));
+        Tensor r = put_ints(be, {n}, rows), keep = put_ints(be, {n}, kept_at(n > 40 ? 41 : n - 1, n));
         Outputs outs;
         for (int64_t call = 0; call < 2; ++call) {
           const int64_t w = d.qkv_width(), a = 2 * d.value_heads;
           Tensor qkv = put(be, ref, {n, w}, {qv.begin() + call * n * w, qv.begin() + (call + 1) * n * w}, act);
           Tensor ab = put(be, ref, {n, a}, {abv.begin() + call * n * a, abv.begin() + (call + 1) * n * a}, act);
           Tensor out = poison(be, ref, {n, d.value_heads * d.value_dim}, act);
-          be.gated_delta_rule(qkv, ab, a_log, dt_bias, r, call == 1 ? keep : Tensor(), d, state, out);
+          be.gated_delta_rule(qkv, ab, a_log, dt_bias, r, put_ints(be, {n}, pos[call]), call == 1 ? keep : Tensor(), d,
+                              state, out);
           outs.push_back(be.to_host(out));
         }
         outs.push_back(be.to_host(state));

@@ -3,6 +3,8 @@
 // run on each request alone.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -155,6 +157,53 @@ TEST(Scheduler, WholePromptsAreNeverChunkedNorShared) {
     s.complete(rows, std::vector<int32_t>(rows.size(), 5), {}, {});
   }
   EXPECT_EQ(pool.free_pages(), 16);
+}
+
+// A recurrent state's aligned chunk (state_chunk; kDeltaRuleChunk in the engine): every prompt
+// piece starts and ends at a multiple of it or at the prompt's end — a piece that what is left of
+// the step's budget cannot take to the next multiple goes past the budget, by less than a chunk,
+// rather than wait behind the decoding rows — and snapshots are kept only at multiples of it and
+// PageSize. (Chunk 16 over pages of 8; budget 18, three rows decoding; five state slots.)
+TEST(Scheduler, RecurrentPromptsAreCutWhereTheStateChunksEnd) {
+  PageAllocator pool(64, 8);
+  SchedulerLimits limits{256, 5, 18};
+  limits.state_slots = 5;
+  limits.state_snapshots = 5;
+  limits.state_chunk = 16;
+  Scheduler s(pool, limits);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(s.submit(request(i, prompt(static_cast<int>(10 + i), 2), 12)), "");
+  const auto shared = prompt(4, 52);
+  EXPECT_EQ(s.submit(request(3, shared, 3)), "");
+  EXPECT_EQ(s.submit(request(4, shared, 3)), "");  // shares the pages up to the snapshot at 48
+  int64_t prompt_tokens = 0, most = 0, beside_decoding = 0;
+  std::set<int64_t> keeps;
+  while (!s.idle()) {
+    auto rows = s.schedule();
+    ASSERT_FALSE(rows.empty());
+    int64_t tokens = 0, decoding = 0;
+    for (const auto& r : rows) {
+      const int64_t end = r.begin + r.count, n = static_cast<int64_t>(r.seq->tokens.size());
+      tokens += r.count;
+      if (r.count == 1 && r.sample && r.begin + 1 == n) ++decoding;
+      if (r.count > 1 || !r.sample) {
+        EXPECT_EQ(r.begin % 16, 0) << "request " << r.seq->request.index << " piece at " << r.begin;
+        EXPECT_TRUE(end % 16 == 0 || end == n) << "request " << r.seq->request.index << " piece to " << end;
+        prompt_tokens += r.count;
+        if (r.seq->request.index == 3 && decoding == 3) ++beside_decoding;
+      }
+      for (const auto& k : r.keeps) {
+        EXPECT_EQ(k.at % 16, 0) << "a snapshot at " << k.at;
+        keeps.insert(k.at);
+      }
+    }
+    most = std::max(most, tokens);
+    s.complete(rows, std::vector<int32_t>(rows.size(), 5), {}, {});
+  }
+  EXPECT_GT(beside_decoding, 0) << "the long prompt ran beside the three decoding rows";
+  EXPECT_LE(most, 18 + 15);
+  EXPECT_EQ(keeps, std::set<int64_t>{48});
+  EXPECT_EQ(prompt_tokens, 3 * 2 + 52 + 4);  // request 4 restored 48 tokens' state and computed 4
+  EXPECT_EQ(pool.free_pages(), 64);
 }
 
 // docs/entries.md "The batch engine": greedy picks as `generate` does, whatever else is running.

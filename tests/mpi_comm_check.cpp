@@ -122,7 +122,7 @@ class FakeDeviceBackend final : public Backend {
   void sigmoid_mul(Tensor&, const Tensor&) override { no(); }
   void causal_conv1d(const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor&, Tensor&) override { no(); }
   void gated_delta_rule(const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                        const DeltaNetDims&,
+                        const Tensor&, const DeltaNetDims&,
                         Tensor&, Tensor&) override {
     no();
   }

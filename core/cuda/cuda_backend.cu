@@ -887,16 +887,17 @@ void CudaBackend::causal_conv1d_op(const Tensor& x, const Tensor& weight, const 
 }
 
 void CudaBackend::gated_delta_rule_op(const Tensor& qkv, const Tensor& ab, const Tensor& a_log, const Tensor& dt_bias,
-                                      const Tensor& rows, const Tensor& keep, const DeltaNetDims& d, Tensor& state,
-                                      Tensor& out) {
+                                      const Tensor& rows, const Tensor& positions, const Tensor& keep,
+                                      const DeltaNetDims& d, Tensor& state, Tensor& out) {
   const char* op = "gated_delta_rule";
   act_type(op, "qkv", qkv);
   activate();
   flush();
   cuda::launch_gated_delta_rule(qkv.data(), dt(qkv), ab.data(), a_log.data(), dt(a_log), dt_bias.data(), dt(dt_bias),
-                                rows.ptr<int32_t>(), keep.defined() ? keep.ptr<int32_t>() : nullptr,
-                                state.ptr<float>(), out.data(), qkv.dim(0), d.key_heads,
-                                d.key_dim, d.value_heads, d.value_dim, state.dim(0), stream_);
+                                rows.ptr<int32_t>(), positions.defined() ? positions.ptr<int32_t>() : nullptr,
+                                keep.defined() ? keep.ptr<int32_t>() : nullptr, state.ptr<float>(), out.data(),
+                                qkv.dim(0), d.key_heads, d.key_dim, d.value_heads, d.value_dim, state.dim(0),
+                                kDeltaRuleChunk, stream_);
 }
 
 void CudaBackend::rms_norm_gated_op(const Tensor& x, const Tensor& z, const Tensor& w, float eps, Tensor& out) {

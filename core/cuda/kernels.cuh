@@ -217,10 +217,12 @@ void launch_spin(double seconds, cudaStream_t s);
 // R: the state's rows (each gets its own blocks, which walk that row's tokens).
 void launch_causal_conv1d(const void* x, int dt, const void* weight, int w_dt, const int32_t* rows, const int32_t* keep,
                           float* state, void* out, int64_t N, int64_t C, int64_t K, int64_t R, cudaStream_t s);
+// positions: null (every token recurrent), or per token its position: a row's `chunk` tokens at
+// positions [chunk·c, chunk·c + chunk), all in the call, run by the chunked form.
 void launch_gated_delta_rule(const void* qkv, int dt, const void* ab, const void* a_log, int alog_dt,
-                             const void* dt_bias, int dtb_dt, const int32_t* rows, const int32_t* keep, float* state,
-                             void* out, int64_t N, int64_t hk, int64_t dk, int64_t hv, int64_t dv, int64_t R,
-                             cudaStream_t s);
+                             const void* dt_bias, int dtb_dt, const int32_t* rows, const int32_t* positions,
+                             const int32_t* keep, float* state, void* out, int64_t N, int64_t hk, int64_t dk,
+                             int64_t hv, int64_t dv, int64_t R, int64_t chunk, cudaStream_t s);
 void launch_rms_norm_gated(const void* x, const void* z, int dt, const void* w, int w_dt, float eps, void* out,
                            int64_t groups, int64_t W, cudaStream_t s);
 
