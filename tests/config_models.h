@@ -56,17 +56,19 @@ inline bool same_bytes(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
 }
 
-// A one-rank CPU model of config j with random weights (seed), at Batch batch, MaxSeq 32, pages of 8.
+// A one-rank CPU model of config j with random weights (seed), at Batch batch, MaxSeq max_seq
+// (32 unless given), pages of 8.
 struct ConfigModel {
   ModelConfig c;
   Generics g;
   std::unique_ptr<Backend> be = make_cpu_backend();
   SingleCommunicator comm;
   std::unique_ptr<Model> m;
-  explicit ConfigModel(const nlohmann::json& j, DType t = DType::f32, int64_t batch = 4, uint64_t seed = 5)
+  explicit ConfigModel(const nlohmann::json& j, DType t = DType::f32, int64_t batch = 4, uint64_t seed = 5,
+                       int64_t max_seq = 32)
       : c(parse(j)) {
     c.dtype = t;
-    g = bind_generics(c, RunOptions{batch, 32, 1, 8, t});
+    g = bind_generics(c, RunOptions{batch, max_seq, 1, 8, t});
     RandomWeights w(seed, t);
     m = std::make_unique<Model>(c, g, w, *be, comm);
   }

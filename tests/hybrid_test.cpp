@@ -374,6 +374,55 @@ TEST(Hybrid, ASnapshotRestoredGoesOnAsTheRowItWasKeptFrom) {
   EXPECT_GT(recurrent, 0);
 }
 
+// The delta rule's aligned chunks (positions [64c, 64c + 64) of one call) through the whole model:
+// two rows of 150 tokens, each alone in one call, or cut at 64 and 128 with the other row's tokens
+// beside them in every call — the same bits in every state and cache tensor; cut inside a chunk
+// (at 40), that chunk runs token by token: within float rounding, not the same bits.
+TEST(Hybrid, AnAlignedChunkGivesTheSameBitsWhereverTheCallsCutAroundIt) {
+  const int64_t n = 150, pages = 19;  // pages of 8
+  const auto a = random_ids(n, 17), b = random_ids(n, 18);
+  struct Piece {
+    int32_t row;
+    int64_t begin, end;
+  };
+  auto run = [&](const std::vector<std::vector<Piece>>& calls) {
+    ConfigModel m(qwen3_5(), DType::f32, 2, 5, 160);
+    for (const auto& call : calls) {
+      BatchPlan plan;
+      plan.rows = 2;
+      plan.pages = pages;
+      for (int32_t p = 0; p < 2 * pages; ++p) plan.table.push_back(p);  // row r: pages r·19 …
+      plan.sample = {-1, -1};
+      plan.choices.resize(2);
+      for (const Piece& piece : call)
+        for (int64_t i = piece.begin; i < piece.end; ++i)
+          plan.tokens.add(static_cast<int32_t>((piece.row == 0 ? a : b)[static_cast<size_t>(i)]), static_cast<int32_t>(i),
+                          -1, piece.row, static_cast<int32_t>(piece.row * pages * 8 + i));
+      m->run_batch(plan);
+    }
+    return m->cache_snapshot();
+  };
+  const auto alone = run({{{0, 0, n}}, {{1, 0, n}}});
+  const auto together = run({{{0, 0, 64}, {1, 0, 128}}, {{1, 128, n}, {0, 64, 128}}, {{0, 128, n}}});
+  const auto inside = run({{{0, 0, 40}, {1, 0, n}}, {{0, 40, n}}});
+  ASSERT_EQ(together.size(), alone.size());
+  for (size_t i = 0; i < alone.size(); ++i) {
+    EXPECT_TRUE(same_bytes(together[i], alone[i])) << "cache tensor " << i;
+  }
+  bool differs = false;
+  for (size_t i = 0; i < alone.size(); ++i) {
+    const auto want = alone[i].to_floats(), got = inside[i].to_floats();
+    double err = 0, scale = 0;
+    for (size_t k = 0; k < want.size(); ++k) {
+      err = std::max(err, std::abs(static_cast<double>(got[k]) - want[k]));
+      scale = std::max(scale, std::abs(static_cast<double>(want[k])));
+    }
+    EXPECT_LT(err, 1e-5 * scale) << "cache tensor " << i;
+    differs |= !same_bytes(inside[i], alone[i]);
+  }
+  EXPECT_TRUE(differs) << "the chunk cut at 40 ran by the recurrent form";
+}
+
 TEST(Hybrid, ARowGoesOnWhereItStoppedOrStartsAgain) {
   ConfigModel m(qwen3_5(), DType::f32, 2);
   const auto a = random_ids(12, 7), b = random_ids(12, 8);
