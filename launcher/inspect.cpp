@@ -168,6 +168,33 @@ std::string render_shards(const ModelConfig& c, const Generics& g, const RunOpti
   return o.str();
 }
 
+// Each pipeline stage's layers and what one of its ranks holds (parallel/world_config.h).
+std::string render_stages(const ModelConfig& c, const Generics& g, const PipelineOption& pipeline,
+                          const std::string& backend) {
+  const DType held = backend_compute_dtype(backend, g.t), weights = backend_weight_dtype(backend, g.t);
+  const std::vector<StageLayers> stages = stage_layers(g.layers, pipeline.pp, pipeline.counts);
+  std::ostringstream o;
+  o << "Pipeline stages\n\n--pp " << pipeline.pp << (pipeline.counts.empty() ? " (layers split evenly" : " (--pp-layers")
+    << "): each stage a contiguous range of layers on its own Shards " << g.shards
+    << " ranks — a replica's ranks shard innermost, then stage (docs/parallel.md); the embedding on stage 0, the final "
+       "norm and lm_head on stage "
+    << pipeline.pp - 1
+    << (c.tie_word_embeddings && pipeline.pp > 1 ? " (lm_head tied to the embedding: a copy of it there)" : "") << ":\n\n";
+  o << "(The per-rank totals above are one rank's at --pp 1; a stage's ranks hold its row here.)\n\n";
+  o << "Stage\tLayers\tBesides\tParameters per rank\tKV cache per rank\tRecurrent state per rank\tTotal per rank\n";
+  for (size_t s = 0; s < stages.size(); ++s) {
+    StageShare share{stages[s].begin, stages[s].end, s == 0, s + 1 == stages.size()};
+    const Footprint f = rank_footprint(c, g, held, weights, share);
+    std::string besides = share.first ? "embedding" : "";
+    if (share.last) besides += std::string(besides.empty() ? "" : ", ") + "norm, lm_head";
+    o << s << "\t" << stages[s].begin << "–" << stages[s].end - 1 << " (" << stages[s].count() << ")\t"
+      << (besides.empty() ? "—" : besides) << "\t" << f.parameters << " (" << human_bytes(double(f.parameters)) << ")\t"
+      << f.kv_cache << " (" << human_bytes(double(f.kv_cache)) << ")\t" << f.state << " ("
+      << human_bytes(double(f.state)) << ")\t" << f.total() << " (" << human_bytes(double(f.total())) << ")\n";
+  }
+  return o.str();
+}
+
 }  // namespace
 
 int cmd_inspect(const Args& args) {
@@ -190,11 +217,15 @@ int cmd_inspect(const Args& args) {
   const bool sizing = vm.count("shards") || !vm["batch"].defaulted() || !vm["max-seq"].defaulted() ||
                       vm.count("page-size") || !vm["backend"].defaulted() || vm.count("dtype") ||
                       !vm["moe-sharding"].defaulted() || !vm["kv-cache-dtype"].defaulted() || vm.count("state-snapshots");
+  const PipelineOption pipeline = pp_option(vm);
+  const bool staged = pipeline.pp > 1 || vm.count("pp-layers");
+  if (staged) stage_layers(g.layers, pipeline.pp, pipeline.counts);  // a layout that cannot be: refused before anything
   std::string out = "linnet inspect " + dir + "\n\n" + render_card(config, g);
   std::string backend = vm["backend"].as<std::string>();
   if (backend == "auto") backend = cuda_device_count() > 0 ? "cuda" : "cpu";
-  if (sizing) out += "\n\n" + render_shards(config, g, options, backend);
-  else if (isatty(STDOUT_FILENO)) out += "\n";
+  if (sizing || staged) out += "\n\n" + render_shards(config, g, options, backend);
+  if (staged) out += "\n" + render_stages(config, g, pipeline, backend);
+  if (!sizing && !staged && isatty(STDOUT_FILENO)) out += "\n";
   std::fwrite(out.data(), 1, out.size(), stdout);
   return 0;
 }

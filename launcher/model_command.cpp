@@ -21,8 +21,11 @@ ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer
     throw UsageError("give --checkpoint DIR, or --config CFG --random-weights");
   ModelCommand c;
   c.options = run_options(vm);
-  c.ranks = std::make_unique<Ranks>(vm.count("tp") ? tp_option(vm) : 0, vm["backend"].as<std::string>(),
-                                    threads_option(vm));
+  const int tp = vm.count("tp") ? tp_option(vm) : 0;
+  const PipelineOption pipeline = pp_option(vm);
+  // Pipeline stages (issue 41): the layout's rules are checked on every rank before anything
+  // is built; running the stages is not built yet.
+  const WorldConfig world = pipeline.pp > 1 ? WorldConfig::make(job_world_size(), tp, pipeline.pp) : WorldConfig{};
   c.random = vm.count("random-weights") > 0;
   if (c.random) {
     const std::string cfg = vm["config"].as<std::string>();
@@ -33,6 +36,18 @@ ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer
     c.source = vm["checkpoint"].as<std::string>();
     c.config = load_hf_config(c.source);
   }
+  if (pipeline.pp > 1 || !pipeline.counts.empty()) {
+    const std::vector<StageLayers> stages = stage_layers(c.config.layers, pipeline.pp, pipeline.counts);
+    if (pipeline.pp > 1) {
+      const std::string last = stages.size() > 1 ? str(", …, stage ", stages.size() - 1, " layers ", stages.back().begin,
+                                                        "–", stages.back().end - 1)
+                                                  : std::string();
+      throw Error(str("--pp ", pipeline.pp, ": ", world.describe(), ", stage 0 layers 0–", stages[0].end - 1, last,
+                      ": pipeline stages are planned and checked (linnet inspect --pp prints each stage's layers and "
+                      "bytes) but do not run yet; run with --pp 1 (issue 41)"));
+    }
+  }
+  c.ranks = std::make_unique<Ranks>(tp, vm["backend"].as<std::string>(), threads_option(vm));
   if (c.options.page_size == 0) {  // resolved once here, so the pool, the server and eval see the bound value
     c.options.page_size = default_page_size(c.max_seq());
     if (c.options.page_size != kDefaultPageSize)

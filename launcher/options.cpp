@@ -181,6 +181,10 @@ void add_run_options(po::options_description& desc) {
       ("kv-cache-dtype", po::value<std::string>()->default_value("auto"),
        "the KV cache's dtype: auto (the compute dtype: f32 on the CPU), bf16, f16, fp8 (E4M3, scale 1, as vLLM's "
        "fp8 without calibrated scales) or f32; K and V are rounded to it where they are stored and read")
+      ("pp", po::value<int>()->default_value(1),
+       "pipeline stages: each holds a contiguous range of the layers (ranks: shard innermost, then stage, then "
+       "replica; docs/parallel.md)")
+      ("pp-layers", po::value<std::string>(), "each stage's layer count, in order (e.g. 12,11,11; default: even)")
       ("state-snapshots", po::value<int64_t>(),
        "models with a recurrent state (Gated DeltaNet): snapshots of it the engine keeps at page boundaries so a "
        "shared prefix is not recomputed (default: Batch; 0: no prefix sharing, and half the state's memory)");
@@ -232,6 +236,14 @@ int threads_option(const po::variables_map& vm) {
     throw UsageError(str("--threads ", n, " is more than 4 × the ", cores, " core(s) this rank may use (at most ",
                          4 * cores, ")"));
   return n;
+}
+
+PipelineOption pp_option(const po::variables_map& vm) {
+  PipelineOption p;
+  p.pp = vm.count("pp") ? vm["pp"].as<int>() : 1;
+  if (p.pp < 1) throw UsageError(str("--pp must be a positive number of pipeline stages, got ", p.pp));
+  if (vm.count("pp-layers")) p.counts = parse_stage_counts(vm["pp-layers"].as<std::string>());
+  return p;
 }
 
 int tp_option(const po::variables_map& vm) {

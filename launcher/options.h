@@ -9,6 +9,7 @@
 #include "launcher/kv_memory.h"
 #include "launcher/commands.h"
 #include "layers/generics.h"
+#include "parallel/world_config.h"
 #include "launcher/input_lines.h"
 #include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +43,12 @@ std::optional<DType> kv_cache_dtype_option(const std::string& v);
 int threads_option(const po::variables_map& vm);
 // --tp K (0: every rank of the job in one replica).
 int tp_option(const po::variables_map& vm);
+// --pp and --pp-layers (parallel/world_config.h): the stages and, when given, each one's layer count.
+struct PipelineOption {
+  int pp = 1;
+  std::vector<int64_t> counts;
+};
+PipelineOption pp_option(const po::variables_map& vm);
 // --add-bos auto|yes|no: whether texts start with BOS — auto as transformers decides it for
 // the checkpoint's tokenizer (tokenizer/tokenizer.h), logged with the reason.
 void add_bos_option(po::options_description& desc);

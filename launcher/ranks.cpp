@@ -20,6 +20,13 @@ struct Ranks::Mpi {
 #endif
 };
 
+int job_world_size() {
+#ifdef LINNET_HAVE_MPI
+  if (const MpiRuntime* rt = mpi_runtime()) return rt->world_size();
+#endif
+  return 1;
+}
+
 Ranks::Ranks(int tp, const std::string& backend_kind, int threads) {
 #ifdef LINNET_HAVE_MPI
   if (const MpiRuntime* rt = mpi_runtime()) {

@@ -13,6 +13,9 @@
 
 namespace linnet::cli {
 
+// The job's ranks: the MPI world's size under mpirun or srun, else 1.
+int job_world_size();
+
 class Ranks {
  public:
   // threads > 0: OpenMP threads per rank (else each rank takes its share of the node's cores).

@@ -50,15 +50,25 @@ int64_t held_bytes(const ModelConfig& c, const ParamSpec& p, DType held, DType w
 
 Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held) { return rank_footprint(c, g, held, held); }
 
-Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DType weights) {
+bool StageShare::holds(const std::string& card_name) const {
+  if (card_name.rfind("layers[", 0) == 0) return runs_layer(std::stoll(card_name.substr(7, card_name.find(']') - 7)));
+  return card_name.rfind("embedding", 0) == 0 ? first : last;
+}
+
+Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DType weights, const StageShare& stage) {
   Footprint f;
   const int64_t e = static_cast<int64_t>(dtype_size(g.cache_dtype(held)));
   for (const auto& p : parameter_specs(c, g)) {
-    if (p.card_name == "lm_head.weight" && c.tie_word_embeddings) continue;  // shares the embedding
+    if (!stage.holds(p.card_name)) continue;  // another stage's
+    // A tied lm_head shares the embedding, where both are on this rank.
+    if (p.card_name == "lm_head.weight" && c.tie_word_embeddings && stage.first) continue;
     if (!p.held_by(0)) continue;  // another rank's expert (every rank holds Experts/Shards of them)
     f.parameters = add(f.parameters, held_bytes(c, p, held, weights));
   }
-  for (const LayerCacheSpec& layer : layer_states(c, g)) {
+  const std::vector<LayerCacheSpec> states = layer_states(c, g);
+  for (int64_t i = 0; i < static_cast<int64_t>(states.size()); ++i) {
+    if (!stage.runs_layer(i)) continue;
+    const LayerCacheSpec& layer = states[static_cast<size_t>(i)];
     f.kv_per_slot = add(f.kv_per_slot, mul(layer.values_per_slot(), e));
     f.state_per_row = add(f.state_per_row, mul(layer.state_values_per_row(), 4));
   }
