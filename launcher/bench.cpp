@@ -329,6 +329,10 @@ int cmd_bench(const Args& args) {
   if (ranks.world_rank() == 0) {
     std::printf("linnet bench: %s, backend %s, T %s, Shards %lld, Batch %lld\n", source.c_str(), be.name().c_str(),
                 dtype_name(g.t), static_cast<long long>(g.shards), static_cast<long long>(g.batch));
+    if (ranks.stages() > 1)  // (issue 41: the stages' own floors, bubble and transfers are not measured yet)
+      std::printf("pipeline: %d stages, one micro-batch in flight; the floors below are one rank's whole model, not a "
+                  "stage's, and the bubble's and the stage-to-stage transfers' shares are not reported yet\n",
+                  ranks.stages());
     std::printf("load: %.2f s (%s)\n", load_s, vm.count("random-weights") ? "making random weights" : "reading the checkpoint");
     std::printf("ceilings: %s %.1f GB/s, matmul %.2f TFLOP/s (%s, measured now)", be.device() == Device::cpu ? "read" : "copy",
                 bw / 1e9, rate / 1e12, rate_source.c_str());

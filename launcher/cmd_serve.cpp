@@ -121,7 +121,8 @@ int cmd_serve(const Args& args) {
   served.page_size = loaded.generics.page_size;
 
   serve_options.shards = loaded.generics.shards;
-  const ServeRanks serve_ranks{&ranks.world(), ranks.world_rank(), ranks.world_size(), ranks.shards().rank() == 0,
+  serve_options.stages = ranks.stages();
+  const ServeRanks serve_ranks{&ranks.world(), ranks.world_rank(), ranks.world_size(), ranks.leads_replica(),
                                ranks.replicas()};
   serve_until_drained(engine, *tok, served, serve_options, serve_ranks);
   return 0;

@@ -146,7 +146,7 @@ JobOutput::JobOutput(const std::string& path, const std::string& input_path, Out
                      const std::vector<InputLine>& lines, std::string id_key)
     : path_(path), part_(part_path(path, ranks.replica())), id_key_(std::move(id_key)), ranks_(ranks), policy_(policy) {
   const int replicas = ranks.replicas();
-  writer_ = ranks.shards().rank() == 0;
+  writer_ = ranks.leads_replica();
   for (const auto& l : lines) order_.push_back(l.id.dump());
   // World rank 0 checks and prepares OUT: a non-empty one is kept for --resume (with any
   // parts a killed run left: their finished lines are gathered into OUT, in input order, when

@@ -23,8 +23,8 @@ ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer
   c.options = run_options(vm);
   const int tp = vm.count("tp") ? tp_option(vm) : 0;
   const PipelineOption pipeline = pp_option(vm);
-  // Pipeline stages (issue 41): the layout's rules are checked on every rank before anything
-  // is built; running the stages is not built yet.
+  // Pipeline stages (docs/parallel.md): the layout's rules checked on every rank before anything
+  // is built.
   const WorldConfig world = pipeline.pp > 1 ? WorldConfig::make(job_world_size(), tp, pipeline.pp) : WorldConfig{};
   c.random = vm.count("random-weights") > 0;
   if (c.random) {
@@ -36,18 +36,16 @@ ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer
     c.source = vm["checkpoint"].as<std::string>();
     c.config = load_hf_config(c.source);
   }
-  if (pipeline.pp > 1 || !pipeline.counts.empty()) {
-    const std::vector<StageLayers> stages = stage_layers(c.config.layers, pipeline.pp, pipeline.counts);
-    if (pipeline.pp > 1) {
-      const std::string last = stages.size() > 1 ? str(", …, stage ", stages.size() - 1, " layers ", stages.back().begin,
-                                                        "–", stages.back().end - 1)
-                                                  : std::string();
-      throw Error(str("--pp ", pipeline.pp, ": ", world.describe(), ", stage 0 layers 0–", stages[0].end - 1, last,
-                      ": pipeline stages are planned and checked (linnet inspect --pp prints each stage's layers and "
-                      "bytes) but do not run yet; run with --pp 1 (issue 41)"));
-    }
+  // Each stage's layers (the rules checked on every rank before anything is built).
+  c.stages = stage_layers(c.config.layers, pipeline.pp, pipeline.counts);
+  c.ranks = std::make_unique<Ranks>(tp, vm["backend"].as<std::string>(), threads_option(vm), pipeline.pp);
+  if (pipeline.pp > 1 && c.ranks->world_rank() == 0) {
+    std::string ranges;
+    for (size_t s = 0; s < c.stages.size(); ++s)
+      ranges += str(s ? ", " : "", "stage ", s, " layers ", c.stages[s].begin, "–", c.stages[s].end - 1);
+    spdlog::info("pipeline: {}; {} (the embedding on stage 0, the final norm, lm_head and the sampler on stage {})",
+                 world.describe(), ranges, pipeline.pp - 1);
   }
-  c.ranks = std::make_unique<Ranks>(tp, vm["backend"].as<std::string>(), threads_option(vm));
   if (c.options.page_size == 0) {  // resolved once here, so the pool, the server and eval see the bound value
     c.options.page_size = default_page_size(c.max_seq());
     if (c.options.page_size != kDefaultPageSize)
@@ -65,8 +63,20 @@ ModelCommand ModelCommand::open(const po::variables_map& vm, bool with_tokenizer
 LoadedModel ModelCommand::load() { return load(ranks->backend(), ranks->shards()); }
 
 LoadedModel ModelCommand::load(Backend& backend, Communicator& comm) {
-  if (random) return random_model(config, options, backend, comm, ranks->sharing_memory());
-  return load_model(source, options, backend, comm, ranks->sharing_memory());
+  if (random) return random_model(config, options, backend, comm, ranks->sharing_memory(), stage_place());
+  return load_model(source, options, backend, comm, ranks->sharing_memory(), stage_place());
+}
+
+StagePlace ModelCommand::stage_place() const {
+  StagePlace p;
+  if (ranks->stages() == 1) return p;
+  const int s = ranks->stage();
+  const StageLayers& l = stages[static_cast<size_t>(s)];
+  p.share = {l.begin, l.end, s == 0, s + 1 == ranks->stages()};
+  p.pipe = ranks->pipe();
+  p.stage = s;
+  p.stages = ranks->stages();
+  return p;
 }
 
 }  // namespace linnet::cli

@@ -10,6 +10,7 @@
 
 #include "launcher/ranks.h"
 #include "layers/model_config.h"
+#include "parallel/world_config.h"
 #include "runtime/loader.h"
 #include "chat/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -25,6 +26,7 @@ struct ModelCommand {
   std::unique_ptr<Tokenizer> tok;  // when asked for
   std::unique_ptr<ChatTemplate> chat;  // when asked for and the checkpoint (or --chat-template) has one
   std::string no_chat;                 // else why not
+  std::vector<StageLayers> stages;     // --pp's layer ranges (one stage: the whole model)
 
 
   // From --checkpoint DIR, or --config CFG --random-weights [--layers L] (the benchmarks);
@@ -38,6 +40,8 @@ struct ModelCommand {
   // the ops and collectives through its own).
   LoadedModel load();
   LoadedModel load(Backend& backend, Communicator& comm);
+  // This rank's pipeline stage (its layers, ends and the communicator between stages).
+  StagePlace stage_place() const;
 };
 
 }  // namespace linnet::cli

@@ -19,7 +19,8 @@ int job_world_size();
 class Ranks {
  public:
   // threads > 0: OpenMP threads per rank (else each rank takes its share of the node's cores).
-  Ranks(int tp, const std::string& backend_kind, int threads = 0);
+  // pp > 1: each replica is pp pipeline stages of tp shards (parallel/world_config.h).
+  Ranks(int tp, const std::string& backend_kind, int threads = 0, int pp = 1);
   ~Ranks();
 
   Backend& backend() { return *backend_; }
@@ -28,6 +29,13 @@ class Ranks {
   int world_size() const { return world_size_; }
   int replica() const { return replica_; }
   int replicas() const { return replicas_; }
+  // Pipeline stages: this rank's stage and their number, and the communicator of its shard's
+  // stages (rank = stage; null with one stage).
+  int stage() const { return stage_; }
+  int stages() const { return stages_; }
+  Communicator* pipe() { return pipe_.get(); }
+  // Whether this rank leads its replica (shard 0 of stage 0): it writes the replica's results.
+  bool leads_replica() { return shards_->rank() == 0 && stage_ == 0; }
   // The control channel over the world (nothing to do without MPI).
   void world_barrier() { control_->barrier(); }
   void world_broadcast(std::string& text) { control_->broadcast(text); }
@@ -41,9 +49,10 @@ class Ranks {
   struct Mpi;
   void log_blas_choice() const;
   std::unique_ptr<Mpi> mpi_;
-  int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1, local_size_ = 1;
+  int world_rank_ = 0, world_size_ = 1, replica_ = 0, replicas_ = 1, local_size_ = 1, stage_ = 0, stages_ = 1;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<Communicator> shards_;
+  std::unique_ptr<Communicator> pipe_;
   std::unique_ptr<ControlChannel> control_;
 };
 

@@ -58,11 +58,11 @@ std::map<std::string, Tensor> read_inputs(Ranks& ranks, const std::string& path)
 }
 
 namespace {
-// Each replica's shard 0 writes its own file when the path names {replica}; otherwise only
+// Each replica's leader (shard 0 of stage 0) writes its own file when the path names {replica}; otherwise only
 // world rank 0 writes (every rank of a replica holds the same full outputs).
 bool writes_outputs(Ranks& ranks, const std::string& path, const std::string& pattern) {
   const bool per_replica = path != pattern;
-  return ranks.shards().rank() == 0 && (per_replica || ranks.world_rank() == 0);
+  return ranks.leads_replica() && (per_replica || ranks.world_rank() == 0);
 }
 }  // namespace
 

@@ -28,7 +28,10 @@ std::vector<int32_t> Model::run_batch(const BatchPlan& plan) {
     net_.run(plan.tokens, &table);  // K/V still written
     return out;
   }
-  const std::vector<int32_t> chosen = sampler_.choose_rows(local_logits(net_.run(plan.tokens, &table, used)), used_choices);
+  const Hidden h = net_.run(plan.tokens, &table, used);
+  std::vector<int32_t> chosen(used.size());
+  if (net_.runs_head()) chosen = sampler_.choose_rows(local_logits(h), used_choices);
+  net_.from_head(chosen);  // (pipeline stages: the last stage's choice, on every stage)
   for (size_t r = 0; r < rows; ++r)
     if (where[r] >= 0) out[r] = chosen[static_cast<size_t>(where[r])];
   return out;

@@ -154,10 +154,16 @@ Tensor Model::hidden_packed(const Tensor& tokens, const Tensor& positions, const
     plan.add(static_cast<int32_t>(ids[p]), static_cast<int32_t>(pos[p]), start[p], -1, -1);
     select.push_back(static_cast<int32_t>(p));
   }
-  Tensor h = net_.final_hidden(net_.run(plan, nullptr, select));
-  Tensor out = be_.empty(h.shape(), g_.t);
-  be_.convert(h, out);
-  return be_.to_host(out);
+  const Hidden hidden = net_.run(plan, nullptr, select);
+  Tensor host = Tensor::empty({static_cast<int64_t>(select.size()), g_.hidden}, g_.t);
+  if (net_.runs_head()) {
+    Tensor h = net_.final_hidden(hidden);
+    Tensor out = be_.empty(h.shape(), g_.t);
+    be_.convert(h, out);
+    host = be_.to_host(out);
+  }
+  net_.from_head(host);  // (pipeline stages: the last stage's, on every stage)
+  return host;
 }
 
 Tensor Model::log_probs_packed(const Tensor& tokens, const Tensor& positions, const Tensor& segments,

@@ -201,7 +201,10 @@ Tensor Model::stepping(const Tensor& token, int32_t pos, int64_t steps, float te
       plan.add(static_cast<int32_t>(cur[b]), at, -1, static_cast<int32_t>(b), static_cast<int32_t>(b * g_.max_seq + at));
     }
     // Sampling never has idle rows, so row k of the choice is batch row b (Philox's counter).
-    const std::vector<int32_t> next = sampler_.choose(local_logits(net_.run(plan, nullptr, select)), temperature, key0, key1, static_cast<int32_t>(i));
+    const Hidden h = net_.run(plan, nullptr, select);
+    std::vector<int32_t> next(select.size());
+    if (net_.runs_head()) next = sampler_.choose(local_logits(h), temperature, key0, key1, static_cast<int32_t>(i));
+    net_.from_head(next);  // (pipeline stages: the last stage's choice, on every stage)
     for (size_t k = 0; k < active.size(); ++k) {
       const int64_t b = active[k];
       o[b * steps + i] = next[k];

@@ -55,13 +55,16 @@ bool StageShare::holds(const std::string& card_name) const {
   return card_name.rfind("embedding", 0) == 0 ? first : last;
 }
 
+
 Footprint rank_footprint(const ModelConfig& c, const Generics& g, DType held, DType weights, const StageShare& stage) {
   Footprint f;
   const int64_t e = static_cast<int64_t>(dtype_size(g.cache_dtype(held)));
+  // A tied lm_head is a view of the embedding, which a last stage that is not the first loads
+  // whole for it (layers/network.cpp).
+  const bool tied_copy = c.tie_word_embeddings && stage.last && !stage.first;
   for (const auto& p : parameter_specs(c, g)) {
-    if (!stage.holds(p.card_name)) continue;  // another stage's
-    // A tied lm_head shares the embedding, where both are on this rank.
-    if (p.card_name == "lm_head.weight" && c.tie_word_embeddings && stage.first) continue;
+    if (p.card_name == "lm_head.weight" && c.tie_word_embeddings) continue;
+    if (!stage.holds(p.card_name) && !(tied_copy && p.card_name == "embedding.weight")) continue;  // another stage's
     if (!p.held_by(0)) continue;  // another rank's expert (every rank holds Experts/Shards of them)
     f.parameters = add(f.parameters, held_bytes(c, p, held, weights));
   }
@@ -83,14 +86,18 @@ void check_fits(const ModelConfig& c, const Generics& g, DType held, int64_t ava
 }
 
 void check_fits(const ModelConfig& c, const Generics& g, DType held, DType weights, int64_t available, int ranks_sharing,
-                bool max_seq_defaulted, const std::string& device) {
-  const Footprint f = rank_footprint(c, g, held, weights);
+                bool max_seq_defaulted, const std::string& device, const StagePlace& stage) {
+  const Footprint f = rank_footprint(c, g, held, weights, stage.share);
   const int64_t budget = available / 10 * 9 / std::max(1, ranks_sharing);
   if (f.total() <= budget) return;
   const std::string share =
       ranks_sharing > 1 ? str(" (90% of ", human_bytes(double(available)), " shared by ", ranks_sharing, " ranks)")
                         : str(" (90% of ", human_bytes(double(available)), ")");
-  std::string msg = str("this rank needs ", human_bytes(double(f.total())), " (parameters ",
+  const std::string which =
+      stage.stages > 1 ? str("pipeline stage ", stage.stage, " of ", stage.stages, " (layers ", stage.share.begin, "–",
+                             std::min(stage.share.end, g.layers) - 1, "): ")
+                       : std::string();
+  std::string msg = str(which, "this rank needs ", human_bytes(double(f.total())), " (parameters ",
                         human_bytes(double(f.parameters)), " + KV cache ", human_bytes(double(f.kv_cache)),
                         " for Batch ", g.batch, " × MaxSeq ", g.max_seq, ", ", dtype_name(held),
                         f.state > 0 ? str(" + recurrent state ", human_bytes(double(f.state)), " for Batch ", g.batch,

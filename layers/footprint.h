@@ -4,10 +4,10 @@
 // Card notation (KvHeads/Shards, MaxSeq, T …): the generics table of docs/entries.md.
 #pragma once
 #include <cstdint>
-#include <limits>
 #include <string>
 
 #include "layers/generics.h"
+#include "layers/stage.h"
 
 namespace linnet {
 
@@ -33,19 +33,6 @@ struct Footprint {
   int64_t total() const { return parameters + kv_cache + state; }
 };
 
-// One pipeline stage's part of the model (parallel/world_config.h, docs/parallel.md): its layers
-// [begin, end); the embedding on the first stage, the final norm and lm_head on the last — a tied
-// lm_head there a copy of the embedding, unless the last stage is also the first. The default:
-// the whole model.
-struct StageShare {
-  int64_t begin = 0, end = std::numeric_limits<int64_t>::max();
-  bool first = true, last = true;
-  bool runs_layer(int64_t i) const { return i >= begin && i < end; }
-  // Whether a rank of this stage holds parameter `card_name` (its layer's, or the embedding's,
-  // the norm's and lm_head's by the rule above).
-  bool holds(const std::string& card_name) const;
-};
-
 // `held`: the dtype the backend keeps the cache and 1-D parameters in (Backend::compute_dtype(T));
 // `weights`: the dtype of the matrices (Backend::weight_dtype(T)); without it, `held`.
 Footprint rank_footprint(const ModelConfig& config, const Generics& g, DType held);
@@ -58,8 +45,9 @@ Footprint rank_footprint(const ModelConfig& config, const Generics& g, DType hel
 // `max_seq_defaulted`: MaxSeq came from max_position_embeddings, not from --max-seq.
 void check_fits(const ModelConfig& config, const Generics& g, DType held, int64_t available, int ranks_sharing,
                 bool max_seq_defaulted, const std::string& device);
+// With pipeline stages, this rank's stage's share only; the message names the stage.
 void check_fits(const ModelConfig& config, const Generics& g, DType held, DType weights, int64_t available,
-                int ranks_sharing, bool max_seq_defaulted, const std::string& device);
+                int ranks_sharing, bool max_seq_defaulted, const std::string& device, const StagePlace& stage = {});
 
 std::string human_bytes(double bytes);  // "1.50 GiB"
 

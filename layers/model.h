@@ -23,8 +23,10 @@ namespace linnet {
 
 class Model {
  public:
+  // `stage`: this rank's pipeline stage (layers/stage.h; default: the whole model). Every
+  // entry runs on every stage's ranks and returns the same results on each.
   Model(const ModelConfig& config, const Generics& generics, WeightSource& weights, Backend& backend,
-        Communicator& comm);
+        Communicator& comm, const StagePlace& stage = {});
 
   const ModelConfig& config() const { return config_; }
   const Generics& generics() const { return g_; }
@@ -100,6 +102,8 @@ class Model {
   // into top (rows scored[c0 + i]), with the chunk's global max and Σ exp.
   void top_tokens(const Tensor& local, int64_t top_n, const Tensor& global_max, const Tensor& sumexp,
                   const std::vector<int64_t>& scored, int64_t c0, TopTokens& top);
+  // Pipeline stages: packed_log_probs's results, as the last stage scored them, on every stage.
+  void share_scores(Tensor& out, std::vector<uint8_t>* greedy, TopTokens* top);
   // step_paged's (and prefill_paged's) checks and plan; step_tokens undefined: prefill_paged.
   void plan_step_paged(const Tensor& tokens, const Tensor& positions, const Tensor& rows, const Tensor& slots,
                        const Tensor& last, const Tensor& step_tokens, const Tensor& step_positions,

@@ -10,9 +10,14 @@
 namespace linnet {
 
 Network::Network(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
-                 Communicator& comm)
-    : config_(config), g_(g), be_(backend), comm_(comm), ctx_{backend, comm}, act_(backend.compute_dtype(g.t)) {
+                 Communicator& comm, const StagePlace& stage)
+    : config_(config), g_(g), stage_(stage), be_(backend), comm_(comm), ctx_{backend, comm},
+      act_(backend.compute_dtype(g.t)) {
   LINNET_CHECK(comm.size() == g.shards, "communicator of ", comm.size(), " ranks for Shards=", g.shards);
+  stage_.share.end = std::min(stage_.share.end, g.layers);
+  LINNET_CHECK(stage_.share.begin >= 0 && stage_.share.begin < stage_.share.end && (stage_.stages == 1 || stage_.pipe),
+               "pipeline stage ", stage_.stage, " of ", stage_.stages, ": layers [", stage_.share.begin, ", ",
+               stage_.share.end, ") of ", g.layers);
   // (Before any weight is read.)
   if (!be_.supports_cache(g.cache_dtype(act_), act_))
     throw Error(str("--kv-cache-dtype ", dtype_name(g.cache_dtype(act_)), ": the ", be_.name(),
@@ -20,15 +25,21 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
                     " activations"));
   const int64_t shard = comm.rank();
   WeightLoader w(config, g, weights, backend, shard);
-  embedding_.weight = w.matrix("embedding.weight", {"embedding.weight"}, w.spec("embedding.weight").shard_shape());
-  norm_ = w.norm("norm.weight");
-  if (config.tie_word_embeddings) {
-    // A view of the embedding's rows: the tied matrix is held once (the last shard of a
-    // padded vocab sees fewer rows; shard_logits pads its columns).
-    const auto [begin, end] = w.spec("lm_head.weight").shard_range(shard);
-    lm_head_.weight = embedding_.weight.rows(begin, end);
-  } else {
-    lm_head_.weight = w.matrix("lm_head.weight", {"lm_head.weight"}, w.spec("lm_head.weight").shard_shape());
+  // The embedding on the first stage (and on the last for a tied lm_head); the final norm and
+  // lm_head on the last (layers/stage.h).
+  const StageShare& share = stage_.share;
+  if (share.first || (share.last && config.tie_word_embeddings))
+    embedding_.weight = w.matrix("embedding.weight", {"embedding.weight"}, w.spec("embedding.weight").shard_shape());
+  if (share.last) {
+    norm_ = w.norm("norm.weight");
+    if (config.tie_word_embeddings) {
+      // A view of the embedding's rows: the tied matrix is held once (the last shard of a
+      // padded vocab sees fewer rows; shard_logits pads its columns).
+      const auto [begin, end] = w.spec("lm_head.weight").shard_range(shard);
+      lm_head_.weight = embedding_.weight.rows(begin, end);
+    } else {
+      lm_head_.weight = w.matrix("lm_head.weight", {"lm_head.weight"}, w.spec("lm_head.weight").shard_shape());
+    }
   }
 
   // The RoPEs: the model's, and a second for the sliding layers where the family has one.
@@ -43,11 +54,15 @@ Network::Network(const ModelConfig& config, const Generics& g, WeightSource& wei
     ropes_.push_back(std::move(t));
   }
   // Each layer as the architecture builds it, and what it keeps (layers/model_definition.h).
+  // (Only this stage's layers: layers_[k] is layer share.begin + k; the others keep no cache.)
   const ModelDefinition& def = definition_of(config);
-  for (int64_t i = 0; i < g.layers; ++i)
+  for (int64_t i = share.begin; i < share.end; ++i)
     layers_.push_back(def.layer ? def.layer(w, config, g, i, shard) : decoder_layer(w, config, g, i, shard));
   matrices_ = w.take_matrices();
-  cache_ = KvCache(be_, layer_states(config, g), g.batch, g.max_seq, g.cache_dtype(act_), g.state_rows());
+  std::vector<LayerCacheSpec> states = layer_states(config, g);
+  for (int64_t i = 0; i < static_cast<int64_t>(states.size()); ++i)
+    if (!share.runs_layer(i)) states[static_cast<size_t>(i)].kind = LayerCacheSpec::Kind::none;
+  cache_ = KvCache(be_, states, g.batch, g.max_seq, g.cache_dtype(act_), g.state_rows());
   for (size_t i = 0; i < cache_.size(); ++i) recurrent_ |= cache_.spec(i).kind == LayerCacheSpec::Kind::recurrent;
   state_next_.assign(static_cast<size_t>(g.batch), 0);
   snapshot_next_.assign(static_cast<size_t>(g.state_snapshots), 0);
@@ -131,19 +146,25 @@ Hidden Network::run(const TokenPlan& plan, const Tensor* table, const std::vecto
         break;
       }
   }
-  embedding_.forward(ctx_, dp.ids, out.x);
-  // Gemma: × √H; Granite: × embedding_multiplier.
-  if (config_.embedding_scale != 1.0)
-    be_.pointwise(out.x, Backend::Pointwise::multiply, static_cast<float>(config_.embedding_scale));
-  for (size_t i = 0; i < layers_.size(); ++i) {
+  if (stage_.share.first) {
+    embedding_.forward(ctx_, dp.ids, out.x);
+    // Gemma: × √H; Granite: × embedding_multiplier.
+    if (config_.embedding_scale != 1.0)
+      be_.pointwise(out.x, Backend::Pointwise::multiply, static_cast<float>(config_.embedding_scale));
+  } else {
+    stage_.pipe->recv(out.x, stage_.stage - 1);  // the previous stage's residual stream [N, H]
+  }
+  for (size_t k = 0; k < layers_.size(); ++k) {
+    const size_t i = static_cast<size_t>(stage_.share.begin) + k;  // the model's layer
     if (scratch.conv.defined() && cache_.spec(i).kind == LayerCacheSpec::Kind::recurrent) {
       be_.fill_zero(scratch.conv);
       be_.fill_zero(scratch.delta);
-      layers_[i].forward(ctx_, out.x, dp, scratch);
+      layers_[k].forward(ctx_, out.x, dp, scratch);
       continue;
     }
-    layers_[i].forward(ctx_, out.x, dp, cache_.layer(i));
+    layers_[k].forward(ctx_, out.x, dp, cache_.layer(i));
   }
+  if (!stage_.share.last) stage_.pipe->send(out.x, stage_.stage + 1);  // on to the next stage
   return out;
 }
 
@@ -299,6 +320,7 @@ Tensor Network::final_hidden(const Tensor& x, const std::vector<int32_t>& select
 }
 
 Tensor Network::final_hidden(const Hidden& hidden) {
+  LINNET_CHECK(runs_head(), "the final norm on pipeline stage ", stage_.stage, " of ", stage_.stages, " (the last's)");
   Tensor rows = be_.empty({hidden.rows, g_.hidden}, act_);
   be_.gather_rows(hidden.x, hidden.select, rows);  // −1 → a zero row, which stays zero
   Tensor h = be_.empty(rows.shape(), act_);
@@ -331,7 +353,28 @@ Tensor Network::shard_logits(const Tensor& h, DType dt) {
   return converted;
 }
 
+void Network::from_head(Tensor& host) {
+  if (stage_.stages > 1) stage_.pipe->broadcast(host, stage_.stages - 1);
+}
+
+void Network::from_head(std::vector<int32_t>& v) {
+  if (stage_.stages == 1) return;
+  Tensor t = Tensor::empty({static_cast<int64_t>(v.size())}, DType::i32);
+  if (!v.empty()) std::memcpy(t.data(), v.data(), v.size() * sizeof(int32_t));
+  stage_.pipe->broadcast(t, stage_.stages - 1);
+  if (!v.empty()) std::memcpy(v.data(), t.data(), v.size() * sizeof(int32_t));
+}
+
 Tensor Network::logits(const Hidden& hidden) {
+  if (stage_.stages > 1) {  // the last stage's logits, on every stage
+    Tensor full = runs_head() ? logits_here(hidden) : Tensor::empty({hidden.rows, g_.vocab}, g_.t);
+    from_head(full);
+    return full;
+  }
+  return logits_here(hidden);
+}
+
+Tensor Network::logits_here(const Hidden& hidden) {
   const int64_t r = hidden.rows;
   Tensor local = shard_logits(final_hidden(hidden), g_.t);
   if (g_.shards == 1) return be_.to_host(local);

@@ -15,6 +15,7 @@
 #include "layers/generics.h"
 #include "layers/kv_cache.h"
 #include "layers/rope.h"
+#include "layers/stage.h"
 #include "layers/token_plan.h"
 #include "layers/weight_source.h"
 
@@ -23,8 +24,9 @@ namespace linnet {
 class Network {
  public:
   // Every block's weights read from `weights` (this shard's slices), the cache zeroed.
+  // `stage`: the layers and ends this rank's pipeline stage holds (default: the whole model).
   Network(const ModelConfig& config, const Generics& g, WeightSource& weights, Backend& backend,
-          Communicator& comm);
+          Communicator& comm, const StagePlace& stage = {});
 
   // The layers over a plan: the residual stream [N, H] after the last layer, with the rows
   // `select` names for the head (uploaded with the plan). table: the page table
@@ -36,8 +38,17 @@ class Network {
   // lm_head over normed rows [R, H] → this shard's logits [R, Vocab/Shards] in `dt`
   // (columns past the shard's real vocab 0).
   Tensor shard_logits(const Tensor& h, DType dt);
-  // Full logits [R, Vocab] in T on the host (all-gathered across shards).
+  // Full logits [R, Vocab] in T on the host (all-gathered across shards; with pipeline stages,
+  // the last stage's, on every stage).
   Tensor logits(const Hidden& h);
+  // Pipeline stages: whether this rank runs the final norm, lm_head and the sampler (the last
+  // stage; every rank without stages), and a host result of that stage's copied to every stage
+  // (its shape and dtype known to all).
+  bool runs_head() const { return stage_.share.last; }
+  void from_head(Tensor& host);
+  void from_head(std::vector<int32_t>& v);
+  // Which of the model's layers this rank runs.
+  const StageShare& stage_share() const { return stage_.share; }
 
   // Whether a RoPE of the model follows each sequence's length in the call (dynamic NTK,
   // longrope): a sequence's numbers past that length then depend on how it is split into calls.
@@ -75,6 +86,7 @@ class Network {
     std::vector<int32_t> keep;   // [N] or empty: the state row each token's row state is kept in, −1 none
   };
   StatePlan state_plan(const TokenPlan& plan);
+  Tensor logits_here(const Hidden& h);  // logits on the stage that runs the head
   // Zeroes the given rows of every recurrent layer's state.
   void zero_state_rows(const std::vector<int32_t>& rows);
   // Copies state rows (from, to) in every recurrent layer's state.
@@ -82,6 +94,7 @@ class Network {
 
   ModelConfig config_;
   Generics g_;
+  StagePlace stage_;
   Backend& be_;
   Communicator& comm_;
   Context ctx_;

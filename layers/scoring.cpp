@@ -50,7 +50,8 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
     top->logprobs.assign(static_cast<size_t>(n * top->n), -INFINITY);
     if (top->want_ranks) top->ranks.assign(static_cast<size_t>(n), 0);
   }
-  for (int64_t c0 = 0; c0 < n_scored; c0 += kChunk) {
+  // (Pipeline stages: the last stage scores; its results go to every stage below.)
+  for (int64_t c0 = 0; net_.runs_head() && c0 < n_scored; c0 += kChunk) {
     const int64_t c1 = std::min(n_scored, c0 + kChunk), m = c1 - c0;
     std::vector<int32_t> select, target;
     for (int64_t q = c0; q < c1; ++q) {
@@ -90,7 +91,29 @@ Tensor Model::packed_log_probs(const std::string& entry, const EntryArgs& args, 
         top->ranks[static_cast<size_t>(scored[c0 + i])] = static_cast<int64_t>(count.ptr<float>()[i]);
     }
   }
+  share_scores(out, greedy, top);
   return out;
+}
+
+void Model::share_scores(Tensor& out, std::vector<uint8_t>* greedy, TopTokens* top) {
+  net_.from_head(out);
+  auto share_ints = [&](auto& v) {
+    std::vector<int32_t> w(v.begin(), v.end());
+    net_.from_head(w);
+    std::copy(w.begin(), w.end(), v.begin());
+  };
+  if (greedy) share_ints(*greedy);
+  if (!top) return;
+  share_ints(top->ids);
+  if (top->want_ranks) {
+    // (ranks are counts below 2^31: a vocab)
+    std::vector<int32_t> r(top->ranks.begin(), top->ranks.end());
+    net_.from_head(r);
+    std::copy(r.begin(), r.end(), top->ranks.begin());
+  }
+  Tensor lp = Tensor::from_floats({static_cast<int64_t>(top->logprobs.size())}, top->logprobs);
+  net_.from_head(lp);
+  std::copy(lp.ptr<float>(), lp.ptr<float>() + lp.numel(), top->logprobs.begin());
 }
 
 // The n most likely tokens of each scored row: every shard's best top_n offered and merged

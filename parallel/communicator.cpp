@@ -35,4 +35,10 @@ std::vector<int64_t> exchange_counts(Communicator& comm, const std::vector<int64
   return recv.to_ints();
 }
 
+void SingleCommunicator::send(const Tensor&, int peer) {
+  throw Error(str("send to rank ", peer, " of a group of one rank"));
+}
+
+void SingleCommunicator::recv(Tensor&, int peer) { throw Error(str("recv from rank ", peer, " of a group of one rank")); }
+
 }  // namespace linnet

@@ -37,6 +37,11 @@ class Communicator {
   // experts sends each token's row to the ranks of its experts and the results back with it.
   virtual void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                           const std::vector<int64_t>& recv_rows) = 0;
+  // Point to point (a pipeline stage's hidden states to the next, docs/parallel.md): `t` to rank
+  // `peer`, which receives it into a tensor of the same bytes with recv(…, this rank). Any dtype;
+  // host or the backend's device on either side.
+  virtual void send(const Tensor& t, int peer) = 0;
+  virtual void recv(Tensor& t, int peer) = 0;
 };
 
 // What every rank sends this one, given what this one sends each (send_rows[r] for rank r):
@@ -62,6 +67,8 @@ class SingleCommunicator final : public Communicator {
   bool all_ok(bool ok) override { return ok; }
   void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                   const std::vector<int64_t>& recv_rows) override;
+  void send(const Tensor&, int peer) override;
+  void recv(Tensor&, int peer) override;
 };
 
 }  // namespace linnet

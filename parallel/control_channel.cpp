@@ -94,20 +94,32 @@ std::vector<std::string> ControlChannel::gather(const std::string& text) {
   return out;
 }
 
-std::unique_ptr<Communicator> make_shard_communicator(const Groups& groups, Backend& backend) {
+namespace {
+// NCCL between distinct GPUs, MPI otherwise, from every member's device.
+std::unique_ptr<Communicator> make_group_communicator(MPI_Comm group, Backend& backend, const char* what) {
   const char* forced = std::getenv("LINNET_COMM");
   std::string mine = backend.device() == Device::cuda ? "cuda:" + backend.device_id() : "cpu";
   mine.resize(96, '\0');
   int size = 0;
-  MPI_Comm_size(groups.shard_comm, &size);
+  MPI_Comm_size(group, &size);
   std::vector<char> all(static_cast<size_t>(size) * 96);
-  if (MPI_Allgather(mine.data(), 96, MPI_CHAR, all.data(), 96, MPI_CHAR, groups.shard_comm) != MPI_SUCCESS)
-    throw Error("MPI_Allgather of the shards' devices failed");
+  if (MPI_Allgather(mine.data(), 96, MPI_CHAR, all.data(), 96, MPI_CHAR, group) != MPI_SUCCESS)
+    throw Error(str("MPI_Allgather of the ", what, "' devices failed"));
   std::vector<std::string> devices;
   for (int r = 0; r < size; ++r) devices.emplace_back(all.data() + r * 96);
   if (choose_shard_comm(devices, forced ? forced : "") == ShardComm::nccl)
-    return make_nccl_communicator(groups.shard_comm, backend.device_index(), backend.stream_handle(), &backend);
-  return std::make_unique<MpiCommunicator>(groups.shard_comm, &backend);
+    return make_nccl_communicator(group, backend.device_index(), backend.stream_handle(), &backend);
+  return std::make_unique<MpiCommunicator>(group, &backend);
+}
+}  // namespace
+
+std::unique_ptr<Communicator> make_shard_communicator(const Groups& groups, Backend& backend) {
+  return make_group_communicator(groups.shard_comm, backend, "shards");
+}
+
+std::unique_ptr<Communicator> make_pipe_communicator(const Groups& groups, Backend& backend) {
+  if (groups.pipe_comm == MPI_COMM_NULL) return nullptr;
+  return make_group_communicator(groups.pipe_comm, backend, "stages");
 }
 
 #else  // one rank, no MPI

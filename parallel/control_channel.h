@@ -39,5 +39,8 @@ class ControlChannel {
 // MPI otherwise (parallel/comm_choice.h), chosen once for the group from every shard's
 // device; LINNET_COMM=mpi|nccl forces. Collective over the shard group.
 std::unique_ptr<Communicator> make_shard_communicator(const Groups& groups, Backend& backend);
+// The communicator of a shard's pipeline stages (groups.pipe_comm; rank = stage), chosen alike;
+// null without stages. Collective over the pipe group.
+std::unique_ptr<Communicator> make_pipe_communicator(const Groups& groups, Backend& backend);
 
 }  // namespace linnet

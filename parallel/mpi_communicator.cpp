@@ -164,6 +164,31 @@ void MpiCommunicator::broadcast(Tensor& t, int root) {
 
 void MpiCommunicator::barrier() { LINNET_MPI_CHECK(MPI_Barrier(comm_)); }
 
+void MpiCommunicator::send(const Tensor& t, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) throw Error(str("mpi send from rank ", rank_, " to rank ", peer, " of ", size_));
+  const int bytes = count_of(static_cast<int64_t>(t.nbytes()), t, "send (bytes)");
+  if (bytes == 0) return;
+  const Tensor host = stage_in(t, "send");
+  LINNET_MPI_CHECK(MPI_Send(host.data(), bytes, MPI_BYTE, peer, 0, comm_));
+}
+
+void MpiCommunicator::recv(Tensor& t, int peer) {
+  if (peer < 0 || peer >= size_ || peer == rank_) throw Error(str("mpi recv on rank ", rank_, " from rank ", peer, " of ", size_));
+  const int bytes = count_of(static_cast<int64_t>(t.nbytes()), t, "recv (bytes)");
+  if (bytes == 0) return;
+  Tensor host = t;
+  if (t.device() != Device::cpu) {
+    need_backend(t, "recv");
+    host = Tensor::empty(t.shape(), t.dtype());
+  }
+  MPI_Status status;
+  LINNET_MPI_CHECK(MPI_Recv(host.data(), bytes, MPI_BYTE, peer, 0, comm_, &status));
+  int got = 0;
+  LINNET_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+  if (got != bytes) throw Error(str("mpi recv on rank ", rank_, ": rank ", peer, " sent ", got, " bytes, ", bytes, " expected (", t.describe(), ")"));
+  stage_out(host, t);
+}
+
 void MpiCommunicator::max_with_index(Tensor& value, Tensor& index) {
   LINNET_CHECK(value.defined() && index.defined() && value.dtype() == DType::f32 && index.dtype() == DType::i32 &&
                    value.numel() == index.numel(),

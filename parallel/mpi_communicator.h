@@ -51,6 +51,9 @@ class MpiCommunicator final : public Communicator {
   // MPI_Alltoallv of bytes (device tensors staged through the host).
   void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                   const std::vector<int64_t>& recv_rows) override;
+  // MPI_Send / MPI_Recv of bytes (device tensors staged through the host).
+  void send(const Tensor& t, int peer) override;
+  void recv(Tensor& t, int peer) override;
 
   MPI_Comm comm() const { return comm_; }
 

@@ -1,6 +1,8 @@
 #include <unistd.h>
 #include "parallel/mpi_runtime.h"
 
+#include "parallel/world_config.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -39,24 +41,31 @@ void free_comm(MPI_Comm& c) {
 // ---- Groups ----------------------------------------------------------------------------------
 
 Groups::Groups(Groups&& o) noexcept
-    : tp(o.tp), replicas(o.replicas), replica(o.replica), shard(o.shard), shard_comm(o.shard_comm) {
+    : tp(o.tp), pp(o.pp), replicas(o.replicas), replica(o.replica), stage(o.stage), shard(o.shard),
+      shard_comm(o.shard_comm), pipe_comm(o.pipe_comm) {
   o.shard_comm = MPI_COMM_NULL;
+  o.pipe_comm = MPI_COMM_NULL;
 }
 
 Groups& Groups::operator=(Groups&& o) noexcept {
   if (this != &o) {
     free_comm(shard_comm);
+    free_comm(pipe_comm);
     tp = o.tp;
+    pp = o.pp;
     replicas = o.replicas;
     replica = o.replica;
+    stage = o.stage;
     shard = o.shard;
     shard_comm = std::exchange(o.shard_comm, MPI_COMM_NULL);
+    pipe_comm = std::exchange(o.pipe_comm, MPI_COMM_NULL);
   }
   return *this;
 }
 
 Groups::~Groups() {
   free_comm(shard_comm);
+  free_comm(pipe_comm);
 }
 
 // ---- MpiRuntime ------------------------------------------------------------------------------
@@ -100,7 +109,22 @@ MpiRuntime::~MpiRuntime() {
   if (owns_ && mpi_active()) MPI_Finalize();
 }
 
-Groups MpiRuntime::make_groups(int tp) const {
+Groups MpiRuntime::make_groups(int tp, int pp) const {
+  if (pp > 1) {  // replicas × stages × shards (parallel/world_config.h); its rules checked there
+    const WorldConfig w = WorldConfig::make(world_size_, tp, pp);
+    Groups g;
+    g.tp = w.tp;
+    g.pp = w.pp;
+    g.replicas = w.replicas();
+    g.replica = w.replica_of(world_rank_);
+    g.stage = w.stage_of(world_rank_);
+    g.shard = w.shard_of(world_rank_);
+    LINNET_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.replica * g.pp + g.stage, g.shard, &g.shard_comm));
+    LINNET_MPI_CHECK(MPI_Comm_set_errhandler(g.shard_comm, MPI_ERRORS_RETURN));
+    LINNET_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, g.replica * g.tp + g.shard, g.stage, &g.pipe_comm));
+    LINNET_MPI_CHECK(MPI_Comm_set_errhandler(g.pipe_comm, MPI_ERRORS_RETURN));
+    return g;
+  }
   if (tp == 0) tp = world_size_;
   if (tp < 0 || world_size_ % tp != 0)
     throw Error(str("--tp ", tp, " does not divide the world of ", world_size_, " ranks (mpirun -np ", world_size_,

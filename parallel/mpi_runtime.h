@@ -37,12 +37,18 @@ namespace linnet {
 // no communicator across them.
 // Owns shard_comm (freed on destruction, before MPI_Finalize); movable, not copyable. It
 // reports errors as return codes (MPI_ERRORS_RETURN), which MpiCommunicator throws.
+// With --pp P (parallel/world_config.h): a replica is P stages of K shards; shard_comm joins a
+// stage's K shards, pipe_comm the P ranks of the same shard in the replica's stages (rank there =
+// stage), over which hidden states go stage to stage. pipe_comm is MPI_COMM_NULL at P = 1.
 struct Groups {
   int tp = 1;
+  int pp = 1;
   int replicas = 1;
   int replica = 0;
+  int stage = 0;
   int shard = 0;
   MPI_Comm shard_comm = MPI_COMM_NULL;
+  MPI_Comm pipe_comm = MPI_COMM_NULL;
 
   Groups() = default;
   Groups(Groups&& other) noexcept;
@@ -74,7 +80,7 @@ class MpiRuntime {
   // `--tp K` (K = 0: the whole world). Throws linnet::Error, on every rank alike, when K does
   // not divide the world size or is negative; no collective is needed to agree on that.
   // Collective over the world otherwise (MPI_Comm_split).
-  Groups make_groups(int tp) const;
+  Groups make_groups(int tp, int pp = 1) const;
 
   // Whether this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI/PMIx).
   static bool launched_by_mpi();

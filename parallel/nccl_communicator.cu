@@ -356,6 +356,31 @@ void NcclCommunicator::broadcast(Tensor& t, int root) {
   mark_enqueued();
 }
 
+void NcclCommunicator::send(const Tensor& t, int peer) {
+  if (!on_device(t)) {
+    mpi_.send(t, peer);
+    return;
+  }
+  if (peer < 0 || peer >= size() || peer == rank()) throw Error(str("nccl send from rank ", rank(), " to rank ", peer));
+  if (t.nbytes() == 0) return;
+  CUDA_COMM_CHECK(cudaSetDevice(device_));
+  if (backend_) backend_->flush();  // t is on the stream before the send reads it
+  wait(issue([&](ncclComm* comm) { return ncclSend(t.data(), t.nbytes(), ncclInt8, peer, comm, stream_); }), "ncclSend");
+  mark_enqueued();
+}
+
+void NcclCommunicator::recv(Tensor& t, int peer) {
+  if (!on_device(t)) {
+    mpi_.recv(t, peer);
+    return;
+  }
+  if (peer < 0 || peer >= size() || peer == rank()) throw Error(str("nccl recv on rank ", rank(), " from rank ", peer));
+  if (t.nbytes() == 0) return;
+  CUDA_COMM_CHECK(cudaSetDevice(device_));
+  wait(issue([&](ncclComm* comm) { return ncclRecv(t.data(), t.nbytes(), ncclInt8, peer, comm, stream_); }), "ncclRecv");
+  mark_enqueued();
+}
+
 void NcclCommunicator::all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                                   const std::vector<int64_t>& recv_rows) {
   if (!on_device(send) || !on_device(recv)) {

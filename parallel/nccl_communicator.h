@@ -76,6 +76,9 @@ class NcclCommunicator final : public Communicator {
   // stream); host tensors through MPI.
   void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                   const std::vector<int64_t>& recv_rows) override;
+  // Device tensors: ncclSend / ncclRecv of bytes on the communicator's stream; host ones through MPI.
+  void send(const Tensor& t, int peer) override;
+  void recv(Tensor& t, int peer) override;
 
  private:
   void all_reduce(Tensor& t, bool sum);

@@ -31,6 +31,8 @@ class TimedCommunicator final : public Communicator {
   void barrier() override { timed([&] { inner_.barrier(); }); }
   void max_with_index(Tensor& v, Tensor& i) override { timed([&] { inner_.max_with_index(v, i); }); }
   bool all_ok(bool ok) override { return inner_.all_ok(ok); }
+  void send(const Tensor& t, int peer) override { timed([&] { inner_.send(t, peer); }); }
+  void recv(Tensor& t, int peer) override { timed([&] { inner_.recv(t, peer); }); }
   void all_to_all(const Tensor& send, const std::vector<int64_t>& send_rows, Tensor& recv,
                   const std::vector<int64_t>& recv_rows) override {
     if (inner_.size() == 1) return inner_.all_to_all(send, send_rows, recv, recv_rows);

@@ -29,7 +29,7 @@ namespace {
 // config's generics under `options` (Shards: the group's size unless they say), checked to
 // fit the backend's memory.
 LoadedModel bound(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
-                  int ranks_sharing) {
+                  int ranks_sharing, const StagePlace& stage) {
   LoadedModel m;
   m.config = config;
   m.generics = bind_generics(m.config, with_shards(options, comm));
@@ -38,29 +38,29 @@ LoadedModel bound(const ModelConfig& config, RunOptions options, Backend& backen
                        [&](WeightFormat f) { return backend.supports(f); }, backend.name());
   check_fits(m.config, m.generics, backend.compute_dtype(m.generics.t), backend.weight_dtype(m.generics.t),
              backend.memory_available(), ranks_sharing,
-             options.max_seq == 0, str(backend.name(), " backend"));
+             options.max_seq == 0, str(backend.name(), " backend"), stage);
   return m;
 }
 }  // namespace
 
 LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
-                         int ranks_sharing) {
+                         int ranks_sharing, const StagePlace& stage) {
   if (config.quantization)
     throw Error(str("random weights are dense, but this config has quantization_config (",
                     config.quantization->describe(),
                     "): write a checkpoint with `linnet init` and `linnet quantize`, and run that"));
-  LoadedModel m = bound(config, options, backend, comm, ranks_sharing);
+  LoadedModel m = bound(config, options, backend, comm, ranks_sharing, stage);
   // On a device that can make them, the matrices are made there, in the dtype the model keeps
   // them in (no f32 on the host, no upload); elsewhere on the host as before.
   const bool on_device = backend.device() != Device::cpu && m.generics.t == m.config.dtype &&
                          backend.weight_dtype(m.generics.t) == m.config.dtype;
   RandomWeights weights(0, m.config.dtype, on_device ? &backend : nullptr);
-  m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
+  m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm, stage);
   return m;
 }
 
 LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
-                       int ranks_sharing) {
+                       int ranks_sharing, const StagePlace& stage) {
   const auto started = std::chrono::steady_clock::now();
   const ModelConfig config = load_hf_config(dir);
   CheckpointDir files(dir);
@@ -74,10 +74,10 @@ LoadedModel load_model(const std::string& dir, RunOptions options, Backend& back
   // memory plan and before anything is read (a folder with no tensors at all gets the memory
   // plan's verdict first, then the first missing tensor's name).
   if (!files.names().empty()) expect_layers(files, config.layers);
-  LoadedModel m = bound(config, options, backend, comm, ranks_sharing);
+  LoadedModel m = bound(config, options, backend, comm, ranks_sharing, stage);
   CheckpointWeights weights(files, m.config.dtype);
   weights.expect_all(parameter_specs(m.config, m.generics));
-  m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm);
+  m.model = std::make_unique<Model>(m.config, m.generics, weights, backend, comm, stage);
   // Every shard read its own slices: the first rank that found a bad value tells them all.
   if (const std::string bad = first_error(comm, weights.non_finite()); !bad.empty()) throw Error(bad);
   // As vLLM's "Loading weights took …": what a load costs is the first thing a cluster job waits on.

@@ -8,6 +8,7 @@
 
 #include "core/backend.h"
 #include "layers/model.h"
+#include "layers/stage.h"
 #include "parallel/communicator.h"
 
 namespace linnet {
@@ -28,11 +29,13 @@ RunOptions with_shards(RunOptions options, const Communicator& comm);
 // checks that the rank's share fits the backend's memory (`ranks_sharing` ranks of this size
 // on one device or host), checks every parameter's shape, and loads this rank's slices onto
 // the backend. Shard 0 warns once about tensors the files hold but the model does not use.
+// `stage`: this rank's pipeline stage (layers/stage.h): only its layers and ends are read, and
+// the memory check counts only them.
 LoadedModel load_model(const std::string& dir, RunOptions options, Backend& backend, Communicator& comm,
-                       int ranks_sharing = 1);
+                       int ranks_sharing = 1, const StagePlace& stage = {});
 // The same for a config with deterministic random weights (RandomWeights, seed 0): what the
 // benchmarks run at a real model's shapes without its checkpoint.
 LoadedModel random_model(const ModelConfig& config, RunOptions options, Backend& backend, Communicator& comm,
-                         int ranks_sharing = 1);
+                         int ranks_sharing = 1, const StagePlace& stage = {});
 
 }  // namespace linnet

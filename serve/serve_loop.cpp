@@ -75,9 +75,10 @@ void serve_until_drained(ReplicaEngine& engine, const Tokenizer& tok, const Serv
     front = std::make_unique<Frontend>(ranks.replicas, options.max_waiting);
     http = std::make_unique<HttpServer>(*front, tok, served, http_options);
     const int port = http->start();
-    std::printf("linnet serve: listening on http://%s:%d (model %s: %d replica(s) x Shards %lld, KV pool %lld pages of %lld "
-                "positions each, MaxSeq %lld)\n",
-                http_options.host.c_str(), port, served.name.c_str(), ranks.replicas,
+    const std::string stages = options.stages > 1 ? str(" x ", options.stages, " pipeline stages") : std::string();
+    std::printf("linnet serve: listening on http://%s:%d (model %s: %d replica(s)%s x Shards %lld, KV pool %lld pages of "
+                "%lld positions each, MaxSeq %lld)\n",
+                http_options.host.c_str(), port, served.name.c_str(), ranks.replicas, stages.c_str(),
                 static_cast<long long>(options.shards), static_cast<long long>(served.pages),
                 static_cast<long long>(served.page_size), static_cast<long long>(served.max_seq));
     std::fflush(stdout);

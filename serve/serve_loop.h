@@ -17,7 +17,7 @@ namespace linnet::serve {
 struct ServeRanks {
   ControlChannel* world = nullptr;  // plans out from world rank 0, reports back to it
   int world_rank = 0, world_size = 1;
-  bool replica_leader = true;  // shard 0 of its replica: the one that reports
+  bool replica_leader = true;  // shard 0 of its replica's stage 0: the one that reports
   int replicas = 1;
 };
 
@@ -26,6 +26,7 @@ struct ServeOptions {
   int64_t max_waiting = 1024;    // jobs queued beyond those running; more: 503
   bool key_from_option = false;  // the start-up line says where the API key came from
   int64_t shards = 1;            // for the listening line
+  int64_t stages = 1;            // pipeline stages (--pp), likewise
 };
 
 // On every rank, until drained; rethrows what stopped the engine (after waiting clients got

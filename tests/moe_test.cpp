@@ -944,6 +944,8 @@ class ShardOnly final : public Communicator {
   void max_with_index(Tensor&, Tensor&) override { no(); }
   bool all_ok(bool) override { no(); }
   void all_to_all(const Tensor&, const std::vector<int64_t>&, Tensor&, const std::vector<int64_t>&) override { no(); }
+  void send(const Tensor&, int) override { no(); }
+  void recv(Tensor&, int) override { no(); }
 
  private:
   int rank_, size_;
@@ -1079,6 +1081,18 @@ TEST(Moe, GenerateAndEvalOnOneTwoAndFourRanksInBothShardings) {
   }
 }
 
+// Pipeline stages with the experts sharded inside each stage (issue 41): --pp 2 × --tp 2 in both
+// shardings gives one rank's greedy tokens and eval's numbers.
+TEST(Moe, PipelineStagesWithExpertsShardedInEachStage) {
+  for (const std::string family : {"mixtral", "qwen3_next"}) {
+    SCOPED_TRACE(family);
+    expect_generate_and_eval_agree(moe_checkpoint(family), "pp_" + family,
+                                   {{4, {"--pp", "2", "--tp", "2", "--moe-sharding", "expert"}},
+                                    {4, {"--pp", "2", "--tp", "2", "--moe-sharding", "tensor"}}},
+                                   {{4, {"--pp", "2", "--tp", "2", "--moe-sharding", "expert"}}});
+  }
+}
+
 // ---- a rank lost mid-step ---------------------------------------------------------------------
 
 namespace {
@@ -1106,11 +1120,13 @@ pid_t find_rank(const std::string& binary, const std::string& marker, int rank) 
 // Rank 0, in the step's collectives — most of them the experts' all-to-alls — must not hang:
 // the job ends, non-zero, within seconds, and no rank outlives it.
 namespace {
-void expect_a_lost_rank_ends_the_job(const std::string& family, const std::string& sharding);
+void expect_a_lost_rank_ends_the_job(const std::string& family, const std::string& sharding,
+                                     const std::vector<std::string>& extra = {});
 }
 
 // Mixtral under expert sharding; gpt-oss (sinks, clamped experts) and Qwen3.5-MoE (Gated
-// DeltaNet layers, their out_proj all-reduced) under tensor sharding.
+// DeltaNet layers, their out_proj all-reduced) under tensor sharding; and Qwen3.5-MoE in two
+// pipeline stages, rank 1 the last stage.
 TEST(Moe, ARankLostMidStepEndsEveryRank) {
   if (find_mpirun().empty()) GTEST_SKIP() << "mpirun is not on PATH";
   for (const auto& [family, sharding] :
@@ -1118,11 +1134,15 @@ TEST(Moe, ARankLostMidStepEndsEveryRank) {
     SCOPED_TRACE(family);
     expect_a_lost_rank_ends_the_job(family, sharding);
   }
+  // Two pipeline stages (issue 41): the last stage killed while the first waits on its results.
+  SCOPED_TRACE("--pp 2");
+  expect_a_lost_rank_ends_the_job("qwen3_5_moe", "expert", {"--pp", "2"});
 }
 
 namespace {
 
-void expect_a_lost_rank_ends_the_job(const std::string& family, const std::string& sharding) {
+void expect_a_lost_rank_ends_the_job(const std::string& family, const std::string& sharding,
+                                     const std::vector<std::string>& extra) {
   const fs::path ckpt = moe_checkpoint(family);
   const fs::path d = fs::temp_directory_path() / ("linnet_moe_kill_" + family + std::to_string(::getpid()));
   fs::remove_all(d);
@@ -1134,10 +1154,11 @@ void expect_a_lost_rank_ends_the_job(const std::string& family, const std::strin
   const std::string out = (d / "out.jsonl").string();
   MpiRunResult r;
   std::thread job([&] {
-    r = linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(), "--output", out,
-                    "--backend", "cpu", "--max-new-tokens", "200", "--max-seq", "256", "--moe-sharding", sharding,
-                    "--batch", "2"},
-                   120, 2);
+    std::vector<std::string> args = {"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(),
+                                     "--output", out, "--backend", "cpu", "--max-new-tokens", "200", "--max-seq", "256",
+                                     "--moe-sharding", sharding, "--batch", "2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    r = linnet_run(args, 120, 2);
   });
   pid_t victim = 0;
   double killed_at = -1;

@@ -1,12 +1,14 @@
-// Pipeline stages (issue 41), as far as they are built: the job's layout as replicas × stages ×
-// shards (parallel/world_config.h), each stage's contiguous layers, what a stage's rank holds
+// Pipeline stages (issue 41): the job's layout as replicas × stages × shards
+// (parallel/world_config.h), each stage's contiguous layers, what a stage's rank holds
 // (layers/footprint.h), `linnet inspect --pp`, and the layouts refused before anything loads.
+// (Their results equal one stage's: TensorParallel.PipelineStagesEveryEntryTheSameBitsAsOneStage.)
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <functional>
 
 #include "architectures/presets.h"
+#include "command_checks.h"
 #include "core/error.h"
 #include "layers/footprint.h"
 #include "layers/model_definition.h"
@@ -95,8 +97,7 @@ TEST(Pipeline, StagesHoldContiguousLayersEvenlyOrAsGiven) {
 
 // A stage's rank holds its layers' parameters and cache, the embedding on the first stage, the
 // final norm and lm_head on the last: the stages' parameters add up to one rank's at --pp 1 (a
-// tied lm_head once more: its shard's copy of the embedding's rows on the last stage), their
-// caches exactly.
+// tied lm_head's embedding once more: the last stage loads it too), their caches exactly.
 TEST(Pipeline, EachStageHoldsItsLayersAndTheEndsTheirParts) {
   for (const char* preset : {"qwen3-next-80b-a3b", "llama-3.2-1b"}) {
     SCOPED_TRACE(preset);
@@ -109,9 +110,9 @@ TEST(Pipeline, EachStageHoldsItsLayersAndTheEndsTheirParts) {
     const Footprint whole = rank_footprint(c, g, DType::bf16, DType::bf16);
     const std::vector<StageLayers> stages = stage_layers(g.layers, 3);
     Footprint sum;
-    int64_t lm_head = 0;
+    int64_t embedding = 0;
     for (const ParamSpec& p : parameter_specs(c, g))
-      if (p.card_name == "lm_head.weight") lm_head = held_bytes(c, p, DType::bf16, DType::bf16);
+      if (p.card_name == "embedding.weight") embedding = held_bytes(c, p, DType::bf16, DType::bf16);
     for (size_t s = 0; s < stages.size(); ++s) {
       const StageShare share{stages[s].begin, stages[s].end, s == 0, s + 1 == stages.size()};
       const Footprint f = rank_footprint(c, g, DType::bf16, DType::bf16, share);
@@ -120,13 +121,34 @@ TEST(Pipeline, EachStageHoldsItsLayersAndTheEndsTheirParts) {
       sum.state += f.state;
       EXPECT_LT(f.total(), whole.total()) << "stage " << s;
     }
-    EXPECT_EQ(sum.parameters, whole.parameters + (c.tie_word_embeddings ? lm_head : 0));
+    EXPECT_EQ(sum.parameters, whole.parameters + (c.tie_word_embeddings ? embedding : 0));
     EXPECT_EQ(sum.kv_cache, whole.kv_cache);
     EXPECT_EQ(sum.state, whole.state);
     if (std::string(preset) == "llama-3.2-1b") {
       EXPECT_TRUE(c.tie_word_embeddings);  // (Llama 3.2's lm_head is tied)
     }
   }
+}
+
+// The memory check before loading counts a rank's stage only, and names the stage that does not fit.
+TEST(Pipeline, TheMemoryCheckCountsAStagesShareAndNamesIt) {
+  const ModelConfig c = preset_or_config("qwen3-next-80b-a3b");
+  RunOptions o;
+  o.batch = 8;
+  o.max_seq = 4096;
+  o.shards = 4;
+  const Generics g = bind_generics(c, o);
+  const std::vector<StageLayers> stages = stage_layers(g.layers, 4);
+  StagePlace last{StageShare{stages[3].begin, stages[3].end, false, true}, nullptr, 3, 4};
+  const Footprint whole = rank_footprint(c, g, DType::bf16, DType::bf16);
+  const Footprint stage = rank_footprint(c, g, DType::bf16, DType::bf16, last.share);
+  // Room for a stage's share (with the tenth kept back), not for the whole model's.
+  const int64_t room = stage.total() / 9 * 10 + (1 << 20);
+  ASSERT_LT(room / 10 * 9, whole.total());
+  check_fits(c, g, DType::bf16, DType::bf16, room, 1, false, "test device", last);
+  const std::string e = error_of([&] { check_fits(c, g, DType::bf16, DType::bf16, room / 2, 1, false, "test device", last); });
+  EXPECT_EQ(e.rfind("pipeline stage 3 of 4 (layers 36–47): this rank needs ", 0), 0u) << e;
+  EXPECT_THROW(check_fits(c, g, DType::bf16, DType::bf16, room, 1, false, "test device"), Error);  // the whole model
 }
 
 // `linnet inspect --pp` prints each stage's layers and per-rank bytes; the layouts a model cannot
@@ -164,8 +186,8 @@ TEST(Pipeline, InspectPrintsEachStagesLayersAndBytes) {
   }
 }
 
-// Under mpirun every rank refuses a layout that cannot be — or, while stages do not run yet, a
-// --pp above 1 — naming the rule, before loading anything, and no rank waits for another.
+// Under mpirun every rank refuses a layout that cannot be, naming the rule, before loading
+// anything, and no rank waits for another.
 TEST(Pipeline, LayoutsAreRefusedOnEveryRankBeforeLoading) {
   const fs::path d = linnet::testing::fresh_dir("pipeline_refusals");
   write_random_checkpoint(linnet::testing::tiny_config(), (d / "ckpt").string(), DType::f32, 1);
@@ -174,9 +196,7 @@ TEST(Pipeline, LayoutsAreRefusedOnEveryRankBeforeLoading) {
                                         "divide the 4 ranks"},
            {{"--pp", "3", "--tp", "2"}, "--pp 3 with --tp 2 needs 3 × 2 = 6 ranks, but this job has 4"},
            {{"--pp", "2", "--pp-layers", "1,2"}, "--pp-layers sums to 3 layers, but the model has 2"},
-           {{"--pp", "2", "--tp", "2"}, "--pp 2: 4 ranks = 1 replica × 2 stages × 2 shards (rank = (replica · 2 + stage) · "
-                                        "2 + shard), stage 0 layers 0–0, …, stage 1 layers 1–1: pipeline stages are "
-                                        "planned and checked"}}) {
+           {{"--pp", "3"}, "--pp 3 does not divide the 4 ranks"}}) {
     std::vector<std::string> a = {"generate", "--checkpoint", (d / "ckpt").string(), "--prompts", (d / "none.jsonl").string(),
                                   "--output", (d / "out.jsonl").string(), "--backend", "cpu"};
     a.insert(a.end(), args.begin(), args.end());
@@ -191,4 +211,15 @@ TEST(Pipeline, LayoutsAreRefusedOnEveryRankBeforeLoading) {
     EXPECT_EQ(r.output.find("weights loaded"), std::string::npos) << r.output;
   }
   fs::remove_all(d);
+}
+
+// generate, eval and serve through stages, on a hybrid (Qwen3.5: its Gated DeltaNet states live on
+// the stages that run its linear layers): one stage's tokens at --pp 2, --pp 4 and --pp 2 × --tp 2,
+// eval's numbers, and serve answering as generate does.
+TEST(Pipeline, GenerateEvalAndServeAnswerAsOneStage) {
+  const fs::path ckpt = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model_qwen3_5";
+  linnet::testing::expect_generate_and_eval_agree(
+      ckpt, "pp_qwen3_5", {{2, {"--pp", "2"}}, {4, {"--pp", "4"}}, {4, {"--pp", "2", "--tp", "2"}}},
+      {{4, {"--pp", "4"}}, {4, {"--pp", "2", "--tp", "2"}}});
+  linnet::testing::expect_serve_answers_as_generate(ckpt, "pp_qwen3_5", {2, {"--pp", "2"}});
 }

@@ -3,6 +3,7 @@
 // on one rank — logits within the f32 bound, greedy and sampled tokens exactly.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -176,7 +177,67 @@ void shards_equal_one_rank(const fs::path& ckpt, int64_t vocab, std::vector<int>
   }
 }
 
+// Every output of `many` the same bytes as `one`'s (pipeline stages change no arithmetic).
+void expect_same_bits(const fs::path& one, const fs::path& many, const std::string& what) {
+  SafetensorsFile a(one.string()), b(many.string());
+  ASSERT_EQ(a.names().size(), 18u);
+  for (const auto& name : a.names()) {
+    const Tensor x = a.read(name), y = b.read(name);
+    ASSERT_EQ(x.shape(), y.shape()) << what << " " << name;
+    EXPECT_TRUE(x.nbytes() == y.nbytes() && std::memcmp(x.data(), y.data(), x.nbytes()) == 0) << what << " " << name;
+  }
+}
+
+// tiny_gqa with four layers: stages of 2, 1 and 1 layers.
+fs::path tiny_gqa4() {
+  return linnet::testing::shared_checkpoint("linnet_tiny_gqa4", [](const std::string& d) {
+    ModelConfig c = linnet::testing::tiny_config();
+    c.vocab = 1000;
+    c.hidden = 64;
+    c.heads = 8;
+    c.kv_heads = 4;
+    c.inner = 96;
+    c.layers = 4;
+    c.max_position = 64;
+    write_random_checkpoint(c, d, DType::f32, 5);
+  });
+}
+
 }  // namespace
+
+// Pipeline stages (issue 41): every entry's outputs — logits, log-probs, hidden states, greedy and
+// sampled tokens — at --pp 2, 3 and 4 (and --pp 2 × --tp 2 against --tp 2) the same bits as one
+// stage; the tied, padded vocab's lm_head (a view of the embedding the last stage loads too) at
+// --pp 2.
+TEST(TensorParallel, PipelineStagesEveryEntryTheSameBitsAsOneStage) {
+  const fs::path ckpt = tiny_gqa4(), d = work_dir("pipeline");
+  write_inputs(d / "in.safetensors", 1000, 0);
+  std::ofstream(d / "calls.json") << kCalls;
+  auto one = mpi_run(1, LINNET_BINARY, run_args(ckpt, d, "in.safetensors", "one.safetensors"), 120);
+  if (one.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << one.output;
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  for (int pp : {2, 3, 4}) {
+    const std::string out = "pp" + std::to_string(pp) + ".safetensors";
+    auto r = mpi_run(pp, LINNET_BINARY, run_args(ckpt, d, "in.safetensors", out, {"--pp", std::to_string(pp)}), 180);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find(str("stage ", pp - 1, " of ", pp)), std::string::npos) << r.output;
+    expect_same_bits(d / "one.safetensors", d / out, "--pp " + std::to_string(pp));
+  }
+  auto tp2 = mpi_run(2, LINNET_BINARY, run_args(ckpt, d, "in.safetensors", "tp2.safetensors", {"--tp", "2"}), 180);
+  ASSERT_EQ(tp2.exit_code, 0) << tp2.output;
+  auto both = mpi_run(4, LINNET_BINARY, run_args(ckpt, d, "in.safetensors", "pp2tp2.safetensors", {"--tp", "2", "--pp", "2"}), 180);
+  ASSERT_EQ(both.exit_code, 0) << both.output;
+  EXPECT_NE(both.output.find("stage 1 of 2 (mpi between stages), shard 1 of 2"), std::string::npos) << both.output;
+  expect_same_bits(d / "tp2.safetensors", d / "pp2tp2.safetensors", "--pp 2 --tp 2");
+  const fs::path tied = tied_padded(), dt = work_dir("pipeline_tied");
+  write_inputs(dt / "in.safetensors", 97, 0);
+  std::ofstream(dt / "calls.json") << kCalls;
+  auto tied_one = mpi_run(1, LINNET_BINARY, run_args(tied, dt, "in.safetensors", "one.safetensors"), 120);
+  ASSERT_EQ(tied_one.exit_code, 0) << tied_one.output;
+  auto tied_pp = mpi_run(2, LINNET_BINARY, run_args(tied, dt, "in.safetensors", "pp2.safetensors", {"--pp", "2"}), 120);
+  ASSERT_EQ(tied_pp.exit_code, 0) << tied_pp.output;
+  expect_same_bits(dt / "one.safetensors", dt / "pp2.safetensors", "tied --pp 2");
+}
 
 TEST(TensorParallel, Stories15MEveryEntryShards2And3EqualOneRank) {
   shards_equal_one_rank(stories15m(), 32000, {2, 3}, "stories");  // Shards 3 pads the vocab
