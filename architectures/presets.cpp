@@ -38,6 +38,13 @@ const std::map<std::string, const char*>& presets() {
                             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
                             "bos_token_id": 128000, "eos_token_id": 128001})"},
+      // Meta-Llama-3.1-405B's config.json (a plan for pipeline stages across nodes: docs/cluster.md).
+      {"llama-3.1-405b", R"({"vocab_size": 128256, "hidden_size": 16384, "num_attention_heads": 128, "num_key_value_heads": 8,
+                             "intermediate_size": 53248, "num_hidden_layers": 126, "max_position_embeddings": 131072,
+                             "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
+                             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192},
+                             "bos_token_id": 128000, "eos_token_id": 128001})"},
       {"llama-3.2-1b", R"({"vocab_size": 128256, "hidden_size": 2048, "num_attention_heads": 32, "num_key_value_heads": 8,
                            "intermediate_size": 8192, "num_hidden_layers": 16, "max_position_embeddings": 131072,
                            "rms_norm_eps": 1e-5, "rope_theta": 500000.0, "torch_dtype": "bfloat16",

@@ -2,7 +2,8 @@
 # that make a wrong allocation fail at once with a clear message. Variables (all optional):
 #   LINNET_BIN       the linnet binary (default: linnet on PATH, else build/linnet of this repo)
 #   LINNET_BACKEND   cuda (default) or cpu
-#   LINNET_TP        ranks per model replica (default: tasks per node: one replica per node)
+#   LINNET_TP        ranks per model replica's stage (default: tasks per node: one replica per node)
+#   LINNET_PP        pipeline stages per replica (default 1; slurm/pipeline.sbatch: the nodes)
 #   LINNET_LAUNCHER  srun (default; --mpi=$LINNET_MPI, default pmix) or mpirun (inside the allocation)
 #   LINNET_THREADS   CPU threads per rank (default: SLURM_CPUS_PER_TASK, else linnet's own share)
 #   LINNET_STAGE_DIR copy the checkpoint there once per node first (node-local disk)
@@ -43,9 +44,13 @@ linnet_setup() {
   local ntasks=${SLURM_NTASKS:-1} per_node
   per_node=$(linnet_tasks_per_node)
   LINNET_TP=${LINNET_TP:-$per_node}
+  LINNET_PP=${LINNET_PP:-1}
   [[ $LINNET_TP =~ ^[1-9][0-9]*$ ]] || linnet_fail "LINNET_TP=$LINNET_TP is not a positive number"
+  [[ $LINNET_PP =~ ^[1-9][0-9]*$ ]] || linnet_fail "LINNET_PP=$LINNET_PP is not a positive number"
   ((ntasks % LINNET_TP == 0)) ||
     linnet_fail "the allocation has $ntasks tasks, which does not divide by LINNET_TP=$LINNET_TP (ranks per replica)"
+  ((ntasks % (LINNET_TP * LINNET_PP) == 0)) ||
+    linnet_fail "the allocation has $ntasks tasks, which does not divide by LINNET_PP=$LINNET_PP stages × LINNET_TP=$LINNET_TP shards (ranks per replica)"
   if [[ $LINNET_BACKEND == cuda ]]; then
     # Tensor parallel inside a node (NCCL over NVLink), one GPU per task.
     ((LINNET_TP <= per_node)) ||
@@ -84,6 +89,7 @@ linnet_checkpoint() {
 linnet_launch() {
   local -a extra=()
   read -r -a extra <<<"${LINNET_ARGS:-}"
+  if ((${LINNET_PP:-1} > 1)); then extra+=(--pp "$LINNET_PP"); fi
   if [[ $LINNET_LAUNCHER == srun ]]; then
     srun --mpi="${LINNET_MPI:-pmix}" --kill-on-bad-exit=1 "$LINNET_BIN" "$@" --backend "$LINNET_BACKEND" \
       --tp "$LINNET_TP" "${extra[@]}"
@@ -112,7 +118,7 @@ linnet_job() {
     args=("${kept[@]}")
     [[ " ${args[*]} " == *" --resume "* ]] || args+=(--resume)
   fi
-  echo "linnet job $SLURM_JOB_ID: ${SLURM_NNODES:-1} node(s), ${SLURM_NTASKS:-1} tasks, LINNET_TP=$LINNET_TP, backend $LINNET_BACKEND, launcher $LINNET_LAUNCHER" >&2
+  echo "linnet job $SLURM_JOB_ID: ${SLURM_NNODES:-1} node(s), ${SLURM_NTASKS:-1} tasks, LINNET_TP=$LINNET_TP, LINNET_PP=$LINNET_PP, backend $LINNET_BACKEND, launcher $LINNET_LAUNCHER" >&2
   linnet_launch "${args[@]}"
 }
 

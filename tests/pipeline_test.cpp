@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <functional>
 
 #include "architectures/presets.h"
@@ -183,6 +184,30 @@ TEST(Pipeline, InspectPrintsEachStagesLayersAndBytes) {
     const auto bad = linnet::testing::linnet_run(a);
     EXPECT_NE(bad.exit_code, 0);
     EXPECT_NE(bad.errors.find(want), std::string::npos) << bad.errors;
+  }
+}
+
+// docs/cluster.md's plans for two nodes as two stages are inspect's figures.
+TEST(Pipeline, ClusterPlansInDocsAreInspectsFigures) {
+  std::ifstream f(std::string(LINNET_SOURCE_DIR) + "/docs/cluster.md");
+  const std::string docs((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  for (const char* preset : {"llama-3.1-405b", "deepseek-v3"}) {
+    SCOPED_TRACE(preset);
+    const auto r = linnet::testing::linnet_run({"inspect", "--checkpoint", preset, "--shards", "8", "--pp", "2", "--batch",
+                                                "64", "--max-seq", "8192", "--backend", "cuda"});
+    ASSERT_EQ(r.exit_code, 0) << r.errors;
+    // Each stage's "(X GiB)" parameters, cache and total, as the docs' row writes them.
+    for (const char* stage : {"\n0\t", "\n1\t"}) {
+      const size_t at = r.output.find(stage);
+      ASSERT_NE(at, std::string::npos) << r.output;
+      const std::string row = r.output.substr(at + 1, r.output.find('\n', at + 1) - at - 1);
+      std::vector<std::string> gib;
+      for (size_t p = 0; (p = row.find('(', p)) != std::string::npos; ++p)
+        if (const size_t q = row.find(" GiB)", p); q != std::string::npos && q - p < 12) gib.push_back(row.substr(p + 1, q - p - 1));
+      ASSERT_EQ(gib.size(), 3u) << row;  // parameters, cache, total (the state is 0 B)
+      EXPECT_NE(docs.find(gib[0] + " GiB + "), std::string::npos) << row;
+      EXPECT_NE(docs.find(gib[1] + " GiB = " + gib[2] + " GiB"), std::string::npos) << row;
+    }
   }
 }
 

@@ -2,7 +2,7 @@
 # The slurm/ scripts submitted with sbatch to a real SLURM (scripts/slurm-cluster: two nodes
 # on this host), CPU backend, checked against the same job under plain mpirun; then faults.
 #   tests/slurm_test.sh CASE LINNET_BINARY SOURCE_DIR WORK_DIR
-# CASE: scripts outside node nodes mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue serve batch
+# CASE: scripts outside node nodes pipeline mpirun sweep mismatch kill-srun kill-mpirun scancel-step resume requeue serve batch
 # Exit 77 (ctest: skipped) when no cluster is up (SLURM_CONF unset), with the reason; `scripts`
 # and `outside` need no cluster.
 set -uo pipefail
@@ -24,7 +24,7 @@ if [[ $case_ == outside ]]; then
   # Run with bash outside an allocation (no SLURM_* at all), from another folder: each script
   # ends at once with linnet-job.sh's message and exit 1, never a shell error.
   cd "$work" || exit 1
-  for f in node nodes batch sweep; do
+  for f in node nodes pipeline batch sweep; do
     out=$(env -i PATH="$PATH" HOME="${HOME:-/}" bash "$src/slurm/$f.sbatch" generate --checkpoint x 2>&1)
     rc=$?
     [[ $rc == 1 ]] || fail "slurm/$f.sbatch outside an allocation exited $rc: $out"
@@ -122,6 +122,16 @@ nodes)  # two nodes: one replica each (data parallel), eval; then 2 × 2 (DP × 
   grep -q "4 tasks, LINNET_TP=2" job4.log || fail "not two replicas of two shards"
   reference 4 2 "${ev[@]}" --output ref4.jsonl
   same out4.jsonl ref4.jsonl
+  ;;
+pipeline)  # two nodes as two pipeline stages × tensor parallel over each node's 2 tasks (PP 2 × TP 2)
+  prompts 12 >in.jsonl
+  submit job.log -N2 --ntasks-per-node=2 --gpus-per-node=0 "$src/slurm/pipeline.sbatch" "${gen[@]}" --output out.jsonl ||
+    fail "the job failed"
+  grep -q "4 tasks, LINNET_TP=2, LINNET_PP=2" job.log || fail "not two stages of two shards"
+  grep -q "1 replica × 2 stages × 2 shards" job.log || fail "the layout was not printed"
+  reference 2 2 "${gen[@]}" --output ref.jsonl  # one stage: the same tokens
+  same out.jsonl ref.jsonl
+  [[ $(wc -l <out.jsonl) -eq 12 ]] || fail "expected 12 lines"
   ;;
 mpirun)  # mpirun inside the allocation instead of srun
   prompts 12 >in.jsonl
