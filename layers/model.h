@@ -102,6 +102,9 @@ class Model {
   // into top (rows scored[c0 + i]), with the chunk's global max and Σ exp.
   void top_tokens(const Tensor& local, int64_t top_n, const Tensor& global_max, const Tensor& sumexp,
                   const std::vector<int64_t>& scored, int64_t c0, TopTokens& top);
+  // run_batch's micro-batches: groups of the plan's rows (sorted), one group (empty: every row)
+  // without pipeline stages.
+  std::vector<std::vector<int32_t>> micro_batches(const BatchPlan& plan) const;
   // Pipeline stages: packed_log_probs's results, as the last stage scored them, on every stage.
   void share_scores(Tensor& out, std::vector<uint8_t>* greedy, TopTokens* top);
   // step_paged's (and prefill_paged's) checks and plan; step_tokens undefined: prefill_paged.

@@ -45,6 +45,7 @@ class Network {
   // stage; every rank without stages), and a host result of that stage's copied to every stage
   // (its shape and dtype known to all).
   bool runs_head() const { return stage_.share.last; }
+  int stages() const { return stage_.stages; }
   void from_head(Tensor& host);
   void from_head(std::vector<int32_t>& v);
   // Which of the model's layers this rank runs.

@@ -31,6 +31,12 @@ struct TokenPlan {
   std::vector<int32_t> state_keep;
 
   size_t size() const { return ids.size(); }
+  // The tokens of cache rows `rows` (sorted), in order, with their keeps and the restores of
+  // their state rows: a micro-batch of a step (cache-attending tokens only).
+  TokenPlan rows_of(const std::vector<int32_t>& rows) const;
+  // A token's index in a plan made by rows_of, from its index in this one's source; −1 if absent.
+  int32_t index_of(int32_t source_index) const;
+  std::vector<int32_t> source;  // rows_of: each token's index in the plan it came from
   void add(int32_t id, int32_t position, int32_t start, int32_t row, int32_t slot) {
     add(id, position, start, row, slot, row);
   }

@@ -271,11 +271,15 @@ TEST(ExactGeneration, Qwen3_5SharedPrefixOnOneTwoAndFourRanks) {
          << "\n";
     }
   }
-  for (int np : {0, 2, 4}) {
-    const auto r = linnet_run({"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(), "--output",
-                               (d / "out.jsonl").string(), "--overwrite", "--backend", "cpu", "--ignore-eos", "--max-seq",
-                               "256", "--page-size", "8", "--batch", "4"},
-                              300, np);
+  // (and two pipeline stages of two shards: each stage keeps and restores its own layers' snapshots,
+  // a step's rows in two micro-batches)
+  for (const auto& [np, more] : std::vector<std::pair<int, std::vector<std::string>>>{
+           {0, {}}, {2, {}}, {4, {}}, {4, {"--pp", "2"}}}) {
+    std::vector<std::string> args = {"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(),
+                                     "--output", (d / "out.jsonl").string(), "--overwrite", "--backend", "cpu",
+                                     "--ignore-eos", "--max-seq", "256", "--page-size", "8", "--batch", "4"};
+    args.insert(args.end(), more.begin(), more.end());
+    const auto r = linnet_run(args, 300, np);
     if (np > 0 && r.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << r.output;
     ASSERT_EQ(r.exit_code, 0) << r.output;
     // (the shared prefixes were restored, not recomputed: generate's log counts them)

@@ -240,11 +240,13 @@ TEST(Pipeline, LayoutsAreRefusedOnEveryRankBeforeLoading) {
 
 // generate, eval and serve through stages, on a hybrid (Qwen3.5: its Gated DeltaNet states live on
 // the stages that run its linear layers): one stage's tokens at --pp 2, --pp 4 and --pp 2 × --tp 2,
-// eval's numbers, and serve answering as generate does.
+// and at --batch 4 (four rows a step: two micro-batches in flight); eval's numbers, and serve
+// answering as generate does.
 TEST(Pipeline, GenerateEvalAndServeAnswerAsOneStage) {
   const fs::path ckpt = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model_qwen3_5";
   linnet::testing::expect_generate_and_eval_agree(
-      ckpt, "pp_qwen3_5", {{2, {"--pp", "2"}}, {4, {"--pp", "4"}}, {4, {"--pp", "2", "--tp", "2"}}},
+      ckpt, "pp_qwen3_5",
+      {{2, {"--pp", "2"}}, {4, {"--pp", "4"}}, {4, {"--pp", "2", "--tp", "2"}}, {2, {"--pp", "2", "--batch", "4"}}},
       {{4, {"--pp", "4"}}, {4, {"--pp", "2", "--tp", "2"}}});
   linnet::testing::expect_serve_answers_as_generate(ckpt, "pp_qwen3_5", {2, {"--pp", "2"}});
 }
