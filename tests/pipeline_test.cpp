@@ -32,6 +32,15 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+// Qwen3-Next-80B-A3B at Shards 4, Batch 8, MaxSeq 4096 (inspect's plan in these tests).
+Generics qwen3_next_plan(const ModelConfig& c) {
+  RunOptions o;
+  o.batch = 8;
+  o.max_seq = 4096;
+  o.shards = 4;
+  return bind_generics(c, o);
+}
+
 }  // namespace
 
 // Shard innermost, then stage, then replica (Megatron's and vLLM's order).
@@ -134,11 +143,7 @@ TEST(Pipeline, EachStageHoldsItsLayersAndTheEndsTheirParts) {
 // The memory check before loading counts a rank's stage only, and names the stage that does not fit.
 TEST(Pipeline, TheMemoryCheckCountsAStagesShareAndNamesIt) {
   const ModelConfig c = preset_or_config("qwen3-next-80b-a3b");
-  RunOptions o;
-  o.batch = 8;
-  o.max_seq = 4096;
-  o.shards = 4;
-  const Generics g = bind_generics(c, o);
+  const Generics g = qwen3_next_plan(c);
   const std::vector<StageLayers> stages = stage_layers(g.layers, 4);
   StagePlace last{StageShare{stages[3].begin, stages[3].end, false, true}, nullptr, 3, 4};
   const Footprint whole = rank_footprint(c, g, DType::bf16, DType::bf16);
@@ -160,11 +165,7 @@ TEST(Pipeline, InspectPrintsEachStagesLayersAndBytes) {
        "cuda", "--pp", "4"});
   ASSERT_EQ(r.exit_code, 0) << r.errors;
   const ModelConfig c = preset_or_config("qwen3-next-80b-a3b");
-  RunOptions o;
-  o.batch = 8;
-  o.max_seq = 4096;
-  o.shards = 4;
-  const Generics g = bind_generics(c, o);
+  const Generics g = qwen3_next_plan(c);
   const std::vector<StageLayers> stages = stage_layers(g.layers, 4);
   for (size_t s = 0; s < stages.size(); ++s) {
     const Footprint f = rank_footprint(c, g, DType::bf16, DType::bf16,

@@ -132,16 +132,19 @@ void expect_same_outputs(const fs::path& one, const fs::path& many, const std::s
 // stories15M (6 heads, vocab 32000) imported once; a random tiny GQA model (8 heads over 4
 // KV heads, vocab 1000) for Shards 4.
 fs::path stories15m() { return linnet::testing::stories15m_checkpoint(); }
-fs::path tiny_gqa() {
-  return linnet::testing::shared_checkpoint("linnet_tiny_gqa", [](const std::string& d) {
+// (`layers` of them, from weights of `seed`.)
+fs::path tiny_gqa(int64_t layers = 2, uint64_t seed = 3) {
+  const std::string name = layers == 2 ? "linnet_tiny_gqa" : str("linnet_tiny_gqa", layers);
+  return linnet::testing::shared_checkpoint(name, [&](const std::string& d) {
     ModelConfig c = linnet::testing::tiny_config();
     c.vocab = 1000;
     c.hidden = 64;
     c.heads = 8;
     c.kv_heads = 4;
     c.inner = 96;
+    c.layers = layers;
     c.max_position = 64;
-    write_random_checkpoint(c, d, DType::f32, 3);
+    write_random_checkpoint(c, d, DType::f32, seed);
   });
 }
 
@@ -188,21 +191,6 @@ void expect_same_bits(const fs::path& one, const fs::path& many, const std::stri
   }
 }
 
-// tiny_gqa with four layers: stages of 2, 1 and 1 layers.
-fs::path tiny_gqa4() {
-  return linnet::testing::shared_checkpoint("linnet_tiny_gqa4", [](const std::string& d) {
-    ModelConfig c = linnet::testing::tiny_config();
-    c.vocab = 1000;
-    c.hidden = 64;
-    c.heads = 8;
-    c.kv_heads = 4;
-    c.inner = 96;
-    c.layers = 4;
-    c.max_position = 64;
-    write_random_checkpoint(c, d, DType::f32, 5);
-  });
-}
-
 }  // namespace
 
 // Pipeline stages (issue 41): every entry's outputs — logits, log-probs, hidden states, greedy and
@@ -210,7 +198,7 @@ fs::path tiny_gqa4() {
 // stage; the tied, padded vocab's lm_head (a view of the embedding the last stage loads too) at
 // --pp 2.
 TEST(TensorParallel, PipelineStagesEveryEntryTheSameBitsAsOneStage) {
-  const fs::path ckpt = tiny_gqa4(), d = work_dir("pipeline");
+  const fs::path ckpt = tiny_gqa(4, 5), d = work_dir("pipeline");  // four layers: stages of 2, 1 and 1
   write_inputs(d / "in.safetensors", 1000, 0);
   std::ofstream(d / "calls.json") << kCalls;
   auto one = mpi_run(1, LINNET_BINARY, run_args(ckpt, d, "in.safetensors", "one.safetensors"), 120);

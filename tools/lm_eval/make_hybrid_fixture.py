@@ -93,14 +93,7 @@ def main():
     make_model()
     mf.MODEL_DIR = MODEL_OUT  # (run_cli's --model_args pretrained=)
     res, samples, _ = mf.run_cli(tmp)
-    margins = mq.greedy_margins(MODEL_OUT, tmp, samples["linnet_mc"])
-    mc = []
-    for s in samples["linnet_mc"]:
-        reqs = [{"loglikelihood": float(r[0][0]), "is_greedy": mf.as_bool(r[0][1]), "greedy_margin": g}
-                for r, g in zip(s["resps"], margins[s["doc"]["id"]])]
-        mc.append({"id": s["doc"]["id"], "requests": reqs})
-    rolling = [{"id": s["doc"]["id"], "loglikelihood": float(s["resps"][0][0])} for s in samples["linnet_rolling"]]
-    agg = res["results"]["linnet_rolling"]
+    mc, rolling = mq.logged_numbers(res, samples, mq.greedy_margins(MODEL_OUT, tmp, samples["linnet_mc"]))
     expected = {
         "generator": "tools/lm_eval/make_hybrid_fixture.py",
         "versions": {p: md.version(p) for p in ("lm_eval", "torch", "transformers")},
@@ -111,11 +104,8 @@ def main():
         "note": ("Qwen3_5ForCausalLM (qwen3_5_text), make_golden.py's qwen3_5 shape at this vocabulary and 64 "
                  "positions; transformers 5.24 runs every request by its chunked delta rule"),
         "reference": "transformers 5.24 loading the checkpoint",
-        "mc": {"acc": res["results"]["linnet_mc"].get("acc,none"), "docs": mc},
-        "rolling": {"aggregates": {"word_perplexity": agg["word_perplexity,none"],
-                                   "byte_perplexity": agg["byte_perplexity,none"],
-                                   "bits_per_byte": agg["bits_per_byte,none"]},
-                    "docs": rolling},
+        "mc": mc,
+        "rolling": rolling,
     }
     mf.write_json(os.path.join(mf.OUT, f"expected_{NAME}.json"), expected, indent=1)
     print(f"[lm_eval] {NAME}: mc acc {expected['mc']['acc']}; rolling {expected['rolling']['aggregates']}", flush=True)

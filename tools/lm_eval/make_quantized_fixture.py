@@ -239,6 +239,23 @@ def greedy_margins(model_dir, tmp, samples):
     return out
 
 
+def logged_numbers(res, samples, margins):
+    """What lm-eval logged, as expected_<name>.json keeps it: the multiple-choice requests (each
+    is-greedy flag with its margin) and the rolling documents with their aggregates."""
+    mc = []
+    for s in samples["linnet_mc"]:
+        reqs = [{"loglikelihood": float(r[0][0]), "is_greedy": mf.as_bool(r[0][1]), "greedy_margin": g}
+                for r, g in zip(s["resps"], margins[s["doc"]["id"]])]
+        mc.append({"id": s["doc"]["id"], "requests": reqs})
+    rolling = [{"id": s["doc"]["id"], "loglikelihood": float(s["resps"][0][0])} for s in samples["linnet_rolling"]]
+    agg = res["results"]["linnet_rolling"]
+    return ({"acc": res["results"]["linnet_mc"].get("acc,none"), "docs": mc},
+            {"aggregates": {"word_perplexity": agg["word_perplexity,none"],
+                            "byte_perplexity": agg["byte_perplexity,none"],
+                            "bits_per_byte": agg["bits_per_byte,none"]},
+             "docs": rolling})
+
+
 def make(scheme, tmp):
     import importlib.metadata as md
     if scheme in WRITTEN:
@@ -255,13 +272,7 @@ def make(scheme, tmp):
     finally:
         if ref != out:
             shutil.rmtree(ref, ignore_errors=True)
-    mc = []
-    for s in samples["linnet_mc"]:
-        reqs = [{"loglikelihood": float(r[0][0]), "is_greedy": mf.as_bool(r[0][1]), "greedy_margin": g}
-                for r, g in zip(s["resps"], margins[s["doc"]["id"]])]
-        mc.append({"id": s["doc"]["id"], "requests": reqs})
-    rolling = [{"id": s["doc"]["id"], "loglikelihood": float(s["resps"][0][0])} for s in samples["linnet_rolling"]]
-    agg = res["results"]["linnet_rolling"]
+    mc, rolling = logged_numbers(res, samples, margins)
     versions = {p: md.version(p) for p in ("lm_eval", "torch", "transformers", "compressed-tensors")}
     described = WRITTEN[scheme][1] if scheme in WRITTEN else SCHEMES[scheme][3]
     model_arg = f"tests/fixtures/lm_eval/model_{scheme}" if want is None else "<its dense twin>"
@@ -277,11 +288,8 @@ def make(scheme, tmp):
         "reference": ("transformers 5.24 loading the checkpoint" if want is None else
                       "transformers 5.24 on the checkpoint's dense twin: each layer's weights as the format's reader "
                       "dequantizes them (tools/lm_eval/make_quantized_fixture.py)"),
-        "mc": {"acc": res["results"]["linnet_mc"].get("acc,none"), "docs": mc},
-        "rolling": {"aggregates": {"word_perplexity": agg["word_perplexity,none"],
-                                   "byte_perplexity": agg["byte_perplexity,none"],
-                                   "bits_per_byte": agg["bits_per_byte,none"]},
-                    "docs": rolling},
+        "mc": mc,
+        "rolling": rolling,
     }
     mf.write_json(os.path.join(FIXTURE, f"expected_{scheme}.json"), expected, indent=1)
     print(f"[lm_eval] {scheme}: {layers} layers; mc acc {expected['mc']['acc']}; rolling {expected['rolling']['aggregates']}",
