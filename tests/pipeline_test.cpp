@@ -251,3 +251,42 @@ TEST(Pipeline, GenerateEvalAndServeAnswerAsOneStage) {
       {{4, {"--pp", "4"}}, {4, {"--pp", "2", "--tp", "2"}}});
   linnet::testing::expect_serve_answers_as_generate(ckpt, "pp_qwen3_5", {2, {"--pp", "2"}});
 }
+
+// --resume under stages: a run that stopped after some lines goes on with the others, and the
+// file is the uninterrupted one-stage run's, byte for byte.
+TEST(Pipeline, ResumeRunsOnlyWhatIsMissing) {
+  const fs::path ckpt = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval/model_qwen3_5";
+  const fs::path d = linnet::testing::fresh_dir("pipeline_resume");
+  {
+    std::ofstream in(d / "in.jsonl");
+    for (int i = 0; i < 6; ++i) in << "{\"id\": " << i << ", \"text\": \"Once upon a time " << i << "\"}\n";
+  }
+  auto gen = [&](const std::string& out, std::vector<std::string> more, int np) {
+    std::vector<std::string> a = {"generate", "--checkpoint", ckpt.string(), "--prompts", (d / "in.jsonl").string(),
+                                  "--output", (d / out).string(), "--backend", "cpu", "--max-new-tokens", "12"};
+    a.insert(a.end(), more.begin(), more.end());
+    return linnet::testing::linnet_run(a, 120, np);
+  };
+  auto one = gen("one.jsonl", {}, 0);
+  ASSERT_EQ(one.exit_code, 0) << one.errors;
+  std::ifstream whole(d / "one.jsonl");
+  std::string line, first_three;
+  for (int i = 0; i < 3 && std::getline(whole, line); ++i) first_three += line + "\n";
+  std::ofstream(d / "two.jsonl") << first_three;  // a run that stopped after three lines
+  auto two = gen("two.jsonl", {"--resume", "--pp", "2"}, 2);
+  if (two.output.find("mpirun not found") != std::string::npos) GTEST_SKIP() << two.output;
+  ASSERT_EQ(two.exit_code, 0) << two.errors;
+  EXPECT_NE(two.output.find("3 already done"), std::string::npos) << two.output;
+  EXPECT_EQ(linnet::testing::slurp(d / "two.jsonl"), linnet::testing::slurp(d / "one.jsonl"));
+}
+
+// Quantized checkpoints through stages (the eval fixture's model in FP8 blocks and in W4A16): one
+// stage's tokens and numbers at --pp 2.
+TEST(Pipeline, QuantizedCheckpointsAnswerAsOneStage) {
+  for (const char* scheme : {"fp8_block", "w4a16"}) {
+    SCOPED_TRACE(scheme);
+    const fs::path ckpt = fs::path(LINNET_SOURCE_DIR) / "tests/fixtures/lm_eval" / (std::string("model_") + scheme);
+    linnet::testing::expect_generate_and_eval_agree(ckpt, std::string("pp_") + scheme, {{2, {"--pp", "2"}}},
+                                                    {{2, {"--pp", "2"}}});
+  }
+}

@@ -194,9 +194,9 @@ void expect_same_bits(const fs::path& one, const fs::path& many, const std::stri
 }  // namespace
 
 // Pipeline stages (issue 41): every entry's outputs — logits, log-probs, hidden states, greedy and
-// sampled tokens — at --pp 2, 3 and 4 (and --pp 2 × --tp 2 against --tp 2) the same bits as one
-// stage; the tied, padded vocab's lm_head (a view of the embedding the last stage loads too) at
-// --pp 2.
+// sampled tokens — at --pp 2, 3 and 4 (and --pp 2 × --tp 2 against --tp 2, on 4 ranks and on 8 as
+// two replicas) the same bits as one stage; the tied, padded vocab's lm_head (a view of the
+// embedding the last stage loads too) at --pp 2.
 TEST(TensorParallel, PipelineStagesEveryEntryTheSameBitsAsOneStage) {
   const fs::path ckpt = tiny_gqa(4, 5), d = work_dir("pipeline");  // four layers: stages of 2, 1 and 1
   write_inputs(d / "in.safetensors", 1000, 0);
@@ -217,6 +217,14 @@ TEST(TensorParallel, PipelineStagesEveryEntryTheSameBitsAsOneStage) {
   ASSERT_EQ(both.exit_code, 0) << both.output;
   EXPECT_NE(both.output.find("stage 1 of 2 (mpi between stages), shard 1 of 2"), std::string::npos) << both.output;
   expect_same_bits(d / "tp2.safetensors", d / "pp2tp2.safetensors", "--pp 2 --tp 2");
+  // Eight ranks: two replicas, each of two stages of two shards, each its own outputs.
+  auto eight = mpi_run(8, LINNET_BINARY,
+                       run_args(ckpt, d, "in.safetensors", "pp8_{replica}.safetensors", {"--tp", "2", "--pp", "2"}), 240);
+  ASSERT_EQ(eight.exit_code, 0) << eight.output;
+  EXPECT_NE(eight.output.find("8 ranks = 2 replicas × 2 stages × 2 shards"), std::string::npos) << eight.output;
+  for (int rep = 0; rep < 2; ++rep)
+    expect_same_bits(d / "tp2.safetensors", d / ("pp8_" + std::to_string(rep) + ".safetensors"),
+                     "-np 8 --pp 2 --tp 2, replica " + std::to_string(rep));
   const fs::path tied = tied_padded(), dt = work_dir("pipeline_tied");
   write_inputs(dt / "in.safetensors", 97, 0);
   std::ofstream(dt / "calls.json") << kCalls;
